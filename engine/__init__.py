@@ -1,0 +1,62 @@
+"""replaylog: durable workflows for Python, re-derived by replaying a log of outcomes.
+
+The authoring API lives here; the log store, the worker and the CLI are submodules.
+"""
+
+from engine.core import (
+    ActivityInfo,
+    CommandRecord,
+    Context,
+    DryReplay,
+    Outcome,
+    RunResult,
+    SignalRecord,
+    WorkflowBlocked,
+    WorkflowState,
+    activity,
+    current_activity,
+    dry_replay,
+    idempotency_key,
+    run,
+    signal,
+    workflow,
+)
+from engine.errors import (
+    ActivityError,
+    Diagnostic,
+    LeaseLostError,
+    NonDeterministicError,
+    ReplaylogError,
+    StoreError,
+    UnknownActivityError,
+    UnknownWorkflowError,
+    ValueNotJSONError,
+)
+
+__all__ = [
+    "ActivityError",
+    "ActivityInfo",
+    "CommandRecord",
+    "Context",
+    "Diagnostic",
+    "DryReplay",
+    "LeaseLostError",
+    "NonDeterministicError",
+    "Outcome",
+    "ReplaylogError",
+    "RunResult",
+    "SignalRecord",
+    "StoreError",
+    "UnknownActivityError",
+    "UnknownWorkflowError",
+    "ValueNotJSONError",
+    "WorkflowBlocked",
+    "WorkflowState",
+    "activity",
+    "current_activity",
+    "dry_replay",
+    "idempotency_key",
+    "run",
+    "signal",
+    "workflow",
+]

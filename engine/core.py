@@ -1,0 +1,544 @@
+"""The pure replay core: history records, the Context with its cursor and guard, run().
+
+No SQL, no threads, no clock of its own: time and sleeping come in as functions,
+outcomes go out through a `record` callback. Everything here can run in memory.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeVar
+
+from engine.errors import (
+    ActivityError,
+    Diagnostic,
+    NonDeterministicError,
+    ReplaylogError,
+    UnknownActivityError,
+    ValueNotJSONError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Kind = Literal["activity", "now"]
+
+
+# ---------------------------------------------------------------- decorators
+
+
+def _mark(fn: F, kind: str, name: str | None) -> F:
+    fn._replaylog_kind = kind  # type: ignore[attr-defined]
+    fn._replaylog_name = name or fn.__name__  # type: ignore[attr-defined]
+    return fn
+
+
+def workflow(fn: F | None = None, *, name: str | None = None) -> Any:
+    """Mark a function as a workflow: `def wf(ctx, input)`. The name defaults to the function's."""
+    if fn is None:
+        return lambda f: _mark(f, "workflow", name)
+    return _mark(fn, "workflow", name)
+
+
+def activity(fn: F | None = None, *, name: str | None = None) -> Any:
+    """Mark a function as an activity (a side effect). The name defaults to the function's."""
+    if fn is None:
+        return lambda f: _mark(f, "activity", name)
+    return _mark(fn, "activity", name)
+
+
+def registered_name(fn: Callable[..., Any]) -> str:
+    """The recorded name of a decorated function (its __name__ if undecorated)."""
+    return getattr(fn, "_replaylog_name", None) or fn.__name__
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRecord:
+    """The recorded outcome of one command slot: identity and result, never the arguments."""
+
+    kind: str
+    name: str
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    attempts: int = 1
+
+    @property
+    def label(self) -> str:
+        """The "kind:name" form used in diagnostics."""
+        return f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A delivered signal: append-only, consumed per name in delivery order."""
+
+    seq: int
+    name: str
+    payload: Any = None
+
+
+@dataclass(frozen=True)
+class WorkflowState:
+    """The whole persisted state of a workflow: its input and its two logs."""
+
+    input: Any = None
+    has_input: bool = True
+    commands: tuple[CommandRecord, ...] = ()
+    signals: tuple[SignalRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run of a workflow came to."""
+
+    status: Literal["completed", "blocked", "failed"]
+    result: Any = None
+    blocked_on: str | None = None
+    error: str | None = None
+    diagnostic: Diagnostic | None = None
+    replayed_commands: int = 0
+    executed_commands: int = 0
+    consumed_signals: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ActivityInfo:
+    """What an activity may know about the call it serves (see `current_activity`).
+
+    `idempotency_key` is derived from workflow id and slot: the same on every
+    attempt and every replay, so external systems can drop a repeated effect.
+    """
+
+    workflow_id: str
+    slot: int
+    name: str
+    attempt: int
+    idempotency_key: str
+
+
+_current_activity: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
+    "replaylog_current_activity", default=None
+)
+
+
+def current_activity() -> ActivityInfo:
+    """The running activity's info; raises RuntimeError outside an activity."""
+    info = _current_activity.get()
+    if info is None:
+        raise RuntimeError("current_activity() called outside a running activity")
+    return info
+
+
+def idempotency_key(workflow_id: str, slot: int) -> str:
+    """The deterministic idempotency key of a slot."""
+    return f"{workflow_id}:{slot}"
+
+
+# ---------------------------------------------------------------- control flow
+
+
+class WorkflowBlocked(BaseException):
+    """Raised inside workflow code when it waits on a signal that has not arrived.
+
+    A BaseException so that `except Exception` in workflow code cannot swallow it.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class DryRunStop(BaseException):
+    """A dry replay reached a slot history does not hold: it stops before any side effect."""
+
+    def __init__(self, slot: int, issued: str) -> None:
+        super().__init__(slot, issued)
+        self.slot = slot
+        self.issued = issued
+
+
+def to_json_value(value: Any, what: str) -> Any:
+    """Return `value` as it will read back from JSON; raise ValueNotJSONError naming `what`.
+
+    The live branch returns the round-tripped value so that live and replayed runs see
+    exactly the same thing (a tuple would otherwise come back as a list on replay).
+    """
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueNotJSONError(
+            f"{what} is of type {_type_path(value, exc)}, which JSON cannot hold"
+        ) from None
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if isinstance(value, float):
+        return value
+    return json.loads(text)
+
+
+def _type_path(value: Any, exc: BaseException) -> str:
+    """Name the offending type: the value's own, or the inner one the encoder choked on."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float ({value})"
+    msg = str(exc)
+    if "is not JSON serializable" in msg:
+        return msg.split("Object of type ", 1)[-1].split(" is not", 1)[0]
+    if isinstance(exc, ValueError):
+        return f"{type(value).__name__} (containing NaN or infinity)"
+    return type(value).__name__
+
+
+def error_text(exc: BaseException) -> str:
+    """A one-line text for an exception, even one whose __str__ itself raises."""
+    name = type(exc).__name__
+    try:
+        msg = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not take the worker down
+        msg = "<exception text could not be converted>"
+    return f"{name}: {msg}" if msg else name
+
+
+# ---------------------------------------------------------------- the Context
+
+RecordFn = Callable[[int, CommandRecord], None]
+StartFn = Callable[[int, str, int], None]
+
+
+class Context:
+    """What workflow code talks to: one cursor for every command, a cursor per signal name.
+
+    Args:
+        state: the recorded history to replay.
+        workflow_id: used for idempotency keys.
+        activities: name → function, for `call_activity("name")`.
+        clock: returns the current time (seconds); read only in the live branch.
+        sleep: waits between live retry attempts.
+        record: called with each new outcome; must make it durable before returning.
+        on_start: called before each live attempt (in-flight tracking); may be None.
+        dry_run: stop with DryRunStop instead of executing anything live.
+        backoff: base seconds of the exponential backoff between attempts.
+    """
+
+    def __init__(
+        self,
+        state: WorkflowState,
+        *,
+        workflow_id: str = "",
+        activities: Mapping[str, Callable[..., Any]] | None = None,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None] = lambda _s: None,
+        record: RecordFn | None = None,
+        on_start: StartFn | None = None,
+        dry_run: bool = False,
+        backoff: float = 0.05,
+    ) -> None:
+        self._commands: Sequence[CommandRecord] = state.commands
+        self._history_len = len(state.commands)
+        self._signals = state.signals
+        self._workflow_id = workflow_id
+        self._activities = activities or {}
+        self._clock = clock
+        self._sleep = sleep
+        self._record = record
+        self._on_start = on_start
+        self._dry_run = dry_run
+        self._backoff = backoff
+        self._cmd_index = 0
+        self._signal_cursor: dict[str, int] = {}
+        self._consumed: list[int] = []
+        self.new_commands: list[CommandRecord] = []
+        # A divergence (or another error that leaves the cursor meaningless) is sticky:
+        # workflow code that catches it cannot go on issuing commands.
+        self.fatal: ReplaylogError | None = None
+        self.issued: list[str] = []
+        self.replayed_commands = 0
+        self.executed_commands = 0
+
+    @property
+    def workflow_id(self) -> str:
+        """The id of the workflow this context runs."""
+        return self._workflow_id
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the cursor is still inside recorded history."""
+        return self._cmd_index < self._history_len
+
+    # -- the guard
+
+    def _guard(self, slot: int, kind: str, name: str) -> CommandRecord | None:
+        """Return the recorded slot to replay, None to execute live; raise on divergence."""
+        issued = f"{kind}:{name}"
+        self.issued.append(issued)
+        if self.fatal is not None:
+            # Code caught the first fatal error and went on: stop it again.
+            raise self.fatal
+        if slot >= self._history_len:
+            if self._dry_run:
+                raise DryRunStop(slot, issued)
+            return None
+        rec = self._commands[slot]
+        if rec.kind != kind or rec.name != name:
+            self.fatal = NonDeterministicError(
+                Diagnostic(
+                    slot=slot,
+                    recorded=rec.label,
+                    issued=issued,
+                    message=(
+                        f"non-determinism at slot {slot}: history has {rec.label}, "
+                        f"the workflow issued {issued}"
+                    ),
+                )
+            )
+            raise self.fatal
+        return rec
+
+    def _append(self, slot: int, rec: CommandRecord) -> None:
+        if self._record is not None:
+            self._record(slot, rec)
+        self.new_commands.append(rec)
+
+    # -- commands
+
+    def call_activity(
+        self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int = 3, **kwargs: Any
+    ) -> Any:
+        """Run an activity once, durably: replay its recorded outcome, or execute and record it.
+
+        Args:
+            fn_or_name: an @activity function, or the name of one in the app.
+            max_retries: attempts in the live branch before the failure is recorded
+                (as in the reference: the total number of attempts, at least 1).
+
+        Raises:
+            ActivityError: the activity failed permanently (now, or in history).
+        """
+        if isinstance(fn_or_name, str):
+            name, fn = fn_or_name, self._activities.get(fn_or_name)
+        else:
+            name, fn = registered_name(fn_or_name), fn_or_name
+        slot = self._cmd_index
+        self._cmd_index += 1
+        rec = self._guard(slot, "activity", name)
+        if rec is not None:
+            self.replayed_commands += 1
+            if rec.ok:
+                return rec.value
+            raise ActivityError(slot, name, rec.error or "", rec.attempts)
+        if fn is None:
+            self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
+            raise self.fatal
+        self.executed_commands += 1
+        attempts = max(1, int(max_retries))
+        last_error = ""
+        for attempt in range(1, attempts + 1):
+            if self._on_start is not None:
+                self._on_start(slot, name, attempt)
+            token = _current_activity.set(
+                ActivityInfo(self._workflow_id, slot, name, attempt, idempotency_key(self._workflow_id, slot))
+            )
+            try:
+                value = fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
+                last_error = error_text(exc)
+                if attempt < attempts:
+                    # Backoff reads the injected clock only through sleep: no wall clock here.
+                    self._sleep(self._backoff * (2 ** (attempt - 1)))
+                continue
+            finally:
+                _current_activity.reset(token)
+            try:
+                value = to_json_value(value, f"slot {slot}: the value activity {name!r} returned")
+            except ValueNotJSONError as exc:
+                self.fatal = exc
+                raise
+            self._append(slot, CommandRecord("activity", name, True, value, None, attempt))
+            return value
+        self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts))
+        raise ActivityError(slot, name, last_error, attempts)
+
+    def now(self) -> float:
+        """A recorded clock read: the live clock once, the recorded value on every replay."""
+        slot = self._cmd_index
+        self._cmd_index += 1
+        rec = self._guard(slot, "now", "now")
+        if rec is not None:
+            self.replayed_commands += 1
+            return rec.value
+        self.executed_commands += 1
+        value = float(self._clock())
+        self._append(slot, CommandRecord("now", "now", True, value, None, 1))
+        return value
+
+    def wait_signal(self, name: str) -> Any:
+        """Return the payload of the next undelivered signal of this name, or block on it.
+
+        Blocking holds no thread: the run ends, and a later run replays up to here.
+        """
+        want = self._signal_cursor.get(name, 0)
+        seen = 0
+        for sig in self._signals:
+            if sig.name == name:
+                if seen == want:
+                    self._signal_cursor[name] = want + 1
+                    self._consumed.append(sig.seq)
+                    return sig.payload
+                seen += 1
+        raise WorkflowBlocked(name)
+
+    # -- after the run
+
+    def unconsumed_divergence(self) -> NonDeterministicError | None:
+        """A completed run that left recorded slots unconsumed is non-deterministic too."""
+        slot = self._cmd_index
+        if slot >= self._history_len:
+            return None
+        rec = self._commands[slot]
+        return NonDeterministicError(
+            Diagnostic(
+                slot=slot,
+                recorded=rec.label,
+                issued=None,
+                message=(
+                    f"non-determinism at slot {slot}: history has {rec.label}, "
+                    f"the workflow completed without issuing it"
+                ),
+            )
+        )
+
+    @property
+    def consumed_signals(self) -> tuple[int, ...]:
+        """Sequence numbers of the signals this run consumed."""
+        return tuple(self._consumed)
+
+
+# ---------------------------------------------------------------- running
+
+
+def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
+    """Run workflow code against a context and classify what happened.
+
+    LeaseLostError, DryRunStop and other BaseExceptions that are not ours propagate.
+    """
+    try:
+        result = fn(ctx, state.input) if state.has_input else fn(ctx)
+    except WorkflowBlocked as blocked:
+        if ctx.fatal is not None:
+            return _failed(ctx, ctx.fatal)
+        return _outcome(ctx, "blocked", blocked_on=blocked.name)
+    except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
+        if ctx.fatal is not None:
+            return _failed(ctx, ctx.fatal)
+        if isinstance(exc, ReplaylogError):
+            return _failed(ctx, exc)
+        return _outcome(ctx, "failed", error=f"workflow code raised {error_text(exc)}")
+    if ctx.fatal is not None:
+        return _failed(ctx, ctx.fatal)
+    leftover = ctx.unconsumed_divergence()
+    if leftover is not None:
+        return _failed(ctx, leftover)
+    try:
+        result = to_json_value(result, "the workflow's result")
+    except ValueNotJSONError as exc:
+        return _failed(ctx, exc)
+    return _outcome(ctx, "completed", result=result)
+
+
+def _outcome(ctx: Context, status: Any, **kw: Any) -> Outcome:
+    return Outcome(
+        status=status,
+        replayed_commands=ctx.replayed_commands,
+        executed_commands=ctx.executed_commands,
+        consumed_signals=ctx.consumed_signals,
+        **kw,
+    )
+
+
+def _failed(ctx: Context, exc: ReplaylogError) -> Outcome:
+    diagnostic = exc.diagnostic if isinstance(exc, NonDeterministicError) else None
+    return _outcome(ctx, "failed", error=error_text(exc), diagnostic=diagnostic)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The in-memory runner's answer: the outcome and the state to persist."""
+
+    outcome: Outcome
+    state: WorkflowState
+    context: Context = field(repr=False)
+
+    @property
+    def status(self) -> str:
+        """Shortcut for outcome.status."""
+        return self.outcome.status
+
+
+def run(
+    fn: Callable[..., Any],
+    state: WorkflowState,
+    *,
+    clock: Callable[[], float],
+    activities: Mapping[str, Callable[..., Any]] | None = None,
+    workflow_id: str = "memory",
+    sleep: Callable[[float], None] = lambda _s: None,
+) -> RunResult:
+    """The pure in-memory runner: run a workflow against `state` and return the new state."""
+    ctx = Context(state, workflow_id=workflow_id, activities=activities, clock=clock, sleep=sleep)
+    outcome = execute(fn, ctx, state)
+    new_state = replace(state, commands=state.commands + tuple(ctx.new_commands))
+    return RunResult(outcome, new_state, ctx)
+
+
+def signal(state: WorkflowState, name: str, payload: Any = None) -> WorkflowState:
+    """Append a signal to a copy of `state` (the in-memory counterpart of the store's signal)."""
+    payload = to_json_value(payload, f"the payload of signal {name!r}")
+    seq = state.signals[-1].seq + 1 if state.signals else 1
+    return replace(state, signals=(*state.signals, SignalRecord(seq, name, payload)))
+
+
+@dataclass(frozen=True)
+class DryReplay:
+    """The verdict of replaying a history against the current code without side effects."""
+
+    ok: bool
+    verdict: str
+    replayed: int
+    issued: tuple[str, ...]
+    diagnostic: Diagnostic | None = None
+    error: str | None = None
+
+
+def dry_replay(fn: Callable[..., Any], state: WorkflowState, *, workflow_id: str = "") -> DryReplay:
+    """Replay `state` against `fn` and stop at the first slot history does not hold.
+
+    Nothing live runs: the clock is never read and no activity is called.
+    """
+
+    def no_clock() -> float:  # pragma: no cover - the dry run stops before any live read
+        raise AssertionError("dry replay read the clock")
+
+    ctx = Context(state, workflow_id=workflow_id, clock=no_clock, dry_run=True)
+    try:
+        outcome = execute(fn, ctx, state)
+    except DryRunStop as stop:
+        verdict = f"replays cleanly; slot {stop.slot} would run {stop.issued} live"
+        return DryReplay(True, verdict, ctx.replayed_commands, tuple(ctx.issued))
+    issued = tuple(ctx.issued)
+    if outcome.diagnostic is not None:
+        return DryReplay(False, "diverges", ctx.replayed_commands, issued, outcome.diagnostic, outcome.error)
+    if outcome.status == "blocked":
+        verdict = f"replays cleanly; blocked on signal {outcome.blocked_on!r}"
+    elif outcome.status == "completed":
+        verdict = "replays cleanly; completes"
+    elif ctx.replayed_commands == len(state.commands) and outcome.error and outcome.error.startswith("ActivityError"):
+        verdict = "replays cleanly; fails on its recorded activity error"
+    else:
+        return DryReplay(False, "workflow code fails", ctx.replayed_commands, issued, None, outcome.error)
+    return DryReplay(True, verdict, ctx.replayed_commands, issued)

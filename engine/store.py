@@ -1,0 +1,684 @@
+"""The SQLite log store: the only module that speaks SQL.
+
+One database file is shared by worker processes, CLI invocations and the console.
+WAL journal, synchronous=FULL (a committed outcome survives power loss, or an activity
+would run twice), a busy timeout of seconds, BEGIN IMMEDIATE for every write (a
+deferred read-then-write transaction fails at once with "database is locked").
+
+A `SQLiteStore` holds one connection and must stay on the thread that made it; open
+one per thread. Every value is stored as JSON text, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from engine.core import CommandRecord, Outcome, SignalRecord, WorkflowState
+from engine.errors import (
+    DuplicateWorkflowIdError,
+    NotADatabaseError,
+    PayloadTooLargeError,
+    ReadOnlyError,
+    SchemaVersionError,
+    StoreError,
+    UnknownWorkflowIdError,
+    ValueNotJSONError,
+    WorkflowClosedError,
+)
+
+SCHEMA_VERSION = 1
+# "RPLG": marks a database as ours, so we never add tables to somebody else's file.
+APPLICATION_ID = 0x52504C47
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+BUSY_TIMEOUT_S = 10.0
+STATUSES = ("pending", "running", "blocked", "completed", "failed")
+OPEN_STATUSES = ("pending", "running", "blocked")
+SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
+                "slots": "slots", "updated": "updated_at", "created": "created_at"}
+
+
+def default_max_payload() -> int:
+    """The payload cap: $REPLAYLOG_MAX_PAYLOAD bytes if set, else 1 MiB."""
+    raw = os.environ.get("REPLAYLOG_MAX_PAYLOAD")
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise StoreError(f"REPLAYLOG_MAX_PAYLOAD must be a whole number of bytes, not {raw!r}") from None
+        if value <= 0:
+            raise StoreError(f"REPLAYLOG_MAX_PAYLOAD must be positive, not {value}")
+        return value
+    return DEFAULT_MAX_PAYLOAD
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class WorkflowRow:
+    """One workflow as the store holds it."""
+
+    id: str
+    workflow: str
+    status: str
+    blocked_on: str | None
+    input: Any
+    has_input: bool
+    result: Any
+    error: str | None
+    diagnostic: dict[str, Any] | None
+    slots: int
+    created_at: float
+    updated_at: float
+    lease_owner: str | None
+    lease_expires: float | None
+
+
+@dataclass(frozen=True)
+class CommandRow:
+    """One recorded command slot, with when it was recorded."""
+
+    slot: int
+    kind: str
+    name: str
+    ok: bool
+    value: Any
+    error: str | None
+    attempts: int
+    recorded_at: float
+
+
+@dataclass(frozen=True)
+class SignalRow:
+    """One delivered signal and whether a run has consumed it."""
+
+    seq: int
+    name: str
+    payload: Any
+    consumed: bool
+    sent_at: float
+
+
+@dataclass(frozen=True)
+class InflightRow:
+    """An activity that was started and has no recorded outcome yet (it possibly ran)."""
+
+    slot: int
+    name: str
+    attempts: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A workflow this worker holds the lease of; `epoch` fences its writes."""
+
+    id: str
+    workflow: str
+    owner: str
+    epoch: int
+    input: Any
+    has_input: bool
+
+
+@dataclass(frozen=True)
+class PendingRecord:
+    """One outcome waiting to be committed by `record_commands`."""
+
+    claim: Claim
+    slot: int
+    record: CommandRecord
+
+
+_WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, slots, "
+               "created_at, updated_at, lease_owner, lease_expires")
+
+
+def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
+    return WorkflowRow(
+        id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=_loads(r[4]), has_input=r[4] is not None,
+        result=_loads(r[5]), error=r[6], diagnostic=_loads(r[7]), slots=r[8], created_at=r[9],
+        updated_at=r[10], lease_owner=r[11], lease_expires=r[12],
+    )
+
+
+def new_workflow_id() -> str:
+    """A fresh, unguessable workflow id."""
+    return "wf-" + uuid.uuid4().hex[:16]
+
+
+# ---------------------------------------------------------------- the store
+
+
+class SQLiteStore:
+    """The log store on one SQLite file.
+
+    Args:
+        path: the database file; created (mode 0600) unless `readonly`.
+        readonly: open with mode=ro; every write raises ReadOnlyError.
+        max_payload: cap in bytes on a signal payload's or an input's JSON text.
+        track_inflight: whether `mark_started` writes anything.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
+        self._conn = self._connect()
+
+    # -- opening
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
+        if path.is_dir():
+            raise StoreError(f"database path {path} is a directory")
+        if self.readonly:
+            if not path.exists():
+                raise StoreError(f"no database at {path}")
+            uri = f"file:{path.resolve()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S,
+                                   check_same_thread=False)
+        else:
+            if not path.exists():
+                if not path.parent.exists():
+                    raise StoreError(f"cannot create database {path}: folder {path.parent} does not exist")
+                try:
+                    # Create it ourselves so it is 0600 from its first byte; SQLite gives
+                    # the -wal and -shm files the database file's permissions.
+                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+            elif not os.access(path, os.W_OK):
+                raise ReadOnlyError(f"database {path} is read-only (use --readonly to open it for reading)")
+            conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            if not self.readonly:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() != "wal":
+                    raise StoreError(f"database {path} could not be switched to WAL (journal_mode={mode})")
+                conn.execute("PRAGMA synchronous = FULL")
+            self._check_schema(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise NotADatabaseError(f"{path} is not a usable SQLite database: {exc}") from None
+        except StoreError:
+            conn.close()
+            raise
+        return conn
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+            raise SchemaVersionError(f"{self.path} is a SQLite database, but not a replaylog one")
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path} has schema version {version}, newer than this replaylog "
+                f"understands ({SCHEMA_VERSION}); upgrade replaylog"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        if self.readonly:
+            raise SchemaVersionError(
+                f"{self.path} is not initialised (schema version {version}); open it writable once"
+            )
+        self._migrate(conn, version)
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+                conn.execute("COMMIT")  # another process migrated while we waited
+                return
+            db = sqlite_utils.Database(conn)
+            db["workflows"].create(
+                {"id": str, "workflow": str, "status": str, "blocked_on": str, "input": str, "result": str,
+                 "error": str, "diagnostic": str, "slots": int, "created_at": float, "updated_at": float,
+                 "lease_owner": str, "lease_epoch": int, "lease_expires": float},
+                pk="id", not_null={"workflow", "status", "slots", "lease_epoch", "created_at", "updated_at"},
+                defaults={"slots": 0, "lease_epoch": 0},
+            )
+            db["workflows"].create_index(["status", "updated_at"], index_name="workflows_status_updated")
+            db["workflows"].create_index(["updated_at"], index_name="workflows_updated")
+            db["commands"].create(
+                {"workflow_id": str, "slot": int, "kind": str, "name": str, "ok": int, "value": str,
+                 "error": str, "attempts": int, "recorded_at": float},
+                pk=("workflow_id", "slot"), not_null={"kind", "name", "ok", "attempts", "recorded_at"},
+            )
+            db["signals"].create(
+                {"workflow_id": str, "seq": int, "name": str, "payload": str, "consumed": int, "sent_at": float},
+                pk=("workflow_id", "seq"), not_null={"name", "payload", "consumed", "sent_at"},
+                defaults={"consumed": 0},
+            )
+            db["inflight"].create(
+                {"workflow_id": str, "slot": int, "name": str, "attempts": int, "started_at": float},
+                pk="workflow_id", not_null={"slot", "name", "attempts", "started_at"},
+            )
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from None
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise self._translate(exc) from None
+
+    def _translate(self, exc: sqlite3.OperationalError) -> StoreError:
+        msg = str(exc)
+        if "readonly" in msg or "read-only" in msg:
+            return ReadOnlyError(f"database {self.path} cannot be written: {msg}")
+        return StoreError(f"database {self.path}: {msg}")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        # One short read transaction: a consistent snapshot that does not hold back
+        # checkpoints for longer than the query itself.
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
+    def _check_size(self, text: str, what: str) -> None:
+        size = len(text.encode())
+        if size > self.max_payload:
+            raise PayloadTooLargeError(f"{what} is {size} bytes, over the cap of {self.max_payload} bytes")
+
+    def encode_payload(self, value: Any, what: str) -> str:
+        """Encode a value as JSON text within the payload cap, or raise naming `what`."""
+        try:
+            text = _dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
+        self._check_size(text, what)
+        return text
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits to the database."""
+        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    # -- starting and signalling (operator writes)
+
+    def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
+                       workflow_id: str | None = None) -> str:
+        """Insert a pending workflow; return its id."""
+        input_text = self.encode_payload(input, "the workflow input") if has_input else None
+        wid = workflow_id or new_workflow_id()
+        if not wid or len(wid) > 200 or any(c.isspace() or not c.isprintable() for c in wid):
+            raise StoreError(f"workflow id {wid!r} is not valid: use 1-200 printable characters without spaces")
+        now = time.time()
+        with self._write() as conn:
+            try:
+                conn.execute(
+                    "INSERT INTO workflows (id, workflow, status, input, slots, created_at, updated_at, lease_epoch)"
+                    " VALUES (?, ?, 'pending', ?, 0, ?, ?, 0)",
+                    (wid, workflow, input_text, now, now),
+                )
+            except sqlite3.IntegrityError:
+                raise DuplicateWorkflowIdError(f"a workflow with id {wid!r} already exists") from None
+        return wid
+
+    def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
+        """Append a signal in one write transaction; wake the workflow if it waits on `name`.
+
+        Returns the signal's sequence number. Refuses unknown ids, closed workflows and
+        payloads over the cap, writing nothing.
+        """
+        if not name:
+            raise StoreError("the signal name must not be empty")
+        text = self.encode_payload(payload, f"the payload of signal {name!r}")
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if row is None:
+                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+            status, blocked_on = row
+            if status in ("completed", "failed"):
+                raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
+            seq = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
+            ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
+                (workflow_id, seq, name, text, now),
+            )
+            if status == "blocked" and blocked_on == name:
+                conn.execute(
+                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
+                    (now, workflow_id),
+                )
+            else:
+                conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
+        return int(seq)
+
+    # -- reading
+
+    def get_workflow(self, workflow_id: str) -> WorkflowRow:
+        """One workflow; UnknownWorkflowIdError if there is none."""
+        row = self._conn.execute(f"SELECT {_WF_COLUMNS} FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None:
+            raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+        return _workflow_row(row)
+
+    def _where(self, status: str | Iterable[str] | None, text: str | None) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if status:
+            statuses = [status] if isinstance(status, str) else list(status)
+            clauses.append(f"status IN ({', '.join('?' * len(statuses))})")
+            params.extend(statuses)
+        if text:
+            escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            clauses.append("(id LIKE ? ESCAPE '\\' OR workflow LIKE ? ESCAPE '\\')")
+            params.extend([f"%{escaped}%"] * 2)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                       sort: str = "updated", descending: bool = True, limit: int = 100,
+                       offset: int = 0) -> list[WorkflowRow]:
+        """A page of workflows, filtered and sorted in SQL (never every row)."""
+        if sort not in SORT_COLUMNS:
+            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}")
+        where, params = self._where(status, text)
+        direction = "DESC" if descending else "ASC"
+        sql = (f"SELECT {_WF_COLUMNS} FROM workflows{where} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
+               f"rowid {direction} LIMIT ? OFFSET ?")
+        return [_workflow_row(r) for r in self._conn.execute(sql, [*params, int(limit), int(offset)])]
+
+    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
+        """How many workflows match a filter."""
+        where, params = self._where(status, text)
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM workflows{where}", params).fetchone()[0])
+
+    def status_counts(self) -> dict[str, int]:
+        """Workflows per status (every status present, zero where none)."""
+        counts = dict.fromkeys(STATUSES, 0)
+        for status, n in self._conn.execute("SELECT status, COUNT(*) FROM workflows GROUP BY status"):
+            counts[status] = n
+        return counts
+
+    def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
+        """Recorded slots in order, optionally a page of them."""
+        rows = self._conn.execute(
+            "SELECT slot, kind, name, ok, value, error, attempts, recorded_at FROM commands "
+            "WHERE workflow_id = ? AND slot >= ? ORDER BY slot LIMIT ?",
+            (workflow_id, int(offset), int(limit)),
+        )
+        return [CommandRow(r[0], r[1], r[2], bool(r[3]), _loads(r[4]), r[5], r[6], r[7]) for r in rows]
+
+    def list_signals(self, workflow_id: str) -> list[SignalRow]:
+        """Delivered signals in delivery order."""
+        rows = self._conn.execute(
+            "SELECT seq, name, payload, consumed, sent_at FROM signals WHERE workflow_id = ? ORDER BY seq",
+            (workflow_id,),
+        )
+        return [SignalRow(r[0], r[1], _loads(r[2]), bool(r[3]), r[4]) for r in rows]
+
+    def inflight(self, workflow_id: str) -> InflightRow | None:
+        """The started activity with no recorded outcome, if any (it possibly ran)."""
+        row = self._conn.execute(
+            "SELECT i.slot, i.name, i.attempts, i.started_at FROM inflight i JOIN workflows w ON w.id = i.workflow_id"
+            " WHERE i.workflow_id = ? AND i.slot >= w.slots",
+            (workflow_id,),
+        ).fetchone()
+        return None if row is None else InflightRow(*row)
+
+    def load_state(self, workflow_id: str) -> WorkflowState:
+        """The whole history of a workflow: one query per table, never one per slot."""
+        with self._read() as conn:
+            wf = conn.execute("SELECT input FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if wf is None:
+                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+            commands = self._load_commands(conn, workflow_id)
+            signals = tuple(
+                SignalRecord(seq, name, _loads(payload))
+                for seq, name, payload in conn.execute(
+                    "SELECT seq, name, payload FROM signals WHERE workflow_id = ? ORDER BY seq", (workflow_id,)
+                )
+            )
+        return WorkflowState(input=_loads(wf[0]), has_input=wf[0] is not None, commands=commands, signals=signals)
+
+    @staticmethod
+    def _load_commands(conn: sqlite3.Connection, workflow_id: str) -> tuple[CommandRecord, ...]:
+        loads = json.loads
+        rec = CommandRecord
+        # Rows come back in primary-key order (workflow_id, slot); ORDER BY makes it explicit.
+        return tuple(
+            rec(kind, name, bool(ok), None if value is None else loads(value), error, attempts)
+            for kind, name, ok, value, error, attempts in conn.execute(
+                "SELECT kind, name, ok, value, error, attempts FROM commands WHERE workflow_id = ? ORDER BY slot",
+                (workflow_id,),
+            )
+        )
+
+    # -- the worker's writes (all lease-fenced)
+
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = ()) -> list[Claim]:
+        """Take the lease of up to `limit` runnable workflows.
+
+        Runnable: pending, or running under a lease that has lapsed or whose owner is
+        known dead. Each claim bumps the lease epoch, which fences out the old owner.
+        """
+        now = time.time()
+        claims: list[Claim] = []
+        with self._write() as conn:
+            rows = conn.execute(
+                "SELECT id FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
+            ).fetchall()
+            if len(rows) < limit:
+                rows += conn.execute(
+                    "SELECT id FROM workflows WHERE status = 'running' AND lease_expires < ? LIMIT ?",
+                    (now, limit - len(rows)),
+                ).fetchall()
+            if len(rows) < limit and dead_owners:
+                marks = ", ".join("?" * len(dead_owners))
+                rows += conn.execute(
+                    f"SELECT id FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}) LIMIT ?",
+                    (*dead_owners, limit - len(rows)),
+                ).fetchall()
+            for (wid,) in rows:
+                row = conn.execute(
+                    "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = lease_epoch + 1,"
+                    " lease_expires = ?, updated_at = ? WHERE id = ? RETURNING workflow, lease_epoch, input",
+                    (owner, now + ttl, now, wid),
+                ).fetchone()
+                claims.append(Claim(wid, row[0], owner, row[1], _loads(row[2]), row[2] is not None))
+        return claims
+
+    def running_owners(self) -> list[str]:
+        """The distinct lease owners of running workflows."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT DISTINCT lease_owner FROM workflows WHERE status = 'running' AND lease_owner IS NOT NULL")]
+
+    def next_lease_expiry(self) -> float | None:
+        """When the earliest running lease lapses (None if nothing is running)."""
+        return self._conn.execute("SELECT MIN(lease_expires) FROM workflows WHERE status = 'running'").fetchone()[0]
+
+    def has_claimable(self, dead_owners: Sequence[str] = ()) -> bool:
+        """Whether `claim` would find anything: a cheap read before taking the write lock."""
+        marks = ", ".join("?" * len(dead_owners)) or "NULL"
+        return self._conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'pending')"
+            " OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?)"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}))",
+            (time.time(), *dead_owners),
+        ).fetchone()[0] == 1
+
+    def has_runnable(self) -> bool:
+        """Whether anything is pending or running (what `--until-idle` waits out)."""
+        return self._conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'))"
+        ).fetchone()[0] == 1
+
+    def commit_batch(self, records: Sequence[PendingRecord] = (), *,
+                     started: Sequence[tuple[Claim, int, str]] = (),
+                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+        """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit.
+
+        Each slot is written only if its claim still holds the lease and the slot is
+        the next one (fencing); each finish only if the lease still holds. The answer
+        says, per record and per finish, whether it was written. `started` marks
+        activities about to run (in-flight tracking); a batch holding nothing else
+        skips the fsync, since a lost start mark loses nothing.
+        """
+        now = time.time()
+        durable = bool(records or finishes)
+        if not durable:
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            with self._write() as conn:
+                written = [self._write_record(conn, item, now, ttl) for item in records]
+                for claim, slot, name in started:
+                    # attempts counts every start of this slot, across crashed workers too.
+                    conn.execute(
+                        "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
+                        " SELECT ?, ?, ?, 1, ? WHERE EXISTS (SELECT 1 FROM workflows WHERE id = ?"
+                        " AND lease_owner = ? AND lease_epoch = ?)"
+                        " ON CONFLICT (workflow_id) DO UPDATE SET attempts = CASE WHEN slot = excluded.slot"
+                        " THEN attempts + 1 ELSE 1 END, slot = excluded.slot, name = excluded.name,"
+                        " started_at = excluded.started_at",
+                        (claim.id, slot, name, now, claim.id, claim.owner, claim.epoch),
+                    )
+                finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
+        finally:
+            if not durable:
+                self._conn.execute("PRAGMA synchronous = FULL")
+        return written, finished
+
+    @staticmethod
+    def _write_record(conn: sqlite3.Connection, item: PendingRecord, now: float, ttl: float) -> bool:
+        claim, rec = item.claim, item.record
+        cur = conn.execute(
+            "UPDATE workflows SET slots = ?, updated_at = ?, lease_expires = ? "
+            "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
+            (item.slot + 1, now, now + ttl, claim.id, claim.owner, claim.epoch, item.slot),
+        )
+        if cur.rowcount != 1:
+            return False
+        conn.execute(
+            "INSERT INTO commands (workflow_id, slot, kind, name, ok, value, error, attempts, recorded_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (claim.id, item.slot, rec.kind, rec.name, int(rec.ok),
+             _dumps(rec.value) if rec.ok else None, rec.error, rec.attempts, now),
+        )
+        return True
+
+    @staticmethod
+    def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
+        status, blocked_on = outcome.status, outcome.blocked_on
+        consumed = ",".join(map(str, outcome.consumed_signals))
+        if status == "blocked":
+            # A signal of this name that arrived during the run makes it runnable, not blocked.
+            arrived = conn.execute(
+                "SELECT COUNT(*) FROM signals WHERE workflow_id = ? AND name = ?"
+                f" AND seq NOT IN ({consumed or 'NULL'})",
+                (claim.id, blocked_on),
+            ).fetchone()[0]
+            if arrived:
+                status, blocked_on = "pending", None
+        cur = conn.execute(
+            "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?,"
+            " lease_owner = NULL, lease_expires = NULL, updated_at = ?"
+            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            (status, blocked_on, _dumps(outcome.result) if status == "completed" else None, outcome.error,
+             _dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
+             now, claim.id, claim.owner, claim.epoch),
+        )
+        if cur.rowcount != 1:
+            return False
+        if consumed:
+            conn.execute(
+                f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",
+                (claim.id,),
+            )
+        return True
+
+    def renew(self, claims: Sequence[Claim], *, ttl: float) -> list[bool]:
+        """Extend leases still held; say which are."""
+        now = time.time()
+        with self._write() as conn:
+            return [
+                conn.execute(
+                    "UPDATE workflows SET lease_expires = ? WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+                    (now + ttl, c.id, c.owner, c.epoch),
+                ).rowcount == 1
+                for c in claims
+            ]
+
+    def release(self, claim: Claim) -> None:
+        """Give a workflow back (worker stopping): pending again, lease dropped."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL, updated_at = ?"
+                " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+                (time.time(), claim.id, claim.owner, claim.epoch),
+            )
+
+    # -- maintenance
+
+    def integrity_check(self) -> str:
+        """PRAGMA integrity_check's verdict ("ok" when sound)."""
+        return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def checkpoint(self) -> None:
+        """Fold the WAL back into the database file (PASSIVE: never waits on readers)."""
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+
+def open_store(path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> SQLiteStore:
+    """Open the log store at `path`."""
+    return SQLiteStore(path, readonly=readonly, max_payload=max_payload)

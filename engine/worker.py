@@ -1,0 +1,344 @@
+"""The background worker: claim (lease) → load history once → run core → commit each outcome.
+
+One worker process runs many workflows at once, one thread each; a single committer
+thread owns the write connection and commits the outcomes of every thread that is
+waiting in one transaction (group commit). Each outcome is durable before its
+workflow continues. Writes are fenced by the lease epoch: a worker that lost its
+lease has its writes refused, so no slot is ever recorded twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.app import Registry
+from engine.core import CommandRecord, Context, Outcome, error_text, execute
+from engine.errors import LeaseLostError, UnknownWorkflowError
+from engine.store import Claim, PendingRecord, SQLiteStore
+
+log = logging.getLogger("replaylog.worker")
+
+DEFAULT_LEASE_TTL = 5.0
+DEFAULT_CONCURRENCY = 64
+# How often the idle loop looks at PRAGMA data_version: a read of shared memory, so a
+# few milliseconds costs nothing and a signal wakes its workflow in milliseconds.
+DEFAULT_POLL = 0.002
+# Leases lapse with time, not with a commit, so look for lapsed ones on a timer too.
+LAPSE_CHECK = 0.25
+DEAD_OWNER_CHECK = 1.0
+
+
+class WorkerStopping(BaseException):
+    """Raised in a workflow thread when the worker stops: the workflow is handed back."""
+
+
+@dataclass
+class _Request:
+    record: PendingRecord | None = None
+    started: tuple[Claim, int, str] | None = None
+    finish: tuple[Claim, Outcome] | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    ok: bool = False
+    error: BaseException | None = None
+
+
+class Committer:
+    """Owns the write connection; commits every waiting request in one transaction."""
+
+    def __init__(self, path: Path, ttl: float, max_payload: int | None = None) -> None:
+        self._path = path
+        self._ttl = ttl
+        self._max_payload = max_payload
+        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="replaylog-committer", daemon=True)
+        self.batches = 0
+        self.commits = 0
+
+    def start(self) -> None:
+        """Start the committer thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Commit what is queued, then end the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def submit(self, req: _Request) -> bool:
+        """Queue a request and wait until it is committed; True if it was written."""
+        self._queue.put(req)
+        req.done.wait()
+        if req.error is not None:
+            raise req.error
+        return req.ok
+
+    def _run(self) -> None:
+        store = SQLiteStore(self._path, max_payload=self._max_payload)
+        try:
+            stopping = False
+            while not stopping:
+                first = self._queue.get()
+                if first is None:
+                    break
+                batch = [first]
+                while True:
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        stopping = True
+                        break
+                    batch.append(nxt)
+                self._commit(store, batch)
+        finally:
+            store.close()
+
+    def _commit(self, store: SQLiteStore, batch: list[_Request]) -> None:
+        records = [r for r in batch if r.record is not None]
+        starts = [r for r in batch if r.started is not None]
+        finishes = [r for r in batch if r.finish is not None]
+        try:
+            written, finished = store.commit_batch(
+                [r.record for r in records if r.record],
+                started=[r.started for r in starts if r.started],
+                finishes=[r.finish for r in finishes if r.finish],
+                ttl=self._ttl,
+            )
+        except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
+            for r in batch:
+                r.error = exc
+                r.done.set()
+            return
+        self.batches += 1
+        self.commits += len(records)
+        for r, ok in zip(records, written, strict=True):
+            r.ok = ok
+        for r in starts:
+            r.ok = True
+        for r, ok in zip(finishes, finished, strict=True):
+            r.ok = ok
+        for r in batch:
+            r.done.set()
+
+
+def _owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Worker:
+    """Runs every runnable workflow of one database with the functions of one app.
+
+    Args:
+        path: the database file.
+        registry: the app's workflows and activities.
+        concurrency: workflows run at once (one thread each).
+        ttl: lease length in seconds; renewed while a workflow runs.
+        track_inflight: record that an activity started before running it.
+        clock: the live clock for `ctx.now()`.
+        on_event: called with (workflow id, event text) for the CLI's log.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        registry: Registry,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        ttl: float = DEFAULT_LEASE_TTL,
+        poll: float = DEFAULT_POLL,
+        track_inflight: bool = True,
+        clock: Callable[[], float] = time.time,
+        max_payload: int | None = None,
+        on_event: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.registry = registry
+        self.concurrency = max(1, concurrency)
+        self.ttl = ttl
+        self.poll = poll
+        self.track_inflight = track_inflight
+        self.clock = clock
+        self.max_payload = max_payload
+        self.on_event = on_event
+        self.owner = _owner_id()
+        self._host = socket.gethostname()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._active: dict[str, Claim] = {}
+        self._threads: list[threading.Thread] = []
+        self._local = threading.local()
+        self.committer = Committer(self.path, ttl, max_payload)
+        self.completed = 0
+
+    # -- control
+
+    def stop(self) -> None:
+        """Ask the worker to stop: each workflow finishes its current slot and is handed back."""
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once stop() was called."""
+        return self._stopping.is_set()
+
+    def _event(self, workflow_id: str, text: str) -> None:
+        log.info("%s %s", workflow_id, text)
+        if self.on_event is not None:
+            self.on_event(workflow_id, text)
+
+    # -- the main loop
+
+    def run(self, *, until_idle: bool = False) -> None:
+        """Serve until stop() (or, with until_idle, until nothing is pending or running)."""
+        store = SQLiteStore(self.path, max_payload=self.max_payload)
+        self.committer.start()
+        try:
+            self._loop(store, until_idle)
+        finally:
+            self._stopping.set()
+            for t in list(self._threads):
+                t.join()
+            self.committer.stop()
+            store.close()
+
+    def _loop(self, store: SQLiteStore, until_idle: bool) -> None:
+        last_version = -1
+        next_lapse_check = 0.0
+        next_renew = time.monotonic() + self.ttl / 3
+        next_dead_check = 0.0
+        dead: list[str] = []
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            version = store.data_version()
+            look = version != last_version or now >= next_lapse_check
+            if now >= next_dead_check:
+                dead = self._dead_owners(store)
+                next_dead_check = now + DEAD_OWNER_CHECK
+                look = look or bool(dead)
+            last_version = version
+            free = self.concurrency - len(self._active)
+            if look and free > 0:
+                next_lapse_check = now + LAPSE_CHECK
+                if store.has_claimable(dead):
+                    for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead):
+                        self._launch(claim)
+            if now >= next_renew:
+                self._renew(store)
+                next_renew = now + self.ttl / 3
+            self._threads = [t for t in self._threads if t.is_alive()]
+            if until_idle and not self._active and not store.has_runnable():
+                return
+            self._wake.wait(self.poll)
+            self._wake.clear()
+
+    def _dead_owners(self, store: SQLiteStore) -> list[str]:
+        """Owners on this host whose process is gone: their leases need not be waited out."""
+        dead = []
+        for owner in store.running_owners():
+            host, _, rest = owner.partition(":")
+            pid_text = rest.partition(":")[0]
+            if host == self._host and owner != self.owner and pid_text.isdigit() and not _pid_alive(int(pid_text)):
+                dead.append(owner)
+        return dead
+
+    def _renew(self, store: SQLiteStore) -> None:
+        with self._lock:
+            claims = list(self._active.values())
+        if claims:
+            store.renew(claims, ttl=self.ttl)
+
+    def _launch(self, claim: Claim) -> None:
+        with self._lock:
+            self._active[claim.id] = claim
+        t = threading.Thread(target=self._run_one, args=(claim,), name=f"wf-{claim.id}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    # -- one workflow
+
+    def _store(self) -> SQLiteStore:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = SQLiteStore(self.path, max_payload=self.max_payload)
+        return store
+
+    def _run_one(self, claim: Claim) -> None:
+        store = self._store()
+        try:
+            outcome = self._execute(store, claim)
+            if outcome is not None and not self.committer.submit(_Request(finish=(claim, outcome))):
+                raise LeaseLostError(claim.id)
+            if outcome is not None:
+                if outcome.status == "completed":
+                    self.completed += 1
+                detail = outcome.blocked_on if outcome.status == "blocked" else (outcome.error or "")
+                self._event(claim.id, f"{outcome.status} {detail}".rstrip())
+        except WorkerStopping:
+            try:
+                store.release(claim)
+            except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
+                log.warning("%s could not be released: %s", claim.id, exc)
+            self._event(claim.id, "handed back (worker stopping)")
+        except LeaseLostError:
+            self._event(claim.id, "lease lost to another worker; its writes were refused")
+        except Exception as exc:
+            log.exception("%s crashed in the worker", claim.id)
+            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
+        finally:
+            with self._lock:
+                self._active.pop(claim.id, None)
+            self._wake.set()
+
+    def _execute(self, store: SQLiteStore, claim: Claim) -> Outcome | None:
+        try:
+            fn = self.registry.workflow(claim.workflow)
+        except UnknownWorkflowError as exc:
+            return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}")
+        state = store.load_state(claim.id)
+        if self._stopping.is_set():
+            raise WorkerStopping()
+        committer = self.committer
+
+        def record(slot: int, rec: CommandRecord) -> None:
+            if not committer.submit(_Request(record=PendingRecord(claim, slot, rec))):
+                raise LeaseLostError(claim.id)
+            if self._stopping.is_set():
+                raise WorkerStopping()  # the current slot is committed: stop here
+
+        def on_start(slot: int, name: str, attempt: int) -> None:
+            # Stop between slots: the slot before this one is already committed.
+            if self._stopping.is_set():
+                raise WorkerStopping()
+            if self.track_inflight:
+                committer.submit(_Request(started=(claim, slot, name)))
+
+        def sleep(seconds: float) -> None:
+            if self._stopping.wait(seconds):
+                raise WorkerStopping()
+
+        ctx = Context(
+            state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
+            sleep=sleep, record=record, on_start=on_start,
+        )
+        return execute(fn, ctx, state)

@@ -1,0 +1,160 @@
+"""Sample workflows: the reference refund, retries, repeated signals and an agent loop.
+
+Activities are deterministic stand-ins for real systems so that the tour and the
+tests give the same figures every time. `replaylog start refund` uses these by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import ActivityError, Context, activity, current_activity, workflow
+
+# -------------------------------------------------------------- the reference refund
+
+
+@activity
+def fetch_invoice(invoice_id: int) -> int:
+    """The invoice amount: 100 per id unit (fetch_invoice(7) → 700)."""
+    return int(invoice_id) * 100
+
+
+@activity
+def charge_card(amount: int) -> dict[str, Any]:
+    """Charge (a negative amount refunds); the receipt carries the idempotency key."""
+    return {"charged": amount, "idempotency_key": current_activity().idempotency_key}
+
+
+@workflow
+def refund(ctx: Context, invoice_id: int = 7) -> dict[str, Any]:
+    """fetch_invoice → wait for "approval" → now() → charge_card(-amount)."""
+    amount = ctx.call_activity(fetch_invoice, invoice_id)
+    approval = ctx.wait_signal("approval")
+    if isinstance(approval, dict) and approval.get("approved") is False:
+        return {"status": "rejected", "amount": amount}
+    ts = ctx.now()
+    receipt = ctx.call_activity(charge_card, -amount)
+    return {"status": "refunded", "amount": amount, "receipt": receipt, "at": ts}
+
+
+# -------------------------------------------------------------- retries, then handled
+
+
+@activity
+def flaky_lookup(order_id: str) -> dict[str, str]:
+    """Fails on its first two attempts, succeeds on the third."""
+    attempt = current_activity().attempt
+    if attempt < 3:
+        raise ConnectionError(f"lookup service timed out (attempt {attempt})")
+    return {"order": order_id, "warehouse": "north"}
+
+
+@activity
+def broken_gateway(order_id: str) -> str:
+    """Always fails: the carrier's API is down."""
+    raise RuntimeError(f"carrier API returned 503 for {order_id}")
+
+
+@activity
+def open_ticket(order_id: str, reason: str) -> str:
+    """Hand the order to a person."""
+    return f"TICKET-{order_id}"
+
+
+@workflow
+def shipping(ctx: Context, order_id: str = "A-1") -> dict[str, Any]:
+    """A lookup that succeeds on retry, a gateway that fails for good and is handled."""
+    info = ctx.call_activity(flaky_lookup, order_id, max_retries=3)
+    try:
+        label = ctx.call_activity(broken_gateway, order_id, max_retries=2)
+    except ActivityError as exc:
+        ticket = ctx.call_activity(open_ticket, order_id, exc.error)
+        return {"order": info, "shipped": False, "ticket": ticket}
+    return {"order": info, "shipped": True, "label": label}
+
+
+# -------------------------------------------------------------- two signals of one name
+
+
+@activity
+def record_approval(step: int, who: Any) -> str:
+    """Note an approval."""
+    return f"step {step} approved by {who}"
+
+
+@workflow
+def two_approvals(ctx: Context) -> list[str]:
+    """Waits for two "approval" signals and consumes them in delivery order."""
+    notes = []
+    for step in (1, 2):
+        who = ctx.wait_signal("approval")
+        notes.append(ctx.call_activity(record_approval, step, who))
+    return notes
+
+
+# -------------------------------------------------------------- an agent loop
+
+_PLAN = {
+    # A deterministic stand-in for a model: what it "chooses" after each tool result.
+    0: {"tool": "lookup_order", "args": {}},
+    1: {"tool": "check_policy", "args": {}},
+    2: {"tool": "issue_refund", "args": {"amount": 4200}},
+    3: {"tool": "finish", "args": {}},
+}
+RISKY_TOOLS = {"issue_refund"}
+
+
+@activity
+def model_choose(task: str, turn: int, last_result: Any) -> dict[str, Any]:
+    """Stand-in for a model call choosing the next tool."""
+    return dict(_PLAN.get(turn, {"tool": "finish", "args": {}}))
+
+
+@activity
+def run_tool(tool: str, task: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Stand-in for a tool call."""
+    if tool == "lookup_order":
+        return {"order": task, "total": 4200, "customer": "c-17"}
+    if tool == "check_policy":
+        return {"refundable": True, "policy": "30-day"}
+    if tool == "issue_refund":
+        return {"refunded": args.get("amount"), "key": current_activity().idempotency_key}
+    return {"error": f"unknown tool {tool}"}
+
+
+@workflow
+def agent(ctx: Context, task: str = "order-991") -> dict[str, Any]:
+    """A tool-calling loop: each model call and tool call is an activity; a person approves risky tools."""
+    transcript: list[dict[str, Any]] = []
+    last: Any = None
+    for turn in range(10):
+        choice = ctx.call_activity(model_choose, task, turn, last)
+        tool = choice["tool"]
+        if tool == "finish":
+            break
+        if tool in RISKY_TOOLS:
+            verdict = ctx.wait_signal("approval")
+            if not (isinstance(verdict, dict) and verdict.get("approved")):
+                transcript.append({"tool": tool, "skipped": "not approved"})
+                break
+        last = ctx.call_activity(run_tool, tool, task, choice["args"])
+        transcript.append({"tool": tool, "result": last})
+    return {"task": task, "turns": transcript}
+
+
+# -------------------------------------------------------------- a long one, for the demo
+
+
+@activity
+def crunch(step: int) -> int:
+    """A slow step (half a second), so the demo always has something running."""
+    import time
+
+    time.sleep(0.5)
+    return step * step
+
+
+@workflow
+def report(ctx: Context, steps: int = 200) -> int:
+    """Many slow steps: shows a workflow in the running state."""
+    return sum(ctx.call_activity(crunch, i) for i in range(int(steps)))
