@@ -73,3 +73,21 @@ def store(db_path: Path) -> Iterator[SQLiteStore]:
 def cli(db_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """run_cli bound to the test's database."""
     return lambda *args, **kw: run_cli(db_path, *args, **kw)
+
+
+# ---------------------------------------------------------------- soak tests (make soak)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--soak` runs the long soak-marked tests; the default run skips them."""
+    parser.addoption("--soak", action="store_true", default=False, help="run the long soak tests (make soak)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip soak-marked tests unless --soak was given, so a default run stays short."""
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="soak test: run with --soak (make soak)")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
