@@ -1,0 +1,153 @@
+"""The worker as real processes: crash and restart, two workers on one file, SIGTERM, wake-ups."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from pathlib import Path
+
+from conftest import cli_env, run_cli, start_worker, wait_for
+from engine.store import SQLiteStore
+
+APP = "worker_app"
+
+
+def env_for(tmp_path: Path, step_seconds: float = 0.02) -> dict[str, str]:
+    return cli_env(REPLAYLOG_TEST_LEDGER=str(tmp_path / "ledger.txt"), REPLAYLOG_TEST_STEP_SECONDS=str(step_seconds))
+
+
+def ledger(tmp_path: Path) -> Counter[tuple[str, int]]:
+    path = tmp_path / "ledger.txt"
+    if not path.exists():
+        return Counter()
+    return Counter((wid, int(slot)) for wid, slot in (line.split() for line in path.read_text().splitlines()))
+
+
+def start_many(db: Path, n: int, steps: int, env: dict[str, str]) -> list[str]:
+    ids = []
+    for i in range(n):
+        proc = run_cli(db, "start", "steps", str(steps), "--app", APP, "--id", f"wf-{i:03d}", env=env)
+        assert proc.returncode == 0, proc.stderr
+        ids.append(proc.stdout.strip())
+    return ids
+
+
+def recorded(db: Path) -> set[tuple[str, int]]:
+    with SQLiteStore(db, readonly=True) as s:
+        return set(s._conn.execute("SELECT workflow_id, slot FROM commands").fetchall())
+
+
+def statuses(db: Path) -> dict[str, str]:
+    with SQLiteStore(db, readonly=True) as s:
+        return {r.id: r.status for r in s.list_workflows(limit=-1)}
+
+
+def test_sigkilled_worker_is_taken_over_and_each_recorded_activity_ran_exactly_once(db_path: Path,
+                                                                                   tmp_path: Path) -> None:
+    env = env_for(tmp_path, 0.03)
+    ids = start_many(db_path, 4, 25, env)
+    worker = start_worker(db_path, "--app", APP, env=env)
+    assert wait_for(lambda: len(recorded(db_path)) >= 20, timeout=60)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    at_kill = recorded(db_path)
+    assert set(statuses(db_path).values()) == {"running"}  # the dead worker still holds the leases
+
+    # The restarted worker sees the dead owner on this host and takes over without waiting the lease out.
+    done = run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert set(statuses(db_path).values()) == {"completed"}
+    for wid in ids:
+        shown = json.loads(run_cli(db_path, "show", wid, "--json").stdout)
+        assert shown["result"] == sum(i * 10 for i in range(25))
+        assert [c["slot"] for c in shown["commands"]] == list(range(25))
+
+    runs = ledger(tmp_path)
+    assert set(runs) == recorded(db_path)
+    # Recorded before the kill: ran exactly once. In flight at the kill: at most once more.
+    assert all(runs[key] == 1 for key in at_kill)
+    extra = {key: n for key, n in runs.items() if n > 1}
+    assert all(n == 2 for n in extra.values())
+    assert len(extra) <= len(ids)  # at most one slot per running workflow was in flight
+
+
+def test_two_worker_processes_never_record_or_run_a_slot_twice(db_path: Path, tmp_path: Path) -> None:
+    env = env_for(tmp_path, 0.002)
+    start_many(db_path, 30, 8, env)
+    workers = [start_worker(db_path, "--app", APP, "--until-idle", "--concurrency", "8", env=env) for _ in range(2)]
+    for w in workers:
+        assert w.wait(timeout=120) == 0, w.stderr.read() if w.stderr else ""
+    assert set(statuses(db_path).values()) == {"completed"}
+    runs = ledger(tmp_path)
+    assert len(runs) == 30 * 8
+    assert set(runs.values()) == {1}
+    assert set(runs) == recorded(db_path)
+
+
+def test_processes_option_runs_several_workers(db_path: Path, tmp_path: Path) -> None:
+    env = env_for(tmp_path, 0.002)
+    start_many(db_path, 10, 4, env)
+    proc = run_cli(db_path, "worker", "--until-idle", "--quiet", "--processes", "2", "--app", APP, env=env,
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert set(statuses(db_path).values()) == {"completed"}
+    assert set(ledger(tmp_path).values()) == {1}
+
+
+def test_sigterm_finishes_the_current_slot_and_hands_the_workflow_back(db_path: Path, tmp_path: Path) -> None:
+    env = env_for(tmp_path, 0.3)
+    (wid,) = start_many(db_path, 1, 20, env)
+    worker = start_worker(db_path, "--app", APP, env=env)
+    assert wait_for(lambda: len(recorded(db_path)) >= 2, timeout=60)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    with SQLiteStore(db_path, readonly=True) as s:
+        row = s.get_workflow(wid)
+        assert (row.status, row.lease_owner) == ("pending", None)
+    # The activity in flight at SIGTERM was finished and recorded: nothing ran unrecorded.
+    assert set(ledger(tmp_path)) == recorded(db_path)
+    assert run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", APP, env=env,
+                   timeout=120).returncode == 0
+    assert statuses(db_path) == {wid: "completed"}
+    assert set(ledger(tmp_path).values()) == {1}
+
+
+def test_signal_from_another_process_wakes_a_blocked_workflow(db_path: Path, tmp_path: Path) -> None:
+    env = env_for(tmp_path, 0.0)
+    wid = run_cli(db_path, "start", "waits", "--app", APP, env=env).stdout.strip()
+    worker = start_worker(db_path, "--app", APP, env=env)
+    try:
+        assert wait_for(lambda: statuses(db_path)[wid] == "blocked", timeout=30)
+        assert run_cli(db_path, "signal", wid, "go", '"now"', env=env).returncode == 0
+        assert wait_for(lambda: statuses(db_path)[wid] == "completed", timeout=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    shown = json.loads(run_cli(db_path, "show", wid, "--json").stdout)
+    assert shown["result"] == "now" and shown["signals"][0]["consumed"] is True
+
+
+def test_unknown_workflow_name_fails_that_workflow_and_the_worker_serves_the_others(db_path: Path,
+                                                                                   tmp_path: Path) -> None:
+    env = env_for(tmp_path, 0.0)
+    orphan = run_cli(db_path, "start", "steps", "2", "--app", APP, env=env).stdout.strip()
+    fine = run_cli(db_path, "start", "shipping", env=env).stdout.strip()
+    assert run_cli(db_path, "worker", "--until-idle", "--quiet", env=env).returncode == 0  # sample app: no 'steps'
+    shown = json.loads(run_cli(db_path, "show", orphan, "--json").stdout)
+    assert shown["status"] == "failed" and "unknown workflow 'steps'" in shown["error"]
+    assert statuses(db_path)[fine] == "completed"
+
+
+def test_signal_sent_while_running_is_not_lost(db_path: Path, tmp_path: Path) -> None:
+    env = env_for(tmp_path, 0.5)
+    wid = run_cli(db_path, "start", "waits", "--app", APP, env=env).stdout.strip()
+    worker = start_worker(db_path, "--app", APP, env=env)
+    try:
+        assert wait_for(lambda: statuses(db_path)[wid] == "running", timeout=30)
+        # Sent while slot 0 is still executing: the run that blocks on 'go' must not strand it.
+        assert run_cli(db_path, "signal", wid, "go", "1", env=env).returncode == 0
+        assert wait_for(lambda: statuses(db_path)[wid] == "completed", timeout=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
