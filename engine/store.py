@@ -460,6 +460,15 @@ class SQLiteStore:
         )
         return [CommandRow(r[0], r[1], r[2], bool(r[3]), _loads(r[4]), r[5], r[6], r[7]) for r in rows]
 
+    def last_failed_command(self, workflow_id: str) -> CommandRow | None:
+        """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""
+        r = self._conn.execute(
+            "SELECT slot, kind, name, ok, value, error, attempts, recorded_at FROM commands "
+            "WHERE workflow_id = ? AND ok = 0 ORDER BY slot DESC LIMIT 1",
+            (workflow_id,),
+        ).fetchone()
+        return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), _loads(r[4]), r[5], r[6], r[7])
+
     def list_signals(self, workflow_id: str) -> list[SignalRow]:
         """Delivered signals in delivery order."""
         rows = self._conn.execute(
@@ -623,9 +632,10 @@ class SQLiteStore:
         consumed = ",".join(map(str, outcome.consumed_signals))
         if status == "blocked":
             # A signal of this name that arrived during the run makes it runnable, not blocked.
+            # (NOT IN (NULL) is never true in SQL, so leave the clause out when nothing was consumed.)
+            unconsumed = f" AND seq NOT IN ({consumed})" if consumed else ""
             arrived = conn.execute(
-                "SELECT COUNT(*) FROM signals WHERE workflow_id = ? AND name = ?"
-                f" AND seq NOT IN ({consumed or 'NULL'})",
+                f"SELECT COUNT(*) FROM signals WHERE workflow_id = ? AND name = ?{unconsumed}",
                 (claim.id, blocked_on),
             ).fetchone()[0]
             if arrived:
