@@ -1,0 +1,100 @@
+"""Helpers shared by the fault-injection tests: real worker processes, real kills, evidence.
+
+Nothing here mocks the engine: workers are `replaylog worker` subprocesses on a real
+SQLite file, kills are SIGKILL, and the evidence is the ledger the activities append to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, cli_env
+
+
+def fault_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment of a fault-suite subprocess: ledger and sink files under `tmp`."""
+    return cli_env(FAULT_LEDGER=str(tmp / "ledger.jsonl"), FAULT_SINK=str(tmp / "sink.txt"), **extra)
+
+
+class WorkerProc:
+    """One `replaylog worker --app fault_app` subprocess whose stderr goes to a log file."""
+
+    def __init__(self, db: Path, logdir: Path, env: dict[str, str], *args: str) -> None:
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = logdir / f"worker-{time.monotonic_ns()}.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--app", "fault_app", *args],
+            env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+        )
+        self.pid = self.proc.pid
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send `sig`; for SIGKILL also reap the process."""
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        if sig == signal.SIGKILL:
+            self.wait(30)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to end; its exit code."""
+        code = self.proc.wait(timeout)
+        self._log.close()
+        return code
+
+    def log(self) -> str:
+        """What the worker printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+def integrity(db: Path) -> str:
+    """PRAGMA integrity_check through a fresh read-only connection."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every line of a JSON-lines ledger (empty if it was never written)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def report(name: str, figures: dict[str, Any]) -> None:
+    """Print a test's figures, and append them to $FAULT_REPORT when set (for the README)."""
+    line = json.dumps({"test": name, **figures})
+    print(line)
+    path = os.environ.get("FAULT_REPORT")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(line + "\n")
+
+
+@contextmanager
+def reaping(procs: list[WorkerProc]) -> Iterator[list[WorkerProc]]:
+    """Kill whatever workers are left when the test ends, pass or fail."""
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.proc.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                p.kill()

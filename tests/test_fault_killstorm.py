@@ -1,0 +1,149 @@
+"""Kill storm: worker processes SIGKILLed at random points, restarted each time.
+
+The promise under test: an activity whose outcome was recorded never runs again; an
+activity in flight at a kill runs at most once more (per kill); every workflow still
+completes with the right result; the database stays sound after every kill; and a
+sink that deduplicates by idempotency key sees exactly one effect per slot.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_app import expected_value
+from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
+
+from conftest import run_cli
+from engine.store import SQLiteStore
+
+STEPS = 10  # activities per workflow
+CONCURRENCY = 8  # workflow threads per worker: the most slots one kill can leave in flight
+WORKERS = 2
+
+
+def _top_up(store: SQLiteStore, expected: dict[str, int], rng: random.Random, count: int) -> None:
+    for _ in range(count):
+        seed = rng.randrange(1_000_000)
+        wid = store.start_workflow("chain", {"n": STEPS, "seed": seed})
+        expected[wid] = sum(expected_value(i, seed) for i in range(STEPS))
+
+
+def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int) -> dict[str, Any]:
+    """Run the storm and check every invariant; return the figures."""
+    db = tmp / "storm.db"
+    env = fault_env(tmp, FAULT_STEP_MAX="0.03")
+    rng = random.Random(seed)
+    store = SQLiteStore(db)
+    expected: dict[str, int] = {}
+    _top_up(store, expected, rng, 32)
+    args = ("--quiet", "--concurrency", str(CONCURRENCY), "--lease", "60")
+    killed: set[int] = set()
+    integrity_checks = 0
+    started = time.monotonic()
+    with reaping([WorkerProc(db, tmp / "logs", env, *args) for _ in range(WORKERS)]) as procs:
+        while len(killed) < kills_wanted:
+            assert time.monotonic() - started < time_limit, f"only {len(killed)} kills in {time_limit:.0f} s"
+            # Random points: during import, mid-claim, mid-activity, mid-commit.
+            time.sleep(rng.uniform(0.05, 0.6))
+            victim = rng.randrange(WORKERS)
+            procs[victim].kill()
+            killed.add(procs[victim].pid)
+            verdict = integrity(db)
+            integrity_checks += 1
+            assert verdict == "ok", f"integrity_check after kill {len(killed)}: {verdict}"
+            procs.append(WorkerProc(db, tmp / "logs", env, *args))
+            procs[victim] = procs.pop()
+            # Keep the workers busy, so kills keep landing on work in flight.
+            if store.count_workflows(status=("pending", "running")) < 16:
+                _top_up(store, expected, rng, 24)
+        storm_seconds = time.monotonic() - started
+        for p in procs:
+            p.kill()
+            killed.add(p.pid)
+        assert integrity(db) == "ok"
+    # One clean worker finishes whatever the storm left.
+    done = run_cli(db, "worker", "--app", "fault_app", "--quiet", "--until-idle", "--lease", "60",
+                   timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert integrity(db) == "ok"
+
+    # Every workflow completed with the right result.
+    rows = {r.id: r for r in store.list_workflows(limit=-1)}
+    assert set(rows) == set(expected)
+    wrong = {wid: (r.status, r.result, r.error) for wid, r in rows.items()
+             if r.status != "completed" or r.result != expected[wid]}
+    assert not wrong, f"{len(wrong)} workflow(s) wrong, e.g. {next(iter(wrong.items()))}"
+
+    # Who ran each recorded slot (the pid is part of the recorded value).
+    recorded: dict[tuple[str, int], int] = {}
+    for wid in expected:
+        cmds = store.list_commands(wid)
+        assert [c.slot for c in cmds] == list(range(STEPS))
+        for c in cmds:
+            assert c.ok and c.name == "effect"
+            recorded[(wid, c.slot)] = c.value["pid"]
+    store.close()
+
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for line in read_jsonl(tmp / "ledger.jsonl"):
+        runs[(line["wid"], line["slot"])].append(line)
+    assert set(runs) == set(recorded), "a run without a recorded slot, or a recorded slot that never ran"
+    extra_by_pid: dict[int, int] = defaultdict(int)
+    duplicates = 0
+    for key, pid in recorded.items():
+        pids = [r["pid"] for r in runs[key]]
+        # The recorded run happened exactly once.
+        assert pids.count(pid) == 1, f"slot {key} ran {pids.count(pid)} times in the process that recorded it"
+        others = [p for p in pids if p != pid]
+        # Every other run was in flight in a process that was killed, once per process.
+        assert set(others) <= killed, f"slot {key} re-ran in a process that was never killed: {pids}"
+        assert len(others) == len(set(others)), f"slot {key} ran twice in one killed process: {pids}"
+        duplicates += len(others)
+        for p in others:
+            extra_by_pid[p] += 1
+        # The idempotency key is the same on every run of a slot, and derived from id and slot.
+        assert {r["key"] for r in runs[key]} == {f"{key[0]}:{key[1]}"}
+    # A kill interrupts at most one activity per workflow thread of the killed process.
+    assert max(extra_by_pid.values(), default=0) <= CONCURRENCY
+
+    # The sink keyed by idempotency key saw exactly one effect per slot.
+    sink_lines = (tmp / "sink.txt").read_text().split()
+    effects = set(sink_lines)
+    assert effects == {f"{wid}:{slot}" for wid, slot in recorded}
+    logs = "".join(p.read_text(errors="replace") for p in (tmp / "logs").iterdir())
+    assert "Traceback" not in logs and "database is locked" not in logs, logs[-2000:]
+    return {
+        "kills": len(killed) - WORKERS,  # the final reaping of the survivors is not part of the storm
+        "storm_seconds": round(storm_seconds, 1),
+        "integrity_checks_ok": integrity_checks + 2,
+        "workflows": len(expected),
+        "slots_recorded": len(recorded),
+        "activity_runs": sum(len(v) for v in runs.values()),
+        "duplicate_runs_in_flight_at_a_kill": duplicates,
+        "duplicate_runs_of_recorded_slots": 0,
+        "sink_deliveries": len(sink_lines),
+        "sink_effects_after_key_dedup": len(effects),
+    }
+
+
+def test_kill_storm_loses_nothing_and_reruns_only_what_was_in_flight(tmp_path: Path) -> None:
+    """At least 100 SIGKILLs at random points, within about two minutes."""
+    figures = kill_storm(tmp_path, kills_wanted=100, time_limit=150,
+                         seed=int(os.environ.get("FAULT_SEED", "4")))
+    assert figures["kills"] >= 100
+    report("kill_storm", figures)
+
+
+@pytest.mark.soak
+def test_soak_kill_storm_survives_a_thousand_kills(tmp_path: Path) -> None:
+    """The soak variant (make soak): at least 1,000 SIGKILLs."""
+    figures = kill_storm(tmp_path, kills_wanted=1000, time_limit=1800,
+                         seed=int(os.environ.get("FAULT_SEED", "1000")))
+    assert figures["kills"] >= 1000
+    report("soak_kill_storm", figures)
