@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -231,8 +232,16 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 # ---------------------------------------------------------------- reading
 
 
-def _when(ts: float | None) -> str:
-    return "" if ts is None else datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+def _when(ts: float | None, *, short: bool = False) -> str:
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts).strftime("%m-%d %H:%M:%S" if short else "%Y-%m-%d %H:%M:%S")
+
+
+def _console(stderr: bool = False) -> Console:
+    """A rich console; piped output is laid out 120 wide rather than rich's 80."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 120)
 
 
 def _t(value: Any) -> Text:
@@ -281,13 +290,15 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
              "updated_at": r.updated_at, "error": r.error} for r in rows
         ]))
         return
-    table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None)
+    table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
     for col in ("id", "workflow", "status", "blocked on", "slots", "updated"):
-        table.add_column(col, justify="right" if col == "slots" else "left")
+        # Ids are what operators copy into the next command: never cut them short.
+        table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
+                         no_wrap=col in ("id", "status", "updated", "slots"))
     for r in rows:
         table.add_row(_t(r.id), _t(r.workflow), _status(r.status), _t(r.blocked_on), _t(r.slots),
-                      _t(_when(r.updated_at)))
-    Console().print(table)
+                      _t(_when(r.updated_at, short=True)))
+    _console().print(table)
     if total != len(rows):
         click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
 
@@ -314,7 +325,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data))
         return
-    console = Console()
+    console = _console()
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -339,17 +350,18 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
     console.print(head)
-    slots = Table(title=f"{len(data['commands'])} slot(s)", title_justify="left")
+    slots = Table(title=f"{len(data['commands'])} slot(s)", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("slot", "kind", "name", "ok", "value / error", "attempts", "when"):
-        slots.add_column(col)
+        # The value column takes what is left; the short ones never wrap.
+        slots.add_column(col, no_wrap=col != "value / error", overflow="fold")
     for c in data["commands"]:
         slots.add_row(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
                       Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-                      _t(preview(c["value"]) if c["ok"] else preview(c["error"])), _t(c["attempts"]),
-                      _t(_when(c["recorded_at"])))
+                      _t(preview(c["value"], 40) if c["ok"] else preview(c["error"], 40)), _t(c["attempts"]),
+                      _t(_when(c["recorded_at"], short=True)))
     console.print(slots)
     if data["signals"]:
-        sigs = Table(title=f"{len(data['signals'])} signal(s)", title_justify="left")
+        sigs = Table(title=f"{len(data['signals'])} signal(s)", title_justify="left", box=box.SIMPLE_HEAD)
         for col in ("seq", "name", "payload", "state", "sent"):
             sigs.add_column(col)
         for s in data["signals"]:
@@ -408,7 +420,7 @@ def _check_all(store: SQLiteStore, registry: Registry) -> None:
     ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",
                                                descending=False)]
     failures: list[tuple[str, str]] = []
-    console = Console(stderr=True)
+    console = _console(stderr=True)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("replaying", total=len(ids))
         for wid in ids:
