@@ -1,0 +1,142 @@
+"""The SQLite log store on real files: schema, fencing, one query per table, refusals."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from engine.core import CommandRecord, Outcome
+from engine.errors import (
+    DuplicateWorkflowIdError,
+    PayloadTooLargeError,
+    ReadOnlyError,
+    SchemaVersionError,
+    UnknownWorkflowIdError,
+    WorkflowClosedError,
+)
+from engine.store import Claim, PendingRecord, SQLiteStore
+
+
+def rec(name: str, value: object = None) -> CommandRecord:
+    return CommandRecord("activity", name, True, value)
+
+
+def claim_one(store: SQLiteStore, owner: str = "w1", ttl: float = 30) -> Claim:
+    (claim,) = store.claim(owner, ttl=ttl)
+    return claim
+
+
+def test_settings_are_wal_and_synchronous_full(store: SQLiteStore) -> None:
+    conn = store._conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+
+
+def test_resume_loads_history_with_one_query_per_table(store: SQLiteStore) -> None:
+    wid = store.start_workflow("wf", 1)
+    claim = claim_one(store)
+    written, _ = store.commit_batch([PendingRecord(claim, i, rec("a", i)) for i in range(500)], ttl=30)
+    assert all(written)
+    for i in range(3):
+        store.send_signal(wid, "go", i)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    state = store.load_state(wid)
+    store._conn.set_trace_callback(None)
+    assert len(state.commands) == 500 and [s.payload for s in state.signals] == [0, 1, 2]
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) == 3  # the workflow row, its commands, its signals: never one per slot
+
+
+def test_a_new_claim_fences_out_the_old_owner(store: SQLiteStore) -> None:
+    store.start_workflow("wf", None, workflow_id="x")
+    old = claim_one(store, "old", ttl=0.0)  # already lapsed
+    new = claim_one(store, "new")
+    assert new.epoch == old.epoch + 1
+    written, finished = store.commit_batch([PendingRecord(old, 0, rec("a"))], finishes=[
+        (old, Outcome(status="completed", result=1))], ttl=30)
+    assert written == [False] and finished == [False]
+    assert store.commit_batch([PendingRecord(new, 0, rec("a"))], ttl=30)[0] == [True]
+    assert store.get_workflow("x").slots == 1 and store.get_workflow("x").status == "running"
+
+
+def test_a_slot_is_written_only_in_order_and_only_once(store: SQLiteStore) -> None:
+    store.start_workflow("wf", None, workflow_id="x")
+    claim = claim_one(store)
+    assert store.commit_batch([PendingRecord(claim, 1, rec("skip"))], ttl=30)[0] == [False]
+    assert store.commit_batch([PendingRecord(claim, 0, rec("a"))], ttl=30)[0] == [True]
+    assert store.commit_batch([PendingRecord(claim, 0, rec("again"))], ttl=30)[0] == [False]
+    assert [c.name for c in store.list_commands("x")] == ["a"]
+
+
+def test_blocked_workflow_becomes_pending_when_its_signal_arrives(store: SQLiteStore) -> None:
+    store.start_workflow("wf", None, workflow_id="x")
+    claim = claim_one(store)
+    store.commit_batch(finishes=[(claim, Outcome(status="blocked", blocked_on="go"))], ttl=30)
+    row = store.get_workflow("x")
+    assert (row.status, row.blocked_on, row.lease_owner) == ("blocked", "go", None)
+    store.send_signal("x", "other", 1)
+    assert store.get_workflow("x").status == "blocked"
+    store.send_signal("x", "go", 2)
+    assert (store.get_workflow("x").status, store.get_workflow("x").blocked_on) == ("pending", None)
+
+
+def test_signals_are_refused_for_unknown_and_closed_workflows(store: SQLiteStore) -> None:
+    with pytest.raises(UnknownWorkflowIdError):
+        store.send_signal("nope", "go")
+    store.start_workflow("wf", None, workflow_id="x")
+    claim = claim_one(store)
+    store.commit_batch(finishes=[(claim, Outcome(status="completed", result=None))], ttl=30)
+    with pytest.raises(WorkflowClosedError):
+        store.send_signal("x", "go")
+    assert store.list_signals("x") == []
+
+
+def test_payload_cap_and_duplicate_ids(db_path: Path) -> None:
+    with SQLiteStore(db_path, max_payload=10) as store:
+        store.start_workflow("wf", "12345678", workflow_id="x")  # 10 bytes with quotes
+        with pytest.raises(PayloadTooLargeError):
+            store.send_signal("x", "go", "123456789")
+        with pytest.raises(DuplicateWorkflowIdError):
+            store.start_workflow("wf", None, workflow_id="x")
+        assert store.list_signals("x") == []
+
+
+def test_readonly_store_refuses_writes(db_path: Path) -> None:
+    SQLiteStore(db_path).close()
+    with SQLiteStore(db_path, readonly=True) as ro:
+        with pytest.raises(ReadOnlyError):
+            ro.start_workflow("wf", None)
+        assert ro.count_workflows() == 0
+
+
+def test_newer_schema_and_foreign_databases_are_refused(tmp_path: Path) -> None:
+    newer = tmp_path / "newer.db"
+    SQLiteStore(newer).close()
+    conn = sqlite3.connect(newer)
+    conn.execute("PRAGMA user_version = 7")
+    conn.close()
+    with pytest.raises(SchemaVersionError, match="schema version 7"):
+        SQLiteStore(newer)
+    foreign = tmp_path / "foreign.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE people (name TEXT)")
+    conn.close()
+    with pytest.raises(SchemaVersionError, match="not a replaylog one"):
+        SQLiteStore(foreign)
+    conn = sqlite3.connect(foreign)
+    assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["people"]  # nothing added
+
+
+def test_list_pages_filters_and_sorts_in_sql(store: SQLiteStore) -> None:
+    for i in range(30):
+        store.start_workflow("refund" if i % 2 else "agent", i, workflow_id=f"wf-{i:02d}")
+    page = store.list_workflows(text="refund", sort="id", descending=False, limit=5, offset=5)
+    assert [r.id for r in page] == ["wf-11", "wf-13", "wf-15", "wf-17", "wf-19"]
+    assert store.count_workflows(text="agent") == 15
+    assert store.count_workflows(text="wf-0") == 10
+    assert store.status_counts() == {"pending": 30, "running": 0, "blocked": 0, "completed": 0, "failed": 0}
+    assert store.count_workflows(text="%") == 0  # LIKE wildcards in the filter are literal
