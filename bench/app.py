@@ -1,0 +1,46 @@
+"""The workflows the benchmark runs: trivial activities, so the engine is all that is timed.
+
+Worker subprocesses load this module with `--app bench.app`.
+"""
+
+from __future__ import annotations
+
+from engine import Context, activity, workflow
+
+# How many times `tick` ran in this process: the resume benchmark proves with it that
+# replay re-executed nothing.
+CALLS = {"tick": 0}
+
+
+@activity
+def tick(i: int) -> int:
+    """A trivial activity: returns its argument."""
+    CALLS["tick"] += 1
+    return i
+
+
+@workflow
+def chain(ctx: Context, n: int) -> int:
+    """`n` trivial activities in a row."""
+    for i in range(n):
+        ctx.call_activity(tick, i)
+    return n
+
+
+@workflow
+def resumable(ctx: Context, n: int) -> int:
+    """`n` trivial activities, then wait for "go", then one more activity."""
+    for i in range(n):
+        ctx.call_activity(tick, i)
+    ctx.wait_signal("go")
+    ctx.call_activity(tick, n)
+    return n + 1
+
+
+@workflow
+def pingpong(ctx: Context, n: int) -> int:
+    """`n` rounds of: wait for "ping", then record one activity."""
+    for i in range(n):
+        ctx.wait_signal("ping")
+        ctx.call_activity(tick, i)
+    return n

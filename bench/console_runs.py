@@ -1,0 +1,175 @@
+"""Workload 6: the operator console on a big database (first paint, memory, open, stalls).
+
+The console is driven headless with Textual's `run_test()` in a subprocess of its
+own (`python -m bench.console_runs DB WID SECONDS`), so its RSS is the console's and
+nothing else's. It uses only the console's public surface:
+`console.app.ReplaylogConsole(db_path, readonly=..., registry=...)`, `open_workflow(id)`
+and `busy`. If the console package cannot be imported, the workload is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.sizes import Sizes
+from engine.store import SQLiteStore
+
+ROOT = Path(__file__).resolve().parent.parent
+BIG_WID = "wf-bench-big-history"
+
+
+def importable() -> str | None:
+    """None if the console imports, else the reason it does not."""
+    out = subprocess.run([sys.executable, "-c", "from console.app import ReplaylogConsole"], cwd=ROOT,
+                         capture_output=True, text=True, env=_env())
+    if out.returncode == 0:
+        return None
+    lines = out.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit status {out.returncode}"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYLOG_")}
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def build_db(path: Path, workflows: int, slots: int) -> None:
+    """A database of `workflows` workflows in mixed states, one of them with `slots` slots.
+
+    Rows go in by bulk SQL in one transaction (the engine would take an hour to start
+    a million); the schema is the store's own. Kept between runs: building is slow.
+    """
+    marker = Path(f"{path}.built-{workflows}-{slots}")
+    if marker.exists() and path.exists():
+        return
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    SQLiteStore(path).close()  # the schema
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = OFF")  # building a fixture, not recording outcomes
+    now = time.time()
+    statuses = ("completed", "completed", "completed", "blocked", "failed", "pending")
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch)"
+        " VALUES (?, ?, ?, ?, '3', 3, ?, ?, 0)",
+        ((f"wf-{i:016x}", "chain", statuses[i % 6], "go" if statuses[i % 6] == "blocked" else None,
+          now - workflows + i, now - workflows + i) for i in range(workflows - 1)),
+    )
+    conn.execute(
+        "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch)"
+        " VALUES (?, 'resumable', 'blocked', 'go', ?, ?, ?, ?, 0)", (BIG_WID, str(slots), slots, now, now))
+    conn.executemany(
+        "INSERT INTO commands (workflow_id, slot, kind, name, ok, value, error, attempts, recorded_at)"
+        " VALUES (?, ?, 'activity', 'tick', 1, ?, NULL, 1, ?)",
+        ((BIG_WID, i, str(i), now) for i in range(slots)),
+    )
+    conn.execute("COMMIT")
+    conn.close()
+    marker.touch()
+
+
+def _rss_mb() -> tuple[float, float]:
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+async def _probe(db: str, wid: str, refresh_s: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    from console.app import ReplaylogConsole
+
+    app = ReplaylogConsole(db)
+    import_s = time.perf_counter() - t0
+
+    async def settled(timeout: float = 60) -> None:
+        deadline = time.perf_counter() + timeout
+        while app.busy or not _has_rows(app):
+            if time.perf_counter() > deadline:
+                raise TimeoutError("the console did not settle")
+            await asyncio.sleep(0.002)
+
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settled()
+        await pilot.pause()
+        first_paint = time.perf_counter() - t0
+        rss, hwm = _rss_mb()
+        t1 = time.perf_counter()
+        app.open_workflow(wid)
+        await pilot.pause()
+        await settled()
+        open_s = time.perf_counter() - t1
+        app.pop_screen()
+        await pilot.pause()
+        await settled()
+        # The list refreshing live: another process commits every few ms while a probe
+        # coroutine measures how late the event loop wakes it.
+        writer = subprocess.Popen([sys.executable, "-m", "bench.console_runs", "--write", db, str(refresh_s)],
+                                  cwd=ROOT, env=_env())
+        stall = 0.0
+        seen_before = app.changes_seen
+        end = time.perf_counter() + refresh_s
+        while time.perf_counter() < end:
+            t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            stall = max(stall, time.perf_counter() - t - 0.005)
+        writer.wait(30)
+        await settled()
+        rss2, hwm2 = _rss_mb()
+    return {"first_paint_s": first_paint, "import_s": import_s, "rss_mb": rss, "peak_rss_mb": max(hwm, hwm2),
+            "rss_after_refresh_mb": rss2, "open_workflow_s": open_s, "max_stall_ms": stall * 1000,
+            "refreshes": app.changes_seen - seen_before}
+
+
+def _has_rows(app: Any) -> bool:
+    from textual.widgets import DataTable
+
+    return any(t.row_count > 0 for t in app.screen.query(DataTable))
+
+
+def _write(db: str, seconds: float) -> None:
+    """Start a workflow every 20 ms for `seconds`: the list in view changes under the console."""
+    end = time.monotonic() + seconds
+    with SQLiteStore(db) as store:
+        while time.monotonic() < end:
+            store.start_workflow("chain", 3)
+            time.sleep(0.02)
+
+
+def console_bench(workdir: Path, sizes: Sizes) -> dict[str, Any]:
+    """Run workload 6, or say why it is skipped."""
+    why = importable()
+    if why is not None:
+        return {"status": "skipped", "note": f"console not importable yet: {why}"}
+    db = workdir / f"console-{sizes.console_workflows}.db"
+    t0 = time.perf_counter()
+    build_db(db, sizes.console_workflows, sizes.console_slots)
+    build_s = time.perf_counter() - t0
+    out = subprocess.run([sys.executable, "-m", "bench.console_runs", str(db), BIG_WID, str(sizes.console_refresh_s)],
+                         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"console probe failed: {out.stderr.strip().splitlines()[-3:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result.update(workflows=sizes.console_workflows, slots=sizes.console_slots, build_s=build_s)
+    result["target"] = "paint <= 0.5 s, RSS <= 150 MB, open <= 0.5 s, stall <= 100 ms"
+    result["met"] = (result["first_paint_s"] <= 0.5 and result["peak_rss_mb"] <= 150
+                     and result["open_workflow_s"] <= 0.5 and result["max_stall_ms"] <= 100)
+    return result
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--write":
+        _write(sys.argv[2], float(sys.argv[3]))
+    else:
+        print(json.dumps(asyncio.run(_probe(sys.argv[1], sys.argv[2], float(sys.argv[3])))), flush=True)

@@ -1,0 +1,114 @@
+"""The report: one rich table for people, one JSON file for machines and for the README."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+def _f(value: Any, unit: str = "", digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def _verdict(m: dict[str, Any]) -> Text:
+    if m.get("status") == "skipped":
+        return Text("skipped", style="yellow")
+    if m.get("status") == "error":
+        return Text("error", style="red")
+    return Text("met", style="green") if m.get("met") else Text("not met", style="red")
+
+
+def _speedup(ours: float | None, theirs: float | None, lower_is_better: bool = False) -> str:
+    """replaylog's advantage as a factor: >1 means replaylog is ahead."""
+    if not ours or not theirs:
+        return "—"
+    return f"{(theirs / ours) if lower_is_better else (ours / theirs):,.1f}×"
+
+
+def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
+    """(measurement, figure, target, verdict, vs DBOS) per line of the table."""
+    m = results["measurements"]
+    peer = m.get("peer", {})
+    out: list[tuple[str, str, str, Text, str]] = []
+
+    def peer_cell(key: str, field: str, ours: float | None, lower: bool = False) -> str:
+        p = peer.get(key)
+        if not isinstance(p, dict):
+            return peer.get("note", "—") if key == "single" else "—"
+        if "error" in p:
+            return "error"
+        return f"{_speedup(ours, p.get(field), lower)} ({_f(p.get(field), '', 1)})"
+
+    def add(key: str, label: str, figure: str, target: str, peer_text: str = "—") -> None:
+        if key not in m:
+            return
+        r = m[key]
+        if r.get("status") in ("skipped", "error"):
+            out.append((label, r.get("note", r.get("error", "")), target, _verdict(r), peer_text))
+        else:
+            out.append((label, figure, target, _verdict(r), peer_text))
+
+    s = m.get("single", {})
+    add("single", f"1. one workflow, {_f(s.get('slots'))} slots",
+        f"{_f(s.get('slots_per_s'))} slots/s = {_f(s.get('ratio_vs_floor'), '', 2)} of floor "
+        f"({_f(s.get('floor_tx_per_s'))} tx/s)", ">= 0.90 of floor",
+        peer_cell("single", "slots_per_s", s.get("slots_per_s")))
+    g = m.get("group", {})
+    add("group", f"2. {_f(g.get('workflows'))} × {_f(g.get('slots_each'))} slots, one worker",
+        f"{_f(g.get('slots_per_s'))} slots/s = {_f(g.get('ratio_vs_floor'), '×', 2)} floor, "
+        f"{_f(g.get('outcomes_per_commit'), '', 1)} outcomes/commit", ">= 3× floor",
+        peer_cell("group", "slots_per_s", g.get("slots_per_s")))
+    r = m.get("resume", {})
+    add("resume", f"3. resume after {_f(r.get('slots'))} slots",
+        f"load {_f(r.get('load_ms'), ' ms', 1)} + replay {_f(r.get('replay_ms'), ' ms', 1)} "
+        f"({_f(r.get('replay_slots_per_s'))} slots/s), {r.get('activities_reexecuted', '—')} re-run",
+        "replay <= 25 ms", peer_cell("resume", "replay_slots_per_s", r.get("replay_slots_per_s")))
+    sg = m.get("signal", {})
+    add("signal", f"4. signal → next slot ({sg.get('samples', '—')} samples)",
+        f"median {_f(sg.get('median_ms'), ' ms', 1)}, p99 {_f(sg.get('p99_ms'), ' ms', 1)}",
+        "median <= 20 ms, p99 <= 100 ms", peer_cell("signal", "median_ms", sg.get("median_ms"), lower=True))
+    sh = m.get("short", {})
+    add("short", f"5. {_f(sh.get('workflows'))} workflows × 3 slots",
+        f"1 proc {_f(sh.get('workflows_per_s_1p'))}/s, 2 procs {_f(sh.get('workflows_per_s_2p'))}/s; "
+        f"starts {_f(sh.get('starts_per_s'))}/s", ">= 2,000/s, 1 proc",
+        peer_cell("short", "workflows_per_s_1p", sh.get("workflows_per_s_1p")))
+    c = m.get("console", {})
+    add("console", f"6. console, {_f(c.get('workflows'))} workflows",
+        f"paint {_f(c.get('first_paint_s'), ' s', 2)}, RSS {_f(c.get('peak_rss_mb'), ' MB')}, "
+        f"open {_f(c.get('slots'))}-slot {_f(c.get('open_workflow_s'), ' s', 2)}, "
+        f"stall {_f(c.get('max_stall_ms'), ' ms')}",
+        "0.5 s, 150 MB, 0.5 s, 100 ms")
+    return out
+
+
+def print_table(results: dict[str, Any], console: Console | None = None) -> None:
+    """Print the results table."""
+    console = console or Console()
+    meta = results["meta"]
+    peer = results["measurements"].get("peer", {})
+    peer_head = f"vs DBOS {peer['version']}" if peer.get("version") else "vs DBOS"
+    where = f"{meta['machine']['cpu']}, {meta['machine']['nproc']} cores"
+    table = Table(title=f"replaylog bench ({meta['mode']}) — {where}", title_justify="left")
+    table.add_column("measurement")
+    table.add_column("figure")
+    table.add_column("target")
+    table.add_column("verdict")
+    table.add_column(f"{peer_head} (replaylog ×; DBOS figure)")
+    for row in rows(results):
+        table.add_row(row[0], row[1], row[2], row[3], row[4])
+    console.print(table)
+    if peer.get("note"):
+        console.print(Text(f"peer: {peer['note']}", style="yellow"))
+
+
+def write_json(results: dict[str, Any], path: Path) -> None:
+    """Write the results as JSON (parent folders created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,48 @@
+"""Workload sizes: the full run the issue specifies, and a smoke run that takes seconds."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each workload is.
+
+    The `peer_*` sizes are smaller than replaylog's where DBOS would take minutes at
+    its measured rate; the peer figures are rates (per second), so they compare.
+    """
+
+    single_slots: int = 5_000
+    single_rounds: int = 3
+    group_workflows: int = 50
+    group_slots: int = 1_000
+    resume_slots: int = 10_000
+    resume_repeats: int = 5
+    signal_samples: int = 60
+    short_workflows: int = 2_000
+    short_slots: int = 3
+    console_workflows: int = 1_000_000
+    console_slots: int = 50_000
+    console_refresh_s: float = 3.0
+    peer_single_slots: int = 1_000
+    peer_group_workflows: int = 50
+    peer_group_slots: int = 40
+    peer_resume_slots: int = 2_000
+    peer_signal_samples: int = 50
+    peer_short_workflows: int = 500
+
+    def to_dict(self) -> dict[str, Any]:
+        """The sizes as a plain dict for the JSON report."""
+        return asdict(self)
+
+
+FULL = Sizes()
+
+SMOKE = Sizes(
+    single_slots=100, single_rounds=1, group_workflows=4, group_slots=30, resume_slots=200, resume_repeats=2,
+    signal_samples=5, short_workflows=40, short_slots=3, console_workflows=2_000, console_slots=500,
+    console_refresh_s=0.5, peer_single_slots=20, peer_group_workflows=3, peer_group_slots=5, peer_resume_slots=30,
+    peer_signal_samples=3, peer_short_workflows=10,
+)
