@@ -1,0 +1,88 @@
+"""The diagnosis pane: why a workflow failed, and recorded history beside what the code issues now."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from console.data import Diagnosis
+from console.format import text, utc
+from engine.text import printable
+
+VERDICT_STYLES = {"match": "green", "diverges": "bold red", "after": "dim", "unknown": "dim"}
+
+
+class DiagnosisView(Vertical):
+    """A summary of the failure plus, for a divergence, the aligned view with the first divergence marked."""
+
+    def compose(self) -> ComposeResult:
+        """The summary and the aligned table."""
+        yield Static(Text("reading…", style="dim"), id="diag-summary")
+        yield DataTable(id="aligned", cursor_type="row", zebra_stripes=False)
+
+    def on_mount(self) -> None:
+        """The aligned table's columns; it stays hidden unless there is a divergence."""
+        table = self.query_one("#aligned", DataTable)
+        table.add_column(Text("slot"), key="slot", width=6)
+        table.add_column(Text("recorded in history"), key="recorded", width=34)
+        table.add_column(Text(""), key="mark", width=3)
+        table.add_column(Text("issued by the code"), key="issued", width=34)
+        table.add_column(Text(""), key="note", width=22)
+        table.display = False
+
+    def show(self, diagnosis: Diagnosis) -> None:
+        """Draw a diagnosis (on the UI thread)."""
+        summary = Table.grid(padding=(0, 2))
+        summary.add_column(style="bold", no_wrap=True)
+        summary.add_column()
+        table = self.query_one("#aligned", DataTable)
+        if diagnosis.kind == "nondeterministic":
+            summary.add_row("failure", Text("NonDeterministicError", style="bold red"))
+            summary.add_row("slot", text(diagnosis.slot))
+            summary.add_row("recorded", text(diagnosis.recorded or "(nothing)"))
+            summary.add_row("issued", text(diagnosis.issued or "(nothing: the code completed)"))
+            summary.add_row("message", Text(printable(diagnosis.message)))
+            summary.add_row("issued from", Text(printable(diagnosis.source), style="dim"))
+        elif diagnosis.kind == "activity":
+            cmd = diagnosis.failed_command
+            summary.add_row("failure", Text("activity failed", style="bold red"))
+            if cmd is not None:
+                summary.add_row("activity", text(cmd.name))
+                summary.add_row("slot", text(cmd.slot))
+                summary.add_row("attempts", text(cmd.attempts))
+                summary.add_row("recorded", text(utc(cmd.recorded_at)))
+                summary.add_row("error", Text(printable(cmd.error or ""), style="red"))
+            summary.add_row("workflow error", Text(printable(diagnosis.message), style="red"))
+        elif diagnosis.kind == "other":
+            summary.add_row("failure", Text("workflow failed", style="bold red"))
+            if diagnosis.slot is not None:
+                summary.add_row("slot", text(diagnosis.slot))
+            summary.add_row("error", Text(printable(diagnosis.message), style="red"))
+        else:
+            summary.add_row("failure", Text("none: this workflow has not failed", style="green"))
+        if diagnosis.verdict is not None:
+            style = {True: "bold green", False: "bold red"}.get(diagnosis.verdict_ok, "yellow")  # type: ignore[arg-type]
+            summary.add_row("check", Text(printable(diagnosis.verdict), style=style))
+        else:
+            summary.add_row("check", Text("press c to dry-replay the history against the current code", "dim"))
+        parts: list[Table | Text] = [summary]
+        parts.extend(Text(printable(note), style="yellow") for note in diagnosis.notes)
+        self.query_one("#diag-summary", Static).update(Group(*parts))
+        table.clear()
+        table.display = bool(diagnosis.aligned)
+        first = None
+        for i, row in enumerate(diagnosis.aligned):
+            style = VERDICT_STYLES[row.verdict]
+            mark = {"match": "=", "diverges": "≠"}.get(row.verdict, "")
+            note = {"diverges": "◀ first divergence", "unknown": "not known without --app"}.get(row.verdict, "")
+            table.add_row(Text(str(row.slot), justify="right"), text(row.recorded or "(nothing)", style),
+                          Text(mark, style=style), text(row.issued or "—", style), Text(note, style=style),
+                          key=str(row.slot))
+            if row.verdict == "diverges" and first is None:
+                first = i
+        if first is not None:
+            table.move_cursor(row=first, animate=False)

@@ -1,0 +1,64 @@
+"""The `?` help: every key the console answers to."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+# (where, key, what): the README's key map is this table.
+KEYMAP: tuple[tuple[str, str, str], ...] = (
+    ("everywhere", "?", "this help"),
+    ("everywhere", "q", "quit"),
+    ("everywhere", "esc", "back / close / clear the filter"),
+    ("everywhere", "ctrl+p", "command palette: go to workflow id, filter by status, change theme"),
+    ("everywhere", "g", "go to a workflow by id"),
+    ("everywhere", "j / k, ↑ / ↓", "move; past the end of a page loads the next page"),
+    ("everywhere", "enter", "open the workflow, slot or signal under the cursor"),
+    ("workflows", "/", "filter by id or workflow name"),
+    ("workflows", "0 1 2 3 4 5", "all, pending, running, blocked, completed, failed"),
+    ("workflows", "o / r", "sort by the next column / reverse (or click a column header)"),
+    ("workflows", "] / [", "next / previous page"),
+    ("workflows", "s", "send a signal to the workflow under the cursor (not with --readonly)"),
+    ("workflow", "1 2 3", "slots, signals, diagnosis tab"),
+    ("workflow", "s", "send a signal (not with --readonly)"),
+    ("workflow", "c", "check: dry-replay the history against the current code (needs --app)"),
+    ("workflow", "] / [", "next / previous page of slots"),
+    ("signal dialog", "ctrl+s / esc", "send / cancel"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    """The key map; esc, q or ? closes it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("q", "dismiss", "Close", show=False),
+        Binding("question_mark", "dismiss", "Close", show=False),
+    ]
+
+    def __init__(self, *, readonly: bool = False) -> None:
+        super().__init__()
+        self.readonly = readonly
+
+    def compose(self) -> ComposeResult:
+        """The key table."""
+        table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
+        table.add_column("where", style="dim")
+        table.add_column("key", style="bold cyan", no_wrap=True)
+        table.add_column("does")
+        for where, key, what in KEYMAP:
+            if self.readonly and key == "s":
+                continue  # a read-only console has no write action to describe
+            table.add_row(where, key, what)
+        with Vertical(id="help-dialog", classes="dialog"):
+            yield Static(Text("Keys", style="bold"), classes="dialog-title")
+            with VerticalScroll():
+                yield Static(table)
+            yield Static(Text("Mouse: click a row to select it, a column header to sort.  esc: close", style="dim"))

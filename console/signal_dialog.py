@@ -1,0 +1,154 @@
+"""The send-signal dialog: a name, a JSON payload validated as you type, confirm."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static, TextArea
+
+from console.format import text
+from engine.errors import ReplaylogError
+from engine.store import SQLiteStore
+from engine.text import printable
+
+if TYPE_CHECKING:
+    from console.app import ReplaylogConsole
+
+DEFAULT_PAYLOAD = '{"approved": true, "by": "operator"}'
+
+
+class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
+    """Send one signal through `SQLiteStore.send_signal`, the same function `replaylog signal` uses.
+
+    Dismisses with (workflow id, name, sequence number) once the store accepted it; a
+    refusal (closed workflow, unknown id, payload too large) is shown in place.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+s", "send", "Send"),
+    ]
+
+    class Sent(Message):
+        """The store appended the signal."""
+
+        def __init__(self, name: str, seq: int) -> None:
+            super().__init__()
+            self.name = name
+            self.seq = seq
+
+    class Refused(Message):
+        """The store refused the signal, writing nothing."""
+
+        def __init__(self, reason: str) -> None:
+            super().__init__()
+            self.reason = reason
+
+    def __init__(self, workflow_id: str, default_name: str = "", payload: str = DEFAULT_PAYLOAD) -> None:
+        super().__init__()
+        self.workflow_id = workflow_id
+        self.default_name = default_name
+        self.initial_payload = payload
+        self.payload: Any = None
+        self.valid = False
+        self.sending = False
+
+    def compose(self) -> ComposeResult:
+        """Name, payload editor, validation line, refusal line, buttons."""
+        title = Text("Send a signal to ")
+        title.append_text(text(self.workflow_id, "bold"))
+        with Vertical(id="signal-dialog", classes="dialog"):
+            yield Static(title, classes="dialog-title")
+            yield Label("name")
+            yield Input(self.default_name, placeholder="signal name", id="signal-name")
+            yield Label("payload (JSON)")
+            yield TextArea(self.initial_payload, id="payload", soft_wrap=True, tab_behavior="indent")
+            yield Static(id="validation")
+            yield Static(id="refusal")
+            with Horizontal(id="signal-buttons"):
+                yield Button("Send  ctrl+s", id="send", variant="primary")
+                yield Button("Cancel  esc", id="cancel")
+
+    def on_mount(self) -> None:
+        """Validate the initial payload; start in the payload editor when the name is known."""
+        self._validate(self.initial_payload)
+        (self.query_one("#payload", TextArea) if self.default_name else self.query_one("#signal-name")).focus()
+
+    @on(TextArea.Changed, "#payload")
+    def _payload_changed(self, event: TextArea.Changed) -> None:
+        self._validate(event.text_area.text)
+
+    @on(Input.Changed, "#signal-name")
+    def _name_changed(self, _event: Input.Changed) -> None:
+        self._validate(self.query_one("#payload", TextArea).text)
+
+    @on(Input.Submitted, "#signal-name")
+    def _name_submitted(self, _event: Input.Submitted) -> None:
+        self.query_one("#payload", TextArea).focus()
+
+    def _validate(self, raw: str) -> None:
+        line = self.query_one("#validation", Static)
+        self.query_one("#refusal", Static).update("")
+        name = self.query_one("#signal-name", Input).value
+        try:
+            self.payload = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            self.valid = False
+            line.update(Text(f"✗ not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}", style="bold red"))
+        else:
+            self.valid = bool(name)
+            line.update(Text("✓ valid JSON", style="green") if name
+                        else Text("✗ the signal needs a name", style="bold red"))
+        self.query_one("#send", Button).disabled = not self.valid
+
+    @on(Button.Pressed, "#send")
+    def _send_pressed(self, _event: Button.Pressed) -> None:
+        self.action_send()
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self, _event: Button.Pressed) -> None:
+        self.action_cancel()
+
+    def action_cancel(self) -> None:
+        """Close without sending."""
+        self.dismiss(None)
+
+    def action_send(self) -> None:
+        """Send through the store, off the UI thread."""
+        if not self.valid or self.sending:
+            return
+        self.sending = True
+        self.query_one("#send", Button).disabled = True
+        self._send(self.query_one("#signal-name", Input).value, self.payload)
+
+    @work(thread=True, group="signal", exit_on_error=False)
+    def _send(self, name: str, payload: Any) -> None:
+        console = cast("ReplaylogConsole", self.app)
+        try:
+            with SQLiteStore(console.db_path, readonly=console.readonly) as store:  # this thread's own
+                seq = store.send_signal(self.workflow_id, name, payload)
+        except ReplaylogError as exc:
+            self.post_message(self.Refused(str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure is shown in place, never a crash
+            self.post_message(self.Refused(f"could not send: {exc}"))
+            return
+        self.post_message(self.Sent(name, seq))
+
+    def on_signal_dialog_sent(self, message: Sent) -> None:
+        """Done: close with what was sent."""
+        self.dismiss((self.workflow_id, message.name, message.seq))
+
+    def on_signal_dialog_refused(self, message: Refused) -> None:
+        """Show the store's refusal where the operator is looking."""
+        self.sending = False
+        self.query_one("#refusal", Static).update(Text(f"refused: {printable(message.reason)}", style="bold red"))
+        self.query_one("#send", Button).disabled = not self.valid

@@ -1,0 +1,86 @@
+"""A modal showing one slot's (or signal's) value pretty-printed as JSON, or its error."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from console.format import text, utc
+from engine.store import CommandRow, InflightRow, SignalRow
+from engine.text import pretty_json, printable
+
+
+class SlotScreen(ModalScreen[None]):
+    """The full value of a slot or signal payload; esc closes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("enter", "dismiss", "Close", show=False),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
+
+    def __init__(self, title: Text, facts: list[tuple[str, Text]], body: Syntax | Text) -> None:
+        super().__init__()
+        self._title = title
+        self._facts = facts
+        self._body = body
+
+    @classmethod
+    def for_command(cls, workflow_id: str, cmd: CommandRow) -> SlotScreen:
+        """A recorded slot: its value as JSON, or its error."""
+        title = Text(f"slot {cmd.slot}  ")
+        title.append_text(text(f"{cmd.kind}:{cmd.name}", "bold"))
+        facts = [("workflow", text(workflow_id)),
+                 ("outcome", Text("ok", style="green") if cmd.ok else Text("failed", style="bold red")),
+                 ("attempts", text(cmd.attempts)), ("recorded", text(utc(cmd.recorded_at)))]
+        body: Syntax | Text = (_json(cmd.value) if cmd.ok
+                               else Text(printable(cmd.error or ""), style="red"))
+        return cls(title, facts, body)
+
+    @classmethod
+    def for_inflight(cls, workflow_id: str, inflight: InflightRow) -> SlotScreen:
+        """The in-flight activity: started, no recorded outcome."""
+        title = Text(f"slot {inflight.slot}  ")
+        title.append_text(text(f"activity:{inflight.name}", "bold"))
+        facts = [("workflow", text(workflow_id)), ("outcome", Text("in flight", style="bold yellow")),
+                 ("attempts", text(inflight.attempts)), ("started", text(utc(inflight.started_at)))]
+        body = Text("Started and no outcome recorded: the activity possibly ran. If the worker died, the next"
+                    " worker runs it again (attempt counted), so it must be idempotent.", style="yellow")
+        return cls(title, facts, body)
+
+    @classmethod
+    def for_signal(cls, workflow_id: str, sig: SignalRow) -> SlotScreen:
+        """A delivered signal: its payload as JSON."""
+        title = Text(f"signal #{sig.seq}  ")
+        title.append_text(text(sig.name, "bold"))
+        facts = [("workflow", text(workflow_id)),
+                 ("state", Text("consumed", style="green") if sig.consumed else Text("waiting", style="yellow")),
+                 ("sent", text(utc(sig.sent_at)))]
+        return cls(title, facts, _json(sig.payload))
+
+    def compose(self) -> ComposeResult:
+        """Title, facts, and the value in a scrolling pane."""
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        for label, value in self._facts:
+            grid.add_row(label, value)
+        with Vertical(id="slot-dialog", classes="dialog"):
+            yield Static(self._title, classes="dialog-title")
+            yield Static(grid)
+            with VerticalScroll(id="slot-value"):
+                yield Static(self._body)
+            yield Static(Text("esc: close", style="dim"))
+
+
+def _json(value: object) -> Syntax:
+    # Syntax never parses markup, and pretty_json has escaped control characters.
+    return Syntax(pretty_json(value), "json", theme="ansi_dark", word_wrap=True, background_color="default")

@@ -1,0 +1,336 @@
+"""The workflow screen: one workflow's state, its slots (paged in SQL), signals and diagnosis."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+
+from console.data import SLOT_PAGE, Diagnosis, WorkflowDetail, diagnose, fetch_detail
+from console.diagnosis_view import DiagnosisView
+from console.format import status_text, text, utc, value_preview
+from console.paged_table import PagedTable
+from console.slot_screen import SlotScreen
+from engine.text import preview, printable
+
+if TYPE_CHECKING:
+    from console.app import ReplaylogConsole
+
+
+class WorkflowScreen(Screen[None]):
+    """Everything about one workflow; live like the list."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("s", "signal", "Signal"),
+        Binding("c", "check", "Check"),
+        Binding("1", "tab('slots')", "Slots"),
+        Binding("2", "tab('signals')", "Signals"),
+        Binding("3", "tab('diagnosis')", "Diagnosis"),
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False),
+    ]
+
+    class DetailLoaded(Message):
+        """The workflow and a page of its slots were read."""
+
+        def __init__(self, detail: WorkflowDetail) -> None:
+            super().__init__()
+            self.detail = detail
+
+    class Diagnosed(Message):
+        """A diagnosis (and maybe a dry replay) finished."""
+
+        def __init__(self, diagnosis: Diagnosis) -> None:
+            super().__init__()
+            self.diagnosis = diagnosis
+
+    class LoadFailed(Message):
+        """A read failed; the reason is shown in place."""
+
+        def __init__(self, reason: str) -> None:
+            super().__init__()
+            self.reason = reason
+
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__()
+        self.workflow_id = workflow_id
+        self.detail: WorkflowDetail | None = None
+        self.diagnosis: Diagnosis | None = None
+        self.slot_offset = 0
+        self._loading = False
+        self._dirty = False
+        self._diagnosing = False
+        self._stale = False
+        self._cursor_after: int | None = None
+        self._shown_status: str | None = None
+
+    @property
+    def console(self) -> ReplaylogConsole:
+        """The app, typed."""
+        return cast("ReplaylogConsole", self.app)
+
+    def compose(self) -> ComposeResult:
+        """Title, summary, then slots / signals / diagnosis tabs."""
+        yield Static(id="topbar")
+        yield Static(Text("reading…", style="dim"), id="summary")
+        with TabbedContent(id="tabs"):
+            with TabPane("Slots", id="slots"):
+                yield PagedTable(id="slot-table")
+                yield Static(id="slot-info")
+            with TabPane("Signals", id="signals"):
+                yield DataTable(id="signal-table", cursor_type="row", zebra_stripes=True)
+            with TabPane("Diagnosis", id="diagnosis"):
+                yield DiagnosisView()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Columns, then the first read."""
+        slots = self.query_one("#slot-table", PagedTable)
+        for key, label, width in (("slot", "slot", 7), ("kind", "kind", 8), ("name", "name", 20), ("ok", "ok", 9),
+                                  ("value", "value / error", 44), ("attempts", "attempts", 8),
+                                  ("when", "when (UTC)", 13)):
+            slots.add_column(Text(label), key=key, width=width)
+        signals = self.query_one("#signal-table", DataTable)
+        for key, label, width in (("seq", "seq", 5), ("name", "name", 20), ("payload", "payload", 50),
+                                  ("state", "state", 9), ("sent", "sent (UTC)", 13)):
+            signals.add_column(Text(label), key=key, width=width)
+        bar = Text("replaylog", style="bold")
+        bar.append("  workflow ")
+        bar.append_text(text(self.workflow_id, "bold"))
+        bar.append(f"   {self.console.db_path.name}", style="dim")
+        if self.console.readonly:
+            bar.append("  read-only", style="bold yellow")
+        self.query_one("#topbar", Static).update(bar)
+        self.reload()
+        slots.focus()
+
+    # -- loading
+
+    @property
+    def busy(self) -> bool:
+        """Whether a read is still on its way."""
+        return self._loading or self._dirty or self._diagnosing
+
+    def reload(self) -> None:
+        """Re-read the workflow and the slot page on screen; coalesce while one read runs."""
+        if self._loading:
+            self._dirty = True
+            return
+        self._loading, self._dirty = True, False
+        self._fetch(self.slot_offset)
+
+    @work(thread=True, group="detail", exit_on_error=False)
+    def _fetch(self, offset: int) -> None:
+        try:
+            with self.console.open_store() as store:  # this thread's own connection
+                detail = fetch_detail(store, self.workflow_id, offset)
+        except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
+            self.post_message(self.LoadFailed(str(exc)))
+            return
+        self.post_message(self.DetailLoaded(detail))
+
+    @work(thread=True, group="diagnosis", exit_on_error=False)
+    def _diagnose(self, check: bool) -> None:
+        try:
+            with self.console.open_store() as store:
+                diagnosis = diagnose(store, self.workflow_id, self.console.registry, check=check)
+        except Exception as exc:  # noqa: BLE001 - workflow code may raise anything during a dry replay
+            self.post_message(self.LoadFailed(f"diagnosis failed: {exc}"))
+            return
+        self.post_message(self.Diagnosed(diagnosis))
+
+    def database_changed(self, *, visible: bool) -> None:
+        """Re-read now if on screen, else when shown again."""
+        if visible:
+            self.reload()
+        else:
+            self._stale = True
+
+    def on_screen_resume(self) -> None:
+        """Catch up with changes made while a dialog or another screen was on top."""
+        if self._stale:
+            self._stale = False
+            self.reload()
+
+    def on_workflow_screen_load_failed(self, message: LoadFailed) -> None:
+        """Show why the read failed, in place."""
+        self._loading = self._diagnosing = False
+        self.query_one("#summary", Static).update(Text(printable(message.reason), style="bold red"))
+        if self._dirty:
+            self.reload()
+
+    def on_workflow_screen_detail_loaded(self, message: DetailLoaded) -> None:
+        """Draw the summary, the slot page and the signals."""
+        self._loading = False
+        detail = self.detail = message.detail
+        self.slot_offset = detail.offset
+        self._draw_summary(detail)
+        self._draw_slots(detail)
+        self._draw_signals(detail)
+        status = detail.row.status
+        if status != self._shown_status:
+            first = self._shown_status is None
+            self._shown_status = status
+            if status == "failed":
+                self._diagnosing = True
+                self._diagnose(False)
+                if first:
+                    self.query_one(TabbedContent).active = "diagnosis"
+            elif self.diagnosis is None:
+                self.query_one(DiagnosisView).show(Diagnosis(self.workflow_id, "none", ""))
+        if self._dirty:
+            self.reload()
+
+    def on_workflow_screen_diagnosed(self, message: Diagnosed) -> None:
+        """Draw the diagnosis; say the verdict of a check."""
+        self._diagnosing = False
+        self.diagnosis = message.diagnosis
+        self.query_one(DiagnosisView).show(message.diagnosis)
+
+    # -- drawing
+
+    def _draw_summary(self, detail: WorkflowDetail) -> None:
+        row = detail.row
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="ellipsis")
+        grid.add_row("workflow", text(row.workflow))
+        status = status_text(row.status)
+        if row.blocked_on:
+            status.append("  on signal ", style="")
+            status.append_text(text(row.blocked_on, "bold yellow"))
+        grid.add_row("status", status)
+        grid.add_row("input", Text(preview(row.input, 200) if row.has_input else "(none)", no_wrap=True))
+        if row.status == "completed":
+            grid.add_row("result", Text(preview(row.result, 200), style="green", no_wrap=True))
+        if row.error:
+            grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
+        if detail.inflight is not None:
+            i = detail.inflight
+            grid.add_row("in flight", text(
+                f"slot {i.slot}: activity {i.name} started {i.attempts} time(s), no recorded outcome — possibly ran",
+                "bold yellow"))
+        waiting = sum(not s.consumed for s in detail.signals)
+        grid.add_row("history", Text(f"{row.slots:,} slot(s), {len(detail.signals)} signal(s), {waiting} waiting"))
+        grid.add_row("times", Text(f"created {utc(row.created_at)}   updated {utc(row.updated_at)}", style="dim"))
+        self.query_one("#summary", Static).update(grid)
+
+    def _draw_slots(self, detail: WorkflowDetail) -> None:
+        table = self.query_one("#slot-table", PagedTable)
+        rows: list[tuple[str, list[Text]]] = []
+        for c in detail.commands:
+            rows.append((str(c.slot), [
+                Text(str(c.slot), justify="right"), text(c.kind), text(c.name),
+                Text("ok", style="green") if c.ok else Text("failed", style="bold red"),
+                value_preview(c.value, 44) if c.ok else text(c.error or "", "red"),
+                Text(str(c.attempts), justify="right", style="" if c.attempts == 1 else "yellow"),
+                Text(utc(c.recorded_at, millis=True), style="dim"),
+            ]))
+        total = detail.row.slots
+        at_end = detail.offset + len(detail.commands) >= total
+        if detail.inflight is not None and at_end:
+            i = detail.inflight
+            rows.append(("inflight", [
+                Text(str(i.slot), justify="right", style="bold yellow"), text("activity"), text(i.name),
+                Text("in flight", style="bold yellow"), Text("started, no outcome: possibly ran", style="yellow"),
+                Text(str(i.attempts), justify="right", style="yellow"), Text(utc(i.started_at, millis=True), "dim"),
+            ]))
+        table.has_more_before = detail.offset > 0
+        table.has_more_after = not at_end
+        table.set_page(rows, cursor_at=self._cursor_after)
+        self._cursor_after = None
+        info = Text(style="dim")
+        if total:
+            info.append(f" slots {detail.offset:,}–{detail.offset + len(detail.commands) - 1:,} of {total:,}")
+            if total > SLOT_PAGE:
+                info.append("   ] next page   [ previous page")
+        else:
+            info.append(" no slots recorded yet")
+        info.append("   enter: show value")
+        self.query_one("#slot-info", Static).update(info)
+
+    def _draw_signals(self, detail: WorkflowDetail) -> None:
+        table = self.query_one("#signal-table", DataTable)
+        keep = table.cursor_row
+        table.clear()
+        for s in detail.signals:
+            table.add_row(Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, 50),
+                          Text("consumed", style="green") if s.consumed else Text("waiting", style="bold yellow"),
+                          Text(utc(s.sent_at, millis=True), style="dim"), key=str(s.seq))
+        if detail.signals:
+            table.move_cursor(row=min(keep, len(detail.signals) - 1), animate=False)
+
+    # -- actions
+
+    def action_back(self) -> None:
+        """Back to the list."""
+        self.app.pop_screen()
+
+    def action_tab(self, tab: str) -> None:
+        """Switch tab."""
+        self.query_one(TabbedContent).active = tab
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        # Keys follow the eye: the table of the tab in view takes the focus.
+        target = {"slots": "#slot-table", "signals": "#signal-table", "diagnosis": "#aligned"}.get(event.pane.id or "")
+        if target is not None:
+            widget = self.query_one(target)
+            if widget.display:
+                widget.focus()
+
+    def action_page(self, delta: int) -> None:
+        """The next (1) or previous (-1) page of slots."""
+        if self.detail is None:
+            return
+        offset = max(0, self.slot_offset + delta * SLOT_PAGE)
+        if offset >= max(self.detail.row.slots, 1) or offset == self.slot_offset:
+            return
+        self.slot_offset = offset
+        self._cursor_after = 0 if delta > 0 else SLOT_PAGE - 1
+        self.reload()
+
+    @on(PagedTable.PageRequested)
+    def _edge(self, event: PagedTable.PageRequested) -> None:
+        self.action_page(event.delta)
+
+    @on(DataTable.RowSelected, "#slot-table")
+    def _slot_selected(self, event: DataTable.RowSelected) -> None:
+        if self.detail is None:
+            return
+        key = event.row_key.value
+        cmd = next((c for c in self.detail.commands if str(c.slot) == key), None)
+        if cmd is not None:
+            self.app.push_screen(SlotScreen.for_command(self.workflow_id, cmd))
+        elif key == "inflight" and self.detail.inflight is not None:
+            self.app.push_screen(SlotScreen.for_inflight(self.workflow_id, self.detail.inflight))
+
+    @on(DataTable.RowSelected, "#signal-table")
+    def _signal_selected(self, event: DataTable.RowSelected) -> None:
+        if self.detail is None:
+            return
+        sig = next((s for s in self.detail.signals if str(s.seq) == event.row_key.value), None)
+        if sig is not None:
+            self.app.push_screen(SlotScreen.for_signal(self.workflow_id, sig))
+
+    def action_check(self) -> None:
+        """Dry-replay the history against the current code and show the verdict."""
+        self.query_one(TabbedContent).active = "diagnosis"
+        self._diagnosing = True
+        self._diagnose(True)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only console has no signal action at all: hidden from the footer and inert."""
+        return not (action == "signal" and self.console.readonly)
+
+    def action_signal(self) -> None:
+        """Send a signal to this workflow."""
+        self.console.open_signal_dialog(self.workflow_id, self.detail.row.blocked_on if self.detail else None)

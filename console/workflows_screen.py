@@ -1,0 +1,297 @@
+"""The workflows screen: a live, filtered, sorted page of workflows with status counts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets.data_table import ColumnKey
+
+from console.data import STATUSES, WorkflowsPage, WorkflowsQuery, fetch_workflows
+from console.format import STATUS_STYLES, age, status_text, text
+from console.paged_table import PagedTable
+
+if TYPE_CHECKING:
+    from console.app import ReplaylogConsole
+
+COLUMNS = (("id", "id", 28), ("workflow", "workflow", 18), ("status", "status", 10),
+           ("blocked_on", "blocked on", 16), ("slots", "slots", 8), ("updated", "updated", 10))
+SORT_ORDER = [key for key, _, _ in COLUMNS]
+STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
+
+
+class WorkflowsScreen(Screen[None]):
+    """Every workflow, one page at a time; updates within a second of a commit."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", show=False),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("0", "status(None)", "All", show=False),
+        *[Binding(k, f"status('{s}')", s.capitalize(), show=False) for k, s in STATUS_KEYS.items()],
+        Binding("o", "sort", "Sort"),
+        Binding("r", "reverse", "Reverse"),
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]"),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="["),
+        Binding("s", "signal", "Signal"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    class PageLoaded(Message):
+        """A page of workflows was read (on a worker thread)."""
+
+        def __init__(self, asked: WorkflowsQuery, page: WorkflowsPage) -> None:
+            super().__init__()
+            self.asked = asked
+            self.page = page
+
+    class LoadFailed(Message):
+        """Reading the page failed; the reason is shown in place."""
+
+        def __init__(self, reason: str) -> None:
+            super().__init__()
+            self.reason = reason
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query_state = WorkflowsQuery()
+        self.page: WorkflowsPage | None = None
+        self._loading = False
+        self._dirty = False
+        self._stale = False
+        self._cursor_after: int | None = None
+
+    @property
+    def console(self) -> ReplaylogConsole:
+        """The app, typed."""
+        return cast("ReplaylogConsole", self.app)
+
+    def compose(self) -> ComposeResult:
+        """The title bar, the status counts, the filter, the table and the page line."""
+        yield Static(id="topbar")
+        yield Static(id="counts")
+        yield Input(placeholder="filter by id or workflow name (enter: done, esc: clear)", id="filter")
+        yield PagedTable(id="workflows")
+        yield Static(id="pageinfo")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Build the columns and ask for the first page."""
+        table = self.query_one(PagedTable)
+        for key, _label, width in COLUMNS:
+            table.add_column(self._label(key), key=key, width=width)
+        self.query_one("#filter", Input).display = False
+        self._draw_topbar()
+        self.reload()
+        # Ages ("4s ago") move without a commit; redraw them from the cached page.
+        self.set_interval(5, self._redraw, name="ages")
+        table.focus()
+
+    # -- loading
+
+    @property
+    def busy(self) -> bool:
+        """Whether a page is still on its way."""
+        return self._loading or self._dirty
+
+    def reload(self) -> None:
+        """Re-query the page on screen; coalesce requests while one read is running."""
+        if self._loading:
+            self._dirty = True
+            return
+        self._loading, self._dirty = True, False
+        self._fetch(self.query_state)
+
+    @work(thread=True, group="workflows", exit_on_error=False)
+    def _fetch(self, query: WorkflowsQuery) -> None:
+        try:
+            with self.console.open_store() as store:  # this thread's own connection
+                page = fetch_workflows(store, query)
+        except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
+            self.post_message(self.LoadFailed(str(exc)))
+            return
+        self.post_message(self.PageLoaded(query, page))
+
+    def on_workflows_screen_page_loaded(self, message: PageLoaded) -> None:
+        """Show the page if it answers the current question; else ask again."""
+        self._loading = False
+        if message.asked == self.query_state:
+            self.query_state = message.page.query  # the store may have clamped the offset
+            self.page = message.page
+            self._redraw()
+        elif not self._dirty:
+            self._dirty = True
+        if self._dirty:
+            self.reload()
+
+    def on_workflows_screen_load_failed(self, message: LoadFailed) -> None:
+        """Say why the list could not be read; the next change or key tries again."""
+        self._loading = False
+        self.query_one("#pageinfo", Static).update(Text(f"cannot read the database: {message.reason}", "red"))
+        if self._dirty:
+            self.reload()
+
+    def database_changed(self, *, visible: bool) -> None:
+        """Re-query now if on screen, else when shown again."""
+        if visible:
+            self.reload()
+        else:
+            self._stale = True
+
+    def on_screen_resume(self) -> None:
+        """Catch up with changes made while another screen was on top."""
+        if self._stale:
+            self._stale = False
+            self.reload()
+
+    # -- drawing
+
+    def _label(self, key: str) -> Text:
+        label = dict((k, lbl) for k, lbl, _ in COLUMNS)[key]
+        if key == self.query_state.sort:
+            return Text(f"{label} {'▼' if self.query_state.descending else '▲'}", style="bold")
+        return Text(label)
+
+    def _draw_topbar(self) -> None:
+        app = self.console
+        bar = Text("replaylog", style="bold")
+        bar.append("  workflows", style="")
+        bar.append(f"   {app.db_path.name}", style="dim")
+        if app.readonly:
+            bar.append("  read-only", style="bold yellow")
+        self.query_one("#topbar", Static).update(bar)
+
+    def _redraw(self) -> None:
+        page = self.page
+        if page is None:
+            return
+        now = self.console.clock()
+        q = page.query
+        counts = Text()
+        counts.append(" 0 all ", style="reverse" if q.status is None else "")
+        counts.append(f" {sum(page.counts.values()):,}   ")
+        for key, status in STATUS_KEYS.items():
+            counts.append(f" {key} ", style="reverse" if q.status == status else "dim")
+            counts.append(f" {status} ", style=STATUS_STYLES[status])
+            counts.append(f"{page.counts.get(status, 0):,}   ")
+        self.query_one("#counts", Static).update(counts)
+        table = self.query_one(PagedTable)
+        for key, _, _ in COLUMNS:
+            table.columns[ColumnKey(key)].label = self._label(key)
+        rows = [
+            (r.id, [text(r.id), text(r.workflow), status_text(r.status), text(r.blocked_on or ""),
+                    Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim")])
+            for r in page.rows
+        ]
+        table.has_more_before = q.offset > 0
+        table.has_more_after = q.offset + len(page.rows) < page.total
+        table.set_page(rows, cursor_at=self._cursor_after)
+        self._cursor_after = None
+        table.refresh()
+        info = Text()
+        if page.total:
+            info.append(f" {q.offset + 1:,}–{q.offset + len(page.rows):,} of {page.total:,}")
+        else:
+            info.append(" no workflows match" if (q.status or q.text) else " no workflows yet")
+        info.append(f"   sorted by {q.sort} {'▼' if q.descending else '▲'}", style="dim")
+        if q.text:
+            info.append("   filter: ", style="dim")
+            info.append_text(text(q.text, "bold"))
+        self.query_one("#pageinfo", Static).update(info)
+
+    def _ask(self, query: WorkflowsQuery, cursor: int | None = 0) -> None:
+        self.query_state = query
+        self._cursor_after = cursor
+        self.reload()
+
+    # -- actions
+
+    def action_filter(self) -> None:
+        """Show the filter box and type into it."""
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self._ask(replace(self.query_state, text=event.value, offset=0))
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        if not event.value:
+            event.input.display = False
+        self.query_one(PagedTable).focus()
+
+    def action_clear_filter(self) -> None:
+        """Drop the text filter (esc)."""
+        box = self.query_one("#filter", Input)
+        if box.value or box.display:
+            box.value = ""
+            box.display = False
+            self.query_one(PagedTable).focus()
+            self._ask(replace(self.query_state, text="", offset=0))
+
+    def action_status(self, status: str | None) -> None:
+        """Show only workflows in one status (None: all)."""
+        self._ask(replace(self.query_state, status=status, offset=0))
+
+    def action_sort(self, key: str | None = None) -> None:
+        """Sort by the next column (or by `key`)."""
+        q = self.query_state
+        if key is None:
+            key = SORT_ORDER[(SORT_ORDER.index(q.sort) + 1) % len(SORT_ORDER)] if q.sort in SORT_ORDER else "id"
+        self._ask(replace(q, sort=key, offset=0))
+
+    def action_reverse(self) -> None:
+        """Flip the sort direction."""
+        self._ask(replace(self.query_state, descending=not self.query_state.descending, offset=0))
+
+    def action_page(self, delta: int) -> None:
+        """Load the next (1) or previous (-1) page."""
+        q = self.query_state
+        offset = max(0, q.offset + delta * q.limit)
+        if self.page is not None and offset >= self.page.total:
+            return
+        if offset != q.offset:
+            self._ask(replace(q, offset=offset), cursor=0 if delta > 0 else q.limit - 1)
+
+    @on(PagedTable.PageRequested)
+    def _edge(self, event: PagedTable.PageRequested) -> None:
+        self.action_page(event.delta)
+
+    @on(DataTable.HeaderSelected)
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        if key == self.query_state.sort:
+            self.action_reverse()
+        else:
+            self.action_sort(key)
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.console.open_workflow(event.row_key.value)
+
+    def action_open(self) -> None:
+        """Open the workflow under the cursor."""
+        key = self.query_one(PagedTable).current_key
+        if key is not None:
+            self.console.open_workflow(key)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only console has no signal action at all: hidden from the footer and inert."""
+        return not (action == "signal" and self.console.readonly)
+
+    def action_signal(self) -> None:
+        """Send a signal to the workflow under the cursor."""
+        key = self.query_one(PagedTable).current_key
+        if key is None or self.page is None:
+            return
+        row = next((r for r in self.page.rows if r.id == key), None)
+        self.console.open_signal_dialog(key, row.blocked_on if row else None)
