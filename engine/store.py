@@ -42,6 +42,9 @@ SCHEMA_VERSION = 1
 APPLICATION_ID = 0x52504C47
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 BUSY_TIMEOUT_S = 10.0
+# The size the WAL file is truncated back to after it restarts (SQLite's autocheckpoint
+# keeps it near 4 MiB while nothing pins it).
+WAL_SIZE_LIMIT = 8 * 1024 * 1024
 STATUSES = ("pending", "running", "blocked", "completed", "failed")
 OPEN_STATUSES = ("pending", "running", "blocked")
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
@@ -219,6 +222,9 @@ class SQLiteStore:
                 if mode.lower() != "wal":
                     raise StoreError(f"database {path} could not be switched to WAL (journal_mode={mode})")
                 conn.execute("PRAGMA synchronous = FULL")
+                # Once a checkpoint lets the WAL restart, cut the file back: a burst behind a
+                # long reader must not leave a WAL of that size on disk for good.
+                conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             self._check_schema(conn)
         except sqlite3.DatabaseError as exc:
             conn.close()
@@ -684,9 +690,31 @@ class SQLiteStore:
         """PRAGMA integrity_check's verdict ("ok" when sound)."""
         return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
-    def checkpoint(self) -> None:
-        """Fold the WAL back into the database file (PASSIVE: never waits on readers)."""
-        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
+        """Fold the WAL back into the database file; return (busy, WAL frames, frames copied).
+
+        PASSIVE never waits. With `restart`, wait up to `wait` seconds for the readers
+        still using the WAL to finish, so the next write starts it from the beginning:
+        readers that keep overlapping otherwise pin it and it grows without bound (the
+        autocheckpoint copies frames but can never restart the log). A RESTART checkpoint
+        holds writers back while it waits, hence the short wait.
+        """
+        if not restart:
+            row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return int(row[0]), int(row[1]), int(row[2])
+        self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        try:
+            row = self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def wal_bytes(self) -> int:
+        """The size of the WAL file in bytes (0 if there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            return 0
 
 
 def open_store(path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> SQLiteStore:

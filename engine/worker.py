@@ -1,8 +1,8 @@
 """The background worker: claim (lease) → load history once → run core → commit each outcome.
 
-One worker process runs many workflows at once, one thread each; a single committer
-thread owns the write connection and commits the outcomes of every thread that is
-waiting in one transaction (group commit). Each outcome is durable before its
+One worker process runs many workflows at once, one thread each; one write connection
+commits the outcomes of every thread that is waiting in one transaction (group commit,
+led by whichever waiting thread finds the connection free). Each outcome is durable before its
 workflow continues. Writes are fenced by the lease epoch: a worker that lost its
 lease has its writes refused, so no slot is ever recorded twice.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import socket
+import sqlite3
 import threading
 import time
 import uuid
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
-from engine.errors import LeaseLostError, UnknownWorkflowError
+from engine.errors import LeaseLostError, ReplaylogError, UnknownWorkflowError
 from engine.store import Claim, PendingRecord, SQLiteStore
 
 log = logging.getLogger("replaylog.worker")
@@ -35,6 +35,12 @@ DEFAULT_POLL = 0.002
 # Leases lapse with time, not with a commit, so look for lapsed ones on a timer too.
 LAPSE_CHECK = 0.25
 DEAD_OWNER_CHECK = 1.0
+# Readers whose transactions keep overlapping (a slow console, a backup) stop SQLite's
+# autocheckpoint from ever restarting the WAL, and it grows without bound. Past this
+# size the worker asks for a RESTART checkpoint, which waits briefly for those readers.
+WAL_RESTART_AT = 8 * 1024 * 1024
+WAL_CHECK = 0.5
+WAL_RESTART_WAIT = 1.0
 
 
 class WorkerStopping(BaseException):
@@ -49,58 +55,86 @@ class _Request:
     done: threading.Event = field(default_factory=threading.Event)
     ok: bool = False
     error: BaseException | None = None
+    # Set (with `done`) when the commit in progress ended and this request's thread is
+    # to commit next, instead of being committed.
+    lead: bool = False
 
 
 class Committer:
-    """Owns the write connection; commits every waiting request in one transaction."""
+    """Owns the write connection; commits every waiting request in one transaction.
+
+    Group commit by leader hand-off rather than by a commit thread: a thread that
+    submits while no commit is in progress commits its own request at once (a lone
+    workflow pays no thread switch per slot, which cost as much as the fsync); a thread
+    that submits during a commit queues its request and sleeps, and when that commit
+    ends the first queued thread commits everything queued by then in one transaction.
+    The connection is used by one thread at a time: only the leader touches it.
+    """
 
     def __init__(self, path: Path, ttl: float, max_payload: int | None = None) -> None:
         self._path = path
         self._ttl = ttl
         self._max_payload = max_payload
-        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="replaylog-committer", daemon=True)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending: list[_Request] = []
+        self._leading = False
+        self._store: SQLiteStore | None = None
         self.batches = 0
         self.commits = 0
 
     def start(self) -> None:
-        """Start the committer thread."""
-        self._thread.start()
+        """Open the write connection."""
+        self._store = SQLiteStore(self._path, max_payload=self._max_payload)
 
     def stop(self) -> None:
-        """Commit what is queued, then end the thread."""
-        self._queue.put(None)
-        self._thread.join()
+        """Wait for the commit in progress and what is queued behind it, then close the connection."""
+        with self._lock:
+            while self._leading or self._pending:
+                self._idle.wait()
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
     def submit(self, req: _Request) -> bool:
-        """Queue a request and wait until it is committed; True if it was written."""
-        self._queue.put(req)
-        req.done.wait()
+        """Commit a request (alone, or with others in one transaction); True if it was written."""
+        with self._lock:
+            self._pending.append(req)
+            lead = not self._leading
+            self._leading = True
+        if not lead:
+            req.done.wait()
+            if req.lead:
+                req.done.clear()
+                lead = True
+        if lead:
+            self._lead()
         if req.error is not None:
             raise req.error
         return req.ok
 
-    def _run(self) -> None:
-        store = SQLiteStore(self._path, max_payload=self._max_payload)
+    def _lead(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
         try:
-            stopping = False
-            while not stopping:
-                first = self._queue.get()
-                if first is None:
-                    break
-                batch = [first]
-                while True:
-                    try:
-                        nxt = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if nxt is None:
-                        stopping = True
-                        break
-                    batch.append(nxt)
+            store = self._store
+            if store is None:
+                err = RuntimeError("the committer is stopped")
+                for r in batch:
+                    r.error = err
+                    r.done.set()
+            else:
                 self._commit(store, batch)
         finally:
-            store.close()
+            with self._lock:
+                if self._pending:
+                    # Hand over: the oldest waiter commits what queued up during this commit.
+                    nxt = self._pending[0]
+                    nxt.lead = True
+                    nxt.done.set()
+                else:
+                    self._leading = False
+                    self._idle.notify_all()
 
     def _commit(self, store: SQLiteStore, batch: list[_Request]) -> None:
         records = [r for r in batch if r.record is not None]
@@ -189,6 +223,7 @@ class Worker:
         self._local = threading.local()
         self.committer = Committer(self.path, ttl, max_payload)
         self.completed = 0
+        self.checkpoints = 0
 
     # -- control
 
@@ -227,6 +262,7 @@ class Worker:
         next_lapse_check = 0.0
         next_renew = time.monotonic() + self.ttl / 3
         next_dead_check = 0.0
+        next_wal_check = 0.0
         dead: list[str] = []
         while not self._stopping.is_set():
             now = time.monotonic()
@@ -246,6 +282,9 @@ class Worker:
             if now >= next_renew:
                 self._renew(store)
                 next_renew = now + self.ttl / 3
+            if now >= next_wal_check:
+                self._bound_wal(store)
+                next_wal_check = now + WAL_CHECK
             self._threads = [t for t in self._threads if t.is_alive()]
             if until_idle and not self._active and not store.has_runnable():
                 return
@@ -261,6 +300,19 @@ class Worker:
             if host == self._host and owner != self.owner and pid_text.isdigit() and not _pid_alive(int(pid_text)):
                 dead.append(owner)
         return dead
+
+    def _bound_wal(self, store: SQLiteStore) -> None:
+        """Restart the WAL once it has grown past WAL_RESTART_AT (see there for why)."""
+        if store.wal_bytes() <= WAL_RESTART_AT:
+            return
+        try:
+            busy, frames, copied = store.checkpoint(restart=True, wait=WAL_RESTART_WAIT)
+        except (ReplaylogError, sqlite3.Error) as exc:
+            # Only a missed chance to shrink the WAL: the next check tries again.
+            log.warning("WAL checkpoint failed: %s", exc)
+            return
+        self.checkpoints += 1
+        log.debug("WAL checkpoint: busy=%s frames=%s copied=%s", busy, frames, copied)
 
     def _renew(self, store: SQLiteStore) -> None:
         with self._lock:
