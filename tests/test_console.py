@@ -1,0 +1,481 @@
+"""The operator console, driven by Pilot over a real seeded SQLite file (no store mocks)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from console_seed import ROLES, copy_db, seed, seed_long_history
+from textual.command import CommandList
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Static, TextArea
+
+from conftest import cli_env, start_worker
+from console.app import ReplaylogConsole
+from console.data import SLOT_PAGE, WORKFLOW_PAGE
+from console.diagnosis_view import DiagnosisView
+from console.help_screen import HelpScreen
+from console.paged_table import PagedTable
+from console.signal_dialog import SignalDialog
+from console.slot_screen import SlotScreen
+from console.workflow_screen import WorkflowScreen
+from engine.app import load_app
+from engine.errors import ReadOnlyError
+from engine.store import SQLiteStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def seeded_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One seeded database per test process; each test gets its own copy."""
+    db = tmp_path_factory.mktemp("console-seed") / "replaylog.db"
+    seed(db)
+    return db
+
+
+@pytest.fixture
+def console_db(seeded_template: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the seeded database."""
+    return copy_db(seeded_template, tmp_path / "replaylog.db")
+
+
+def rendered(widget: Static) -> str:
+    """What a Static shows, as plain text."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+def ids(app: ReplaylogConsole) -> list[str]:
+    return column(app.screen.query_one(PagedTable), "id")
+
+
+# ------------------------------------------------------------------ the list
+
+
+@async_test
+async def test_list_shows_every_workflow_with_status_counts(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        assert sorted(column(table, "id")) == sorted(ROLES.values())
+        statuses = dict(zip(column(table, "id"), column(table, "status"), strict=True))
+        assert statuses[ROLES["blocked"]] == "blocked"
+        assert statuses[ROLES["completed"]] == "completed"
+        assert column(table, "updated")[0] == "42s ago"  # the injected clock, not the wall clock
+        counts = rendered(app.screen.query_one("#counts", Static))
+        assert "blocked 1" in counts and "failed 4" in counts and "completed 1" in counts
+
+
+@async_test
+async def test_slash_filters_by_id_or_name_and_esc_clears(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *"refund")
+        await settle(pilot)
+        assert sorted(ids(app)) == ["refund-12", "refund-7", "refund-v1-8"]
+        await pilot.press("enter", "escape")
+        await settle(pilot)
+        assert len(ids(app)) == len(ROLES)
+        assert not app.screen.query_one("#filter", Input).display
+
+
+@async_test
+async def test_status_keys_filter_and_sort_keys_order(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("5")  # failed
+        await settle(pilot)
+        assert sorted(ids(app)) == sorted([ROLES["nondeterministic"], ROLES["activity_failure"], ROLES["markup"],
+                                           ROLES["diverged"]])
+        await pilot.press("0", "o")  # all, then sort by the column after "updated": id, descending
+        await settle(pilot)
+        assert ids(app) == sorted(ROLES.values(), reverse=True)
+        await pilot.press("r")
+        await settle(pilot)
+        assert ids(app) == sorted(ROLES.values())
+
+
+@async_test
+async def test_clicking_a_header_sorts_by_that_column(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        table.post_message(DataTable.HeaderSelected(table, table.columns[next(iter(table.columns))].key, 0,
+                                                    table.columns[next(iter(table.columns))].label))
+        await settle(pilot)
+        assert app.screen.query_state.sort == "id"
+        assert ids(app) == sorted(ROLES.values(), reverse=True)
+
+
+@async_test
+async def test_list_pages_in_sql_and_walks_past_the_page_edge(db_path: Path) -> None:
+    with SQLiteStore(db_path) as store:
+        for i in range(WORKFLOW_PAGE + 20):
+            store.start_workflow("refund", i, workflow_id=f"wf-{i:04d}")
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o", "r")  # by id, ascending
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        assert table.row_count == WORKFLOW_PAGE  # one page, never every row
+        table.move_cursor(row=WORKFLOW_PAGE - 1)
+        await pilot.press("j")  # past the last row: the next page
+        await settle(pilot)
+        assert ids(app)[0] == f"wf-{WORKFLOW_PAGE:04d}" and table.row_count == 20
+        await pilot.press("k")  # above the first row: back again, cursor on the last row
+        await settle(pilot)
+        assert ids(app)[-1] == f"wf-{WORKFLOW_PAGE - 1:04d}" and table.cursor_row == WORKFLOW_PAGE - 1
+
+
+# ------------------------------------------------------------------ one workflow
+
+
+async def open_workflow(pilot: Pilot[None], workflow_id: str) -> WorkflowScreen:
+    app = pilot.app
+    await settle(pilot)
+    await pilot.press("slash", *workflow_id, "enter")
+    await settle(pilot)
+    table = app.screen.query_one(PagedTable)
+    table.move_cursor(row=column(table, "id").index(workflow_id))
+    await pilot.press("enter")
+    await settle(pilot)
+    assert isinstance(app.screen, WorkflowScreen)
+    return app.screen
+
+
+@async_test
+async def test_enter_opens_a_workflow_with_slots_and_signals(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["completed"])
+        summary = rendered(screen.query_one("#summary", Static))
+        assert "completed" in summary and '"status": "refunded"' in summary
+        slots = screen.query_one("#slot-table", PagedTable)
+        assert column(slots, "name") == ["fetch_invoice", "now", "charge_card"]
+        assert column(slots, "ok") == ["ok", "ok", "ok"]
+        signals = screen.query_one("#signal-table", DataTable)
+        assert column(signals, "name") == ["approval"] and column(signals, "state") == ["consumed"]
+        await pilot.press("escape")
+        assert not isinstance(app.screen, WorkflowScreen)
+
+
+@async_test
+async def test_enter_on_a_slot_shows_its_value_as_pretty_json(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["completed"])
+        screen.query_one("#slot-table", PagedTable).move_cursor(row=2)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SlotScreen)
+        body = app.screen.query_one("#slot-value Static", Static)
+        shown = rendered(body)
+        assert '"charged": -700' in shown and '"idempotency_key": "refund-7:2"' in shown
+        assert '{\n  "charged"' in shown  # pretty-printed, not one line
+        await pilot.press("escape")
+        assert isinstance(app.screen, WorkflowScreen)
+
+
+@async_test
+async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> None:
+    seed_long_history(db_path, "long-1", 50_000)
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        started = time.perf_counter()
+        app.open_workflow("long-1")
+        await settle(pilot)
+        elapsed = time.perf_counter() - started
+        slots = app.screen.query_one("#slot-table", PagedTable)
+        assert slots.row_count == SLOT_PAGE
+        assert elapsed < 2.0, f"opening a 50,000-slot history took {elapsed:.2f}s"
+        await pilot.press("right_square_bracket")
+        await settle(pilot)
+        assert column(slots, "slot")[0] == str(SLOT_PAGE)
+
+
+# ------------------------------------------------------------------ signals
+
+
+async def open_dialog(pilot: Pilot[None], workflow_id: str) -> SignalDialog:
+    await open_workflow(pilot, workflow_id)
+    await pilot.press("s")
+    await pilot.pause()
+    assert isinstance(pilot.app.screen, SignalDialog)
+    return pilot.app.screen
+
+
+@async_test
+async def test_sending_a_valid_signal_writes_through_the_store_and_shows_the_new_state(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(pilot, ROLES["blocked"])
+        assert dialog.query_one("#signal-name", Input).value == "approval"  # what it is blocked on
+        dialog.query_one("#payload", TextArea).text = '{"approved": true, "by": "test"}'
+        await pilot.press("ctrl+s")
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog))
+        with SQLiteStore(console_db, readonly=True) as store:
+            sig = store.list_signals(ROLES["blocked"])[-1]
+            assert (sig.name, sig.payload) == ("approval", {"approved": True, "by": "test"})
+            assert store.get_workflow(ROLES["blocked"]).status == "pending"
+        screen = app.screen
+        assert await wait_until(pilot, lambda: "pending" in rendered(screen.query_one("#summary", Static)), 2.0)
+
+
+@async_test
+async def test_invalid_json_is_refused_with_the_reason_as_you_type(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(pilot, ROLES["blocked"])
+        dialog.query_one("#payload", TextArea).text = '{"approved": tru'
+        await pilot.pause()
+        reason = rendered(dialog.query_one("#validation", Static))
+        assert "not JSON" in reason and "line 1" in reason
+        assert dialog.query_one("#send").disabled
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, SignalDialog)
+        with SQLiteStore(console_db, readonly=True) as store:
+            assert [s.name for s in store.list_signals(ROLES["blocked"])] == ["[/bold]note"]
+
+
+@async_test
+async def test_a_completed_workflow_refuses_the_signal_in_place(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(pilot, ROLES["completed"])
+        dialog.query_one("#signal-name", Input).value = "approval"
+        await pilot.press("ctrl+s")
+        refusal = dialog.query_one("#refusal", Static)
+        assert await wait_until(pilot, lambda: "accepts no signals" in rendered(refusal))
+        assert isinstance(app.screen, SignalDialog)
+        with SQLiteStore(console_db, readonly=True) as store:
+            assert len(store.list_signals(ROLES["completed"])) == 1
+
+
+@async_test
+async def test_unknown_ids_and_oversized_payloads_are_refused_in_place(
+        console_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAYLOG_MAX_PAYLOAD", "40")
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_signal_dialog("no-such-workflow", "approval")
+        await pilot.pause()
+        dialog = app.screen
+        await pilot.press("ctrl+s")
+        refusal = dialog.query_one("#refusal", Static)
+        assert await wait_until(pilot, lambda: "no workflow with id" in rendered(refusal))
+        await pilot.press("escape")
+        app.open_signal_dialog(ROLES["blocked"], "approval")
+        await pilot.pause()
+        dialog = app.screen
+        dialog.query_one("#payload", TextArea).text = json.dumps({"note": "x" * 50})
+        await pilot.press("ctrl+s")
+        refusal = dialog.query_one("#refusal", Static)
+        assert await wait_until(pilot, lambda: "over the cap of 40 bytes" in rendered(refusal))
+
+
+@async_test
+async def test_readonly_offers_no_write_action(console_db: Path) -> None:
+    app = make_app(console_db, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        offered = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert "signal" not in offered and "filter" in offered
+        await pilot.press("s")
+        await pilot.pause()
+        screen = await open_workflow(pilot, ROLES["blocked"])
+        await pilot.press("s")
+        await pilot.pause()
+        assert app.screen is screen  # no dialog
+        assert not screen.check_action("signal", ())
+        app.open_signal_dialog(ROLES["blocked"], "approval")  # even asked directly, nothing opens
+        await pilot.pause()
+        assert app.screen is screen
+        with app.open_store() as store, pytest.raises(ReadOnlyError):
+            store.send_signal(ROLES["blocked"], "approval", True)  # the connection itself is mode=ro
+
+
+# ------------------------------------------------------------------ live
+
+
+@async_test
+async def test_a_worker_moving_a_workflow_shows_within_a_second(console_db: Path) -> None:
+    worker = start_worker(console_db, "--app", "console_workflows")
+    try:
+        app = make_app(console_db)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            table = app.screen.query_one(PagedTable)
+
+            def status_of(workflow_id: str) -> str:
+                return dict(zip(column(table, "id"), column(table, "status"), strict=True)).get(workflow_id, "")
+
+            assert status_of(ROLES["blocked"]) == "blocked"
+            with SQLiteStore(console_db) as store:
+                store.send_signal(ROLES["blocked"], "approval", {"approved": True, "by": "test"})
+                assert await wait_until(pilot, lambda: store.get_workflow(ROLES["blocked"]).status == "completed",
+                                        30)
+            moved = time.monotonic()
+            assert await wait_until(pilot, lambda: status_of(ROLES["blocked"]) == "completed", 1.0)
+            assert time.monotonic() - moved < 1.0
+            assert "completed 2" in rendered(app.screen.query_one("#counts", Static))
+    finally:
+        worker.terminate()
+        worker.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ diagnosis
+
+
+@async_test
+async def test_a_divergence_is_aligned_from_the_stored_diagnostic_without_the_code(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["diverged"])
+        aligned = screen.query_one("#aligned", DataTable)
+        assert column(aligned, "recorded") == ["activity:pick"] * 3 + ["now:now"]
+        assert column(aligned, "issued") == ["activity:pick"] * 3 + ["activity:weigh"]
+        assert column(aligned, "note")[3] == "◀ first divergence"
+        assert aligned.cursor_row == 3
+
+
+@async_test
+async def test_a_divergence_is_aligned_by_a_dry_replay_of_the_current_code(console_db: Path) -> None:
+    app = make_app(console_db, registry=load_app("console_workflows"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["diverged"])
+        aligned = screen.query_one("#aligned", DataTable)
+        assert column(aligned, "mark") == ["=", "=", "=", "≠"]
+        summary = rendered(screen.query_one("#diag-summary", Static))
+        assert "dry replay against the current code" in summary
+        await pilot.press("c")
+        await settle(pilot)
+        summary = rendered(screen.query_one("#diag-summary", Static))
+        assert "non-determinism at slot 3" in summary.split("check", 1)[1]
+
+
+@async_test
+async def test_check_reports_a_clean_replay(console_db: Path) -> None:
+    app = make_app(console_db, registry=load_app("console_workflows"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["blocked"])
+        await pilot.press("c")
+        await settle(pilot)
+        summary = rendered(screen.query_one(DiagnosisView).query_one("#diag-summary", Static))
+        assert "replays cleanly; blocked on signal 'approval'" in summary
+
+
+@async_test
+async def test_an_activity_failure_shows_error_attempts_and_slot(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["activity_failure"])
+        summary = rendered(screen.query_one("#diag-summary", Static))
+        assert "carrier_down" in summary and "RuntimeError: carrier API returned 503 for A-9" in summary
+        assert "attempts" in summary and " 2" in summary.split("attempts", 1)[1].splitlines()[0]
+        await pilot.press("c")
+        await settle(pilot)
+        assert "start the console with --app" in rendered(screen.query_one("#diag-summary", Static))
+
+
+# ------------------------------------------------------------------ conventions
+
+
+@async_test
+async def test_stored_markup_and_escape_codes_render_literally(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert ROLES["markup"] in ids(app)
+        screen = await open_workflow(pilot, ROLES["markup"])
+        summary = rendered(screen.query_one("#summary", Static))
+        assert "hostile[/bold]" in summary and "[/bold][red]not markup\\x1b[31m" in summary
+        assert "\x1b" not in summary
+        slots = screen.query_one("#slot-table", PagedTable)
+        assert column(slots, "name") == ["shout[/bold]"]
+        await pilot.press("escape")
+        screen = await open_workflow(pilot, ROLES["blocked"])
+        await pilot.press("2")
+        signals = screen.query_one("#signal-table", DataTable)
+        assert column(signals, "name") == ["[/bold]note"]
+        assert column(signals, "payload") == ['{"text": "[red]\\u001b[2J[/red]"}']
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, SlotScreen)
+        assert "[red]\\u001b[2J[/red]" in rendered(app.screen.query_one("#slot-value Static", Static))
+
+
+@async_test
+async def test_help_lists_the_keys(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@async_test
+async def test_the_palette_goes_to_a_workflow_id(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+p", *"ship-9")
+
+        def offered() -> list[str]:
+            hits = app.screen.query(CommandList)
+            return [str(hits.first().get_option_at_index(i).prompt) for i in range(hits.first().option_count)
+                    ] if hits else []
+
+        assert await wait_until(pilot, lambda: any("Go to workflow ship-9" in hit for hit in offered()))
+        await pilot.press("down", "enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowScreen))
+        assert app.screen.workflow_id == "ship-9"
+
+
+@async_test
+async def test_go_to_an_unknown_id_says_so_in_place(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("g", *"nope", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, WorkflowScreen)
+        assert "no workflow with id 'nope'" in rendered(app.screen.query_one("#summary", Static))
+
+
+# ------------------------------------------------------------------ walls
+
+
+def test_the_engine_never_imports_textual_or_the_console() -> None:
+    code = ("import sys, engine, engine.cli, engine.store, engine.core, engine.app, engine.demo; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'console')); print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_console_never_imports_the_worker() -> None:
+    code = "import sys, console.app; print('engine.worker' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT,
+                         check=True).stdout
+    assert out.strip() == "False"
