@@ -83,4 +83,4 @@ class SlotScreen(ModalScreen[None]):
 
 def _json(value: object) -> Syntax:
     # Syntax never parses markup, and pretty_json has escaped control characters.
-    return Syntax(pretty_json(value), "json", theme="ansi_dark", word_wrap=True, background_color="default")
+    return Syntax(pretty_json(value), "json", theme="ansi_dark", word_wrap=True)

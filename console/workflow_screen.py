@@ -95,7 +95,7 @@ class WorkflowScreen(Screen[None]):
         """Columns, then the first read."""
         slots = self.query_one("#slot-table", PagedTable)
         for key, label, width in (("slot", "slot", 7), ("kind", "kind", 8), ("name", "name", 20), ("ok", "ok", 9),
-                                  ("value", "value / error", 44), ("attempts", "attempts", 8),
+                                  ("value", "value / error", 38), ("attempts", "attempts", 8),
                                   ("when", "when (UTC)", 13)):
             slots.add_column(Text(label), key=key, width=width)
         signals = self.query_one("#signal-table", DataTable)
@@ -183,7 +183,8 @@ class WorkflowScreen(Screen[None]):
                 self._diagnosing = True
                 self._diagnose(False)
                 if first:
-                    self.query_one(TabbedContent).active = "diagnosis"
+                    # After the next refresh: TabbedContent activates its first tab on mount.
+                    self.call_after_refresh(self.action_tab, "diagnosis")
             elif self.diagnosis is None:
                 self.query_one(DiagnosisView).show(Diagnosis(self.workflow_id, "none", ""))
         if self._dirty:
@@ -230,7 +231,7 @@ class WorkflowScreen(Screen[None]):
             rows.append((str(c.slot), [
                 Text(str(c.slot), justify="right"), text(c.kind), text(c.name),
                 Text("ok", style="green") if c.ok else Text("failed", style="bold red"),
-                value_preview(c.value, 44) if c.ok else text(c.error or "", "red"),
+                value_preview(c.value, 38) if c.ok else text(c.error or "", "red"),
                 Text(str(c.attempts), justify="right", style="" if c.attempts == 1 else "yellow"),
                 Text(utc(c.recorded_at, millis=True), style="dim"),
             ]))
