@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Static
 
 from console.data import Diagnosis
 from console.format import text, utc
+from console.paged_table import PagedTable
 from engine.text import printable
 
 VERDICT_STYLES = {"match": "green", "diverges": "bold red", "after": "dim", "unknown": "dim"}
@@ -22,7 +23,7 @@ class DiagnosisView(Vertical):
     def compose(self) -> ComposeResult:
         """The summary and the aligned table."""
         yield Static(Text("reading…", style="dim"), id="diag-summary")
-        yield DataTable(id="aligned", cursor_type="row", zebra_stripes=False)
+        yield PagedTable(id="aligned")
 
     def on_mount(self) -> None:
         """The aligned table's columns; it stays hidden unless there is a divergence."""

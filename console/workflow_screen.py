@@ -86,7 +86,7 @@ class WorkflowScreen(Screen[None]):
                 yield PagedTable(id="slot-table")
                 yield Static(id="slot-info")
             with TabPane("Signals", id="signals"):
-                yield DataTable(id="signal-table", cursor_type="row", zebra_stripes=True)
+                yield PagedTable(id="signal-table")
             with TabPane("Diagnosis", id="diagnosis"):
                 yield DiagnosisView()
         yield Footer()

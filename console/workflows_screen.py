@@ -174,12 +174,14 @@ class WorkflowsScreen(Screen[None]):
         now = self.console.clock()
         q = page.query
         counts = Text()
-        counts.append(" 0 all ", style="reverse" if q.status is None else "")
-        counts.append(f" {sum(page.counts.values()):,}   ")
+        # The key that selects each status sits beside it; the active filter is in reverse.
+        counts.append("0 ", style="dim")
+        counts.append("all", style="bold reverse" if q.status is None else "bold")
+        counts.append(f" {sum(page.counts.values()):,}  ")
         for key, status in STATUS_KEYS.items():
-            counts.append(f" {key} ", style="reverse" if q.status == status else "dim")
-            counts.append(f" {status} ", style=STATUS_STYLES[status])
-            counts.append(f"{page.counts.get(status, 0):,}   ")
+            counts.append(f"{key} ", style="dim")
+            counts.append(status, style=STATUS_STYLES[status] + (" reverse" if q.status == status else ""))
+            counts.append(f" {page.counts.get(status, 0):,}  ")
         self.query_one("#counts", Static).update(counts)
         table = self.query_one(PagedTable)
         for key, _, _ in COLUMNS:
