@@ -216,13 +216,22 @@ class WorkflowScreen(Screen[None]):
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
         if detail.inflight is not None:
             i = detail.inflight
-            grid.add_row("in flight", text(
-                f"slot {i.slot}: activity {i.name} started {i.attempts} time(s), no recorded outcome — possibly ran",
-                "bold yellow"))
+            if self._lease_live(detail):
+                what = f"slot {i.slot}: activity {i.name} is running now (attempt {i.attempts})"
+            else:
+                # Nobody holds the lease: the attempt may have had its effect before the worker died.
+                what = (f"slot {i.slot}: activity {i.name} started {i.attempts} time(s), no recorded outcome"
+                        " — possibly ran")
+            grid.add_row("in flight", text(what, "bold yellow"))
         waiting = sum(not s.consumed for s in detail.signals)
         grid.add_row("history", Text(f"{row.slots:,} slot(s), {len(detail.signals)} signal(s), {waiting} waiting"))
         grid.add_row("times", Text(f"created {utc(row.created_at)}   updated {utc(row.updated_at)}", style="dim"))
         self.query_one("#summary", Static).update(grid)
+
+    def _lease_live(self, detail: WorkflowDetail) -> bool:
+        """Whether a worker holds the workflow's lease now (its in-flight activity is running, not lost)."""
+        row = detail.row
+        return row.status == "running" and row.lease_expires is not None and row.lease_expires > self.console.clock()
 
     def _draw_slots(self, detail: WorkflowDetail) -> None:
         table = self.query_one("#slot-table", PagedTable)
@@ -239,9 +248,10 @@ class WorkflowScreen(Screen[None]):
         at_end = detail.offset + len(detail.commands) >= total
         if detail.inflight is not None and at_end:
             i = detail.inflight
+            note = "running now" if self._lease_live(detail) else "started, no outcome: possibly ran"
             rows.append(("inflight", [
                 Text(str(i.slot), justify="right", style="bold yellow"), text("activity"), text(i.name),
-                Text("in flight", style="bold yellow"), Text("started, no outcome: possibly ran", style="yellow"),
+                Text("in flight", style="bold yellow"), Text(note, style="yellow"),
                 Text(str(i.attempts), justify="right", style="yellow"), Text(utc(i.started_at, millis=True), "dim"),
             ]))
         table.has_more_before = detail.offset > 0

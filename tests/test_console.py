@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
-from console_seed import ROLES, copy_db, seed, seed_long_history
+from console_seed import ROLES, copy_db, frozen_time, seed, seed_long_history
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
@@ -26,8 +26,9 @@ from console.signal_dialog import SignalDialog
 from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
 from engine.app import load_app
+from engine.core import CommandRecord
 from engine.errors import ReadOnlyError
-from engine.store import SQLiteStore
+from engine.store import PendingRecord, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -207,6 +208,26 @@ async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> N
         await pilot.press("right_square_bracket")
         await settle(pilot)
         assert column(slots, "slot")[0] == str(SLOT_PAGE)
+
+
+@async_test
+async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_path: Path) -> None:
+    with frozen_time(), SQLiteStore(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="crashed-1")
+        (claim,) = store.claim("dead-worker", ttl=1)  # the lease lapses long before the console looks
+        store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "fetch_invoice", True, 700))],
+                           started=[(claim, 1, "charge_card")], ttl=1)
+        store.commit_batch(started=[(claim, 1, "charge_card")], ttl=1)  # a second attempt started too
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow("crashed-1")
+        await settle(pilot)
+        summary = rendered(app.screen.query_one("#summary", Static))
+        assert "slot 1: activity charge_card started 2 time(s), no recorded outcome — possibly ran" in summary
+        slots = app.screen.query_one("#slot-table", PagedTable)
+        assert column(slots, "ok") == ["ok", "in flight"]
+        assert column(slots, "attempts")[-1] == "2"
 
 
 # ------------------------------------------------------------------ signals
