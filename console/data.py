@@ -44,7 +44,7 @@ class WorkflowsPage:
 
 
 def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery) -> WorkflowsPage:
-    """A page of workflows plus counts, in one short read transaction-free pass of cheap queries."""
+    """A page of workflows plus the header's counts: a LIMIT/OFFSET query and an index scan, never every row."""
     counts = store.status_counts()
     if query.text:
         total = store.count_workflows(status=query.status, text=query.text)
