@@ -5,17 +5,24 @@ Worker subprocesses load this module with `--app bench.app`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engine import Context, activity, workflow
 
 # How many times `tick` ran in this process: the resume benchmark proves with it that
 # replay re-executed nothing.
 CALLS = {"tick": 0}
+# A function `tick` calls with its argument, or None: the single-workflow benchmark
+# uses it to interleave floor measurements with the engine's at a fine grain.
+HOOK: Callable[[int], None] | None = None
 
 
 @activity
 def tick(i: int) -> int:
     """A trivial activity: returns its argument."""
     CALLS["tick"] += 1
+    if HOOK is not None:
+        HOOK(i)
     return i
 
 
