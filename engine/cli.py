@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal as signal_mod
+import sqlite3
 import subprocess
 import sys
 from datetime import datetime
@@ -23,7 +24,7 @@ from rich.text import Text
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.core import dry_replay
 from engine.errors import ReplaylogError, StoreError
-from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload
+from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload, is_damaged
 from engine.text import preview, printable
 
 DEFAULT_DB = "replaylog.db"
@@ -473,6 +474,14 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="replaylog", standalone_mode=True)
     except ReplaylogError as exc:  # a refusal that slipped past a command: still one line
         click.echo(f"replaylog: error: {printable(str(exc), oneline=True)}", err=True)
+        sys.exit(1)
+    except sqlite3.Error as exc:
+        # SQLite finds most damage only when a query reaches the damaged page, long after
+        # the file opened cleanly: still one line, and no traceback.
+        hint = ("; the file is damaged: check it with PRAGMA integrity_check and restore it from a backup"
+                if is_damaged(exc) else "")
+        click.echo(f"replaylog: error: the database cannot be read: {printable(str(exc), oneline=True)}{hint}",
+                   err=True)
         sys.exit(1)
 
 

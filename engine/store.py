@@ -17,7 +17,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,19 @@ def default_max_payload() -> int:
             raise StoreError(f"REPLAYLOG_MAX_PAYLOAD must be positive, not {value}")
         return value
     return DEFAULT_MAX_PAYLOAD
+
+
+# SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB.
+_DAMAGE_CODES = (11, 26)
+
+
+def is_damaged(exc: BaseException) -> bool:
+    """Whether an error means the database file itself is damaged (corrupt, or not SQLite).
+
+    Such an error will not go away by retrying, unlike "database is locked".
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _DAMAGE_CODES
 
 
 def _dumps(value: Any) -> str:
@@ -344,8 +357,14 @@ class SQLiteStore:
         conn.execute("BEGIN")
         try:
             yield conn
-        finally:
-            conn.execute("COMMIT")
+        except BaseException:
+            # End the snapshot without masking the error: on a damaged file COMMIT raises
+            # too, and that second error would hide the first.
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def _check_size(self, text: str, what: str) -> None:
         size = len(text.encode())

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
-from engine.errors import LeaseLostError, ReplaylogError, UnknownWorkflowError
-from engine.store import Claim, PendingRecord, SQLiteStore
+from engine.errors import LeaseLostError, NotADatabaseError, ReplaylogError, UnknownWorkflowError
+from engine.store import Claim, PendingRecord, SQLiteStore, is_damaged
 
 log = logging.getLogger("replaylog.worker")
 
@@ -224,6 +224,8 @@ class Worker:
         self.committer = Committer(self.path, ttl, max_payload)
         self.completed = 0
         self.checkpoints = 0
+        # Set when the database turns out to be damaged: run() raises it after stopping.
+        self.fatal: NotADatabaseError | None = None
 
     # -- control
 
@@ -250,12 +252,18 @@ class Worker:
         self.committer.start()
         try:
             self._loop(store, until_idle)
+        except sqlite3.DatabaseError as exc:
+            if not is_damaged(exc):
+                raise
+            self._damaged(exc)
         finally:
             self._stopping.set()
             for t in list(self._threads):
                 t.join()
             self.committer.stop()
             store.close()
+        if self.fatal is not None:
+            raise self.fatal
 
     def _loop(self, store: SQLiteStore, until_idle: bool) -> None:
         last_version = -1
@@ -300,6 +308,15 @@ class Worker:
             if host == self._host and owner != self.owner and pid_text.isdigit() and not _pid_alive(int(pid_text)):
                 dead.append(owner)
         return dead
+
+    def _damaged(self, exc: BaseException) -> None:
+        """Stop the worker on a damaged database file, instead of retrying its workflows forever."""
+        if self.fatal is None:
+            self.fatal = NotADatabaseError(
+                f"database {self.path} is damaged ({exc}); the worker stopped: check it with"
+                " PRAGMA integrity_check and restore it from a backup"
+            )
+        self.stop()
 
     def _bound_wal(self, store: SQLiteStore) -> None:
         """Restart the WAL once it has grown past WAL_RESTART_AT (see there for why)."""
@@ -355,8 +372,11 @@ class Worker:
         except LeaseLostError:
             self._event(claim.id, "lease lost to another worker; its writes were refused")
         except Exception as exc:
-            log.exception("%s crashed in the worker", claim.id)
-            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
+            if is_damaged(exc):
+                self._damaged(exc)
+            else:
+                log.exception("%s crashed in the worker", claim.id)
+                self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
         finally:
             with self._lock:
                 self._active.pop(claim.id, None)
