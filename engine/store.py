@@ -234,6 +234,9 @@ class SQLiteStore:
             conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # Refuse another application's file (or a newer schema) before anything writes:
+            # switching to WAL rewrites the file header.
+            self._refuse_foreign(conn)
             if not self.readonly:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
@@ -251,7 +254,8 @@ class SQLiteStore:
             raise
         return conn
 
-    def _check_schema(self, conn: sqlite3.Connection) -> None:
+    def _refuse_foreign(self, conn: sqlite3.Connection) -> int:
+        """Raise SchemaVersionError for a file that is not ours or is newer; return its version."""
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -262,6 +266,10 @@ class SQLiteStore:
                 f"{self.path} has schema version {version}, newer than this replaylog "
                 f"understands ({SCHEMA_VERSION}); upgrade replaylog"
             )
+        return int(version)
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        version = self._refuse_foreign(conn)
         if version == SCHEMA_VERSION:
             return
         if self.readonly:
