@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import sqlite3
 import threading
@@ -35,6 +36,9 @@ DEFAULT_POLL = 0.002
 # Leases lapse with time, not with a commit, so look for lapsed ones on a timer too.
 LAPSE_CHECK = 0.25
 DEAD_OWNER_CHECK = 1.0
+# With fewer than a quarter of its slots free, a busy worker claims at most this often
+# (seconds), so claims come in batches; an idle worker claims at once.
+CLAIM_COALESCE = 0.01
 # Readers whose transactions keep overlapping (a slow console, a backup) stop SQLite's
 # autocheckpoint from ever restarting the WAL, and it grows without bound. Past this
 # size the worker asks for a RESTART checkpoint, which waits briefly for those readers.
@@ -220,6 +224,9 @@ class Worker:
         self._lock = threading.Lock()
         self._active: dict[str, Claim] = {}
         self._threads: list[threading.Thread] = []
+        self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
+        self._claim_batch = max(1, self.concurrency // 4)
         self._local = threading.local()
         self.committer = Committer(self.path, ttl, max_payload)
         self.completed = 0
@@ -258,6 +265,9 @@ class Worker:
             self._damaged(exc)
         finally:
             self._stopping.set()
+            # Claims still queued run first (and are handed back); then one None per thread.
+            for _ in self._threads:
+                self._ready.put(None)
             for t in list(self._threads):
                 t.join()
             self.committer.stop()
@@ -271,6 +281,7 @@ class Worker:
         next_renew = time.monotonic() + self.ttl / 3
         next_dead_check = 0.0
         next_wal_check = 0.0
+        next_small_claim = 0.0
         dead: list[str] = []
         while not self._stopping.is_set():
             now = time.monotonic()
@@ -282,8 +293,14 @@ class Worker:
                 look = look or bool(dead)
             last_version = version
             free = self.concurrency - len(self._active)
+            if look and 0 < free < self._claim_batch and now < next_small_claim:
+                # Under load, claim in batches: every claim is a durable write that holds
+                # the write lock, and one per finished workflow starved the commits.
+                last_version = -1  # look again on a later pass
+                look = False
             if look and free > 0:
                 next_lapse_check = now + LAPSE_CHECK
+                next_small_claim = now + CLAIM_COALESCE
                 if store.has_claimable(dead):
                     for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead):
                         self._launch(claim)
@@ -293,7 +310,6 @@ class Worker:
             if now >= next_wal_check:
                 self._bound_wal(store)
                 next_wal_check = now + WAL_CHECK
-            self._threads = [t for t in self._threads if t.is_alive()]
             if until_idle and not self._active and not store.has_runnable():
                 return
             self._wake.wait(self.poll)
@@ -338,11 +354,29 @@ class Worker:
             store.renew(claims, ttl=self.ttl)
 
     def _launch(self, claim: Claim) -> None:
+        # Workflow threads are pooled: a thread and its connection outlive one workflow,
+        # because starting a thread and opening a connection per workflow cost more than
+        # running a short workflow does.
         with self._lock:
             self._active[claim.id] = claim
-        t = threading.Thread(target=self._run_one, args=(claim,), name=f"wf-{claim.id}", daemon=True)
-        self._threads.append(t)
-        t.start()
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        if spawn:
+            t = threading.Thread(target=self._serve, name=f"replaylog-wf-{len(self._threads)}", daemon=True)
+            self._threads.append(t)
+            t.start()
+        self._ready.put(claim)
+
+    def _serve(self) -> None:
+        """A pooled workflow thread: run claims one at a time until handed None."""
+        try:
+            while (claim := self._ready.get()) is not None:
+                self._run_one(claim)
+        finally:
+            store = getattr(self._local, "store", None)
+            if store is not None:
+                store.close()
 
     # -- one workflow
 
@@ -380,6 +414,7 @@ class Worker:
         finally:
             with self._lock:
                 self._active.pop(claim.id, None)
+                self._idle += 1  # this pooled thread is free for the next claim
             self._wake.set()
 
     def _execute(self, store: SQLiteStore, claim: Claim) -> Outcome | None:
