@@ -153,11 +153,13 @@ def _child(role: str, db: str, args: list[str]) -> dict[str, Any]:
         handle.get_result()
         return {}
     if role == "short-worker":
-        dbos.register_queue("bench", polling_interval_sec=QUEUE_POLL_S, worker_concurrency=64)
+        # Launched first (a queue can only be registered on a launched DBOS), but it
+        # dequeues nothing until the queue is registered, after the parent says go.
+        dbos.launch()
         print("ready", flush=True)
         sys.stdin.readline()
-        dbos.launch()
         launched = time.time()
+        dbos.register_queue("bench", polling_interval_sec=QUEUE_POLL_S, worker_concurrency=64)
         n = int(args[0])
         while _count(db, "SELECT COUNT(*) FROM workflow_status WHERE status = 'SUCCESS'") < n:
             time.sleep(0.01)
