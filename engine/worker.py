@@ -45,6 +45,9 @@ CLAIM_COALESCE = 0.01
 WAL_RESTART_AT = 8 * 1024 * 1024
 WAL_CHECK = 0.5
 WAL_RESTART_WAIT = 1.0
+# A reader that never lets go (a stuck console) makes every RESTART fail, and each try
+# holds writers back for WAL_RESTART_WAIT: after a failed try, wait longer before the next.
+WAL_RESTART_BACKOFF_MAX = 60.0
 
 
 class WorkerStopping(BaseException):
@@ -231,6 +234,7 @@ class Worker:
         self.committer = Committer(self.path, ttl, max_payload)
         self.completed = 0
         self.checkpoints = 0
+        self._wal_backoff = WAL_CHECK
         # Set when the database turns out to be damaged: run() raises it after stopping.
         self.fatal: NotADatabaseError | None = None
 
@@ -308,8 +312,7 @@ class Worker:
                 self._renew(store)
                 next_renew = now + self.ttl / 3
             if now >= next_wal_check:
-                self._bound_wal(store)
-                next_wal_check = now + WAL_CHECK
+                next_wal_check = now + self._bound_wal(store)
             if until_idle and not self._active and not store.has_runnable():
                 return
             self._wake.wait(self.poll)
@@ -334,18 +337,24 @@ class Worker:
             )
         self.stop()
 
-    def _bound_wal(self, store: SQLiteStore) -> None:
-        """Restart the WAL once it has grown past WAL_RESTART_AT (see there for why)."""
+    def _bound_wal(self, store: SQLiteStore) -> float:
+        """Restart the WAL once it has grown past WAL_RESTART_AT; return seconds until the next look."""
         if store.wal_bytes() <= WAL_RESTART_AT:
-            return
+            self._wal_backoff = WAL_CHECK
+            return WAL_CHECK
         try:
             busy, frames, copied = store.checkpoint(restart=True, wait=WAL_RESTART_WAIT)
         except (ReplaylogError, sqlite3.Error) as exc:
-            # Only a missed chance to shrink the WAL: the next check tries again.
+            # Only a missed chance to shrink the WAL: a later look tries again.
             log.warning("WAL checkpoint failed: %s", exc)
-            return
+            busy, frames, copied = 1, -1, -1
         self.checkpoints += 1
         log.debug("WAL checkpoint: busy=%s frames=%s copied=%s", busy, frames, copied)
+        if not busy:
+            self._wal_backoff = WAL_CHECK
+            return WAL_CHECK
+        self._wal_backoff = min(WAL_RESTART_BACKOFF_MAX, max(WAL_CHECK, self._wal_backoff) * 2)
+        return self._wal_backoff
 
     def _renew(self, store: SQLiteStore) -> None:
         with self._lock:
