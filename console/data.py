@@ -43,11 +43,21 @@ class WorkflowsPage:
     counts: dict[str, int]
 
 
-def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery) -> WorkflowsPage:
-    """A page of workflows plus the header's counts: a LIMIT/OFFSET query and an index scan, never every row."""
-    counts = store.status_counts()
-    if query.text:
-        total = store.count_workflows(status=query.status, text=query.text)
+def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
+                    counts: dict[str, int] | None = None) -> WorkflowsPage:
+    """A page of workflows plus the header's counts: a LIMIT/OFFSET query and an index scan, never every row.
+
+    Args:
+        store: a store this thread opened.
+        query: filter, order and page.
+        counts: status counts to reuse; None counts afresh (about 150 ms at 1,000,000 workflows,
+            so the screen reuses them between commits that come faster than once a second).
+    """
+    fresh = counts is None
+    if counts is None:
+        counts = store.status_counts()
+    if query.text or not fresh:
+        total = store.count_workflows(status=query.status, text=query.text or None)
     elif query.status:
         total = counts.get(query.status, 0)  # the counts already hold it: skip a second scan
     else:

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from console.data import Diagnosis
 from console.format import text, utc
@@ -27,7 +27,7 @@ class DiagnosisView(Vertical):
 
     def on_mount(self) -> None:
         """The aligned table's columns; it stays hidden unless there is a divergence."""
-        table = self.query_one("#aligned", DataTable)
+        table = self.query_one("#aligned", PagedTable)
         table.add_column(Text("slot"), key="slot", width=6)
         table.add_column(Text("recorded in history"), key="recorded", width=34)
         table.add_column(Text(""), key="mark", width=3)
@@ -40,7 +40,7 @@ class DiagnosisView(Vertical):
         summary = Table.grid(padding=(0, 2))
         summary.add_column(style="bold", no_wrap=True)
         summary.add_column()
-        table = self.query_one("#aligned", DataTable)
+        table = self.query_one("#aligned", PagedTable)
         if diagnosis.kind == "nondeterministic":
             summary.add_row("failure", Text("NonDeterministicError", style="bold red"))
             summary.add_row("slot", text(diagnosis.slot))
@@ -66,24 +66,24 @@ class DiagnosisView(Vertical):
         else:
             summary.add_row("failure", Text("none: this workflow has not failed", style="green"))
         if diagnosis.verdict is not None:
-            style = {True: "bold green", False: "bold red"}.get(diagnosis.verdict_ok, "yellow")  # type: ignore[arg-type]
+            ok = diagnosis.verdict_ok
+            style = "yellow" if ok is None else ("bold green" if ok else "bold red")
             summary.add_row("check", Text(printable(diagnosis.verdict), style=style))
         else:
             summary.add_row("check", Text("press c to dry-replay the history against the current code", "dim"))
         parts: list[Table | Text] = [summary]
         parts.extend(Text(printable(note), style="yellow") for note in diagnosis.notes)
         self.query_one("#diag-summary", Static).update(Group(*parts))
-        table.clear()
         table.display = bool(diagnosis.aligned)
-        first = None
+        rows: list[tuple[str, list[Text]]] = []
+        first: int | None = None
         for i, row in enumerate(diagnosis.aligned):
             style = VERDICT_STYLES[row.verdict]
             mark = {"match": "=", "diverges": "≠"}.get(row.verdict, "")
             note = {"diverges": "◀ first divergence", "unknown": "not known without --app"}.get(row.verdict, "")
-            table.add_row(Text(str(row.slot), justify="right"), text(row.recorded or "(nothing)", style),
-                          Text(mark, style=style), text(row.issued or "—", style), Text(note, style=style),
-                          key=str(row.slot))
+            rows.append((str(row.slot), [Text(str(row.slot), justify="right"), text(row.recorded or "(nothing)", style),
+                                         Text(mark, style=style), text(row.issued or "—", style),
+                                         Text(note, style=style)]))
             if row.verdict == "diverges" and first is None:
                 first = i
-        if first is not None:
-            table.move_cursor(row=first, animate=False)
+        table.set_page(rows, cursor_at=first)

@@ -42,48 +42,54 @@ class PagedTable(DataTable[Text]):
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True)
         self.has_more_after = False
         self.has_more_before = False
+        self._keys: list[str] = []
 
     def set_page(self, rows: Sequence[tuple[str, Cells]], *, cursor_at: str | int | None = None) -> None:
-        """Show these rows; cells change in place when the same rows are already shown.
+        """Show these rows, changing only the cells that differ from what is shown.
+
+        Rows are keyed by position, not by their own key: a live refresh whose rows moved
+        (a list sorted by "updated") rewrites cells in place instead of clearing and
+        rebuilding the table, which would reset its scroll and redo its layout.
 
         Args:
-            rows: (row key, cells) in display order.
-            cursor_at: a row key to keep the cursor on, or an index; None keeps the current key.
+            rows: (row key, cells) in display order; `key_at` maps a position back to its key.
+            cursor_at: a row key to put the cursor on, or an index; None follows the row
+                under the cursor to wherever it moved (or stays at the same position).
         """
         keys = [key for key, _ in rows]
-        current_keys = [rk.value for rk in self.rows]
-        if cursor_at is None and self.row_count:
-            cursor_at = self.current_key
-        if keys == current_keys:
-            # The same rows in the same order: touch only changed cells, so a live
-            # refresh never rebuilds the table or moves the cursor.
-            columns = list(self.columns)
-            for key, cells in rows:
-                old = self.get_row(key)
-                for col, new, before in zip(columns, cells, old, strict=False):
-                    if new != before:
-                        self.update_cell(key, col, new)
-        else:
-            self.clear()
-            for key, cells in rows:
-                self.add_row(*cells, key=key)
+        following = self.current_key if cursor_at is None else cursor_at
+        shown = self.row_count
+        columns = list(self.columns)
+        for position, (_key, cells) in enumerate(rows):
+            row_key = str(position)
+            if position >= shown:
+                self.add_row(*cells, key=row_key)
+                continue
+            for column, new, old in zip(columns, cells, self.get_row(row_key), strict=False):
+                if not _same(new, old):
+                    self.update_cell(row_key, column, new)
+        for position in range(len(rows), shown):
+            self.remove_row(str(position))
+        self._keys = keys
         if not rows:
             return
-        index = 0
-        if isinstance(cursor_at, int):
-            index = max(0, min(cursor_at, len(rows) - 1))
-        elif isinstance(cursor_at, str) and cursor_at in keys:
-            index = keys.index(cursor_at)
-        elif isinstance(cursor_at, str):
-            index = min(self.cursor_row, len(rows) - 1)
-        self.move_cursor(row=index, animate=False)
+        index = self.cursor_row
+        if isinstance(following, int):
+            index = following
+        elif following in keys:
+            index = keys.index(following)
+        index = max(0, min(index, len(rows) - 1))
+        if index != self.cursor_row:
+            self.move_cursor(row=index, animate=False)
+
+    def key_at(self, position: int) -> str | None:
+        """The key of the row shown at a position."""
+        return self._keys[position] if 0 <= position < len(self._keys) else None
 
     @property
     def current_key(self) -> str | None:
         """The key of the row under the cursor, if any."""
-        if not self.row_count or self.cursor_row < 0:
-            return None
-        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return self.key_at(self.cursor_row) if self.row_count else None
 
     def action_cursor_down(self) -> None:
         """Move down; past the last row, ask for the next page."""
@@ -98,3 +104,9 @@ class PagedTable(DataTable[Text]):
             self.post_message(self.PageRequested(self, -1))
             return
         super().action_cursor_up()
+
+
+def _same(a: Text, b: object) -> bool:
+    # Text.__eq__ ignores the base style, and a status cell differs from the old one only by it.
+    return (isinstance(b, Text) and a.plain == b.plain and a.style == b.style and a.spans == b.spans
+            and a.justify == b.justify)

@@ -98,7 +98,7 @@ class WorkflowScreen(Screen[None]):
                                   ("value", "value / error", 38), ("attempts", "attempts", 8),
                                   ("when", "when (UTC)", 13)):
             slots.add_column(Text(label), key=key, width=width)
-        signals = self.query_one("#signal-table", DataTable)
+        signals = self.query_one("#signal-table", PagedTable)
         for key, label, width in (("seq", "seq", 5), ("name", "name", 20), ("payload", "payload", 50),
                                   ("state", "state", 9), ("sent", "sent (UTC)", 13)):
             signals.add_column(Text(label), key=key, width=width)
@@ -269,15 +269,12 @@ class WorkflowScreen(Screen[None]):
         self.query_one("#slot-info", Static).update(info)
 
     def _draw_signals(self, detail: WorkflowDetail) -> None:
-        table = self.query_one("#signal-table", DataTable)
-        keep = table.cursor_row
-        table.clear()
-        for s in detail.signals:
-            table.add_row(Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, 50),
+        self.query_one("#signal-table", PagedTable).set_page([
+            (str(s.seq), [Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, 50),
                           Text("consumed", style="green") if s.consumed else Text("waiting", style="bold yellow"),
-                          Text(utc(s.sent_at, millis=True), style="dim"), key=str(s.seq))
-        if detail.signals:
-            table.move_cursor(row=min(keep, len(detail.signals) - 1), animate=False)
+                          Text(utc(s.sent_at, millis=True), style="dim")])
+            for s in detail.signals
+        ])
 
     # -- actions
 
@@ -317,7 +314,7 @@ class WorkflowScreen(Screen[None]):
     def _slot_selected(self, event: DataTable.RowSelected) -> None:
         if self.detail is None:
             return
-        key = event.row_key.value
+        key = self.query_one("#slot-table", PagedTable).key_at(event.cursor_row)
         cmd = next((c for c in self.detail.commands if str(c.slot) == key), None)
         if cmd is not None:
             self.app.push_screen(SlotScreen.for_command(self.workflow_id, cmd))
@@ -328,7 +325,8 @@ class WorkflowScreen(Screen[None]):
     def _signal_selected(self, event: DataTable.RowSelected) -> None:
         if self.detail is None:
             return
-        sig = next((s for s in self.detail.signals if str(s.seq) == event.row_key.value), None)
+        key = self.query_one("#signal-table", PagedTable).key_at(event.cursor_row)
+        sig = next((s for s in self.detail.signals if str(s.seq) == key), None)
         if sig is not None:
             self.app.push_screen(SlotScreen.for_signal(self.workflow_id, sig))
 

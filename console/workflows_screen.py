@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar, cast
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 COLUMNS = (("id", "id", 28), ("workflow", "workflow", 18), ("status", "status", 10),
            ("blocked_on", "blocked on", 16), ("slots", "slots", 8), ("updated", "updated", 10))
 SORT_ORDER = [key for key, _, _ in COLUMNS]
+COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
 STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
 
 
@@ -66,6 +68,8 @@ class WorkflowsScreen(Screen[None]):
         self._dirty = False
         self._stale = False
         self._cursor_after: int | None = None
+        self._counted_at = 0.0
+        self._recount_due = False
 
     @property
     def console(self) -> ReplaylogConsole:
@@ -106,13 +110,29 @@ class WorkflowsScreen(Screen[None]):
             self._dirty = True
             return
         self._loading, self._dirty = True, False
-        self._fetch(self.query_state)
+        # Status counts scan an index of every workflow: under a stream of commits, refresh
+        # them once a second and reuse them in between (the page itself is always fresh).
+        now = time.monotonic()
+        counts = None
+        if self.page is not None and now - self._counted_at < COUNTS_EVERY:
+            counts = self.page.counts
+            if not self._recount_due:
+                # A trailing recount, so the last burst of commits is counted too.
+                self._recount_due = True
+                self.set_timer(COUNTS_EVERY, self._recount)
+        else:
+            self._counted_at = now
+        self._fetch(self.query_state, counts)
+
+    def _recount(self) -> None:
+        self._recount_due = False
+        self.reload()
 
     @work(thread=True, group="workflows", exit_on_error=False)
-    def _fetch(self, query: WorkflowsQuery) -> None:
+    def _fetch(self, query: WorkflowsQuery, counts: dict[str, int] | None) -> None:
         try:
             with self.console.open_store() as store:  # this thread's own connection
-                page = fetch_workflows(store, query)
+                page = fetch_workflows(store, query, counts)
         except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
             self.post_message(self.LoadFailed(str(exc)))
             return
@@ -277,8 +297,9 @@ class WorkflowsScreen(Screen[None]):
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.row_key.value is not None:
-            self.console.open_workflow(event.row_key.value)
+        key = self.query_one(PagedTable).key_at(event.cursor_row)
+        if key is not None:
+            self.console.open_workflow(key)
 
     def action_open(self) -> None:
         """Open the workflow under the cursor."""

@@ -365,7 +365,8 @@ async def test_a_worker_moving_a_workflow_shows_within_a_second(console_db: Path
             moved = time.monotonic()
             assert await wait_until(pilot, lambda: status_of(ROLES["blocked"]) == "completed", 1.0)
             assert time.monotonic() - moved < 1.0
-            assert "completed 2" in rendered(app.screen.query_one("#counts", Static))
+            counts = app.screen.query_one("#counts", Static)
+            assert await wait_until(pilot, lambda: "completed 2" in rendered(counts), 1.0)
     finally:
         worker.terminate()
         worker.wait(timeout=10)
