@@ -372,6 +372,20 @@ async def test_a_worker_moving_a_workflow_shows_within_a_second(console_db: Path
         worker.wait(timeout=10)
 
 
+@async_test
+async def test_a_live_refresh_keeps_the_cursor_on_its_workflow(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        table.move_cursor(row=ids(app).index(ROLES["blocked"]))
+        with SQLiteStore(console_db) as store:
+            store.start_workflow("refund", 1, workflow_id="newcomer")  # now the most recently updated
+        assert await wait_until(pilot, lambda: ids(app)[0] == "newcomer", 1.0)
+        assert table.current_key == ROLES["blocked"]
+        assert table.row_count == len(ROLES) + 1
+
+
 # ------------------------------------------------------------------ diagnosis
 
 
