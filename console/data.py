@@ -17,6 +17,7 @@ from engine.store import STATUSES, CommandRow, InflightRow, SignalRow, SQLiteSto
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
 WORKFLOW_PAGE = 100
 SLOT_PAGE = 200
+SIGNAL_PAGE = 200
 # Slots shown on each side of a divergence in the aligned view.
 ALIGN_CONTEXT = 8
 
@@ -72,22 +73,26 @@ def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
 
 @dataclass(frozen=True)
 class WorkflowDetail:
-    """One workflow, a page of its slots, its signals and its in-flight activity."""
+    """One workflow, a page of its slots, its latest signals and its in-flight activity."""
 
     row: WorkflowRow
     offset: int
     commands: tuple[CommandRow, ...]
     signals: tuple[SignalRow, ...]
     inflight: InflightRow | None
+    signal_total: int = 0
+    signal_waiting: int = 0
 
 
 def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE) -> WorkflowDetail:
-    """A workflow with one page of its slots (never the whole history)."""
+    """A workflow with one page of its slots and its latest signals (never a whole log)."""
     row = store.get_workflow(workflow_id)
     offset = max(0, min(offset, max(0, (row.slots - 1) // limit * limit)))
     commands = tuple(store.list_commands(workflow_id, offset=offset, limit=limit))
-    return WorkflowDetail(row, offset, commands, tuple(store.list_signals(workflow_id)),
-                          store.inflight(workflow_id))
+    total, waiting = store.count_signals(workflow_id)
+    # The latest signals are the ones an operator acts on; older ones are consumed history.
+    signals = tuple(store.list_signals(workflow_id, offset=max(0, total - SIGNAL_PAGE), limit=SIGNAL_PAGE))
+    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting)
 
 
 @dataclass(frozen=True)

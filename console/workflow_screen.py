@@ -87,6 +87,7 @@ class WorkflowScreen(Screen[None]):
                 yield Static(id="slot-info")
             with TabPane("Signals", id="signals"):
                 yield PagedTable(id="signal-table")
+                yield Static(id="signal-info")
             with TabPane("Diagnosis", id="diagnosis"):
                 yield DiagnosisView()
         yield Footer()
@@ -223,8 +224,8 @@ class WorkflowScreen(Screen[None]):
                 what = (f"slot {i.slot}: activity {i.name} started {i.attempts} time(s), no recorded outcome"
                         " — possibly ran")
             grid.add_row("in flight", text(what, "bold yellow"))
-        waiting = sum(not s.consumed for s in detail.signals)
-        grid.add_row("history", Text(f"{row.slots:,} slot(s), {len(detail.signals)} signal(s), {waiting} waiting"))
+        grid.add_row("history", Text(f"{row.slots:,} slot(s), {detail.signal_total:,} signal(s), "
+                                     f"{detail.signal_waiting:,} waiting"))
         grid.add_row("times", Text(f"created {utc(row.created_at)}   updated {utc(row.updated_at)}", style="dim"))
         self.query_one("#summary", Static).update(grid)
 
@@ -269,6 +270,10 @@ class WorkflowScreen(Screen[None]):
         self.query_one("#slot-info", Static).update(info)
 
     def _draw_signals(self, detail: WorkflowDetail) -> None:
+        shown = len(detail.signals)
+        info = (f" the latest {shown:,} of {detail.signal_total:,} signals" if shown < detail.signal_total
+                else f" {shown:,} signal(s)")
+        self.query_one("#signal-info", Static).update(Text(info + "   enter: show payload", style="dim"))
         self.query_one("#signal-table", PagedTable).set_page([
             (str(s.seq), [Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, 50),
                           Text("consumed", style="green") if s.consumed else Text("waiting", style="bold yellow"),

@@ -510,13 +510,21 @@ class SQLiteStore:
         ).fetchone()
         return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), _loads(r[4]), r[5], r[6], r[7])
 
-    def list_signals(self, workflow_id: str) -> list[SignalRow]:
-        """Delivered signals in delivery order."""
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
+        """Delivered signals in delivery order, optionally a page of them."""
         rows = self._conn.execute(
-            "SELECT seq, name, payload, consumed, sent_at FROM signals WHERE workflow_id = ? ORDER BY seq",
-            (workflow_id,),
+            "SELECT seq, name, payload, consumed, sent_at FROM signals WHERE workflow_id = ? ORDER BY seq"
+            " LIMIT ? OFFSET ?",
+            (workflow_id, int(limit), int(offset)),
         )
         return [SignalRow(r[0], r[1], _loads(r[2]), bool(r[3]), r[4]) for r in rows]
+
+    def count_signals(self, workflow_id: str) -> tuple[int, int]:
+        """(delivered, still waiting to be consumed) signals of a workflow."""
+        total, waiting = self._conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(consumed = 0), 0) FROM signals WHERE workflow_id = ?", (workflow_id,)
+        ).fetchone()
+        return int(total), int(waiting)
 
     def inflight(self, workflow_id: str) -> InflightRow | None:
         """The started activity with no recorded outcome, if any (it possibly ran)."""

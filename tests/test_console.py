@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Input, Static, TextArea
 
 from conftest import cli_env, start_worker
 from console.app import ReplaylogConsole
-from console.data import SLOT_PAGE, WORKFLOW_PAGE
+from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE
 from console.diagnosis_view import DiagnosisView
 from console.help_screen import HelpScreen
 from console.paged_table import PagedTable
@@ -237,6 +237,26 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
         slots = app.screen.query_one("#slot-table", PagedTable)
         assert column(slots, "ok") == ["ok", "in flight"]
         assert column(slots, "attempts")[-1] == "2"
+
+
+@async_test
+async def test_a_workflow_with_many_signals_shows_the_latest_page(console_db: Path) -> None:
+    with SQLiteStore(console_db) as store:
+        for i in range(SIGNAL_PAGE + 50):
+            store.send_signal(ROLES["blocked"], "tick", i)
+        assert store.count_signals(ROLES["blocked"]) == (SIGNAL_PAGE + 51, SIGNAL_PAGE + 51)
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow(ROLES["blocked"])
+        await settle(pilot)
+        signals = app.screen.query_one("#signal-table", PagedTable)
+        assert signals.row_count == SIGNAL_PAGE
+        assert column(signals, "payload")[-1] == str(SIGNAL_PAGE + 49)  # the newest is last
+        assert f"the latest {SIGNAL_PAGE} of {SIGNAL_PAGE + 51} signals" in rendered(
+            app.screen.query_one("#signal-info", Static))
+        assert f"{SIGNAL_PAGE + 51} signal(s), {SIGNAL_PAGE + 51} waiting" in rendered(
+            app.screen.query_one("#summary", Static))
 
 
 # ------------------------------------------------------------------ signals
