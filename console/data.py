@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from engine.app import Registry
 from engine.core import dry_replay
 from engine.errors import ReplaylogError
-from engine.store import STATUSES, CommandRow, InflightRow, SignalRow, SQLiteStore, WorkflowRow
+from engine.store import STATUSES, CommandRow, InflightRow, SignalRow, SQLiteStore, WorkflowRow, WorkflowSummary
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -39,7 +39,7 @@ class WorkflowsPage:
     """One page of workflows with the totals the header shows."""
 
     query: WorkflowsQuery
-    rows: tuple[WorkflowRow, ...]
+    rows: tuple[WorkflowSummary, ...]
     total: int
     counts: dict[str, int]
 
@@ -66,8 +66,8 @@ def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
     offset = min(query.offset, max(0, (total - 1) // query.limit * query.limit))
     if offset != query.offset:
         query = WorkflowsQuery(query.status, query.text, query.sort, query.descending, offset, query.limit)
-    rows = store.list_workflows(status=query.status, text=query.text or None, sort=query.sort,
-                                descending=query.descending, limit=query.limit, offset=query.offset)
+    rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
+                                         descending=query.descending, limit=query.limit, offset=query.offset)
     return WorkflowsPage(query, tuple(rows), total, counts)
 
 
@@ -204,7 +204,7 @@ def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *,
 
 def find_workflow_ids(store: SQLiteStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
     """(id, workflow, status) of workflows whose id or name contains `text`, for the palette."""
-    return [(r.id, r.workflow, r.status) for r in store.list_workflows(text=text or None, limit=limit)]
+    return [(r.id, r.workflow, r.status) for r in store.list_workflow_summaries(text=text or None, limit=limit)]
 
 
 __all__ = ["STATUSES", "AlignedRow", "Diagnosis", "WorkflowDetail", "WorkflowsPage", "WorkflowsQuery",

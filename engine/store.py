@@ -113,6 +113,19 @@ class WorkflowRow:
 
 
 @dataclass(frozen=True)
+class WorkflowSummary:
+    """The columns a list of workflows shows: no input, result or diagnostic to decode."""
+
+    id: str
+    workflow: str
+    status: str
+    blocked_on: str | None
+    slots: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
 class CommandRow:
     """One recorded command slot, with when it was recorded."""
 
@@ -479,6 +492,18 @@ class SQLiteStore:
         sql = (f"SELECT {_WF_COLUMNS} FROM workflows{where} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
                f"rowid {direction} LIMIT ? OFFSET ?")
         return [_workflow_row(r) for r in self._conn.execute(sql, [*params, int(limit), int(offset)])]
+
+    def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                                sort: str = "updated", descending: bool = True, limit: int = 100,
+                                offset: int = 0) -> list[WorkflowSummary]:
+        """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
+        if sort not in SORT_COLUMNS:
+            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}")
+        where, params = self._where(status, text)
+        direction = "DESC" if descending else "ASC"
+        sql = (f"SELECT id, workflow, status, blocked_on, slots, created_at, updated_at FROM workflows{where}"
+               f" ORDER BY {SORT_COLUMNS[sort]} {direction}, rowid {direction} LIMIT ? OFFSET ?")
+        return [WorkflowSummary(*r) for r in self._conn.execute(sql, [*params, int(limit), int(offset)])]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
         """How many workflows match a filter."""
