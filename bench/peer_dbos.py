@@ -30,7 +30,10 @@ QUEUE_POLL_S = 0.05  # DBOS's queue default is 1 s; a short poll is the fair, fa
 
 def available() -> bool:
     """Whether DBOS is installed."""
-    return importlib.util.find_spec("dbos") is not None
+    try:
+        return importlib.util.find_spec("dbos") is not None
+    except (ImportError, ValueError):  # a broken or blocked install counts as absent
+        return False
 
 
 def version() -> str | None:

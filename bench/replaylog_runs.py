@@ -125,26 +125,37 @@ def single(workdir: Path, sizes: Sizes) -> dict[str, Any]:
 
 
 def group(workdir: Path, sizes: Sizes) -> dict[str, Any]:
-    """W workflows of N trivial activities at once in one worker vs the floor (before and after)."""
+    """W workflows of N trivial activities at once in one worker vs the floor.
+
+    Floor and engine alternate (floor, engine, floor, …); each engine round is judged
+    against the mean of the floors just before and after it, and the median round is
+    the figure (the disk's rate drifts between rounds).
+    """
     w, n = sizes.group_workflows, sizes.group_slots
-    floor_rows = max(1000, min(5000, w * n))
+    floor_rows = max(1000, min(3000, w * n))
     before = floor_rate(fresh_db(workdir, "floor"), floor_rows)
-    db = fresh_db(workdir, "group")
-    with SQLiteStore(db) as store:
-        for _ in range(w):
-            store.start_workflow("chain", n)
-    wall, worker = _run_worker(db, concurrency=max(64, w))
-    if worker.completed != w:
-        raise RuntimeError(f"{worker.completed} of {w} workflows completed")
-    after = floor_rate(fresh_db(workdir, "floor"), floor_rows)
-    floor = (before + after) / 2
-    rate = w * n / wall
-    ratio = rate / floor
+    rounds = []
+    for r in range(sizes.group_rounds):
+        db = fresh_db(workdir, f"group-{r}")
+        with SQLiteStore(db) as store:
+            for _ in range(w):
+                store.start_workflow("chain", n)
+        wall, worker = _run_worker(db, concurrency=max(64, w))
+        if worker.completed != w:
+            raise RuntimeError(f"{worker.completed} of {w} workflows completed")
+        after = floor_rate(fresh_db(workdir, "floor"), floor_rows)
+        floor = (before + after) / 2
+        rate = w * n / wall
+        rounds.append({"slots_per_s": rate, "floor_before": before, "floor_after": after, "ratio": rate / floor,
+                       "outcomes_per_commit": worker.committer.commits / max(1, worker.committer.batches)})
+        before = after
+    ratio = statistics.median(r["ratio"] for r in rounds)
     return {
-        "workflows": w, "slots_each": n, "seconds": wall, "slots_per_s": rate, "floor_tx_per_s": floor,
-        "floor_before": before, "floor_after": after, "ratio_vs_floor": ratio,
-        "commits_per_s": worker.committer.batches / wall,
-        "outcomes_per_commit": worker.committer.commits / max(1, worker.committer.batches),
+        "workflows": w, "slots_each": n, "rounds": rounds,
+        "slots_per_s": statistics.median(r["slots_per_s"] for r in rounds),
+        "floor_tx_per_s": statistics.median((r["floor_before"] + r["floor_after"]) / 2 for r in rounds),
+        "ratio_vs_floor": ratio,
+        "outcomes_per_commit": statistics.median(r["outcomes_per_commit"] for r in rounds),
         "target": ">= 3x floor", "met": ratio >= 3.0,
     }
 
@@ -199,7 +210,8 @@ def resume(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     load_ms, replay_ms = statistics.median(loads) * 1000, statistics.median(replays) * 1000
     return {
         "slots": n, "load_ms": load_ms, "replay_ms": replay_ms, "load_and_replay_ms": load_ms + replay_ms,
-        "replay_slots_per_s": n / (replay_ms / 1000), "worker_resume_to_completion_ms": wall * 1000,
+        "replay_slots_per_s": n / (replay_ms / 1000), "load_and_replay_slots_per_s": n / ((load_ms + replay_ms) / 1000),
+        "worker_resume_to_completion_ms": wall * 1000,
         "activities_reexecuted": executed - 1, "target": "replay <= 25 ms", "met": replay_ms <= 25.0,
     }
 

@@ -69,7 +69,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
     add("resume", f"3. resume after {_f(r.get('slots'))} slots",
         f"load {_f(r.get('load_ms'), ' ms', 1)} + replay {_f(r.get('replay_ms'), ' ms', 1)} "
         f"({_f(r.get('replay_slots_per_s'))} slots/s), {r.get('activities_reexecuted', '—')} re-run",
-        "replay <= 25 ms", peer_cell("resume", "replay_slots_per_s", r.get("replay_slots_per_s")))
+        "replay <= 25 ms", peer_cell("resume", "replay_slots_per_s", r.get("load_and_replay_slots_per_s")))
     sg = m.get("signal", {})
     add("signal", f"4. signal → next slot ({sg.get('samples', '—')} samples)",
         f"median {_f(sg.get('median_ms'), ' ms', 1)}, p99 {_f(sg.get('p99_ms'), ' ms', 1)}",

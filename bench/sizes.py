@@ -18,9 +18,10 @@ class Sizes:
     single_rounds: int = 3
     group_workflows: int = 50
     group_slots: int = 1_000
+    group_rounds: int = 3
     resume_slots: int = 10_000
     resume_repeats: int = 5
-    signal_samples: int = 60
+    signal_samples: int = 200  # p99 of fewer than 100 samples is just the maximum
     short_workflows: int = 2_000
     short_slots: int = 3
     console_workflows: int = 1_000_000
@@ -41,8 +42,8 @@ class Sizes:
 FULL = Sizes()
 
 SMOKE = Sizes(
-    single_slots=100, single_rounds=1, group_workflows=4, group_slots=30, resume_slots=200, resume_repeats=2,
-    signal_samples=5, short_workflows=40, short_slots=3, console_workflows=2_000, console_slots=500,
+    single_slots=100, single_rounds=1, group_workflows=4, group_slots=30, group_rounds=1, resume_slots=200,
+    resume_repeats=2, signal_samples=5, short_workflows=40, short_slots=3, console_workflows=2_000, console_slots=500,
     console_refresh_s=0.5, peer_single_slots=20, peer_group_workflows=3, peer_group_slots=5, peer_resume_slots=30,
     peer_signal_samples=3, peer_short_workflows=10,
 )
