@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import ColumnKey
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 COLUMNS = (("id", "id", 28), ("workflow", "workflow", 18), ("status", "status", 10),
            ("blocked_on", "blocked on", 16), ("slots", "slots", 8), ("updated", "updated", 10))
 SORT_ORDER = [key for key, _, _ in COLUMNS]
+FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
 COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
 STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
 
@@ -70,6 +72,8 @@ class WorkflowsScreen(Screen[None]):
         self._cursor_after: int | None = None
         self._counted_at = 0.0
         self._recount_due = False
+        self._filter_timer: Timer | None = None
+        self._filter_pending = False
 
     @property
     def console(self) -> ReplaylogConsole:
@@ -102,7 +106,7 @@ class WorkflowsScreen(Screen[None]):
     @property
     def busy(self) -> bool:
         """Whether a page is still on its way."""
-        return self._loading or self._dirty
+        return self._loading or self._dirty or self._filter_pending
 
     def reload(self) -> None:
         """Re-query the page on screen; coalesce requests while one read is running."""
@@ -242,7 +246,17 @@ class WorkflowsScreen(Screen[None]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self._ask(replace(self.query_state, text=event.value, offset=0))
+        # A text filter scans every row (LIKE '%…%'), so wait for a pause in the typing.
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self._filter_pending = True
+        self._filter_timer = self.set_timer(FILTER_DEBOUNCE, lambda: self._apply_filter(event.value))
+
+    def _apply_filter(self, value: str) -> None:
+        self._filter_pending = False
+        self._filter_timer = None
+        if value != self.query_state.text:
+            self._ask(replace(self.query_state, text=value, offset=0))
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self, event: Input.Submitted) -> None:
