@@ -19,6 +19,7 @@ from textual.widgets.data_table import ColumnKey
 from console.data import STATUSES, WorkflowsPage, WorkflowsQuery, fetch_workflows
 from console.format import STATUS_STYLES, age, status_text, text
 from console.paged_table import PagedTable
+from engine.text import printable
 
 if TYPE_CHECKING:
     from console.app import ReplaylogConsole
@@ -115,7 +116,7 @@ class WorkflowsScreen(Screen[None]):
             return
         self._loading, self._dirty = True, False
         # Status counts scan an index of every workflow: under a stream of commits, refresh
-        # them once a second and reuse them in between (the page itself is always fresh).
+        # them every COUNTS_EVERY seconds and reuse them in between (the page is always fresh).
         now = time.monotonic()
         counts = None
         if self.page is not None and now - self._counted_at < COUNTS_EVERY:
@@ -157,7 +158,8 @@ class WorkflowsScreen(Screen[None]):
     def on_workflows_screen_load_failed(self, message: LoadFailed) -> None:
         """Say why the list could not be read; the next change or key tries again."""
         self._loading = False
-        self.query_one("#pageinfo", Static).update(Text(f"cannot read the database: {message.reason}", "red"))
+        reason = printable(f"cannot read the database: {message.reason}", oneline=True)
+        self.query_one("#pageinfo", Static).update(Text(reason, "red"))
         if self._dirty:
             self.reload()
 
