@@ -207,11 +207,16 @@ def _signal(workdir: Path, k: int) -> dict[str, Any]:
         deadline = time.monotonic() + 120
         while (not Path(db).exists() or not _table_ready(db)) and time.monotonic() < deadline:
             time.sleep(0.05)
+        while not _started(db, "pingpong-1") and time.monotonic() < deadline:
+            time.sleep(0.01)  # a message to a workflow that does not exist yet is refused
         client = DBOSClient(system_database_url=f"sqlite:///{db}")
         for i in range(k):
             while _steps(db, "pingpong-1") < i:
                 time.sleep(0.001)
-            time.sleep(random.uniform(0.03, 0.06))  # DBOS must be waiting in recv, not yet on its way
+            # A human's approval lands at a random moment of DBOS's 1 s recv poll, so the
+            # send is spread over a whole poll period (replaylog's bench does the same
+            # over its 2 ms poll); the first 30 ms let recv start waiting.
+            time.sleep(random.uniform(0.03, 1.03))
             sent = time.time()
             client.send("pingpong-1", i, "ping")
             while _steps(db, "pingpong-1") <= i:
@@ -225,6 +230,13 @@ def _signal(workdir: Path, k: int) -> dict[str, Any]:
     ordered = sorted(latencies)
     return {"samples": k, "median_ms": statistics.median(latencies),
             "p99_ms": ordered[min(len(ordered) - 1, max(0, round(0.99 * len(ordered) + 0.5) - 1))]}
+
+
+def _started(db: str, wid: str) -> bool:
+    try:
+        return _count(db, "SELECT COUNT(*) FROM workflow_status WHERE workflow_uuid = ?", wid) > 0
+    except sqlite3.Error:
+        return False
 
 
 def _table_ready(db: str) -> bool:
