@@ -50,7 +50,7 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int) -> di
         while len(killed) < kills_wanted:
             assert time.monotonic() - started < time_limit, f"only {len(killed)} kills in {time_limit:.0f} s"
             # Random points: during import, mid-claim, mid-activity, mid-commit.
-            time.sleep(rng.uniform(0.05, 0.6))
+            time.sleep(rng.uniform(0.1, 0.8))
             victim = rng.randrange(WORKERS)
             procs[victim].kill()
             killed.add(procs[victim].pid)
@@ -111,6 +111,8 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int) -> di
         assert {r["key"] for r in runs[key]} == {f"{key[0]}:{key[1]}"}
     # A kill interrupts at most one activity per workflow thread of the killed process.
     assert max(extra_by_pid.values(), default=0) <= CONCURRENCY
+    # The storm did hit activities in flight (not only workers still importing).
+    assert extra_by_pid, "no kill landed while an activity was running"
 
     # The sink keyed by idempotency key saw exactly one effect per slot.
     sink_lines = (tmp / "sink.txt").read_text().split()
@@ -125,6 +127,7 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int) -> di
         "workflows": len(expected),
         "slots_recorded": len(recorded),
         "activity_runs": sum(len(v) for v in runs.values()),
+        "kills_that_interrupted_an_activity": len(extra_by_pid),
         "duplicate_runs_in_flight_at_a_kill": duplicates,
         "duplicate_runs_of_recorded_slots": 0,
         "sink_deliveries": len(sink_lines),
