@@ -245,3 +245,20 @@ def test_a_0400_database_is_read_only_for_its_non_root_owner() -> None:
         assert dump(db) == before
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_worker_that_meets_a_damaged_page_stops_with_one_line_instead_of_retrying(db_path: Path) -> None:
+    """Damage SQLite finds only mid-run (here: the commands table) must not be retried forever."""
+    assert run_cli(db_path, "start", "chain", '{"n": 2, "seed": 1}', *APP).returncode == 0
+    assert run_cli(db_path, "worker", *APP, "--until-idle", "-q").returncode == 0
+    assert run_cli(db_path, "start", "chain", '{"n": 2, "seed": 2}', *APP).returncode == 0
+    SQLiteStore(db_path).close()  # checkpointed: every page is in the main file
+    conn = sqlite3.connect(db_path)
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'commands'").fetchone()[0]
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with db_path.open("r+b") as fh:
+        fh.seek((root - 1) * page)
+        fh.write(b"\xde\xad\xbe\xef" * (page // 4))
+    res = run_cli(db_path, "worker", *APP, "--until-idle", "-q", timeout=60)
+    assert "is damaged" in one_line_error(res) and "integrity_check" in res.stderr
