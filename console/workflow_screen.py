@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
 from console.data import SLOT_PAGE, Diagnosis, WorkflowDetail, diagnose, fetch_detail
 from console.diagnosis_view import DiagnosisView
@@ -196,6 +196,9 @@ class WorkflowScreen(Screen[None]):
         self._diagnosing = False
         self.diagnosis = message.diagnosis
         self.query_one(DiagnosisView).show(message.diagnosis)
+        aligned = self.query_one("#aligned", PagedTable)
+        if self.query_one(TabbedContent).active == "diagnosis" and aligned.display:
+            aligned.focus()
 
     # -- drawing
 
@@ -297,8 +300,9 @@ class WorkflowScreen(Screen[None]):
         target = {"slots": "#slot-table", "signals": "#signal-table", "diagnosis": "#aligned"}.get(event.pane.id or "")
         if target is not None:
             widget = self.query_one(target)
-            if widget.display:
-                widget.focus()
+            # With nothing to move through on the tab (no aligned view), the tabs take the
+            # focus, so left/right still switch tabs.
+            (widget if widget.display else self.query_one(Tabs)).focus()
 
     def action_page(self, delta: int) -> None:
         """The next (1) or previous (-1) page of slots."""
