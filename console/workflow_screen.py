@@ -52,6 +52,13 @@ class WorkflowScreen(Screen[None]):
             super().__init__()
             self.diagnosis = diagnosis
 
+    class DiagnosisFailed(Message):
+        """The diagnosis (or its dry replay) failed; the reason is shown in the diagnosis tab."""
+
+        def __init__(self, reason: str) -> None:
+            super().__init__()
+            self.reason = reason
+
     class LoadFailed(Message):
         """A read failed; the reason is shown in place."""
 
@@ -144,7 +151,7 @@ class WorkflowScreen(Screen[None]):
             with self.console.open_store() as store:
                 diagnosis = diagnose(store, self.workflow_id, self.console.registry, check=check)
         except Exception as exc:  # noqa: BLE001 - workflow code may raise anything during a dry replay
-            self.post_message(self.LoadFailed(f"diagnosis failed: {exc}"))
+            self.post_message(self.DiagnosisFailed(f"diagnosis failed: {exc}"))
             return
         self.post_message(self.Diagnosed(diagnosis))
 
@@ -163,7 +170,7 @@ class WorkflowScreen(Screen[None]):
 
     def on_workflow_screen_load_failed(self, message: LoadFailed) -> None:
         """Show why the read failed, in place."""
-        self._loading = self._diagnosing = False
+        self._loading = False
         self.query_one("#summary", Static).update(Text(printable(message.reason), style="bold red"))
         if self._dirty:
             self.reload()
@@ -190,6 +197,12 @@ class WorkflowScreen(Screen[None]):
                 self.query_one(DiagnosisView).show(Diagnosis(self.workflow_id, "none", ""))
         if self._dirty:
             self.reload()
+
+    def on_workflow_screen_diagnosis_failed(self, message: DiagnosisFailed) -> None:
+        """Say why the diagnosis could not be made, where it would have been."""
+        self._diagnosing = False
+        self.query_one(DiagnosisView).query_one("#diag-summary", Static).update(
+            Text(printable(message.reason), style="bold red"))
 
     def on_workflow_screen_diagnosed(self, message: Diagnosed) -> None:
         """Draw the diagnosis; say the verdict of a check."""

@@ -452,6 +452,16 @@ async def test_check_reports_a_clean_replay(console_db: Path) -> None:
 
 
 @async_test
+async def test_check_says_when_the_code_has_no_such_workflow(console_db: Path) -> None:
+    app = make_app(console_db, registry=load_app("sample_workflows"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["activity_failure"])
+        await pilot.press("c")
+        await settle(pilot)
+        assert "unknown workflow 'failing_shipment'" in rendered(screen.query_one("#diag-summary", Static))
+
+
+@async_test
 async def test_an_activity_failure_shows_error_attempts_and_slot(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
