@@ -198,26 +198,16 @@ async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> N
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
 
-        async def open_time(workflow_id: str) -> float:
-            # The best of two opens (left open the second time): a busy machine only adds time.
-            times = []
-            for attempt in range(2):
-                if attempt:
-                    await pilot.press("escape")
-                started = time.perf_counter()
-                app.open_workflow(workflow_id)
-                await settle(pilot)
-                times.append(time.perf_counter() - started)
-            return min(times)
-
-        short = await open_time("short-1")
+        # Structure, not seconds (test machines are noisy; bench/ times it): opening a
+        # 50,000-slot history reads one page of it, the same as a 1-slot history.
+        app.open_workflow("short-1")
+        await settle(pilot)
+        assert app.screen.query_one("#slot-table", PagedTable).row_count == 1
         await pilot.press("escape")
-        long = await open_time("long-1")
+        app.open_workflow("long-1")
+        await settle(pilot)
         slots = app.screen.query_one("#slot-table", PagedTable)
         assert slots.row_count == SLOT_PAGE  # one page of the history, never all of it
-        # The history's length must not show in the time to open it (timed against a 1-slot one,
-        # so a loaded test machine does not make this flaky).
-        assert long < 2 * short + 1.0, f"50,000 slots opened in {long:.2f}s, 1 slot in {short:.2f}s"
         await pilot.press("right_square_bracket")
         await settle(pilot)
         assert column(slots, "slot")[0] == str(SLOT_PAGE)
