@@ -8,12 +8,14 @@ screen in view then re-queries only what it shows.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from rich.console import RenderableType
 from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
@@ -28,10 +30,16 @@ from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import Registry
 from engine.store import SQLiteStore
+from engine.text import printable
 
 # Well under the one second the issue allows, and a data_version read is a read of
 # shared memory, so polling this often costs nothing measurable.
 DEFAULT_POLL_INTERVAL = 0.25
+# Consecutive "database is locked" failures before the operator is told (a writer's lock clears
+# by itself); any other failure is reported at once. Retries back off up to MAX_RETRY_INTERVAL.
+UNREADABLE_AFTER = 3
+MAX_RETRY_INTERVAL = 2.0
+UNREADABLE_NOTICE_SECONDS = 3600  # stays up until the database is readable again
 
 
 class ReplaylogConsole(App[None]):
@@ -57,6 +65,16 @@ class ReplaylogConsole(App[None]):
     class DatabaseChanged(Message):
         """Another connection committed to the database since the last look."""
 
+    class DatabaseUnreadable(Message):
+        """The watcher cannot read the database (it keeps retrying)."""
+
+        def __init__(self, reason: str) -> None:
+            super().__init__()
+            self.reason = reason
+
+    class DatabaseReadable(Message):
+        """The watcher can read the database again after DatabaseUnreadable."""
+
     def __init__(
         self,
         db_path: str | os.PathLike[str],
@@ -73,6 +91,8 @@ class ReplaylogConsole(App[None]):
         self.clock = clock
         self.poll_interval = poll_interval
         self.changes_seen = 0
+        self.exiting = False
+        self.database_problem: str | None = None  # why the watcher cannot read the database, if it cannot
 
     def open_store(self) -> SQLiteStore:
         """A new store on this thread's own connection (read-only when the console is)."""
@@ -85,14 +105,52 @@ class ReplaylogConsole(App[None]):
 
     @work(thread=True, group="watch", exclusive=True, exit_on_error=False)
     def _watch_database(self) -> None:
+        # This thread is the console's only way of hearing about commits, so it must outlive
+        # any error: it says once that the database cannot be read, and keeps trying.
         worker = get_current_worker()
-        with self.open_store() as store:
-            last = store.data_version()
-            while not worker.cancelled_event.wait(self.poll_interval):
-                version = store.data_version()
-                if version != last:
-                    last = version
-                    self.post_message(self.DatabaseChanged())
+        watch = _Watch(self.db_path)
+        failures = 0
+        reported: str | None = None
+        try:
+            while True:
+                try:
+                    changed = watch.poll()
+                except Exception as exc:  # noqa: BLE001 - reported to the operator, then retried
+                    watch.close()
+                    failures += 1
+                    reason = printable(str(exc) or type(exc).__name__, oneline=True)
+                    # A lock held by a writer clears by itself: say nothing unless it lasts.
+                    transient = "locked" in reason or "busy" in reason
+                    if reason != reported and (not transient or failures >= UNREADABLE_AFTER):
+                        reported = reason
+                        self.post_message(self.DatabaseUnreadable(reason))
+                    delay = min(self.poll_interval * 2 ** failures, MAX_RETRY_INTERVAL)
+                else:
+                    if failures:
+                        failures = 0
+                        changed = True  # whatever failed to load meanwhile is read again
+                        if reported is not None:
+                            reported = None
+                            self.post_message(self.DatabaseReadable())
+                    if changed:
+                        self.post_message(self.DatabaseChanged())
+                    delay = self.poll_interval
+                if worker.cancelled_event.wait(delay):
+                    return
+        finally:
+            watch.close()
+
+    def on_replaylog_console_database_unreadable(self, message: DatabaseUnreadable) -> None:
+        """Say once, in one line, that live updates are stalled and why."""
+        self.database_problem = message.reason
+        self.notify(f"cannot read the database, retrying: {message.reason}", title="Live updates stopped",
+                    severity="error", timeout=UNREADABLE_NOTICE_SECONDS, markup=False)
+
+    def on_replaylog_console_database_readable(self, _message: DatabaseReadable) -> None:
+        """Say the database is back; the screens re-query (a DatabaseChanged follows)."""
+        self.database_problem = None
+        self.clear_notifications()
+        self.notify("the database can be read again", title="Live updates resumed", markup=False)
 
     def on_replaylog_console_database_changed(self, _message: DatabaseChanged) -> None:
         """Tell the screens; the one in view re-queries, the others re-query when shown again."""
@@ -109,15 +167,21 @@ class ReplaylogConsole(App[None]):
         """Whether any screen is still loading what it shows (tests wait for this to clear)."""
         return any(getattr(screen, "busy", False) for screen in self.screen_stack)
 
+    def exit(self, result: None = None, return_code: int = 0, message: RenderableType | None = None) -> None:
+        """Quit; from here on no key opens a screen (keys typed after `q` arrive while the app closes)."""
+        self.exiting = True
+        super().exit(result, return_code, message)
+
     # -- actions shared by the screens
 
     def open_workflow(self, workflow_id: str) -> None:
         """Show one workflow."""
-        self.push_screen(WorkflowScreen(workflow_id))
+        if not self.exiting:
+            self.push_screen(WorkflowScreen(workflow_id))
 
     def open_signal_dialog(self, workflow_id: str, default_name: str | None) -> None:
         """Ask for a signal to send, unless the console is read-only (then there is no write path)."""
-        if self.readonly:
+        if self.readonly or self.exiting:
             return
         self.push_screen(SignalDialog(workflow_id, default_name or ""), self._signal_sent)
 
@@ -128,7 +192,7 @@ class ReplaylogConsole(App[None]):
 
     def action_help(self) -> None:
         """Show the key map."""
-        if not isinstance(self.screen, HelpScreen):
+        if not isinstance(self.screen, HelpScreen) and not self.exiting:
             self.push_screen(HelpScreen(readonly=self.readonly))
 
     def action_goto(self) -> None:
@@ -137,4 +201,47 @@ class ReplaylogConsole(App[None]):
             if workflow_id:
                 self.open_workflow(workflow_id)
 
-        self.push_screen(GoToDialog(), opened)
+        if not self.exiting:
+            self.push_screen(GoToDialog(), opened)
+
+
+class _Watch:
+    """One read-only connection polling `PRAGMA data_version`, reopened when the file is replaced.
+
+    A connection keeps reading the file it opened even after that file was deleted or
+    replaced (a restore from backup), and would then report "no change" for ever; so each
+    poll also compares the file's identity, and a new file counts as a change.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.store: SQLiteStore | None = None
+        self.identity: tuple[int, int] | None = None
+        self.version: int | None = None
+
+    def poll(self) -> bool:
+        """Whether the database changed since the last poll; raises when it cannot be read."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no database file at {self.path}") from None
+        identity = (st.st_dev, st.st_ino)
+        if self.store is not None and identity != self.identity:
+            self.close()
+        if self.store is None:
+            # Read-only: the watcher must never create or touch the file it watches.
+            self.store = SQLiteStore(self.path, readonly=True)
+            self.identity = identity
+            first = self.version is None
+            self.version = self.store.data_version()
+            return not first  # a reopened (maybe replaced) file: re-query what is shown
+        version = self.store.data_version()
+        changed, self.version = version != self.version, version
+        return changed
+
+    def close(self) -> None:
+        """Drop the connection (the next poll reopens it)."""
+        if self.store is not None:
+            store, self.store = self.store, None
+            with contextlib.suppress(Exception):  # a broken connection is being dropped anyway
+                store.close()

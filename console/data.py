@@ -73,7 +73,7 @@ def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
 
 @dataclass(frozen=True)
 class WorkflowDetail:
-    """One workflow, a page of its slots, its latest signals and its in-flight activity."""
+    """One workflow, a page of its slots, a page of its signals and its in-flight activity."""
 
     row: WorkflowRow
     offset: int
@@ -82,17 +82,29 @@ class WorkflowDetail:
     inflight: InflightRow | None
     signal_total: int = 0
     signal_waiting: int = 0
+    signal_offset: int = 0
 
 
-def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE) -> WorkflowDetail:
-    """A workflow with one page of its slots and its latest signals (never a whole log)."""
+def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
+                 signal_offset: int | None = None) -> WorkflowDetail:
+    """A workflow with one page of its slots and one page of its signals (never a whole log).
+
+    Args:
+        store: a store this thread opened.
+        workflow_id: the workflow.
+        offset: the first slot of the slot page (clamped to the history).
+        limit: slots per page.
+        signal_offset: the first signal of the signal page, by delivery order; None for the
+            latest page (the signals an operator acts on; older ones are consumed history).
+    """
     row = store.get_workflow(workflow_id)
     offset = max(0, min(offset, max(0, (row.slots - 1) // limit * limit)))
     commands = tuple(store.list_commands(workflow_id, offset=offset, limit=limit))
     total, waiting = store.count_signals(workflow_id)
-    # The latest signals are the ones an operator acts on; older ones are consumed history.
-    signals = tuple(store.list_signals(workflow_id, offset=max(0, total - SIGNAL_PAGE), limit=SIGNAL_PAGE))
-    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting)
+    latest = max(0, total - SIGNAL_PAGE)
+    signal_offset = latest if signal_offset is None else max(0, min(signal_offset, latest))
+    signals = tuple(store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE))
+    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting, signal_offset)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
-from console.data import SLOT_PAGE, Diagnosis, WorkflowDetail, diagnose, fetch_detail
+from console.data import SIGNAL_PAGE, SLOT_PAGE, Diagnosis, WorkflowDetail, diagnose, fetch_detail
 from console.diagnosis_view import DiagnosisView
 from console.format import status_text, text, utc, value_preview
 from console.paged_table import PagedTable
@@ -72,11 +72,13 @@ class WorkflowScreen(Screen[None]):
         self.detail: WorkflowDetail | None = None
         self.diagnosis: Diagnosis | None = None
         self.slot_offset = 0
+        self.signal_offset: int | None = None  # None: follow the latest page of signals
         self._loading = False
         self._dirty = False
         self._diagnosing = False
         self._stale = False
         self._cursor_after: int | None = None
+        self._signal_cursor_after: int | None = None
         self._shown_status: str | None = None
 
     @property
@@ -133,13 +135,13 @@ class WorkflowScreen(Screen[None]):
             self._dirty = True
             return
         self._loading, self._dirty = True, False
-        self._fetch(self.slot_offset)
+        self._fetch(self.slot_offset, self.signal_offset)
 
     @work(thread=True, group="detail", exit_on_error=False)
-    def _fetch(self, offset: int) -> None:
+    def _fetch(self, offset: int, signal_offset: int | None) -> None:
         try:
             with self.console.open_store() as store:  # this thread's own connection
-                detail = fetch_detail(store, self.workflow_id, offset)
+                detail = fetch_detail(store, self.workflow_id, offset, signal_offset=signal_offset)
         except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
             self.post_message(self.LoadFailed(str(exc)))
             return
@@ -180,6 +182,8 @@ class WorkflowScreen(Screen[None]):
         self._loading = False
         detail = self.detail = message.detail
         self.slot_offset = detail.offset
+        if self.signal_offset is not None:
+            self.signal_offset = detail.signal_offset  # the store may have clamped it
         self._draw_summary(detail)
         self._draw_slots(detail)
         self._draw_signals(detail)
@@ -286,16 +290,30 @@ class WorkflowScreen(Screen[None]):
         self.query_one("#slot-info", Static).update(info)
 
     def _draw_signals(self, detail: WorkflowDetail) -> None:
-        shown = len(detail.signals)
-        info = (f" the latest {shown:,} of {detail.signal_total:,} signals" if shown < detail.signal_total
-                else f" {shown:,} signal(s)")
-        self.query_one("#signal-info", Static).update(Text(info + "   enter: show payload", style="dim"))
-        self.query_one("#signal-table", PagedTable).set_page([
+        shown, total = len(detail.signals), detail.signal_total
+        table = self.query_one("#signal-table", PagedTable)
+        table.has_more_before = detail.signal_offset > 0
+        table.has_more_after = detail.signal_offset + shown < total
+        table.set_page([
             (str(s.seq), [Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, 50),
                           Text("consumed", style="green") if s.consumed else Text("waiting", style="bold yellow"),
                           Text(utc(s.sent_at, millis=True), style="dim")])
             for s in detail.signals
-        ])
+        ], cursor_at=self._signal_cursor_after)
+        self._signal_cursor_after = None
+        info = Text(style="dim")
+        if not total:
+            info.append(" no signals delivered yet")
+        elif shown < total:
+            first = detail.signal_offset + 1
+            info.append(f" signals {first:,}–{first + shown - 1:,} of {total:,}")
+            info.append(" (the latest)" if not table.has_more_after else "")
+            info.append("   ] next page   [ previous page")
+        else:
+            info.append(f" {total:,} signal(s)")
+        if total:
+            info.append("   enter: show payload")
+        self.query_one("#signal-info", Static).update(info)
 
     # -- actions
 
@@ -318,7 +336,13 @@ class WorkflowScreen(Screen[None]):
             (widget if widget.display else self.query_one(Tabs)).focus()
 
     def action_page(self, delta: int) -> None:
-        """The next (1) or previous (-1) page of slots."""
+        """The next (1) or previous (-1) page of the table in view: slots or signals."""
+        if self.query_one(TabbedContent).active == "signals":
+            self._page_signals(delta)
+        else:
+            self._page_slots(delta)
+
+    def _page_slots(self, delta: int) -> None:
         if self.detail is None:
             return
         offset = max(0, self.slot_offset + delta * SLOT_PAGE)
@@ -328,9 +352,29 @@ class WorkflowScreen(Screen[None]):
         self._cursor_after = 0 if delta > 0 else SLOT_PAGE - 1
         self.reload()
 
-    @on(PagedTable.PageRequested)
-    def _edge(self, event: PagedTable.PageRequested) -> None:
-        self.action_page(event.delta)
+    def _page_signals(self, delta: int) -> None:
+        detail = self.detail
+        if detail is None:
+            return
+        latest = max(0, detail.signal_total - SIGNAL_PAGE)
+        current = detail.signal_offset
+        offset = max(0, min(current + delta * SIGNAL_PAGE, latest))
+        if offset == current:
+            return
+        # Back on the latest page, follow it again: new signals appear as they arrive.
+        self.signal_offset = None if offset >= latest else offset
+        # Keep the cursor on the signal next to the one it left.
+        seq_after = current + SIGNAL_PAGE + 1 if delta > 0 else current
+        self._signal_cursor_after = max(0, min(seq_after - 1 - offset, SIGNAL_PAGE - 1))
+        self.reload()
+
+    @on(PagedTable.PageRequested, "#slot-table")
+    def _slot_edge(self, event: PagedTable.PageRequested) -> None:
+        self._page_slots(event.delta)
+
+    @on(PagedTable.PageRequested, "#signal-table")
+    def _signal_edge(self, event: PagedTable.PageRequested) -> None:
+        self._page_signals(event.delta)
 
     @on(DataTable.RowSelected, "#slot-table")
     def _slot_selected(self, event: DataTable.RowSelected) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -233,23 +234,41 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
 
 
 @async_test
-async def test_a_workflow_with_many_signals_shows_the_latest_page(console_db: Path) -> None:
+async def test_a_workflow_with_many_signals_shows_the_latest_page_and_pages_back(console_db: Path) -> None:
     with SQLiteStore(console_db) as store:
         for i in range(SIGNAL_PAGE + 50):
             store.send_signal(ROLES["blocked"], "tick", i)
         assert store.count_signals(ROLES["blocked"]) == (SIGNAL_PAGE + 51, SIGNAL_PAGE + 51)
+    total = SIGNAL_PAGE + 51  # the seeded "[/bold]note" is signal 1, tick i is signal i + 2
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.open_workflow(ROLES["blocked"])
         await settle(pilot)
+        await pilot.press("2")
         signals = app.screen.query_one("#signal-table", PagedTable)
+        info = app.screen.query_one("#signal-info", Static)
         assert signals.row_count == SIGNAL_PAGE
         assert column(signals, "payload")[-1] == str(SIGNAL_PAGE + 49)  # the newest is last
-        assert f"the latest {SIGNAL_PAGE} of {SIGNAL_PAGE + 51} signals" in rendered(
-            app.screen.query_one("#signal-info", Static))
-        assert f"{SIGNAL_PAGE + 51} signal(s), {SIGNAL_PAGE + 51} waiting" in rendered(
-            app.screen.query_one("#summary", Static))
+        assert f"signals 52–{total} of {total} (the latest)" in rendered(info)
+        assert f"{total} signal(s), {total} waiting" in rendered(app.screen.query_one("#summary", Static))
+
+        await pilot.press("left_square_bracket")  # the page before: the oldest signals
+        await settle(pilot)
+        assert column(signals, "seq")[0] == "1" and signals.row_count == SIGNAL_PAGE
+        assert column(signals, "name")[0] == "[/bold]note"
+        assert f"signals 1–{SIGNAL_PAGE} of {total}" in rendered(info) and "latest" not in rendered(info)
+
+        signals.move_cursor(row=SIGNAL_PAGE - 1)
+        await pilot.press("j")  # past the last row: the next page, on the next signal
+        await settle(pilot)
+        assert column(signals, "seq")[-1] == str(total)
+        assert signals.get_row_at(signals.cursor_row)[0].plain == str(SIGNAL_PAGE + 1)
+
+        # On the latest page the table follows new signals as they arrive.
+        with SQLiteStore(console_db) as store:
+            store.send_signal(ROLES["blocked"], "tick", "newest")
+        assert await wait_until(pilot, lambda: column(signals, "payload")[-1] == "newest")
 
 
 # ------------------------------------------------------------------ signals
@@ -529,6 +548,73 @@ async def test_go_to_an_unknown_id_says_so_in_place(console_db: Path) -> None:
         await settle(pilot)
         assert isinstance(app.screen, WorkflowScreen)
         assert "no workflow with id 'nope'" in rendered(app.screen.query_one("#summary", Static))
+
+
+@async_test
+async def test_keys_typed_after_quit_open_nothing(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow(ROLES["blocked"])
+        await settle(pilot)
+        app.exit()  # "q", then keys that were already on their way: "s", "?", "g"
+        app.screen.action_signal()
+        app.action_help()
+        app.action_goto()
+    assert app.return_code == 0
+
+
+# ------------------------------------------------------------------ the database watcher
+
+
+def replace_file(path: Path, content: Path) -> None:
+    """Swap the database file for another, atomically, as a restore from backup would."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    os.replace(content, path)
+
+
+@async_test
+async def test_live_updates_survive_an_unreadable_database_and_resume_when_it_is_restored(
+        console_db: Path, tmp_path: Path) -> None:
+    backup = copy_db(console_db, tmp_path / "backup.db")
+    with SQLiteStore(backup) as store:
+        store.start_workflow("refund", 1, workflow_id="restored")
+    app = make_app(console_db, poll_interval=0.05)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot)
+        assert "restored" not in ids(app)
+
+        damaged = tmp_path / "damaged.db"
+        damaged.write_bytes(b"not a database at all\n" * 512)
+        replace_file(console_db, damaged)
+        assert await wait_until(pilot, lambda: app.database_problem is not None)
+        assert "not a usable SQLite database" in (app.database_problem or "")
+        assert await wait_until(pilot, lambda: len(app.screen.query("Toast")) == 1)
+        await pilot.pause(0.3)  # several retries later, still one notice, not one per retry
+        (notice,) = app.screen.query("Toast")
+        assert "cannot read the database, retrying" in notice.render().plain
+
+        replace_file(console_db, backup)  # the watcher keeps retrying and picks the file up
+        assert await wait_until(pilot, lambda: app.database_problem is None)
+        assert await wait_until(pilot, lambda: "restored" in ids(app))
+
+        with SQLiteStore(console_db) as store:  # and goes on seeing commits
+            store.start_workflow("refund", 2, workflow_id="after-restore")
+        assert await wait_until(pilot, lambda: "after-restore" in ids(app))
+
+
+@async_test
+async def test_a_deleted_database_is_reported_and_never_recreated_by_the_watcher(
+        console_db: Path, tmp_path: Path) -> None:
+    app = make_app(console_db, readonly=True, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{console_db}{suffix}").unlink(missing_ok=True)
+        assert await wait_until(pilot, lambda: app.database_problem is not None)
+        assert "no database file at" in (app.database_problem or "")
+        assert not console_db.exists()
 
 
 # ------------------------------------------------------------------ walls
