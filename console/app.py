@@ -56,6 +56,8 @@ class ReplaylogConsole(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "replaylog"
     COMMANDS = App.COMMANDS | {WorkflowCommands}
+    # Below 32 lines every screen has the class -short (app.tcss tightens the layout).
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (32, "-tall")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),

@@ -24,7 +24,8 @@ STATUS_STYLES = {
 
 def text(value: Any, style: str = "") -> Text:
     """One line of stored text, control characters made visible, never parsed as markup."""
-    return Text(printable(str(value), oneline=True), style=style, no_wrap=True)
+    # Cut with an ellipsis where a table column is narrower (an 80-column terminal).
+    return Text(printable(str(value), oneline=True), style=style, no_wrap=True, overflow="ellipsis")
 
 
 def status_text(status: str) -> Text:
@@ -34,7 +35,7 @@ def status_text(status: str) -> Text:
 
 def value_preview(value: Any, width: int = 60) -> Text:
     """A one-line preview of a JSON value."""
-    return Text(preview(value, width), no_wrap=True)
+    return Text(preview(value, width), no_wrap=True, overflow="ellipsis")
 
 
 def utc(ts: float | None, *, millis: bool = False) -> str:

@@ -6,11 +6,15 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable
 
 Cells = Sequence[Text]
+# (key, label, width, narrowest): a column is `width` cells wide when the terminal has room,
+# and gives up cells, down to `narrowest`, when it does not (an 80-column terminal).
+ColumnSpec = tuple[str, str | Text, int, int]
 
 
 class PagedTable(DataTable[Text]):
@@ -43,6 +47,38 @@ class PagedTable(DataTable[Text]):
         self.has_more_after = False
         self.has_more_before = False
         self._keys: list[str] = []
+        self._specs: list[ColumnSpec] = []
+
+    def define_columns(self, specs: Sequence[ColumnSpec]) -> None:
+        """Add the columns; their widths then follow the table's width (see `fit_widths`)."""
+        self._specs = list(specs)
+        for key, label, width, _ in self._specs:
+            self.add_column(label if isinstance(label, Text) else Text(label), key=key, width=width)
+        self._fit()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        """Fit the columns to the new width."""
+        self._fit()
+
+    def _fit(self) -> None:
+        if not self._specs or not self.size.width:
+            return
+        # Keep room for the vertical scrollbar, so a page that starts to scroll still fits.
+        room = self.size.width - self.styles.scrollbar_size_vertical - 2 * self.cell_padding * len(self._specs)
+        widths = fit_widths([(width, narrowest) for _, _, width, narrowest in self._specs], room)
+        columns = list(self.ordered_columns)
+        if [c.width for c in columns] == widths:
+            return
+        # Rebuilt through the public API (a resize is rare; the table holds one page at most).
+        rows = [self.get_row_at(i) for i in range(self.row_count)]
+        cursor = self.cursor_row
+        self.clear(columns=True)
+        for column, width in zip(columns, widths, strict=True):
+            self.add_column(column.label, key=column.key.value, width=width)
+        for position, cells in enumerate(rows):
+            self.add_row(*cells, key=str(position))
+        if rows:
+            self.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
 
     def set_page(self, rows: Sequence[tuple[str, Cells]], *, cursor_at: str | int | None = None) -> None:
         """Show these rows, changing only the cells that differ from what is shown.
@@ -110,3 +146,25 @@ def _same(a: Text, b: object) -> bool:
     # Text.__eq__ ignores the base style, and a status cell differs from the old one only by it.
     return (isinstance(b, Text) and a.plain == b.plain and a.style == b.style and a.spans == b.spans
             and a.justify == b.justify)
+
+
+def fit_widths(columns: Sequence[tuple[int, int]], room: int) -> list[int]:
+    """Column widths that fit `room` cells: each (width, narrowest) gives up cells in
+    proportion to what it can spare, and never goes below its narrowest."""
+    widths = [width for width, _ in columns]
+    deficit = sum(widths) - room
+    spare = [width - narrowest for width, narrowest in columns]
+    if deficit <= 0 or not sum(spare):
+        return widths
+    if deficit >= sum(spare):
+        return [narrowest for _, narrowest in columns]
+    total = sum(spare)
+    cuts = [deficit * s // total for s in spare]
+    left = deficit - sum(cuts)
+    for i in sorted(range(len(cuts)), key=lambda i: spare[i] - cuts[i], reverse=True):
+        if left <= 0:
+            break
+        if cuts[i] < spare[i]:
+            cuts[i] += 1
+            left -= 1
+    return [width - cut for width, cut in zip(widths, cuts, strict=True)]

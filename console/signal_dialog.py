@@ -70,7 +70,9 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
             yield Label("name")
             yield Input(self.default_name, placeholder="signal name", id="signal-name")
             yield Label("payload (JSON)")
-            yield TextArea(self.initial_payload, id="payload", soft_wrap=True, tab_behavior="indent")
+            # tab_behavior="focus": with "indent", esc in the editor only moved the focus (onto Send, so a
+            # following enter sent the signal) instead of cancelling as the dialog says.
+            yield TextArea(self.initial_payload, id="payload", soft_wrap=True, tab_behavior="focus")
             yield Static(id="validation")
             yield Static(id="refusal")
             with Horizontal(id="signal-buttons"):

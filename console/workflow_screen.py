@@ -31,9 +31,10 @@ class WorkflowScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("s", "signal", "Signal"),
         Binding("c", "check", "Check"),
-        Binding("1", "tab('slots')", "Slots"),
-        Binding("2", "tab('signals')", "Signals"),
-        Binding("3", "tab('diagnosis')", "Diagnosis"),
+        # The tab titles name these keys; the footer has no room for them on 80 columns.
+        Binding("1", "tab('slots')", "Slots", show=False),
+        Binding("2", "tab('signals')", "Signals", show=False),
+        Binding("3", "tab('diagnosis')", "Diagnosis", show=False),
         Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False),
         Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False),
     ]
@@ -91,27 +92,25 @@ class WorkflowScreen(Screen[None]):
         yield Static(id="topbar")
         yield Static(Text("reading…", style="dim"), id="summary")
         with TabbedContent(id="tabs"):
-            with TabPane("Slots", id="slots"):
+            with TabPane("1 Slots", id="slots"):
                 yield PagedTable(id="slot-table")
                 yield Static(id="slot-info")
-            with TabPane("Signals", id="signals"):
+            with TabPane("2 Signals", id="signals"):
                 yield PagedTable(id="signal-table")
                 yield Static(id="signal-info")
-            with TabPane("Diagnosis", id="diagnosis"):
+            with TabPane("3 Diagnosis", id="diagnosis"):
                 yield DiagnosisView()
         yield Footer()
 
     def on_mount(self) -> None:
         """Columns, then the first read."""
         slots = self.query_one("#slot-table", PagedTable)
-        for key, label, width in (("slot", "slot", 7), ("kind", "kind", 8), ("name", "name", 20), ("ok", "ok", 9),
-                                  ("value", "value / error", 38), ("attempts", "attempts", 8),
-                                  ("when", "when (UTC)", 13)):
-            slots.add_column(Text(label), key=key, width=width)
+        slots.define_columns([("slot", "slot", 7, 5), ("kind", "kind", 8, 8), ("name", "name", 20, 10),
+                              ("ok", "ok", 9, 9), ("value", "value / error", 38, 12), ("attempts", "attempts", 8, 4),
+                              ("when", "when (UTC)", 13, 12)])
         signals = self.query_one("#signal-table", PagedTable)
-        for key, label, width in (("seq", "seq", 5), ("name", "name", 20), ("payload", "payload", 50),
-                                  ("state", "state", 9), ("sent", "sent (UTC)", 13)):
-            signals.add_column(Text(label), key=key, width=width)
+        signals.define_columns([("seq", "seq", 5, 4), ("name", "name", 20, 10), ("payload", "payload", 50, 14),
+                                ("state", "state", 9, 8), ("sent", "sent (UTC)", 13, 12)])
         bar = Text("replaylog", style="bold")
         bar.append("  workflow ")
         bar.append_text(text(self.workflow_id, "bold"))

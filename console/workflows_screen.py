@@ -24,9 +24,10 @@ from engine.text import printable
 if TYPE_CHECKING:
     from console.app import ReplaylogConsole
 
-COLUMNS = (("id", "id", 28), ("workflow", "workflow", 18), ("status", "status", 10),
-           ("blocked_on", "blocked on", 16), ("slots", "slots", 8), ("updated", "updated", 10))
-SORT_ORDER = [key for key, _, _ in COLUMNS]
+# (key, label, width, narrowest): narrower on an 80-column terminal.
+COLUMNS = (("id", "id", 28, 14), ("workflow", "workflow", 18, 10), ("status", "status", 10, 9),
+           ("blocked_on", "blocked on", 16, 8), ("slots", "slots", 8, 5), ("updated", "updated", 10, 8))
+SORT_ORDER = [key for key, _, _, _ in COLUMNS]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
 COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
 STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
@@ -42,8 +43,9 @@ class WorkflowsScreen(Screen[None]):
         *[Binding(k, f"status('{s}')", s.capitalize(), show=False) for k, s in STATUS_KEYS.items()],
         Binding("o", "sort", "Sort"),
         Binding("r", "reverse", "Reverse"),
-        Binding("right_square_bracket", "page(1)", "Next page", key_display="]"),
-        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="["),
+        # The page line names these keys when there is more than one page.
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False),
         Binding("s", "signal", "Signal"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -93,8 +95,7 @@ class WorkflowsScreen(Screen[None]):
     def on_mount(self) -> None:
         """Build the columns and ask for the first page."""
         table = self.query_one(PagedTable)
-        for key, _label, width in COLUMNS:
-            table.add_column(self._label(key), key=key, width=width)
+        table.define_columns([(key, self._label(key), width, narrowest) for key, _, width, narrowest in COLUMNS])
         self.query_one("#filter", Input).display = False
         self._draw_topbar()
         self.reload()
@@ -179,7 +180,7 @@ class WorkflowsScreen(Screen[None]):
     # -- drawing
 
     def _label(self, key: str) -> Text:
-        label = dict((k, lbl) for k, lbl, _ in COLUMNS)[key]
+        label = {k: lbl for k, lbl, _, _ in COLUMNS}[key]
         if key == self.query_state.sort:
             return Text(f"{label} {'▼' if self.query_state.descending else '▲'}", style="bold")
         return Text(label)
@@ -210,7 +211,7 @@ class WorkflowsScreen(Screen[None]):
             counts.append(f" {page.counts.get(status, 0):,}  ")
         self.query_one("#counts", Static).update(counts)
         table = self.query_one(PagedTable)
-        for key, _, _ in COLUMNS:
+        for key, _, _, _ in COLUMNS:
             table.columns[ColumnKey(key)].label = self._label(key)
         rows = [
             (r.id, [text(r.id), text(r.workflow), status_text(r.status), text(r.blocked_on or ""),
@@ -225,6 +226,8 @@ class WorkflowsScreen(Screen[None]):
         info = Text()
         if page.total:
             info.append(f" {q.offset + 1:,}–{q.offset + len(page.rows):,} of {page.total:,}")
+            if page.total > q.limit:
+                info.append("   ] next page   [ previous page", style="dim")
         else:
             info.append(" no workflows match" if (q.status or q.text) else " no workflows yet")
         info.append(f"   sorted by {q.sort} {'▼' if q.descending else '▲'}", style="dim")

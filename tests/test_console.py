@@ -317,6 +317,20 @@ async def test_invalid_json_is_refused_with_the_reason_as_you_type(console_db: P
 
 
 @async_test
+async def test_esc_in_the_payload_editor_cancels_without_sending(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(pilot, ROLES["blocked"])
+        assert dialog.query_one("#payload", TextArea).has_focus  # the name is known: typing goes to the payload
+        await pilot.press("escape")
+        assert isinstance(app.screen, WorkflowScreen)
+        await pilot.press("enter")  # an enter after it opens the slot under the cursor, and sends nothing
+        await settle(pilot)
+        with SQLiteStore(console_db, readonly=True) as store:
+            assert [s.name for s in store.list_signals(ROLES["blocked"])] == ["[/bold]note"]
+
+
+@async_test
 async def test_a_completed_workflow_refuses_the_signal_in_place(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
