@@ -20,6 +20,7 @@ KEYMAP: tuple[tuple[str, str, str], ...] = (
     ("everywhere", "ctrl+p", "command palette: go to workflow id, filter by status, change theme"),
     ("everywhere", "g", "go to a workflow by id"),
     ("everywhere", "j / k, ↑ / ↓", "move; past the end of a page loads the next page"),
+    ("everywhere", "home / end", "first / last row of the page"),
     ("everywhere", "enter", "open the workflow, slot or signal under the cursor"),
     ("workflows", "/", "filter by id or workflow name"),
     ("workflows", "0 1 2 3 4 5", "all, pending, running, blocked, completed, failed"),
@@ -49,16 +50,26 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         """The key table."""
-        table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
-        table.add_column("where", style="dim")
+        # Two columns under a heading per screen: a "where" column cost 17 cells a line,
+        # which wrapped most descriptions on an 80-column terminal.
+        table = Table(box=None, padding=(0, 2), show_header=False)
         table.add_column("key", style="bold cyan", no_wrap=True)
         table.add_column("does")
+        group = None
         for where, key, what in KEYMAP:
             if self.readonly and key == "s":
                 continue  # a read-only console has no write action to describe
-            table.add_row(where, key, what)
+            if where != group:
+                group = where
+                table.add_row(Text(where, style="bold underline default"), "")
+            table.add_row(key, what)
         with Vertical(id="help-dialog", classes="dialog"):
             yield Static(Text("Keys", style="bold"), classes="dialog-title")
-            with VerticalScroll():
+            with VerticalScroll(id="help-keys"):
                 yield Static(table)
-            yield Static(Text("Mouse: click a row to select it, a column header to sort.  esc: close", style="dim"))
+            yield Static(Text("Mouse: click a row to select it, a header to sort.   ↑ ↓ scroll   esc close",
+                              style="dim"))
+
+    def on_mount(self) -> None:
+        """Arrow keys scroll the key list (it scrolls on a short terminal)."""
+        self.query_one("#help-keys").focus()

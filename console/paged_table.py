@@ -27,6 +27,9 @@ class PagedTable(DataTable[Text]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "cursor_down", "Down", show=False),
         Binding("k", "cursor_up", "Up", show=False),
+        # Columns fit the width, so home/end go to the first/last row rather than scroll sideways.
+        Binding("home", "scroll_top", "First row", show=False),
+        Binding("end", "scroll_bottom", "Last row", show=False),
     ]
 
     class PageRequested(Message):

@@ -77,6 +77,7 @@ class WorkflowsScreen(Screen[None]):
         self._recount_due = False
         self._filter_timer: Timer | None = None
         self._filter_pending = False
+        self._open_when_shown = False
 
     @property
     def console(self) -> ReplaylogConsole:
@@ -151,6 +152,9 @@ class WorkflowsScreen(Screen[None]):
             self.query_state = message.page.query  # the store may have clamped the offset
             self.page = message.page
             self._redraw()
+            if self._open_when_shown and not self._filter_pending:
+                self._open_when_shown = False
+                self.action_open()
         elif not self._dirty:
             self._dirty = True
         if self._dirty:
@@ -159,6 +163,7 @@ class WorkflowsScreen(Screen[None]):
     def on_workflows_screen_load_failed(self, message: LoadFailed) -> None:
         """Say why the list could not be read; the next change or key tries again."""
         self._loading = False
+        self._open_when_shown = False
         reason = printable(f"cannot read the database: {message.reason}", oneline=True)
         self.query_one("#pageinfo", Static).update(Text(reason, "red"))
         if self._dirty:
@@ -262,6 +267,9 @@ class WorkflowsScreen(Screen[None]):
         self._filter_timer = None
         if value != self.query_state.text:
             self._ask(replace(self.query_state, text=value, offset=0))
+        elif self._open_when_shown and not self._page_is_stale:
+            self._open_when_shown = False
+            self.action_open()
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self, event: Input.Submitted) -> None:
@@ -314,14 +322,22 @@ class WorkflowsScreen(Screen[None]):
         else:
             self.action_sort(key)
 
+    @property
+    def _page_is_stale(self) -> bool:
+        """Whether the rows on screen answer an older question (a key changed it; the read is on its way)."""
+        return self.page is None or self._filter_pending or self.page.query != self.query_state
+
     @on(DataTable.RowSelected)
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
-        key = self.query_one(PagedTable).key_at(event.cursor_row)
-        if key is not None:
-            self.console.open_workflow(key)
+    def _row_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_open()
 
     def action_open(self) -> None:
-        """Open the workflow under the cursor."""
+        """Open the workflow under the cursor; right after a key changed the list, once it is shown."""
+        if self._page_is_stale:
+            # "3" then enter, typed together, means the first blocked workflow, not whatever
+            # row the old page had under the cursor.
+            self._open_when_shown = True
+            return
         key = self.query_one(PagedTable).current_key
         if key is not None:
             self.console.open_workflow(key)

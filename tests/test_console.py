@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
@@ -107,6 +108,21 @@ async def test_status_keys_filter_and_sort_keys_order(console_db: Path) -> None:
         await pilot.press("r")
         await settle(pilot)
         assert ids(app) == sorted(ROLES.values())
+
+
+@async_test
+async def test_enter_right_after_a_status_key_opens_from_the_new_list(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert ids(app)[0] != ROLES["blocked"]
+        screen = app.screen
+        # "3" then enter, typed faster than the page is read: enter must not act on the old page.
+        screen.action_status("blocked")
+        screen.query_one(PagedTable).action_select_cursor()
+        await settle(pilot)
+        assert isinstance(app.screen, WorkflowScreen)
+        assert app.screen.workflow_id == ROLES["blocked"]  # the only blocked workflow
 
 
 @async_test
@@ -576,6 +592,35 @@ async def test_keys_typed_after_quit_open_nothing(console_db: Path) -> None:
         app.action_help()
         app.action_goto()
     assert app.return_code == 0
+
+
+def fits(table: DataTable[Any]) -> bool:
+    """Every column of the table is in view: nothing hides past the right edge."""
+    return table.virtual_size.width <= table.scrollable_content_region.width
+
+
+@async_test
+async def test_every_screen_fits_an_80x24_terminal(console_db: Path) -> None:
+    app = make_app(console_db, registry=load_app("console_workflows"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert fits(app.screen.query_one(PagedTable))
+
+        screen = await open_workflow(pilot, ROLES["diverged"])
+        aligned = screen.query_one("#aligned", PagedTable)
+        assert fits(aligned)
+        # The divergence is in view, and so is the history before it.
+        assert aligned.scrollable_content_region.height >= 4
+        assert column(aligned, "recorded")[3] == "now:now"
+        await pilot.press("1")
+        assert fits(screen.query_one("#slot-table", PagedTable))
+        await pilot.press("2")
+        assert fits(screen.query_one("#signal-table", PagedTable))
+        await pilot.press("escape")
+
+        await open_dialog(pilot, ROLES["blocked"])
+        send = app.screen.query_one("#send")
+        assert send.region.height > 0 and send.region.bottom <= 24  # the buttons are on screen
 
 
 # ------------------------------------------------------------------ the database watcher
