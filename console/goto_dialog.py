@@ -23,6 +23,7 @@ class GoToDialog(ModalScreen[str | None]):
         with Vertical(id="goto-dialog", classes="dialog"):
             yield Static(Text("Go to workflow id", style="bold"), classes="dialog-title")
             yield Input(placeholder="workflow id", id="goto-id")
+            yield Static(Text("enter: open   esc: cancel   (ctrl+p searches ids as you type)", style="dim"))
 
     @on(Input.Submitted, "#goto-id")
     def _submitted(self, event: Input.Submitted) -> None:

@@ -30,6 +30,7 @@ KEYMAP: tuple[tuple[str, str, str], ...] = (
     ("workflow", "1 2 3", "slots, signals, diagnosis tab"),
     ("workflow", "s", "send a signal (not with --readonly)"),
     ("workflow", "c", "check: dry-replay the history against the current code (needs --app)"),
+    ("workflow", "v", "the workflow's input, result and error in full"),
     ("workflow", "] / [", "next / previous page of the slots or signals in view"),
     ("signal dialog", "ctrl+s / esc", "send / cancel"),
 )

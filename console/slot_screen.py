@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from console.format import text, utc
-from engine.store import CommandRow, InflightRow, SignalRow
+from engine.store import CommandRow, InflightRow, SignalRow, WorkflowRow
 from engine.text import pretty_json, printable
 
 
@@ -65,6 +65,23 @@ class SlotScreen(ModalScreen[None]):
                  ("state", Text("consumed", style="green") if sig.consumed else Text("waiting", style="yellow")),
                  ("sent", text(utc(sig.sent_at)))]
         return cls(title, facts, _json(sig.payload))
+
+    @classmethod
+    def for_workflow(cls, row: WorkflowRow) -> SlotScreen:
+        """A workflow's input, result and error in full (the summary shows one line of each)."""
+        title = Text("workflow ")
+        title.append_text(text(row.id, "bold"))
+        facts = [("workflow", text(row.workflow)), ("status", text(row.status))]
+        body = Text()
+        sections: list[tuple[str, str, str]] = [("input", pretty_json(row.input) if row.has_input else "(none)", "")]
+        if row.status == "completed":
+            sections.append(("result", pretty_json(row.result), "green"))
+        if row.error:
+            sections.append(("error", printable(row.error), "red"))
+        for i, (label, value, style) in enumerate(sections):
+            body.append(("\n\n" if i else "") + label + "\n", style="bold")
+            body.append(value, style=style)  # a Text: stored text is never parsed as markup
+        return cls(title, facts, body)
 
     def compose(self) -> ComposeResult:
         """Title, facts, and the value in a scrolling pane."""

@@ -18,6 +18,7 @@ from console.diagnosis_view import DiagnosisView
 from console.format import status_text, text, utc, value_preview
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
+from engine.store import CommandRow
 from engine.text import preview, printable
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class WorkflowScreen(Screen[None]):
         Binding("escape", "back", "Back"),
         Binding("s", "signal", "Signal"),
         Binding("c", "check", "Check"),
+        Binding("v", "values", "Values"),
         # The tab titles name these keys; the footer has no room for them on 80 columns.
         Binding("1", "tab('slots')", "Slots", show=False),
         Binding("2", "tab('signals')", "Signals", show=False),
@@ -260,7 +262,7 @@ class WorkflowScreen(Screen[None]):
             rows.append((str(c.slot), [
                 Text(str(c.slot), justify="right"), text(c.kind), text(c.name),
                 Text("ok", style="green") if c.ok else Text("failed", style="bold red"),
-                value_preview(c.value, 38) if c.ok else text(c.error or "", "red"),
+                _value_cell(c),
                 Text(str(c.attempts), justify="right", style="" if c.attempts == 1 else "yellow"),
                 Text(utc(c.recorded_at, millis=True), style="dim"),
             ]))
@@ -274,10 +276,18 @@ class WorkflowScreen(Screen[None]):
                 Text("in flight", style="bold yellow"), Text(note, style="yellow"),
                 Text(str(i.attempts), justify="right", style="yellow"), Text(utc(i.started_at, millis=True), "dim"),
             ]))
+        # A cursor on the last row of the history follows it as a running workflow records
+        # slots (like tail -f), onto the next page when this one fills up.
+        tailing = (self._cursor_after is None and not table.has_more_after and table.row_count > 0
+                   and table.cursor_row == table.row_count - 1)
+        if tailing and not at_end:
+            self._page_slots(+1)
+            self._cursor_after = SLOT_PAGE  # clamped to the last row of the next page
         table.has_more_before = detail.offset > 0
         table.has_more_after = not at_end
-        table.set_page(rows, cursor_at=self._cursor_after)
-        self._cursor_after = None
+        table.set_page(rows, cursor_at=len(rows) - 1 if tailing and at_end else self._cursor_after)
+        if not (tailing and not at_end):
+            self._cursor_after = None
         info = Text(style="dim")
         if total:
             info.append(f" slots {detail.offset:,}–{detail.offset + len(detail.commands) - 1:,} of {total:,}")
@@ -395,6 +405,11 @@ class WorkflowScreen(Screen[None]):
         if sig is not None:
             self.app.push_screen(SlotScreen.for_signal(self.workflow_id, sig))
 
+    def action_values(self) -> None:
+        """Show the workflow's input, result and error in full."""
+        if self.detail is not None:
+            self.app.push_screen(SlotScreen.for_workflow(self.detail.row))
+
     def action_check(self) -> None:
         """Dry-replay the history against the current code and show the verdict."""
         self.query_one(TabbedContent).active = "diagnosis"
@@ -408,3 +423,15 @@ class WorkflowScreen(Screen[None]):
     def action_signal(self) -> None:
         """Send a signal to this workflow."""
         self.console.open_signal_dialog(self.workflow_id, self.detail.row.blocked_on if self.detail else None)
+
+
+def _value_cell(c: CommandRow) -> Text:
+    """A slot's value or error, one line; a clock read shows as a time (the raw number is in its detail)."""
+    if not c.ok:
+        return text(c.error or "", "red")
+    if c.kind == "now" and isinstance(c.value, int | float) and not isinstance(c.value, bool):
+        try:
+            return Text(f"{utc(c.value)}  (clock read)", no_wrap=True, overflow="ellipsis")
+        except (OverflowError, OSError, ValueError):
+            pass  # not a time a datetime can hold: show the number
+    return value_preview(c.value, 38)

@@ -230,6 +230,51 @@ async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> N
 
 
 @async_test
+async def test_a_cursor_on_the_last_slot_follows_a_running_workflow(db_path: Path) -> None:
+    with SQLiteStore(db_path) as store:
+        store.start_workflow("report", 10, workflow_id="report-1")
+        (claim,) = store.claim("worker-under-test", ttl=600)
+
+        def record(slot: int) -> None:
+            store.commit_batch([PendingRecord(claim, slot, CommandRecord("activity", "crunch", True, slot))], ttl=600)
+
+        for slot in range(SLOT_PAGE - 2):
+            record(slot)
+        app = make_app(db_path, poll_interval=0.05)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            app.open_workflow("report-1")
+            await settle(pilot)
+            slots = app.screen.query_one("#slot-table", PagedTable)
+            await pilot.press("end")
+            assert slots.cursor_row == SLOT_PAGE - 3
+            record(SLOT_PAGE - 2)
+            assert await wait_until(pilot, lambda: slots.row_count == SLOT_PAGE - 1)
+            assert slots.cursor_row == SLOT_PAGE - 2  # still on the last slot, the new one
+            for slot in range(SLOT_PAGE - 1, SLOT_PAGE + 2):  # past the end of the page
+                record(slot)
+            assert await wait_until(pilot, lambda: column(slots, "slot")[-1:] == [str(SLOT_PAGE + 1)])
+            await settle(pilot)
+            assert slots.cursor_row == slots.row_count - 1
+
+
+@async_test
+async def test_v_shows_the_input_result_and_error_in_full_as_text(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_workflow(pilot, ROLES["completed"])
+        await pilot.press("v")
+        assert isinstance(app.screen, SlotScreen)
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert '"status": "refunded"' in shown and "input\n7" in shown
+        await pilot.press("escape", "escape")
+        await open_workflow(pilot, ROLES["markup"])
+        await pilot.press("v")
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert "[/bold][red]not markup\\x1b[31m" in shown  # literally, escape code made visible
+
+
+@async_test
 async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_path: Path) -> None:
     with frozen_time(), SQLiteStore(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="crashed-1")
