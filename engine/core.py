@@ -164,6 +164,12 @@ class DryRunStop(BaseException):
         self.issued = issued
 
 
+# json.dumps with an option set builds a new encoder per call; this one is built once.
+_encode = json.JSONEncoder(allow_nan=False).encode
+# Values JSON holds as they are and reads back unchanged: no round trip to check them.
+_PLAIN_JSON = frozenset((str, int, bool))
+
+
 def to_json_value(value: Any, what: str) -> Any:
     """Return `value` as it will read back from JSON; raise ValueNotJSONError naming `what`.
 
@@ -171,7 +177,7 @@ def to_json_value(value: Any, what: str) -> Any:
     exactly the same thing (a tuple would otherwise come back as a list on replay).
     """
     try:
-        text = json.dumps(value, allow_nan=False)
+        text = _encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueNotJSONError(
             f"{what} is of type {_type_path(value, exc)}, which JSON cannot hold"
@@ -354,11 +360,12 @@ class Context:
                 continue
             finally:
                 _current_activity.reset(token)
-            try:
-                value = to_json_value(value, f"slot {slot}: the value activity {name!r} returned")
-            except ValueNotJSONError as exc:
-                self.fatal = exc
-                raise
+            if value is not None and type(value) not in _PLAIN_JSON:
+                try:
+                    value = to_json_value(value, f"slot {slot}: the value activity {name!r} returned")
+                except ValueNotJSONError as exc:
+                    self.fatal = exc
+                    raise
             self._append(slot, CommandRecord("activity", name, True, value, None, attempt))
             return value
         self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts))

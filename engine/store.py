@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +81,15 @@ def is_damaged(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _DAMAGE_CODES
 
 
+# One encoder for every value: json.dumps with any option set builds a new encoder per
+# call, which cost more than the INSERT the text goes into.
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    if type(value) is int:
+        return int.__repr__(value)  # what the encoder writes for an int, without its set-up
+    return _encode(value)
 
 
 def _loads(text: str | None) -> Any:
@@ -170,6 +177,9 @@ class Claim:
     epoch: int
     input: Any
     has_input: bool
+    # The history, when the claim loaded it (short histories, loaded for a whole batch of
+    # claims at once); None means the worker loads it with `load_state`.
+    state: WorkflowState | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,26 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
 def new_workflow_id() -> str:
     """A fresh, unguessable workflow id."""
     return "wf-" + uuid.uuid4().hex[:16]
+
+
+# An activity's start mark, fenced by the lease; attempts counts every start of a slot.
+_START_MARK = (
+    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
+    " SELECT ?, ?, ?, 1, ? WHERE EXISTS (SELECT 1 FROM workflows WHERE id = ?"
+    " AND lease_owner = ? AND lease_epoch = ?)"
+    " ON CONFLICT (workflow_id) DO UPDATE SET attempts = CASE WHEN slot = excluded.slot"
+    " THEN attempts + 1 ELSE 1 END, slot = excluded.slot, name = excluded.name,"
+    " started_at = excluded.started_at"
+)
+
+
+# A claim loads the histories of the workflows it takes when they are at most this many
+# slots long: one query per table for the whole batch, instead of a read transaction per
+# workflow. Longer ones are loaded by their worker thread, so a claim never holds the
+# write lock for long.
+CLAIM_LOAD_SLOTS = 256
+# Ids per `IN (...)` list (SQLite allows 32,766 parameters; batches are far smaller).
+_IN_CHUNK = 500
 
 
 # ---------------------------------------------------------------- the store
@@ -613,14 +643,48 @@ class SQLiteStore:
                     f"SELECT id FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}) LIMIT ?",
                     (*dead_owners, limit - len(rows)),
                 ).fetchall()
+            taken = []
             for (wid,) in rows:
                 row = conn.execute(
                     "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = lease_epoch + 1,"
-                    " lease_expires = ?, updated_at = ? WHERE id = ? RETURNING workflow, lease_epoch, input",
+                    " lease_expires = ?, updated_at = ? WHERE id = ? RETURNING workflow, lease_epoch, input, slots",
                     (owner, now + ttl, now, wid),
                 ).fetchone()
-                claims.append(Claim(wid, row[0], owner, row[1], _loads(row[2]), row[2] is not None))
+                taken.append((wid, row))
+            short = [wid for wid, row in taken if row[3] <= CLAIM_LOAD_SLOTS]
+            histories = self._load_histories(conn, short) if short else {}
+            for wid, row in taken:
+                inp, has_input = _loads(row[2]), row[2] is not None
+                logs = histories.get(wid)
+                state = None if logs is None else WorkflowState(
+                    input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
+                claims.append(Claim(wid, row[0], owner, row[1], inp, has_input, state))
         return claims
+
+    @staticmethod
+    def _load_histories(
+        conn: sqlite3.Connection, ids: Sequence[str]
+    ) -> dict[str, tuple[list[CommandRecord], list[SignalRecord]]]:
+        """The commands and signals of many workflows: one query per table (per chunk of ids)."""
+        loads = json.loads
+        rec = CommandRecord
+        out: dict[str, tuple[list[CommandRecord], list[SignalRecord]]] = {wid: ([], []) for wid in ids}
+        for i in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[i:i + _IN_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for wid, kind, name, ok, value, error, attempts in conn.execute(
+                "SELECT workflow_id, kind, name, ok, value, error, attempts FROM commands"
+                f" WHERE workflow_id IN ({marks}) ORDER BY workflow_id, slot",
+                chunk,
+            ):
+                out[wid][0].append(rec(kind, name, bool(ok), None if value is None else loads(value), error, attempts))
+            for wid, seq, name, payload in conn.execute(
+                f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks})"
+                " ORDER BY workflow_id, seq",
+                chunk,
+            ):
+                out[wid][1].append(SignalRecord(seq, name, _loads(payload)))
+        return out
 
     def running_owners(self) -> list[str]:
         """The distinct lease owners of running workflows."""
@@ -660,28 +724,39 @@ class SQLiteStore:
         """
         now = time.time()
         durable = bool(records or finishes)
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        conn = self._conn
+        execute = conn.execute
         if not durable:
-            self._conn.execute("PRAGMA synchronous = NORMAL")
+            execute("PRAGMA synchronous = NORMAL")
         try:
-            with self._write() as conn:
-                written = [self._write_record(conn, item, now, ttl) for item in records]
+            # The transaction is spelled out rather than taken from `_write`: this runs
+            # once or twice per slot, and the context manager cost as much as a statement.
+            try:
+                execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._translate(exc) from None
+            try:
+                write_record = self._write_record
+                written = [write_record(conn, item, now, ttl) for item in records]
                 for claim, slot, name in started:
                     # attempts counts every start of this slot, across crashed workers too.
-                    conn.execute(
-                        "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
-                        " SELECT ?, ?, ?, 1, ? WHERE EXISTS (SELECT 1 FROM workflows WHERE id = ?"
-                        " AND lease_owner = ? AND lease_epoch = ?)"
-                        " ON CONFLICT (workflow_id) DO UPDATE SET attempts = CASE WHEN slot = excluded.slot"
-                        " THEN attempts + 1 ELSE 1 END, slot = excluded.slot, name = excluded.name,"
-                        " started_at = excluded.started_at",
-                        (claim.id, slot, name, now, claim.id, claim.owner, claim.epoch),
-                    )
+                    execute(_START_MARK, (claim.id, slot, name, now, claim.id, claim.owner, claim.epoch))
                 finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
-                for claim, _ in finishes:
-                    self._stamped.pop(claim.id, None)
+            except BaseException:
+                execute("ROLLBACK")
+                raise
+            try:
+                execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                execute("ROLLBACK")
+                raise self._translate(exc) from None
+            for claim, _ in finishes:
+                self._stamped.pop(claim.id, None)
         finally:
             if not durable:
-                self._conn.execute("PRAGMA synchronous = FULL")
+                execute("PRAGMA synchronous = FULL")
         return written, finished
 
     def _write_record(self, conn: sqlite3.Connection, item: PendingRecord, now: float, ttl: float) -> bool:

@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.app import Registry
@@ -54,17 +53,34 @@ class WorkerStopping(BaseException):
     """Raised in a workflow thread when the worker stops: the workflow is handed back."""
 
 
-@dataclass
 class _Request:
-    record: PendingRecord | None = None
-    started: tuple[Claim, int, str] | None = None
-    finish: tuple[Claim, Outcome] | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    ok: bool = False
-    error: BaseException | None = None
-    # Set (with `done`) when the commit in progress ended and this request's thread is
-    # to commit next, instead of being committed.
-    lead: bool = False
+    """One thing to commit (an outcome, a start mark or a run's verdict) and its answer.
+
+    A plain class with slots, and a bare lock to wait on instead of an Event: one is
+    made per slot, and an Event (a Condition around a lock) cost more than the rest.
+    The lock exists only when the request has to wait for another thread's commit.
+    """
+
+    __slots__ = ("done", "error", "finish", "lead", "ok", "record", "started")
+
+    def __init__(self, record: PendingRecord | None = None, started: tuple[Claim, int, str] | None = None,
+                 finish: tuple[Claim, Outcome] | None = None) -> None:
+        self.record = record
+        self.started = started
+        self.finish = finish
+        # Held while the request waits; released when it was committed, or when its
+        # thread is to commit next (`lead`).
+        self.done: threading.Lock | None = None
+        self.ok = False
+        self.error: BaseException | None = None
+        self.lead = False
+
+    def wake(self) -> None:
+        """Let the waiting thread go on (a request committed by its own thread has no lock)."""
+        done = self.done
+        if done is not None:
+            self.done = None
+            done.release()
 
 
 class Committer:
@@ -106,14 +122,16 @@ class Committer:
     def submit(self, req: _Request) -> bool:
         """Commit a request (alone, or with others in one transaction); True if it was written."""
         with self._lock:
-            self._pending.append(req)
             lead = not self._leading
-            self._leading = True
+            if lead:
+                self._leading = True
+            else:
+                done = req.done = threading.Lock()
+                done.acquire()
+            self._pending.append(req)
         if not lead:
-            req.done.wait()
-            if req.lead:
-                req.done.clear()
-                lead = True
+            done.acquire()  # until committed, or handed the lead
+            lead = req.lead
         if lead:
             self._lead()
         if req.error is not None:
@@ -129,7 +147,7 @@ class Committer:
                 err = RuntimeError("the committer is stopped")
                 for r in batch:
                     r.error = err
-                    r.done.set()
+                    r.wake()
             else:
                 self._commit(store, batch)
         finally:
@@ -138,37 +156,41 @@ class Committer:
                     # Hand over: the oldest waiter commits what queued up during this commit.
                     nxt = self._pending[0]
                     nxt.lead = True
-                    nxt.done.set()
+                    nxt.wake()
                 else:
                     self._leading = False
                     self._idle.notify_all()
 
     def _commit(self, store: SQLiteStore, batch: list[_Request]) -> None:
-        records = [r for r in batch if r.record is not None]
-        starts = [r for r in batch if r.started is not None]
-        finishes = [r for r in batch if r.finish is not None]
+        records: list[PendingRecord] = []
+        starts: list[tuple[Claim, int, str]] = []
+        finishes: list[tuple[Claim, Outcome]] = []
+        for r in batch:
+            if r.record is not None:
+                records.append(r.record)
+            if r.started is not None:
+                starts.append(r.started)
+            if r.finish is not None:
+                finishes.append(r.finish)
         try:
-            written, finished = store.commit_batch(
-                [r.record for r in records if r.record],
-                started=[r.started for r in starts if r.started],
-                finishes=[r.finish for r in finishes if r.finish],
-                ttl=self._ttl,
-            )
+            written, finished = store.commit_batch(records, started=starts, finishes=finishes, ttl=self._ttl)
         except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
             for r in batch:
                 r.error = exc
-                r.done.set()
+                r.wake()
             return
         self.batches += 1
         self.commits += len(records)
-        for r, ok in zip(records, written, strict=True):
-            r.ok = ok
-        for r in starts:
-            r.ok = True
-        for r, ok in zip(finishes, finished, strict=True):
-            r.ok = ok
+        answers = iter(written)
+        verdicts = iter(finished)
         for r in batch:
-            r.done.set()
+            if r.record is not None:
+                r.ok = next(answers)
+            elif r.finish is not None:
+                r.ok = next(verdicts)
+            else:
+                r.ok = True
+            r.wake()
 
 
 def _owner_id() -> str:
@@ -431,7 +453,8 @@ class Worker:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:
             return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}")
-        state = store.load_state(claim.id)
+        # The claim loaded a short history along with its batch; a long one is loaded here.
+        state = claim.state if claim.state is not None else store.load_state(claim.id)
         if self._stopping.is_set():
             raise WorkerStopping()
         committer = self.committer
