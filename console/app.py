@@ -97,8 +97,12 @@ class ReplaylogConsole(App[None]):
         self.database_problem: str | None = None  # why the watcher cannot read the database, if it cannot
 
     def open_store(self) -> SQLiteStore:
-        """A new store on this thread's own connection (read-only when the console is)."""
-        return SQLiteStore(self.db_path, readonly=self.readonly)
+        """A new read-only store on this thread's own connection, for the screens' reads.
+
+        Read-only even when the console may write (signals open their own store): a read
+        must never create an empty database where the real one was moved away or deleted.
+        """
+        return SQLiteStore(self.db_path, readonly=True)
 
     def on_mount(self) -> None:
         """Show the workflow list and start watching the database."""

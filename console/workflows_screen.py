@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from console.app import ReplaylogConsole
 
 # (key, label, width, narrowest): narrower on an 80-column terminal.
-COLUMNS = (("id", "id", 28, 14), ("workflow", "workflow", 18, 10), ("status", "status", 10, 9),
+COLUMNS = (("id", "id", 28, 14), ("workflow", "workflow", 18, 16), ("status", "status", 10, 9),
            ("blocked_on", "blocked on", 16, 8), ("slots", "slots", 8, 5), ("updated", "updated", 10, 8))
 SORT_ORDER = [key for key, _, _, _ in COLUMNS]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries

@@ -708,17 +708,20 @@ async def test_live_updates_survive_an_unreadable_database_and_resume_when_it_is
         assert await wait_until(pilot, lambda: "after-restore" in ids(app))
 
 
+@pytest.mark.parametrize("readonly", [True, False])
 @async_test
-async def test_a_deleted_database_is_reported_and_never_recreated_by_the_watcher(
-        console_db: Path, tmp_path: Path) -> None:
-    app = make_app(console_db, readonly=True, poll_interval=0.05)
+async def test_a_deleted_database_is_reported_and_never_recreated(console_db: Path, readonly: bool) -> None:
+    app = make_app(console_db, readonly=readonly, poll_interval=0.05)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         for suffix in ("", "-wal", "-shm"):
             Path(f"{console_db}{suffix}").unlink(missing_ok=True)
         assert await wait_until(pilot, lambda: app.database_problem is not None)
         assert "no database file at" in (app.database_problem or "")
-        assert not console_db.exists()
+        await pilot.press("0")  # the list reads again
+        await settle(pilot)
+        assert "no database at" in rendered(app.screen.query_one("#pageinfo", Static))
+        assert not console_db.exists()  # reads never create a database
 
 
 # ------------------------------------------------------------------ walls
