@@ -148,6 +148,8 @@ class ReplaylogConsole(App[None]):
 
     def on_replaylog_console_database_unreadable(self, message: DatabaseUnreadable) -> None:
         """Say once, in one line, that live updates are stalled and why."""
+        if self.database_problem is not None:
+            self.clear_notifications()  # a new reason replaces the notice; it does not stack
         self.database_problem = message.reason
         self.notify(f"cannot read the database, retrying: {message.reason}", title="Live updates stopped",
                     severity="error", timeout=UNREADABLE_NOTICE_SECONDS, markup=False)
