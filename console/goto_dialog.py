@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Footer, Input, Static
 
 
 class GoToDialog(ModalScreen[str | None]):
@@ -24,6 +24,8 @@ class GoToDialog(ModalScreen[str | None]):
             yield Static(Text("Go to workflow id", style="bold"), classes="dialog-title")
             yield Input(placeholder="workflow id", id="goto-id")
             yield Static(Text("enter: open   esc: cancel   (ctrl+p searches ids as you type)", style="dim"))
+        # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
+        yield Footer()
 
     @on(Input.Submitted, "#goto-id")
     def _submitted(self, event: Input.Submitted) -> None:

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 # (where, key, what): the README's key map is this table.
 KEYMAP: tuple[tuple[str, str, str], ...] = (
@@ -70,6 +70,8 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(table)
             yield Static(Text("Mouse: click a row to select it, a header to sort.   ↑ ↓ scroll   esc close",
                               style="dim"))
+        # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
+        yield Footer()
 
     def on_mount(self) -> None:
         """Arrow keys scroll the key list (it scrolls on a short terminal)."""

@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static, TextArea
+from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
 from console.format import text
 from engine.errors import ReplaylogError
@@ -78,6 +78,8 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
             with Horizontal(id="signal-buttons"):
                 yield Button("Send  ctrl+s", id="send", variant="primary")
                 yield Button("Cancel  esc", id="cancel")
+        # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
+        yield Footer()
 
     def on_mount(self) -> None:
         """Validate the initial payload; start in the payload editor when the name is known."""

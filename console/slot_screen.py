@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 from console.format import text, utc
 from engine.store import CommandRow, InflightRow, SignalRow, WorkflowRow
@@ -96,7 +96,8 @@ class SlotScreen(ModalScreen[None]):
             with VerticalScroll(id="slot-value"):
                 yield Static(self._body)
             yield Static(Text("esc: close", style="dim"))
-
+        # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
+        yield Footer()
 
 def _json(value: object) -> Syntax:
     # Syntax never parses markup, and pretty_json has escaped control characters.
