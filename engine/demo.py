@@ -57,7 +57,7 @@ def echo_states(store: SQLiteStore, echo: Callable[[str], None]) -> None:
     """Print one line per workflow: id, name, status, blocked-on or error."""
     for row in store.list_workflows(sort="created", descending=False, limit=-1):
         extra = row.blocked_on or row.error or ""
-        echo(f"  {row.id:<18} {row.workflow:<14} {row.status:<10} {extra}")
+        echo(f"  {row.id:<18} {row.workflow:<17} {row.status:<10} {extra}")
 
 
 def run_demo(db: str | os.PathLike[str], *, open_console: bool, echo: Callable[[str], None]) -> None:
