@@ -61,13 +61,16 @@ class _Request:
     The lock exists only when the request has to wait for another thread's commit.
     """
 
-    __slots__ = ("done", "error", "finish", "lead", "ok", "record", "started")
+    __slots__ = ("done", "error", "finish", "lead", "ok", "record", "started", "then")
 
     def __init__(self, record: PendingRecord | None = None, started: tuple[Claim, int, str] | None = None,
-                 finish: tuple[Claim, Outcome] | None = None) -> None:
+                 finish: tuple[Claim, Outcome] | None = None,
+                 then: Callable[[_Request], None] | None = None) -> None:
         self.record = record
         self.started = started
         self.finish = finish
+        # For a request nobody waits for (`submit_later`): called once it was committed or failed.
+        self.then = then
         # Held while the request waits; released when it was committed, or when its
         # thread is to commit next (`lead`).
         self.done: threading.Lock | None = None
@@ -138,28 +141,58 @@ class Committer:
             raise req.error
         return req.ok
 
-    def _lead(self) -> None:
+    def submit_later(self, req: _Request) -> None:
+        """Queue a request nobody waits for; `req.then` is called once it was committed (or failed).
+
+        If no commit is in progress the caller commits it at once, as `submit` would;
+        otherwise it rides in the next commit and the caller goes on.
+        """
         with self._lock:
-            batch, self._pending = self._pending, []
-        try:
-            store = self._store
-            if store is None:
-                err = RuntimeError("the committer is stopped")
-                for r in batch:
-                    r.error = err
-                    r.wake()
-            else:
-                self._commit(store, batch)
-        finally:
+            lead = not self._leading
+            self._leading = True
+            self._pending.append(req)
+        if lead:
+            self._lead()
+
+    def _lead(self) -> None:
+        again = True
+        while again:
             with self._lock:
-                if self._pending:
-                    # Hand over: the oldest waiter commits what queued up during this commit.
-                    nxt = self._pending[0]
-                    nxt.lead = True
-                    nxt.wake()
+                batch, self._pending = self._pending, []
+            try:
+                store = self._store
+                if store is None:
+                    err = RuntimeError("the committer is stopped")
+                    for r in batch:
+                        r.error = err
+                        self._answer(r)
                 else:
-                    self._leading = False
-                    self._idle.notify_all()
+                    self._commit(store, batch)
+            finally:
+                again = self._hand_over()
+
+    def _hand_over(self) -> bool:
+        """After a commit: wake the oldest waiter to commit what queued up; True if nobody waits for it."""
+        with self._lock:
+            for r in self._pending:
+                if r.done is not None:
+                    r.lead = True
+                    r.wake()
+                    return False
+            if self._pending:
+                return True  # only requests nobody waits for: this thread commits them too
+            self._leading = False
+            self._idle.notify_all()
+            return False
+
+    @staticmethod
+    def _answer(r: _Request) -> None:
+        r.wake()
+        if r.then is not None:
+            try:
+                r.then(r)
+            except Exception:  # another workflow's bookkeeping must not fail this commit
+                log.exception("a commit's follow-up failed")
 
     def _commit(self, store: SQLiteStore, batch: list[_Request]) -> None:
         records: list[PendingRecord] = []
@@ -177,7 +210,7 @@ class Committer:
         except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
             for r in batch:
                 r.error = exc
-                r.wake()
+                self._answer(r)
             return
         self.batches += 1
         self.commits += len(records)
@@ -190,7 +223,7 @@ class Committer:
                 r.ok = next(verdicts)
             else:
                 r.ok = True
-            r.wake()
+            self._answer(r)
 
 
 def _owner_id() -> str:
@@ -419,15 +452,17 @@ class Worker:
 
     def _run_one(self, claim: Claim) -> None:
         store = self._store()
+        finishing = False
         try:
             outcome = self._execute(store, claim)
-            if outcome is not None and not self.committer.submit(_Request(finish=(claim, outcome))):
-                raise LeaseLostError(claim.id)
-            if outcome is not None:
-                if outcome.status == "completed":
-                    self.completed += 1
-                detail = outcome.blocked_on if outcome.status == "blocked" else (outcome.error or "")
-                self._event(claim.id, f"{outcome.status} {detail}".rstrip())
+            if outcome is None:
+                return
+            # The verdict needs no wait: this thread takes its next workflow while the
+            # verdict rides in the next group commit. The workflow stays active (its lease
+            # renewed) until `_finished` hears that the verdict was written.
+            finishing = True
+            self.committer.submit_later(
+                _Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
         except WorkerStopping:
             try:
                 store.release(claim)
@@ -436,17 +471,39 @@ class Worker:
             self._event(claim.id, "handed back (worker stopping)")
         except LeaseLostError:
             self._event(claim.id, "lease lost to another worker; its writes were refused")
-        except Exception as exc:
-            if is_damaged(exc):
-                self._damaged(exc)
+        except Exception as exc:  # noqa: BLE001 - logged; the workflow is left for another try
+            self._worker_error(claim, exc)
+        finally:
+            with self._lock:
+                if not finishing:
+                    self._active.pop(claim.id, None)
+                self._idle += 1  # this pooled thread is free for the next claim
+            if not finishing:
+                self._wake.set()
+
+    def _finished(self, claim: Claim, outcome: Outcome, req: _Request) -> None:
+        """A workflow's verdict was committed (or refused, or failed): report it, let the workflow go."""
+        try:
+            if req.error is not None:
+                self._worker_error(claim, req.error)
+            elif not req.ok:
+                self._event(claim.id, "lease lost to another worker; its writes were refused")
             else:
-                log.exception("%s crashed in the worker", claim.id)
-                self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
+                if outcome.status == "completed":
+                    self.completed += 1
+                detail = outcome.blocked_on if outcome.status == "blocked" else (outcome.error or "")
+                self._event(claim.id, f"{outcome.status} {detail}".rstrip())
         finally:
             with self._lock:
                 self._active.pop(claim.id, None)
-                self._idle += 1  # this pooled thread is free for the next claim
             self._wake.set()
+
+    def _worker_error(self, claim: Claim, exc: BaseException) -> None:
+        if is_damaged(exc):
+            self._damaged(exc)
+        else:
+            log.error("%s crashed in the worker", claim.id, exc_info=exc)
+            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
 
     def _execute(self, store: SQLiteStore, claim: Claim) -> Outcome | None:
         try:
