@@ -511,29 +511,29 @@ class SQLiteStore:
             params.extend([f"%{escaped}%"] * 2)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
-    def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
-                       sort: str = "updated", descending: bool = True, limit: int = 100,
-                       offset: int = 0) -> list[WorkflowRow]:
-        """A page of workflows, filtered and sorted in SQL (never every row)."""
+    def _page(self, columns: str, status: str | Iterable[str] | None, text: str | None, sort: str,
+              descending: bool, limit: int, offset: int) -> sqlite3.Cursor:
         if sort not in SORT_COLUMNS:
             raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}")
         where, params = self._where(status, text)
         direction = "DESC" if descending else "ASC"
-        sql = (f"SELECT {_WF_COLUMNS} FROM workflows{where} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
+        sql = (f"SELECT {columns} FROM workflows{where} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
                f"rowid {direction} LIMIT ? OFFSET ?")
-        return [_workflow_row(r) for r in self._conn.execute(sql, [*params, int(limit), int(offset)])]
+        return self._conn.execute(sql, [*params, int(limit), int(offset)])
+
+    def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                       sort: str = "updated", descending: bool = True, limit: int = 100,
+                       offset: int = 0) -> list[WorkflowRow]:
+        """A page of workflows, filtered and sorted in SQL (never every row)."""
+        return [_workflow_row(r) for r in self._page(_WF_COLUMNS, status, text, sort, descending, limit, offset)]
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
                                 offset: int = 0) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
-        if sort not in SORT_COLUMNS:
-            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}")
-        where, params = self._where(status, text)
-        direction = "DESC" if descending else "ASC"
-        sql = (f"SELECT id, workflow, status, blocked_on, slots, created_at, updated_at FROM workflows{where}"
-               f" ORDER BY {SORT_COLUMNS[sort]} {direction}, rowid {direction} LIMIT ? OFFSET ?")
-        return [WorkflowSummary(*r) for r in self._conn.execute(sql, [*params, int(limit), int(offset)])]
+        cursor = self._page("id, workflow, status, blocked_on, slots, created_at, updated_at", status, text, sort,
+                            descending, limit, offset)
+        return [WorkflowSummary(*r) for r in cursor]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
         """How many workflows match a filter."""
