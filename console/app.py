@@ -9,6 +9,7 @@ screen in view then re-queries only what it shows.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 from collections.abc import Callable
@@ -95,6 +96,7 @@ class ReplaylogConsole(App[None]):
         self.changes_seen = 0
         self.exiting = False
         self.database_problem: str | None = None  # why the watcher cannot read the database, if it cannot
+        self._heap_frozen = False
 
     def open_store(self) -> SQLiteStore:
         """A new read-only store on this thread's own connection, for the screens' reads.
@@ -108,6 +110,17 @@ class ReplaylogConsole(App[None]):
         """Show the workflow list and start watching the database."""
         self.push_screen(WorkflowsScreen())
         self._watch_database()
+        gc.freeze()  # the modules and the app (see on_workflows_screen_page_loaded)
+
+    def on_workflows_screen_page_loaded(self, _message: WorkflowsScreen.PageLoaded) -> None:
+        """Once the list is on screen, take what lives as long as the console out of the collector's reach."""
+        # Python's full collections walk every tracked object: with Textual, Rich and the
+        # list's widgets in the heap, each one stopped the UI thread for 30-120 ms, the
+        # longest stalls of a live refresh. Frozen objects are skipped (freed by reference
+        # counting as ever); only what the console builds later is walked.
+        if not self._heap_frozen:
+            self._heap_frozen = True
+            self.call_after_refresh(gc.freeze)
 
     @work(thread=True, group="watch", exclusive=True, exit_on_error=False)
     def _watch_database(self) -> None:

@@ -31,6 +31,7 @@ SORT_ORDER = [key for key, _, _, _ in COLUMNS]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
 COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
 STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
+Row = tuple[str, list[Text]]  # (workflow id, its cells)
 
 
 class WorkflowsScreen(Screen[None]):
@@ -53,10 +54,11 @@ class WorkflowsScreen(Screen[None]):
     class PageLoaded(Message):
         """A page of workflows was read (on a worker thread)."""
 
-        def __init__(self, asked: WorkflowsQuery, page: WorkflowsPage) -> None:
+        def __init__(self, asked: WorkflowsQuery, page: WorkflowsPage, cells: list[Row]) -> None:
             super().__init__()
             self.asked = asked
             self.page = page
+            self.cells = cells
 
     class LoadFailed(Message):
         """Reading the page failed; the reason is shown in place."""
@@ -78,6 +80,7 @@ class WorkflowsScreen(Screen[None]):
         self._filter_timer: Timer | None = None
         self._filter_pending = False
         self._open_when_shown = False
+        self._cells: list[Row] = []
 
     @property
     def console(self) -> ReplaylogConsole:
@@ -101,7 +104,7 @@ class WorkflowsScreen(Screen[None]):
         self._draw_topbar()
         self.reload()
         # Ages ("4s ago") move without a commit; redraw them from the cached page.
-        self.set_interval(5, self._redraw, name="ages")
+        self.set_interval(5, self._redraw_ages, name="ages")
         table.focus()
 
     # -- loading
@@ -140,10 +143,11 @@ class WorkflowsScreen(Screen[None]):
         try:
             with self.console.open_store() as store:  # this thread's own connection
                 page = fetch_workflows(store, query, counts)
+            cells = row_cells(page, self.console.clock())  # here, not on the UI thread
         except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
             self.post_message(self.LoadFailed(str(exc)))
             return
-        self.post_message(self.PageLoaded(query, page))
+        self.post_message(self.PageLoaded(query, page, cells))
 
     def on_workflows_screen_page_loaded(self, message: PageLoaded) -> None:
         """Show the page if it answers the current question; else ask again."""
@@ -151,6 +155,7 @@ class WorkflowsScreen(Screen[None]):
         if message.asked == self.query_state:
             self.query_state = message.page.query  # the store may have clamped the offset
             self.page = message.page
+            self._cells = message.cells
             self._redraw()
             if self._open_when_shown and not self._filter_pending:
                 self._open_when_shown = False
@@ -199,11 +204,15 @@ class WorkflowsScreen(Screen[None]):
             bar.append("  read-only", style="bold yellow")
         self.query_one("#topbar", Static).update(bar)
 
+    def _redraw_ages(self) -> None:
+        if self.page is not None:
+            self._cells = row_cells(self.page, self.console.clock())
+            self._redraw()
+
     def _redraw(self) -> None:
         page = self.page
         if page is None:
             return
-        now = self.console.clock()
         q = page.query
         counts = Text()
         # The key that selects each status sits beside it; the active filter is in reverse.
@@ -218,14 +227,9 @@ class WorkflowsScreen(Screen[None]):
         table = self.query_one(PagedTable)
         for key, _, _, _ in COLUMNS:
             table.columns[ColumnKey(key)].label = self._label(key)
-        rows = [
-            (r.id, [text(r.id), text(r.workflow), status_text(r.status), text(r.blocked_on or ""),
-                    Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim")])
-            for r in page.rows
-        ]
         table.has_more_before = q.offset > 0
         table.has_more_after = q.offset + len(page.rows) < page.total
-        table.set_page(rows, cursor_at=self._cursor_after)
+        table.set_page(self._cells, cursor_at=self._cursor_after)
         self._cursor_after = None
         table.refresh()
         info = Text()
@@ -353,3 +357,12 @@ class WorkflowsScreen(Screen[None]):
             return
         row = next((r for r in self.page.rows if r.id == key), None)
         self.console.open_signal_dialog(key, row.blocked_on if row else None)
+
+
+def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
+    """The table's cells for a page, built where the page is read (a worker thread)."""
+    return [
+        (r.id, [text(r.id), text(r.workflow), status_text(r.status), text(r.blocked_on or ""),
+                Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim")])
+        for r in page.rows
+    ]

@@ -493,6 +493,29 @@ async def test_a_live_refresh_keeps_the_cursor_on_its_workflow(console_db: Path)
         assert table.row_count == len(ROLES) + 1
 
 
+@async_test
+async def test_cells_render_exactly_as_datatable_renders_them_after_rows_moved(console_db: Path) -> None:
+    # PagedTable reuses a cell's rendered text wherever the cell moves; the segments,
+    # styles and click metadata must be the ones DataTable itself would make there.
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        await pilot.pause()  # painted: every cell's text is cached at its first place
+        with SQLiteStore(console_db) as store:
+            store.start_workflow("refund", 1, workflow_id="newcomer")  # every row moves down one
+        assert await wait_until(pilot, lambda: ids(app)[0] == "newcomer", 1.0)
+        await pilot.pause()
+        widths = [c.get_render_width(table) for c in table.ordered_columns]
+        for row in range(table.row_count):
+            base = table._get_row_style(row, table.rich_style)
+            for col, width in enumerate(widths):
+                for cursor, hover in ((False, False), (True, False), (False, True)):
+                    ours = table._render_cell(row, col, base, width, cursor, hover)
+                    stock = DataTable._render_cell(table, row, col, base, width, cursor, hover)
+                    assert ours == stock, (row, col, cursor, hover)
+
+
 # ------------------------------------------------------------------ diagnosis
 
 
