@@ -19,6 +19,7 @@ from typing import ClassVar
 from rich.console import RenderableType
 from textual import work
 from textual.app import App
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
@@ -121,6 +122,21 @@ class ReplaylogConsole(App[None]):
         if not self._heap_frozen:
             self._heap_frozen = True
             self.call_after_refresh(gc.freeze)
+
+    def pop_screen(self) -> AwaitComplete:
+        """Go back a screen; once it is gone, collect its garbage now rather than mid-refresh."""
+        popped = super().pop_screen()
+        self._collect_when_gone(popped)
+        return popped
+
+    def _collect_when_gone(self, popped: AwaitComplete) -> None:
+        # A screen's widgets are reference cycles: left to the collector, they went in a full
+        # pass that landed in a later live refresh (40-50 ms for a workflow screen). Here the
+        # pass rides on the screen change, which repaints everything anyway.
+        if popped.is_done:
+            gc.collect()
+        else:
+            self.set_timer(0.02, lambda: self._collect_when_gone(popped))
 
     @work(thread=True, group="watch", exclusive=True, exit_on_error=False)
     def _watch_database(self) -> None:

@@ -53,8 +53,10 @@ class PagedTable(DataTable[Text]):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         # Rendered cell contents by what they show (see `_render_cell`), and styled cells by
         # place; made first, as DataTable clears its caches (and so these) while it starts.
-        self._content_cache: LRUCache[tuple[object, ...], list[list[Segment]]] = LRUCache(4096)
-        self._styled_cache: LRUCache[tuple[object, ...], list[list[Segment]]] = LRUCache(4096)
+        # Small: what they hold is walked by every full garbage collection.
+        self._content_cache: LRUCache[tuple[object, ...], list[list[Segment]]] = LRUCache(1024)
+        self._styled_cache: dict[tuple[object, ...], list[list[Segment]]] = {}
+        self._styled_for = -1  # the DataTable update count the styled cells belong to
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=True)
         self.has_more_after = False
         self.has_more_before = False
@@ -184,7 +186,10 @@ class PagedTable(DataTable[Text]):
         if row is None or row.height != 1 or column_index >= len(cells) or not isinstance(cells[column_index], Text):
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         cell = cast(Text, cells[column_index])
-        place = (row_key, column_index, base_style, cursor, hover, self._show_hover_cursor, self._update_count,
+        if self._styled_for != self._update_count:  # any change restyles every cell: drop the old ones
+            self._styled_cache.clear()
+            self._styled_for = self._update_count
+        place = (row_key, column_index, base_style, cursor, hover, self._show_hover_cursor,
                  self._pseudo_class_state, width)
         styled = self._styled_cache.get(place)
         if styled is not None:
