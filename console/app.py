@@ -130,9 +130,9 @@ class ReplaylogConsole(App[None]):
         return popped
 
     def _collect_when_gone(self, popped: AwaitComplete) -> None:
-        # A screen's widgets are reference cycles: left to the collector, they went in a full
-        # pass that landed in a later live refresh (40-50 ms for a workflow screen). Here the
-        # pass rides on the screen change, which repaints everything anyway.
+        # A screen's widgets are reference cycles, freed only by a full collection; left to the
+        # collector, that pass comes later, maybe in the middle of a live refresh. Here it
+        # rides on the screen change, which repaints everything anyway.
         if popped.is_done:
             gc.collect()
         else:
