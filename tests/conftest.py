@@ -91,3 +91,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def console_seed_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The console tests' seeded database, made once per test process."""
+    from console_seed import seed
+
+    db = tmp_path_factory.mktemp("console-seed") / "replaylog.db"
+    seed(db)
+    return db
+
+
+@pytest.fixture
+def console_db(console_seed_template: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the seeded console database (named replaylog.db: the name shows in the title bar)."""
+    from console_seed import copy_db
+
+    return copy_db(console_seed_template, tmp_path / "replaylog.db")

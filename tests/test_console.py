@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
-from console_seed import ROLES, copy_db, frozen_time, seed, seed_long_history
+from console_seed import ROLES, copy_db, frozen_time, seed_long_history
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
@@ -32,20 +32,6 @@ from engine.errors import ReadOnlyError
 from engine.store import PendingRecord, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="session")
-def seeded_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One seeded database per test process; each test gets its own copy."""
-    db = tmp_path_factory.mktemp("console-seed") / "replaylog.db"
-    seed(db)
-    return db
-
-
-@pytest.fixture
-def console_db(seeded_template: Path, tmp_path: Path) -> Path:
-    """A fresh copy of the seeded database."""
-    return copy_db(seeded_template, tmp_path / "replaylog.db")
 
 
 def rendered(widget: Static) -> str:

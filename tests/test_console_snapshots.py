@@ -7,9 +7,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from console_helpers import SIZE, make_app, settle
-from console_seed import ROLES, copy_db, seed
+from console_seed import ROLES
 from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
@@ -17,20 +16,6 @@ from console.paged_table import PagedTable
 from engine.app import load_app
 
 Snap = Callable[..., bool]
-
-
-@pytest.fixture(scope="session")
-def snapshot_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The seeded database, made once per test process."""
-    db = tmp_path_factory.mktemp("console-snap") / "replaylog.db"
-    seed(db)
-    return db
-
-
-@pytest.fixture
-def snap_db(snapshot_template: Path, tmp_path: Path) -> Path:
-    """A fresh copy per test (named replaylog.db: the name shows in the title bar)."""
-    return copy_db(snapshot_template, tmp_path / "replaylog.db")
 
 
 def opening(workflow_id: str | None = None, *keys: str,
@@ -55,61 +40,61 @@ def opening(workflow_id: str | None = None, *keys: str,
     return run_before
 
 
-def test_workflows_screen(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening())
+def test_workflows_screen(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening())
 
 
-def test_workflows_screen_filtered(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening(None, "slash", *"refund"))
+def test_workflows_screen_filtered(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(None, "slash", *"refund"))
 
 
-def test_workflows_screen_readonly(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db, readonly=True), terminal_size=SIZE, run_before=opening(None, "5"))
+def test_workflows_screen_readonly(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db, readonly=True), terminal_size=SIZE, run_before=opening(None, "5"))
 
 
-def test_workflow_screen_slots(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening(ROLES["completed"]))
+def test_workflow_screen_slots(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["completed"]))
 
 
-def test_workflow_screen_signals(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening(ROLES["blocked"], "2"))
+def test_workflow_screen_signals(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["blocked"], "2"))
 
 
-def test_slot_value(snap_compare: Snap, snap_db: Path) -> None:
+def test_slot_value(snap_compare: Snap, console_db: Path) -> None:
     async def last_slot(pilot: Pilot[Any]) -> None:
         pilot.app.screen.query_one("#slot-table", PagedTable).move_cursor(row=2)
         await pilot.press("enter")
         await pilot.pause()
 
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE,
+    assert snap_compare(make_app(console_db), terminal_size=SIZE,
                         run_before=opening(ROLES["completed"], then=last_slot))
 
 
-def test_diagnosis_divergence_dry_replayed(snap_compare: Snap, snap_db: Path) -> None:
-    app = make_app(snap_db, registry=load_app("console_workflows"))
+def test_diagnosis_divergence_dry_replayed(snap_compare: Snap, console_db: Path) -> None:
+    app = make_app(console_db, registry=load_app("console_workflows"))
     assert snap_compare(app, terminal_size=SIZE, run_before=opening(ROLES["diverged"]))
 
 
-def test_diagnosis_divergence_from_stored_diagnostic(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening(ROLES["diverged"]))
+def test_diagnosis_divergence_from_stored_diagnostic(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["diverged"]))
 
 
-def test_diagnosis_activity_failure(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening(ROLES["activity_failure"]))
+def test_diagnosis_activity_failure(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["activity_failure"]))
 
 
-def test_markup_workflow(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening(ROLES["markup"], "1"))
+def test_markup_workflow(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["markup"], "1"))
 
 
-def test_signal_dialog_invalid_json(snap_compare: Snap, snap_db: Path) -> None:
+def test_signal_dialog_invalid_json(snap_compare: Snap, console_db: Path) -> None:
     async def break_payload(pilot: Pilot[Any]) -> None:
         pilot.app.screen.query_one("#payload", TextArea).text = '{"approved": tru'
         await pilot.pause()
 
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE,
+    assert snap_compare(make_app(console_db), terminal_size=SIZE,
                         run_before=opening(ROLES["blocked"], "s", then=break_payload))
 
 
-def test_help_screen(snap_compare: Snap, snap_db: Path) -> None:
-    assert snap_compare(make_app(snap_db), terminal_size=SIZE, run_before=opening(None, "question_mark"))
+def test_help_screen(snap_compare: Snap, console_db: Path) -> None:
+    assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(None, "question_mark"))
