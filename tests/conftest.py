@@ -49,8 +49,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: flo
     """Poll until predicate() is true; False on timeout (assert on the answer)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():
-            return True
+        try:
+            if predicate():
+                return True
+        except Exception:  # a read racing a writer on a loaded machine: look again
+            pass
         time.sleep(interval)
     return predicate()
 

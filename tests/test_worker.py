@@ -118,9 +118,10 @@ def test_signal_from_another_process_wakes_a_blocked_workflow(db_path: Path, tmp
     wid = run_cli(db_path, "start", "waits", "--app", APP, env=env).stdout.strip()
     worker = start_worker(db_path, "--app", APP, env=env)
     try:
-        assert wait_for(lambda: statuses(db_path)[wid] == "blocked", timeout=30)
-        assert run_cli(db_path, "signal", wid, "go", '"now"', env=env).returncode == 0
-        assert wait_for(lambda: statuses(db_path)[wid] == "completed", timeout=30)
+        assert wait_for(lambda: statuses(db_path)[wid] == "blocked", timeout=60)
+        sent = run_cli(db_path, "signal", wid, "go", '"now"', env=env)
+        assert sent.returncode == 0, sent.stderr
+        assert wait_for(lambda: statuses(db_path)[wid] == "completed", timeout=60), statuses(db_path)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
