@@ -66,6 +66,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     own_tmp = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="replaylog-bench-", dir=ROOT / "bench")) if own_tmp else args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
+    # The console workload caches its million-row database here; a fresh clone has no such folder.
+    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
     # The disk under test is the one the databases are on: keep them beside the repo,
     # not in a tmpfs /tmp.
     results: dict[str, Any] = {

@@ -759,6 +759,28 @@ class SQLiteStore:
                 execute("PRAGMA synchronous = FULL")
         return written, finished
 
+    def mark_started(self, claim: Claim, slot: int, name: str) -> None:
+        """Record that slot `slot`'s activity `name` is about to run (fenced by the lease).
+
+        What `commit_batch(started=...)` does for one mark, in one statement with its
+        own implicit transaction: between two outcomes of a lone workflow the mark is
+        the only write, and BEGIN and COMMIT as statements of their own cost as much
+        again. Written at synchronous=NORMAL: a mark that a power loss takes back loses
+        nothing, so it need not wait for an fsync; a process crash loses no mark. (The
+        switch stays on this connection: a second connection for marks made every
+        write re-read the pages the other one had changed, and cost more.)
+        """
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        execute = self._conn.execute
+        execute("PRAGMA synchronous = NORMAL")
+        try:
+            execute(_START_MARK, (claim.id, slot, name, time.time(), claim.id, claim.owner, claim.epoch))
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from None
+        finally:
+            execute("PRAGMA synchronous = FULL")
+
     def _write_record(self, conn: sqlite3.Connection, item: PendingRecord, now: float, ttl: float) -> bool:
         claim, rec = item.claim, item.record
         # updated_at is in two indexes, so setting it rewrites two more pages per commit;
