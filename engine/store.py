@@ -36,6 +36,7 @@ from engine.errors import (
     ValueNotJSONError,
     WorkflowClosedError,
 )
+from engine.marks import Mark, board_path, read_board, read_marks
 
 SCHEMA_VERSION = 1
 # "RPLG": marks a database as ours, so we never add tables to somebody else's file.
@@ -180,6 +181,10 @@ class Claim:
     # The history, when the claim loaded it (short histories, loaded for a whole batch of
     # claims at once); None means the worker loads it with `load_state`.
     state: WorkflowState | None = field(default=None, compare=False, repr=False)
+    # An activity an earlier run started at slot `inflight_slot` and has no outcome for:
+    # how many times it was started, so that this run's attempts count on from there.
+    inflight_slot: int | None = None
+    inflight_attempts: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,14 +213,10 @@ def new_workflow_id() -> str:
     return "wf-" + uuid.uuid4().hex[:16]
 
 
-# An activity's start mark, fenced by the lease; attempts counts every start of a slot.
-_START_MARK = (
-    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
-    " SELECT ?, ?, ?, 1, ? WHERE EXISTS (SELECT 1 FROM workflows WHERE id = ?"
-    " AND lease_owner = ? AND lease_epoch = ?)"
-    " ON CONFLICT (workflow_id) DO UPDATE SET attempts = CASE WHEN slot = excluded.slot"
-    " THEN attempts + 1 ELSE 1 END, slot = excluded.slot, name = excluded.name,"
-    " started_at = excluded.started_at"
+_FOLD_MARK = (
+    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    " attempts = excluded.attempts, started_at = excluded.started_at"
 )
 
 
@@ -238,7 +239,6 @@ class SQLiteStore:
         path: the database file; created (mode 0600) unless `readonly`.
         readonly: open with mode=ro; every write raises ReadOnlyError.
         max_payload: cap in bytes on a signal payload's or an input's JSON text.
-        track_inflight: whether `mark_started` writes anything.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
@@ -582,13 +582,25 @@ class SQLiteStore:
         return int(total), int(waiting)
 
     def inflight(self, workflow_id: str) -> InflightRow | None:
-        """The started activity with no recorded outcome, if any (it possibly ran)."""
+        """The started activity with no recorded outcome, if any (it possibly ran).
+
+        Looks in the inflight table (marks of workers that are gone) and in the mark
+        files of the workers (`engine.marks`), and takes the latest slot, then the
+        highest attempt count.
+        """
         row = self._conn.execute(
-            "SELECT i.slot, i.name, i.attempts, i.started_at FROM inflight i JOIN workflows w ON w.id = i.workflow_id"
-            " WHERE i.workflow_id = ? AND i.slot >= w.slots",
+            "SELECT w.slots, i.slot, i.name, i.attempts, i.started_at FROM workflows w"
+            " LEFT JOIN inflight i ON i.workflow_id = w.id WHERE w.id = ?",
             (workflow_id,),
         ).fetchone()
-        return None if row is None else InflightRow(*row)
+        if row is None:
+            return None
+        slots = row[0]
+        best = InflightRow(*row[1:]) if row[1] is not None and row[1] >= slots else None
+        for m in read_marks(self.path, workflow_id):
+            if m.slot >= slots and (best is None or (m.slot, m.attempts) > (best.slot, best.attempts)):
+                best = InflightRow(m.slot, m.name, m.attempts, m.started_at)
+        return best
 
     def load_state(self, workflow_id: str) -> WorkflowState:
         """The whole history of a workflow: one query per table, never one per slot."""
@@ -630,21 +642,31 @@ class SQLiteStore:
         claims: list[Claim] = []
         with self._write() as conn:
             rows = conn.execute(
-                "SELECT id FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
+                "SELECT id, NULL FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
             ).fetchall()
             if len(rows) < limit:
                 rows += conn.execute(
-                    "SELECT id FROM workflows WHERE status = 'running' AND lease_expires < ? LIMIT ?",
+                    "SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ? LIMIT ?",
                     (now, limit - len(rows)),
                 ).fetchall()
             if len(rows) < limit and dead_owners:
                 marks = ", ".join("?" * len(dead_owners))
                 rows += conn.execute(
-                    f"SELECT id FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}) LIMIT ?",
+                    f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_owner IN ({marks})"
+                    " LIMIT ?",
                     (*dead_owners, limit - len(rows)),
                 ).fetchall()
+            # A workflow taken over from another worker may have an activity in flight
+            # there: fold that worker's mark in first, so the attempts count on.
+            boards: dict[str, list[Mark]] = {}
+            for wid, previous in rows:
+                if previous is not None:
+                    if previous not in boards:
+                        path = board_path(self.path, previous)
+                        boards[previous] = (read_board(path) or []) if path is not None else []
+                    self._fold(conn, [m for m in boards[previous] if m.workflow_id == wid])
             taken = []
-            for (wid,) in rows:
+            for wid, _ in rows:
                 row = conn.execute(
                     "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = lease_epoch + 1,"
                     " lease_expires = ?, updated_at = ? WHERE id = ? RETURNING workflow, lease_epoch, input, slots",
@@ -653,13 +675,58 @@ class SQLiteStore:
                 taken.append((wid, row))
             short = [wid for wid, row in taken if row[3] <= CLAIM_LOAD_SLOTS]
             histories = self._load_histories(conn, short) if short else {}
+            started = self._inflight_of(conn, [wid for wid, _ in taken])
             for wid, row in taken:
                 inp, has_input = _loads(row[2]), row[2] is not None
                 logs = histories.get(wid)
                 state = None if logs is None else WorkflowState(
                     input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-                claims.append(Claim(wid, row[0], owner, row[1], inp, has_input, state))
+                slot, attempts = started.get(wid, (None, 0))
+                if slot is not None and slot < row[3]:
+                    slot, attempts = None, 0  # its outcome was recorded since
+                claims.append(Claim(wid, row[0], owner, row[1], inp, has_input, state, slot, attempts))
         return claims
+
+    @staticmethod
+    def _inflight_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """The folded in-flight (slot, attempts) of many workflows, by id."""
+        out: dict[str, tuple[int, int]] = {}
+        for i in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[i:i + _IN_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for wid, slot, attempts in conn.execute(
+                f"SELECT workflow_id, slot, attempts FROM inflight WHERE workflow_id IN ({marks})", chunk,
+            ):
+                out[wid] = (slot, attempts)
+        return out
+
+    @staticmethod
+    def _fold(conn: sqlite3.Connection, marks: Iterable[Mark]) -> int:
+        """Keep marks in the inflight table where they still say something; return how many."""
+        kept = 0
+        for m in marks:
+            wf = conn.execute("SELECT slots FROM workflows WHERE id = ?", (m.workflow_id,)).fetchone()
+            if wf is None or m.slot < wf[0]:
+                continue  # its outcome is recorded: nothing is in flight there
+            have = conn.execute("SELECT slot, attempts FROM inflight WHERE workflow_id = ?",
+                                (m.workflow_id,)).fetchone()
+            if have is not None and have[0] >= wf[0] and (have[0], have[1]) >= (m.slot, m.attempts):
+                continue  # the table already knows as much
+            conn.execute(_FOLD_MARK, (m.workflow_id, m.slot, m.name, m.attempts, m.started_at))
+            kept += 1
+        return kept
+
+    def fold_marks(self, marks: Sequence[Mark]) -> int:
+        """Keep workers' start marks in the database (a dead worker's, or a run's that ended abnormally).
+
+        A mark whose slot has a recorded outcome is dropped; of two marks for one
+        workflow the later slot, then the higher attempt count, wins. Returns how many
+        were written.
+        """
+        if not marks:
+            return 0
+        with self._write() as conn:
+            return self._fold(conn, marks)
 
     @staticmethod
     def _load_histories(
@@ -712,74 +779,39 @@ class SQLiteStore:
         ).fetchone()[0] == 1
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
-                     started: Sequence[tuple[Claim, int, str]] = (),
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit.
 
         Each slot is written only if its claim still holds the lease and the slot is
         the next one (fencing); each finish only if the lease still holds. The answer
-        says, per record and per finish, whether it was written. `started` marks
-        activities about to run (in-flight tracking); a batch holding nothing else
-        skips the fsync, since a lost start mark loses nothing.
+        says, per record and per finish, whether it was written.
         """
         now = time.time()
-        durable = bool(records or finishes)
         if self.readonly:
             raise ReadOnlyError(f"database {self.path} is open read-only")
         conn = self._conn
         execute = conn.execute
-        if not durable:
-            execute("PRAGMA synchronous = NORMAL")
+        # The transaction is spelled out rather than taken from `_write`: this runs once
+        # per slot, and the context manager cost as much as a statement.
         try:
-            # The transaction is spelled out rather than taken from `_write`: this runs
-            # once or twice per slot, and the context manager cost as much as a statement.
-            try:
-                execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise self._translate(exc) from None
-            try:
-                write_record = self._write_record
-                written = [write_record(conn, item, now, ttl) for item in records]
-                for claim, slot, name in started:
-                    # attempts counts every start of this slot, across crashed workers too.
-                    execute(_START_MARK, (claim.id, slot, name, now, claim.id, claim.owner, claim.epoch))
-                finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
-            except BaseException:
-                execute("ROLLBACK")
-                raise
-            try:
-                execute("COMMIT")
-            except sqlite3.OperationalError as exc:
-                execute("ROLLBACK")
-                raise self._translate(exc) from None
-            for claim, _ in finishes:
-                self._stamped.pop(claim.id, None)
-        finally:
-            if not durable:
-                execute("PRAGMA synchronous = FULL")
-        return written, finished
-
-    def mark_started(self, claim: Claim, slot: int, name: str) -> None:
-        """Record that slot `slot`'s activity `name` is about to run (fenced by the lease).
-
-        What `commit_batch(started=...)` does for one mark, in one statement with its
-        own implicit transaction: between two outcomes of a lone workflow the mark is
-        the only write, and BEGIN and COMMIT as statements of their own cost as much
-        again. Written at synchronous=NORMAL: a mark that a power loss takes back loses
-        nothing, so it need not wait for an fsync; a process crash loses no mark. (The
-        switch stays on this connection: a second connection for marks made every
-        write re-read the pages the other one had changed, and cost more.)
-        """
-        if self.readonly:
-            raise ReadOnlyError(f"database {self.path} is open read-only")
-        execute = self._conn.execute
-        execute("PRAGMA synchronous = NORMAL")
-        try:
-            execute(_START_MARK, (claim.id, slot, name, time.time(), claim.id, claim.owner, claim.epoch))
+            execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise self._translate(exc) from None
-        finally:
-            execute("PRAGMA synchronous = FULL")
+        try:
+            write_record = self._write_record
+            written = [write_record(conn, item, now, ttl) for item in records]
+            finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
+        except BaseException:
+            execute("ROLLBACK")
+            raise
+        try:
+            execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            execute("ROLLBACK")
+            raise self._translate(exc) from None
+        for claim, _ in finishes:
+            self._stamped.pop(claim.id, None)
+        return written, finished
 
     def _write_record(self, conn: sqlite3.Connection, item: PendingRecord, now: float, ttl: float) -> bool:
         claim, rec = item.claim, item.record

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
-from engine.errors import LeaseLostError, NotADatabaseError, ReplaylogError, UnknownWorkflowError
+from engine.errors import LeaseLostError, NotADatabaseError, ReplaylogError, StoreError, UnknownWorkflowError
+from engine.marks import Mark, MarkBoard, board_files, read_board
 from engine.store import Claim, PendingRecord, SQLiteStore, is_damaged
 
 log = logging.getLogger("replaylog.worker")
@@ -34,6 +35,9 @@ DEFAULT_CONCURRENCY = 64
 DEFAULT_POLL = 0.002
 # Leases lapse with time, not with a commit, so look for lapsed ones on a timer too.
 LAPSE_CHECK = 0.25
+# How often a worker with workflows running looks for new work (seconds): a new start or
+# a signal waits at most this long, and the running workflows are not disturbed for it.
+BUSY_POLL = 0.01
 DEAD_OWNER_CHECK = 1.0
 # With fewer than a quarter of its slots free, a busy worker claims at most this often
 # (seconds), so claims come in batches; an idle worker claims at once.
@@ -54,20 +58,18 @@ class WorkerStopping(BaseException):
 
 
 class _Request:
-    """One thing to commit (an outcome, a start mark or a run's verdict) and its answer.
+    """One thing to commit (an outcome or a run's verdict) and its answer.
 
     A plain class with slots, and a bare lock to wait on instead of an Event: one is
     made per slot, and an Event (a Condition around a lock) cost more than the rest.
     The lock exists only when the request has to wait for another thread's commit.
     """
 
-    __slots__ = ("done", "error", "finish", "lead", "ok", "record", "started", "then")
+    __slots__ = ("done", "error", "finish", "lead", "ok", "record", "then")
 
-    def __init__(self, record: PendingRecord | None = None, started: tuple[Claim, int, str] | None = None,
-                 finish: tuple[Claim, Outcome] | None = None,
+    def __init__(self, record: PendingRecord | None = None, finish: tuple[Claim, Outcome] | None = None,
                  then: Callable[[_Request], None] | None = None) -> None:
         self.record = record
-        self.started = started
         self.finish = finish
         # For a request nobody waits for (`submit_later`): called once it was committed or failed.
         self.then = then
@@ -168,8 +170,6 @@ class Committer:
                     for r in batch:
                         r.error = err
                         self._answer(r)
-                elif len(batch) == 1 and batch[0].started is not None:
-                    self._mark(store, batch[0])
                 else:
                     self._commit(store, batch)
             finally:
@@ -199,30 +199,16 @@ class Committer:
             except Exception:  # another workflow's bookkeeping must not fail this commit
                 log.exception("a commit's follow-up failed")
 
-    @staticmethod
-    def _mark(store: SQLiteStore, r: _Request) -> None:
-        """A lone start mark: the common case between two outcomes of one workflow."""
-        claim, slot, name = r.started  # type: ignore[misc]
-        try:
-            store.mark_started(claim, slot, name)
-            r.ok = True
-        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for it
-            r.error = exc
-        r.wake()
-
     def _commit(self, store: SQLiteStore, batch: list[_Request]) -> None:
         records: list[PendingRecord] = []
-        starts: list[tuple[Claim, int, str]] = []
         finishes: list[tuple[Claim, Outcome]] = []
         for r in batch:
             if r.record is not None:
                 records.append(r.record)
-            if r.started is not None:
-                starts.append(r.started)
             if r.finish is not None:
                 finishes.append(r.finish)
         try:
-            written, finished = store.commit_batch(records, started=starts, finishes=finishes, ttl=self._ttl)
+            written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl)
         except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
             for r in batch:
                 r.error = exc
@@ -233,12 +219,7 @@ class Committer:
         answers = iter(written)
         verdicts = iter(finished)
         for r in batch:
-            if r.record is not None:
-                r.ok = next(answers)
-            elif r.finish is not None:
-                r.ok = next(verdicts)
-            else:
-                r.ok = True
+            r.ok = next(answers) if r.record is not None else next(verdicts)
             self._answer(r)
 
 
@@ -303,6 +284,7 @@ class Worker:
         self._claim_batch = max(1, self.concurrency // 4)
         self._local = threading.local()
         self.committer = Committer(self.path, ttl, max_payload)
+        self._board: MarkBoard | None = None
         self.completed = 0
         self.checkpoints = 0
         self._wal_backoff = WAL_CHECK
@@ -331,6 +313,12 @@ class Worker:
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing is pending or running)."""
         store = SQLiteStore(self.path, max_payload=self.max_payload)
+        if self.track_inflight:
+            try:
+                self._board = MarkBoard(self.path, self.owner, self.concurrency)
+            except OSError as exc:
+                store.close()
+                raise StoreError(f"cannot create the in-flight mark file beside {self.path}: {exc}") from None
         self.committer.start()
         try:
             self._loop(store, until_idle)
@@ -347,6 +335,10 @@ class Worker:
                 t.join()
             self.committer.stop()
             store.close()
+            if self._board is not None:
+                # Every run has ended, and a run that ended with an activity in flight
+                # folded its mark into the database: the file says nothing more.
+                self._board.close(remove=True)
         if self.fatal is not None:
             raise self.fatal
 
@@ -363,6 +355,7 @@ class Worker:
             version = store.data_version()
             look = version != last_version or now >= next_lapse_check
             if now >= next_dead_check:
+                self._fold_dead_boards(store)
                 dead = self._dead_owners(store)
                 next_dead_check = now + DEAD_OWNER_CHECK
                 look = look or bool(dead)
@@ -386,7 +379,11 @@ class Worker:
                 next_wal_check = now + self._bound_wal(store)
             if until_idle and not self._active and not store.has_runnable():
                 return
-            self._wake.wait(self.poll)
+            # While workflows run here, every commit of this worker's own changes the data
+            # version: looking every 2 ms then is mostly work for nothing, and each look
+            # takes the GIL from the workflow threads (it cost a lone workflow ~4% of its
+            # slots). A run that ends sets _wake, so a finished slot is refilled at once.
+            self._wake.wait(self.poll if not self._active else max(self.poll, BUSY_POLL))
             self._wake.clear()
 
     def _dead_owners(self, store: SQLiteStore) -> list[str]:
@@ -398,6 +395,21 @@ class Worker:
             if host == self._host and owner != self.owner and pid_text.isdigit() and not _pid_alive(int(pid_text)):
                 dead.append(owner)
         return dead
+
+    def _fold_dead_boards(self, store: SQLiteStore) -> None:
+        """Keep the marks of workers that died in the database, and delete their files."""
+        me = os.getpid()
+        for path, pid in board_files(self.path):
+            if pid == me or _pid_alive(pid):
+                continue
+            marks = read_board(path)
+            try:
+                if marks:
+                    store.fold_marks(marks)
+            except (ReplaylogError, sqlite3.OperationalError) as exc:
+                log.warning("could not keep the in-flight marks of %s: %s", path.name, exc)
+                continue  # the file stays; a later look tries again
+            path.unlink(missing_ok=True)
 
     def _damaged(self, exc: BaseException) -> None:
         """Stop the worker on a damaged database file, instead of retrying its workflows forever."""
@@ -443,13 +455,19 @@ class Worker:
             if not spawn:
                 self._idle -= 1
         if spawn:
-            t = threading.Thread(target=self._serve, name=f"replaylog-wf-{len(self._threads)}", daemon=True)
+            index = len(self._threads)
+            t = threading.Thread(target=self._serve, args=(index,), name=f"replaylog-wf-{index}", daemon=True)
             self._threads.append(t)
             t.start()
         self._ready.put(claim)
 
-    def _serve(self) -> None:
-        """A pooled workflow thread: run claims one at a time until handed None."""
+    def _serve(self, index: int) -> None:
+        """A pooled workflow thread: run claims one at a time until handed None.
+
+        `index` is the thread's own record in the mark file (there are at most
+        `concurrency` threads, and as many records).
+        """
+        self._local.index = index
         try:
             while (claim := self._ready.get()) is not None:
                 self._run_one(claim)
@@ -469,8 +487,11 @@ class Worker:
     def _run_one(self, claim: Claim) -> None:
         store = self._store()
         finishing = False
+        # This run's latest start mark while its activity has no recorded outcome.
+        self._local.mark = None
         try:
             outcome = self._execute(store, claim)
+            self._keep_mark(store)  # an activity that ran and returned no JSON value, say
             if outcome is None:
                 return
             # The verdict needs no wait: this thread takes its next workflow while the
@@ -480,14 +501,17 @@ class Worker:
             self.committer.submit_later(
                 _Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
         except WorkerStopping:
+            self._keep_mark(store)  # stopped in a retry's backoff: that attempt ran
             try:
                 store.release(claim)
             except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
                 log.warning("%s could not be released: %s", claim.id, exc)
             self._event(claim.id, "handed back (worker stopping)")
         except LeaseLostError:
+            self._keep_mark(store)
             self._event(claim.id, "lease lost to another worker; its writes were refused")
         except Exception as exc:  # noqa: BLE001 - logged; the workflow is left for another try
+            self._keep_mark(store)
             self._worker_error(claim, exc)
         finally:
             with self._lock:
@@ -496,6 +520,23 @@ class Worker:
                 self._idle += 1  # this pooled thread is free for the next claim
             if not finishing:
                 self._wake.set()
+
+    def _keep_mark(self, store: SQLiteStore) -> None:
+        """A run ended with an activity started and no outcome: keep its mark in the database.
+
+        The thread's record in the mark file is overwritten by its next activity, and
+        the mark must outlive that: the next run of the workflow counts attempts on from
+        it, and the operator sees that the activity possibly ran.
+        """
+        fields: tuple[str, int, int, str, int, float, str] | None = self._local.mark
+        self._local.mark = None
+        if fields is None:
+            return
+        mark = Mark(*fields)
+        try:
+            store.fold_marks([mark])
+        except Exception as exc:  # noqa: BLE001 - only the attempt count and a hint are lost
+            log.warning("%s: could not keep the in-flight mark of slot %s: %s", mark.workflow_id, mark.slot, exc)
 
     def _finished(self, claim: Claim, outcome: Outcome, req: _Request) -> None:
         """A workflow's verdict was committed (or refused, or failed): report it, let the workflow go."""
@@ -531,19 +572,29 @@ class Worker:
         if self._stopping.is_set():
             raise WorkerStopping()
         committer = self.committer
+        local = self._local
+        board, index = self._board, local.index
+        wid, epoch, owner = claim.id, claim.epoch, claim.owner
+        stopping = self._stopping
 
         def record(slot: int, rec: CommandRecord) -> None:
             if not committer.submit(_Request(record=PendingRecord(claim, slot, rec))):
                 raise LeaseLostError(claim.id)
-            if self._stopping.is_set():
+            local.mark = None  # the slot's outcome is recorded: nothing of it is in flight
+            if stopping.is_set():
                 raise WorkerStopping()  # the current slot is committed: stop here
 
         def on_start(slot: int, name: str, attempt: int) -> None:
             # Stop between slots: the slot before this one is already committed.
-            if self._stopping.is_set():
+            if stopping.is_set():
                 raise WorkerStopping()
-            if self.track_inflight:
-                committer.submit(_Request(started=(claim, slot, name)))
+            if board is not None:
+                # Before the activity runs, and counting on from the starts of earlier
+                # runs (crashed workers included); no commit and no wait (engine.marks).
+                attempts = attempt + (claim.inflight_attempts if slot == claim.inflight_slot else 0)
+                now = time.time()
+                board.write(index, wid, epoch, slot, name, attempts, now)
+                local.mark = (wid, epoch, slot, name, attempts, now, owner)  # a Mark's fields: a tuple is cheaper
 
         def sleep(seconds: float) -> None:
             if self._stopping.wait(seconds):

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from console.workflow_screen import WorkflowScreen
 from engine.app import load_app
 from engine.core import CommandRecord
 from engine.errors import ReadOnlyError
+from engine.marks import MarkBoard
 from engine.store import PendingRecord, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,10 +266,12 @@ async def test_v_shows_the_input_result_and_error_in_full_as_text(console_db: Pa
 async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_path: Path) -> None:
     with frozen_time(), SQLiteStore(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="crashed-1")
-        (claim,) = store.claim("dead-worker", ttl=1)  # the lease lapses long before the console looks
-        store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "fetch_invoice", True, 700))],
-                           started=[(claim, 1, "charge_card")], ttl=1)
-        store.commit_batch(started=[(claim, 1, "charge_card")], ttl=1)  # a second attempt started too
+        # A worker whose pid cannot exist (above Linux's pid_max) left its mark file behind.
+        (claim,) = store.claim("otherhost:4194999:deadbeef", ttl=1)  # the lease lapses long before the console looks
+        store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "fetch_invoice", True, 700))], ttl=1)
+        board = MarkBoard(db_path, claim.owner, 4)
+        board.write(2, claim.id, claim.epoch, 1, "charge_card", 2, time.time())  # its second attempt started
+        board.close(remove=False)
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

@@ -1,0 +1,198 @@
+"""In-flight start marks in shared memory: one small file per worker process, beside the database.
+
+Before an activity runs, its worker records that it started (slot, name, attempt
+count), so that after a crash `show` and the console can mark the activity that
+possibly ran. That mark is on every slot's path, and as a SQLite transaction it cost as
+much as a fifth of the slot (a statement, a WAL page, more bytes for the next fsync) and,
+with many workflows in one worker, a wait for the group commit. Here it is a few stores
+into a memory-mapped file instead: no lock, no wait, no system call. Such a write
+survives the death of the process (the pages belong to the kernel's page cache) though
+not a power loss, which the mark is allowed to lose: it only ever says "possibly ran".
+
+Layout: `<database>-inflight/<pid>-<tag>.marks`, one per worker process (the folder
+0700, the files 0600). A header names the owner (the lease owner id the worker writes
+under); then one fixed-size record per workflow thread, each holding that thread's
+latest mark. A record is written as a seqlock: its sequence number turns odd, the body
+is written, the number turns even; a reader copies the file twice and keeps a record
+only where both copies hold the same even number, so it never sees a torn mark.
+
+The marks of a dead worker are folded into the database's `inflight` table by the next
+worker (`SQLiteStore.fold_marks`), which then deletes the file. WAL needs every process
+on one host anyway, so a pid says whether a file's writer is alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+MAGIC = b"RPLGMRK1"
+_HEADER = struct.Struct("<8sII256s")  # magic, format version, record count, owner id (UTF-8, NUL-padded)
+_VERSION = 1
+_SEQ = struct.Struct("<Q")
+# epoch, slot, attempts, started_at, len(workflow id), len(name); then the two strings.
+_BODY = struct.Struct("<QqIdHH")
+_ID_MAX = 128
+_NAME_MAX = 512 - _SEQ.size - _BODY.size - _ID_MAX
+RECORD = 512
+_FILE_RE = re.compile(r"^(\d+)-([0-9a-f]+)\.marks$")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One started activity as a worker recorded it: it possibly ran if no outcome followed."""
+
+    workflow_id: str
+    epoch: int
+    slot: int
+    name: str
+    attempts: int
+    started_at: float
+    owner: str
+
+
+def marks_dir(db_path: str | os.PathLike[str]) -> Path:
+    """The folder beside the database that holds the workers' mark files."""
+    return Path(f"{db_path}-inflight")
+
+
+def board_path(db_path: str | os.PathLike[str], owner: str) -> Path | None:
+    """The mark file of the worker with lease owner id `owner` ("host:pid:tag"), or None if it has none."""
+    parts = owner.split(":")
+    if len(parts) < 3 or not parts[-2].isdigit() or not re.fullmatch(r"[0-9a-f]+", parts[-1]):
+        return None
+    return marks_dir(db_path) / f"{parts[-2]}-{parts[-1]}.marks"
+
+
+def _clip(text: str, limit: int) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return raw
+    # Cut on a character boundary; a clipped name only labels the mark.
+    return raw[:limit].decode("utf-8", "ignore").encode("utf-8")
+
+
+class MarkBoard:
+    """A worker's own mark file: `write` records a start in a thread's record, with no lock or wait."""
+
+    def __init__(self, db_path: str | os.PathLike[str], owner: str, records: int) -> None:
+        path = board_path(db_path, owner)
+        if path is None:
+            raise ValueError(f"owner id {owner!r} is not host:pid:tag")
+        self.path = path
+        self.owner = owner
+        self.records = records
+        size = _HEADER.size + records * RECORD
+        for _ in range(3):
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+                break
+            except FileNotFoundError:
+                continue  # a worker that stopped just then removed the folder it found empty
+        else:
+            raise FileNotFoundError(f"cannot create {path}")
+        try:
+            os.ftruncate(fd, size)
+            self._mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self._mm[:_HEADER.size] = _HEADER.pack(MAGIC, _VERSION, records, _clip(owner, 256))
+        self._seq = [0] * records
+
+    def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
+              started_at: float) -> None:
+        """Record in record `index` (the calling thread's own) that an activity is about to run."""
+        mm = self._mm
+        off = _HEADER.size + index * RECORD
+        seq = self._seq[index] + 1
+        wid, nm = _clip(workflow_id, _ID_MAX), _clip(name, _NAME_MAX)
+        _SEQ.pack_into(mm, off, seq)  # odd: being written
+        body = off + _SEQ.size
+        _BODY.pack_into(mm, body, epoch, slot, attempts, started_at, len(wid), len(nm))
+        body += _BODY.size
+        mm[body:body + len(wid)] = wid
+        mm[body + _ID_MAX:body + _ID_MAX + len(nm)] = nm
+        _SEQ.pack_into(mm, off, seq + 1)  # even: whole
+        self._seq[index] = seq + 1
+
+    def marks(self) -> list[Mark]:
+        """The marks in this board now."""
+        return read_board(self.path) or []
+
+    def close(self, *, remove: bool) -> None:
+        """Unmap the file; with `remove`, delete it (its marks are folded or no longer matter)."""
+        self._mm.close()
+        if remove:
+            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # not empty: another worker has a file there
+                self.path.parent.rmdir()
+
+
+def _parse(data: bytes, again: bytes) -> tuple[str, list[Mark]] | None:
+    if len(data) < _HEADER.size or data[:8] != MAGIC:
+        return None
+    _, version, records, raw_owner = _HEADER.unpack_from(data, 0)
+    if version != _VERSION:
+        return None
+    owner = raw_owner.rstrip(b"\0").decode("utf-8", "replace")
+    out = []
+    for i in range(records):
+        off = _HEADER.size + i * RECORD
+        if off + RECORD > min(len(data), len(again)):
+            break
+        (seq,) = _SEQ.unpack_from(data, off)
+        if seq == 0 or seq & 1 or _SEQ.unpack_from(again, off)[0] != seq:
+            continue  # never written, being written, or rewritten while it was read
+        epoch, slot, attempts, started_at, id_len, name_len = _BODY.unpack_from(data, off + _SEQ.size)
+        body = off + _SEQ.size + _BODY.size
+        if id_len > _ID_MAX or name_len > _NAME_MAX:
+            continue
+        wid = data[body:body + id_len].decode("utf-8", "replace")
+        name = data[body + _ID_MAX:body + _ID_MAX + name_len].decode("utf-8", "replace")
+        out.append(Mark(wid, epoch, slot, name, attempts, started_at, owner))
+    return owner, out
+
+
+def read_board(path: Path) -> list[Mark] | None:
+    """The whole marks of one file, or None if it is missing or not a mark file.
+
+    Read twice: a record is kept only if its sequence number is even and the same in
+    both reads, so that a mark being written while it was read is skipped, never torn.
+    """
+    try:
+        data = path.read_bytes()
+        again = path.read_bytes()
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        return None
+    parsed = _parse(data, again)
+    return None if parsed is None else parsed[1]
+
+
+def board_files(db_path: str | os.PathLike[str]) -> list[tuple[Path, int]]:
+    """Every mark file beside the database, with the pid of the worker that wrote it."""
+    try:
+        names = os.listdir(marks_dir(db_path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+    out = []
+    for name in names:
+        m = _FILE_RE.match(name)
+        if m:
+            out.append((marks_dir(db_path) / name, int(m.group(1))))
+    return out
+
+
+def read_marks(db_path: str | os.PathLike[str], workflow_id: str | None = None) -> list[Mark]:
+    """The marks in every worker's file (of one workflow, if given)."""
+    out = []
+    for path, _ in board_files(db_path):
+        for mark in read_board(path) or []:
+            if workflow_id is None or mark.workflow_id == workflow_id:
+                out.append(mark)
+    return out

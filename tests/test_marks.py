@@ -1,0 +1,129 @@
+"""In-flight start marks in their memory-mapped files (engine.marks) and how workers keep them.
+
+The crash-level proof (SIGKILL mid-activity, `show` counting the attempts) is in
+test_fault_inflight.py; here: the file format, torn records, and a live worker taking a
+workflow over from a dead one's marks.
+"""
+
+from __future__ import annotations
+
+import socket
+import stat
+import sys
+import time
+from pathlib import Path
+
+from engine import Context, activity, current_activity, workflow
+from engine.app import Registry
+from engine.core import CommandRecord
+from engine.marks import _HEADER, _SEQ, RECORD, MarkBoard, _parse, board_files, marks_dir, read_marks
+from engine.store import PendingRecord, SQLiteStore
+from engine.worker import Worker
+
+# Linux's pid_max is at most 4,194,304: no live process has this pid.
+DEAD_PID = 4194999
+
+
+def _dead_owner() -> str:
+    return f"{socket.gethostname()}:{DEAD_PID}:deadbeef"
+
+
+def test_a_mark_reads_back_as_written_and_the_files_are_private(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    board = MarkBoard(db, "h:123:abc123", 3)
+    board.write(1, "wf-1", 7, 4, "charge_card", 2, 1234.5)
+    board.write(2, "wf-2", 1, 0, "fetch", 1, 99.0)
+    board.write(1, "wf-1", 7, 5, "refund", 1, 1240.0)  # the thread's next activity replaces its mark
+    marks = sorted(read_marks(db), key=lambda m: m.workflow_id)
+    assert [(m.workflow_id, m.epoch, m.slot, m.name, m.attempts, m.started_at, m.owner) for m in marks] == [
+        ("wf-1", 7, 5, "refund", 1, 1240.0, "h:123:abc123"), ("wf-2", 1, 0, "fetch", 1, 99.0, "h:123:abc123")]
+    assert [m.slot for m in read_marks(db, "wf-2")] == [0]
+    assert stat.S_IMODE(marks_dir(db).stat().st_mode) == 0o700
+    assert stat.S_IMODE(board.path.stat().st_mode) == 0o600
+    assert board_files(db) == [(board.path, 123)]
+    board.close(remove=True)
+    assert read_marks(db) == [] and board_files(db) == []
+    assert not marks_dir(db).exists()  # nothing left beside the database
+
+
+def test_a_record_being_written_or_rewritten_while_read_is_skipped_never_torn(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    board = MarkBoard(db, "h:123:abc123", 2)
+    board.write(0, "wf-a", 1, 3, "a", 1, 1.0)
+    board.write(1, "wf-b", 1, 3, "b", 1, 1.0)
+    data = bytearray(board.path.read_bytes())
+    board.close(remove=False)
+    # Record 0 caught mid-write (odd sequence number), as a process killed there leaves it.
+    off = _HEADER.size
+    _SEQ.pack_into(data, off, _SEQ.unpack_from(data, off)[0] + 1)
+    parsed = _parse(bytes(data), bytes(data))
+    assert parsed is not None and [m.workflow_id for m in parsed[1]] == ["wf-b"]
+    # Record 1 rewritten between the two reads: its numbers differ, so it is skipped too.
+    again = bytearray(data)
+    _SEQ.pack_into(again, off + RECORD, _SEQ.unpack_from(data, off + RECORD)[0] + 2)
+    parsed = _parse(bytes(data), bytes(again))
+    assert parsed is not None and parsed[1] == []
+    # Not a mark file at all.
+    assert _parse(b"garbage" * 100, b"garbage" * 100) is None
+
+
+def test_a_long_activity_name_is_clipped_on_a_character_boundary(tmp_path: Path) -> None:
+    board = MarkBoard(tmp_path / "m.db", "h:1:ab", 1)
+    board.write(0, "wf-1", 1, 0, "é" * 400, 1, 0.0)
+    (mark,) = board.marks()
+    assert mark.name == "é" * len(mark.name) and 100 < len(mark.name) < 400
+    board.close(remove=True)
+
+
+# ---------------------------------------------------------------- a worker taking over
+
+DB_FOR_ACTIVITY: dict[str, Path] = {}
+
+
+@activity
+def report_attempts() -> int:
+    """Return how many starts the store shows for this very slot while it runs."""
+    info = current_activity()
+    with SQLiteStore(DB_FOR_ACTIVITY["db"], readonly=True) as store:
+        row = store.inflight(info.workflow_id)
+    assert row is not None and row.slot == info.slot
+    return row.attempts
+
+
+@activity
+def first() -> str:
+    """A step before the one that was in flight."""
+    return "done"
+
+
+@workflow
+def two_steps(ctx: Context) -> int:
+    """A recorded step, then the step that reports its attempt count."""
+    ctx.call_activity(first)
+    return int(ctx.call_activity(report_attempts))
+
+
+def test_a_worker_taking_over_from_a_dead_one_counts_attempts_on_and_keeps_its_marks(tmp_path: Path) -> None:
+    db = tmp_path / "takeover.db"
+    DB_FOR_ACTIVITY["db"] = db
+    with SQLiteStore(db) as store:
+        wid = store.start_workflow("two_steps", has_input=False)
+        (claim,) = store.claim(_dead_owner(), ttl=600)  # a long lease: only the owner's death frees it
+        store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "first", True, "done"))], ttl=600)
+    dead = MarkBoard(db, claim.owner, 4)
+    dead.write(3, wid, claim.epoch, 1, "report_attempts", 2, time.time())  # started twice, then SIGKILL
+    dead.close(remove=False)
+    with SQLiteStore(db, readonly=True) as store:
+        shown = store.inflight(wid)
+    assert shown is not None and (shown.slot, shown.name, shown.attempts) == (1, "report_attempts", 2)
+
+    worker = Worker(db, Registry.from_module(sys.modules[__name__]))
+    worker.run(until_idle=True)
+
+    with SQLiteStore(db) as store:
+        row = store.get_workflow(wid)
+        assert row.status == "completed", row
+        assert row.result == 3  # this run's start was the third
+        assert store.inflight(wid) is None  # the outcome is recorded now
+    assert not dead.path.exists()  # folded into the database, then deleted
+    assert not marks_dir(db).exists()  # the live worker's own file went when it stopped
