@@ -123,17 +123,20 @@ class ActivityInfo:
     idempotency_key: str
 
 
-_current_activity: contextvars.ContextVar[ActivityInfo | None] = contextvars.ContextVar(
+# (workflow id, slot, name, attempt) of the running activity: a plain tuple, set on every
+# attempt, and made into an ActivityInfo only when an activity asks for it.
+_current_activity: contextvars.ContextVar[tuple[str, int, str, int] | None] = contextvars.ContextVar(
     "replaylog_current_activity", default=None
 )
 
 
 def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
-    info = _current_activity.get()
-    if info is None:
+    call = _current_activity.get()
+    if call is None:
         raise RuntimeError("current_activity() called outside a running activity")
-    return info
+    workflow_id, slot, name, attempt = call
+    return ActivityInfo(workflow_id, slot, name, attempt, idempotency_key(workflow_id, slot))
 
 
 def idempotency_key(workflow_id: str, slot: int) -> str:
@@ -347,9 +350,7 @@ class Context:
         for attempt in range(1, attempts + 1):
             if self._on_start is not None:
                 self._on_start(slot, name, attempt)
-            token = _current_activity.set(
-                ActivityInfo(self._workflow_id, slot, name, attempt, idempotency_key(self._workflow_id, slot))
-            )
+            token = _current_activity.set((self._workflow_id, slot, name, attempt))
             try:
                 value = fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record

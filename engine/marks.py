@@ -104,6 +104,7 @@ class MarkBoard:
             os.close(fd)
         self._mm[:_HEADER.size] = _HEADER.pack(MAGIC, _VERSION, records, _clip(owner, 256))
         self._seq = [0] * records
+        self._names: dict[str, bytes] = {}
 
     def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
               started_at: float) -> None:
@@ -111,7 +112,10 @@ class MarkBoard:
         mm = self._mm
         off = _HEADER.size + index * RECORD
         seq = self._seq[index] + 1
-        wid, nm = _clip(workflow_id, _ID_MAX), _clip(name, _NAME_MAX)
+        wid = _clip(workflow_id, _ID_MAX)
+        nm = self._names.get(name)
+        if nm is None:
+            nm = self._names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
         _SEQ.pack_into(mm, off, seq)  # odd: being written
         body = off + _SEQ.size
         _BODY.pack_into(mm, body, epoch, slot, attempts, started_at, len(wid), len(nm))

@@ -799,7 +799,7 @@ class SQLiteStore:
             raise self._translate(exc) from None
         try:
             write_record = self._write_record
-            written = [write_record(conn, item, now, ttl) for item in records]
+            written = [write_record(conn, item.claim, item.slot, item.record, now, ttl) for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
             execute("ROLLBACK")
@@ -813,8 +813,33 @@ class SQLiteStore:
             self._stamped.pop(claim.id, None)
         return written, finished
 
-    def _write_record(self, conn: sqlite3.Connection, item: PendingRecord, now: float, ttl: float) -> bool:
-        claim, rec = item.claim, item.record
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, *, ttl: float) -> bool:
+        """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
+
+        The same transaction and fencing, without the batch's lists; True if written.
+        """
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        conn = self._conn
+        execute = conn.execute
+        try:
+            execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from None
+        try:
+            written = self._write_record(conn, claim, slot, rec, time.time(), ttl)
+        except BaseException:
+            execute("ROLLBACK")
+            raise
+        try:
+            execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            execute("ROLLBACK")
+            raise self._translate(exc) from None
+        return written
+
+    def _write_record(self, conn: sqlite3.Connection, claim: Claim, slot: int, rec: CommandRecord,
+                      now: float, ttl: float) -> bool:
         # updated_at is in two indexes, so setting it rewrites two more pages per commit;
         # while a workflow records slot after slot, restamp it at most once a second.
         stamped = self._stamped.get(claim.id, 0.0)
@@ -822,7 +847,7 @@ class SQLiteStore:
             cur = conn.execute(
                 "UPDATE workflows SET slots = ?, updated_at = ?, lease_expires = ? "
                 "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
-                (item.slot + 1, now, now + ttl, claim.id, claim.owner, claim.epoch, item.slot),
+                (slot + 1, now, now + ttl, claim.id, claim.owner, claim.epoch, slot),
             )
             if len(self._stamped) > 10_000:
                 self._stamped.clear()  # bounded: ids of workflows run elsewhere since
@@ -831,14 +856,14 @@ class SQLiteStore:
             cur = conn.execute(
                 "UPDATE workflows SET slots = ?, lease_expires = ? "
                 "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
-                (item.slot + 1, now + ttl, claim.id, claim.owner, claim.epoch, item.slot),
+                (slot + 1, now + ttl, claim.id, claim.owner, claim.epoch, slot),
             )
         if cur.rowcount != 1:
             return False
         conn.execute(
             "INSERT INTO commands (workflow_id, slot, kind, name, ok, value, error, attempts, recorded_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (claim.id, item.slot, rec.kind, rec.name, int(rec.ok),
+            (claim.id, slot, rec.kind, rec.name, int(rec.ok),
              _dumps(rec.value) if rec.ok else None, rec.error, rec.attempts, now),
         )
         return True

@@ -145,6 +145,28 @@ class Committer:
             raise req.error
         return req.ok
 
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord) -> bool:
+        """Commit one outcome, durably, before returning; True if it was written (the lease held).
+
+        The fast path of `submit` for a lone workflow: when no commit is in progress
+        and nothing waits, this thread commits its outcome alone without building a
+        request; otherwise the outcome joins the group commit.
+        """
+        with self._lock:
+            fast = not self._leading and not self._pending and self._store is not None
+            if fast:
+                self._leading = True
+        if not fast:
+            return self.submit(_Request(record=PendingRecord(claim, slot, rec)))
+        try:
+            written = self._store.commit_record(claim, slot, rec, ttl=self._ttl)  # type: ignore[union-attr]
+            self.batches += 1
+            self.commits += 1
+            return written
+        finally:
+            if self._hand_over():
+                self._lead()  # verdicts queued meanwhile, with nobody waiting for them
+
     def submit_later(self, req: _Request) -> None:
         """Queue a request nobody waits for; `req.then` is called once it was committed (or failed).
 
@@ -578,7 +600,7 @@ class Worker:
         stopping = self._stopping
 
         def record(slot: int, rec: CommandRecord) -> None:
-            if not committer.submit(_Request(record=PendingRecord(claim, slot, rec))):
+            if not committer.commit_record(claim, slot, rec):
                 raise LeaseLostError(claim.id)
             local.mark = None  # the slot's outcome is recorded: nothing of it is in flight
             if stopping.is_set():
