@@ -787,28 +787,15 @@ class SQLiteStore:
         says, per record and per finish, whether it was written.
         """
         now = time.time()
-        if self.readonly:
-            raise ReadOnlyError(f"database {self.path} is open read-only")
-        conn = self._conn
-        execute = conn.execute
-        # The transaction is spelled out rather than taken from `_write`: this runs once
-        # per slot, and the context manager cost as much as a statement.
-        try:
-            execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise self._translate(exc) from None
+        conn = self._begin_immediate()
         try:
             write_record = self._write_record
             written = [write_record(conn, item.claim, item.slot, item.record, now, ttl) for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
-            execute("ROLLBACK")
+            conn.execute("ROLLBACK")
             raise
-        try:
-            execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            execute("ROLLBACK")
-            raise self._translate(exc) from None
+        self._end(conn)
         for claim, _ in finishes:
             self._stamped.pop(claim.id, None)
         return written, finished
@@ -818,25 +805,34 @@ class SQLiteStore:
 
         The same transaction and fencing, without the batch's lists; True if written.
         """
-        if self.readonly:
-            raise ReadOnlyError(f"database {self.path} is open read-only")
-        conn = self._conn
-        execute = conn.execute
-        try:
-            execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise self._translate(exc) from None
+        conn = self._begin_immediate()
         try:
             written = self._write_record(conn, claim, slot, rec, time.time(), ttl)
         except BaseException:
-            execute("ROLLBACK")
+            conn.execute("ROLLBACK")
             raise
-        try:
-            execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            execute("ROLLBACK")
-            raise self._translate(exc) from None
+        self._end(conn)
         return written
+
+    # The per-slot transactions are spelled out with these two rather than taken from
+    # `_write`: they run once per slot, and a context manager cost as much as a statement.
+
+    def _begin_immediate(self) -> sqlite3.Connection:
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from None
+        return conn
+
+    def _end(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise self._translate(exc) from None
 
     def _write_record(self, conn: sqlite3.Connection, claim: Claim, slot: int, rec: CommandRecord,
                       now: float, ttl: float) -> bool:
