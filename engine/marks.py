@@ -35,11 +35,13 @@ MAGIC = b"RPLGMRK1"
 _HEADER = struct.Struct("<8sII256s")  # magic, format version, record count, owner id (UTF-8, NUL-padded)
 _VERSION = 1
 _SEQ = struct.Struct("<Q")
-# epoch, slot, attempts, started_at, len(workflow id), len(name); then the two strings.
-_BODY = struct.Struct("<QqIdHH")
-_ID_MAX = 128
-_NAME_MAX = 512 - _SEQ.size - _BODY.size - _ID_MAX
 RECORD = 512
+_ID_MAX = 128
+# epoch, slot, attempts, started_at, len(workflow id), len(name), workflow id, name: one
+# struct, so that a mark is written by three calls into C (sequence, body, sequence).
+_FIXED = "<QqIdHH"
+_NAME_MAX = RECORD - _SEQ.size - struct.calcsize(_FIXED) - _ID_MAX
+_BODY = struct.Struct(f"{_FIXED}{_ID_MAX}s{_NAME_MAX}s")
 _FILE_RE = re.compile(r"^(\d+)-([0-9a-f]+)\.marks$")
 
 
@@ -105,6 +107,7 @@ class MarkBoard:
         self._mm[:_HEADER.size] = _HEADER.pack(MAGIC, _VERSION, records, _clip(owner, 256))
         self._seq = [0] * records
         self._names: dict[str, bytes] = {}
+        self._ids: list[tuple[str, bytes]] = [("", b"")] * records
 
     def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
               started_at: float) -> None:
@@ -112,16 +115,15 @@ class MarkBoard:
         mm = self._mm
         off = _HEADER.size + index * RECORD
         seq = self._seq[index] + 1
-        wid = _clip(workflow_id, _ID_MAX)
+        last_id, wid = self._ids[index]
+        if workflow_id != last_id:  # a thread writes one workflow's marks slot after slot
+            wid = _clip(workflow_id, _ID_MAX)
+            self._ids[index] = (workflow_id, wid)
         nm = self._names.get(name)
         if nm is None:
             nm = self._names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
         _SEQ.pack_into(mm, off, seq)  # odd: being written
-        body = off + _SEQ.size
-        _BODY.pack_into(mm, body, epoch, slot, attempts, started_at, len(wid), len(nm))
-        body += _BODY.size
-        mm[body:body + len(wid)] = wid
-        mm[body + _ID_MAX:body + _ID_MAX + len(nm)] = nm
+        _BODY.pack_into(mm, off + _SEQ.size, epoch, slot, attempts, started_at, len(wid), len(nm), wid, nm)
         _SEQ.pack_into(mm, off, seq + 1)  # even: whole
         self._seq[index] = seq + 1
 
@@ -153,12 +155,11 @@ def _parse(data: bytes, again: bytes) -> tuple[str, list[Mark]] | None:
         (seq,) = _SEQ.unpack_from(data, off)
         if seq == 0 or seq & 1 or _SEQ.unpack_from(again, off)[0] != seq:
             continue  # never written, being written, or rewritten while it was read
-        epoch, slot, attempts, started_at, id_len, name_len = _BODY.unpack_from(data, off + _SEQ.size)
-        body = off + _SEQ.size + _BODY.size
+        epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = _BODY.unpack_from(data, off + _SEQ.size)
         if id_len > _ID_MAX or name_len > _NAME_MAX:
             continue
-        wid = data[body:body + id_len].decode("utf-8", "replace")
-        name = data[body + _ID_MAX:body + _ID_MAX + name_len].decode("utf-8", "replace")
+        wid = raw_id[:id_len].decode("utf-8", "replace")
+        name = raw_name[:name_len].decode("utf-8", "replace")
         out.append(Mark(wid, epoch, slot, name, attempts, started_at, owner))
     return owner, out
 

@@ -247,6 +247,8 @@ class SQLiteStore:
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
         self._stamped: dict[str, float] = {}  # workflow id → the updated_at this store last wrote
         self._conn = self._connect()
+        # For the per-slot statements: conn.execute makes a new cursor on every call.
+        self._cur = self._conn.cursor()
 
     # -- opening
 
@@ -820,16 +822,15 @@ class SQLiteStore:
     def _begin_immediate(self) -> sqlite3.Connection:
         if self.readonly:
             raise ReadOnlyError(f"database {self.path} is open read-only")
-        conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._cur.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise self._translate(exc) from None
-        return conn
+        return self._conn
 
     def _end(self, conn: sqlite3.Connection) -> None:
         try:
-            conn.execute("COMMIT")
+            self._cur.execute("COMMIT")
         except sqlite3.OperationalError as exc:
             conn.execute("ROLLBACK")
             raise self._translate(exc) from None
@@ -840,7 +841,7 @@ class SQLiteStore:
         # while a workflow records slot after slot, restamp it at most once a second.
         stamped = self._stamped.get(claim.id, 0.0)
         if now - stamped >= UPDATED_AT_STEP:
-            cur = conn.execute(
+            cur = self._cur.execute(
                 "UPDATE workflows SET slots = ?, updated_at = ?, lease_expires = ? "
                 "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
                 (slot + 1, now, now + ttl, claim.id, claim.owner, claim.epoch, slot),
@@ -849,14 +850,14 @@ class SQLiteStore:
                 self._stamped.clear()  # bounded: ids of workflows run elsewhere since
             self._stamped[claim.id] = now
         else:
-            cur = conn.execute(
+            cur = self._cur.execute(
                 "UPDATE workflows SET slots = ?, lease_expires = ? "
                 "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
                 (slot + 1, now + ttl, claim.id, claim.owner, claim.epoch, slot),
             )
         if cur.rowcount != 1:
             return False
-        conn.execute(
+        cur.execute(
             "INSERT INTO commands (workflow_id, slot, kind, name, ok, value, error, attempts, recorded_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (claim.id, slot, rec.kind, rec.name, int(rec.ok),
