@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from engine.core import CommandRecord, Outcome, SignalRecord, WorkflowState
 from engine.errors import (
     DuplicateWorkflowIdError,
@@ -329,6 +327,10 @@ class SQLiteStore:
             if conn.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
                 conn.execute("COMMIT")  # another process migrated while we waited
                 return
+            # Imported here, once per new database: it takes ~40 ms to import (more than
+            # a whole `replaylog signal`), and only creating the schema uses it.
+            import sqlite_utils
+
             db = sqlite_utils.Database(conn)
             db["workflows"].create(
                 {"id": str, "workflow": str, "status": str, "blocked_on": str, "input": str, "result": str,
