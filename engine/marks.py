@@ -179,6 +179,18 @@ def read_board(path: Path) -> list[Mark] | None:
     return None if parsed is None else parsed[1]
 
 
+def board_owner(path: Path) -> str | None:
+    """The lease owner id ("host:pid:tag") a mark file was written under, or None if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER.size)
+    except OSError:
+        return None
+    if len(head) < _HEADER.size or head[:8] != MAGIC:
+        return None
+    return _HEADER.unpack(head)[3].rstrip(b"\0").decode("utf-8", "replace")
+
+
 def board_files(db_path: str | os.PathLike[str]) -> list[tuple[Path, int]]:
     """Every mark file beside the database, with the pid of the worker that wrote it."""
     try:

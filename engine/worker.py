@@ -23,7 +23,7 @@ from pathlib import Path
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
 from engine.errors import LeaseLostError, NotADatabaseError, ReplaylogError, StoreError, UnknownWorkflowError
-from engine.marks import Mark, MarkBoard, board_files, read_board
+from engine.marks import Mark, MarkBoard, board_files, board_owner, read_board
 from engine.store import Claim, PendingRecord, SQLiteStore, is_damaged
 
 log = logging.getLogger("replaylog.worker")
@@ -424,6 +424,9 @@ class Worker:
         for path, pid in board_files(self.path):
             if pid == me or _pid_alive(pid):
                 continue
+            owner = board_owner(path)
+            if owner is None or owner.partition(":")[0] != self._host:
+                continue  # another host's (or container's) pid says nothing here: leave it
             marks = read_board(path)
             try:
                 if marks:

@@ -127,3 +127,17 @@ def test_a_worker_taking_over_from_a_dead_one_counts_attempts_on_and_keeps_its_m
         assert store.inflight(wid) is None  # the outcome is recorded now
     assert not dead.path.exists()  # folded into the database, then deleted
     assert not marks_dir(db).exists()  # the live worker's own file went when it stopped
+
+
+def test_a_worker_deletes_only_the_files_of_dead_workers_on_its_own_host(tmp_path: Path) -> None:
+    db = tmp_path / "janitor.db"
+    SQLiteStore(db).close()
+    here = MarkBoard(db, _dead_owner(), 2)
+    here.close(remove=False)
+    # Same dead-looking pid from another host (or a container with its own pids): its
+    # worker may be alive, and a pid says nothing about it here.
+    there = MarkBoard(db, f"elsewhere:{DEAD_PID}:cafe01", 2)
+    there.close(remove=False)
+    Worker(db, Registry.from_module(sys.modules[__name__])).run(until_idle=True)
+    assert not here.path.exists()
+    assert there.path.exists()
