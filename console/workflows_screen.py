@@ -54,11 +54,14 @@ class WorkflowsScreen(Screen[None]):
     class PageLoaded(Message):
         """A page of workflows was read (on a worker thread)."""
 
-        def __init__(self, asked: WorkflowsQuery, page: WorkflowsPage, cells: list[Row]) -> None:
+        def __init__(self, asked: WorkflowsQuery, page: WorkflowsPage, cells: list[Row], *,
+                     partial: bool = False) -> None:
             super().__init__()
             self.asked = asked
             self.page = page
             self.cells = cells
+            # The rows without the counts: shown at once, the read goes on for the counts.
+            self.partial = partial
 
     class LoadFailed(Message):
         """Reading the page failed; the reason is shown in place."""
@@ -124,7 +127,7 @@ class WorkflowsScreen(Screen[None]):
         # them every COUNTS_EVERY seconds and reuse them in between (the page is always fresh).
         now = time.monotonic()
         counts = None
-        if self.page is not None and now - self._counted_at < COUNTS_EVERY:
+        if self.page is not None and self.page.total >= 0 and now - self._counted_at < COUNTS_EVERY:
             counts = self.page.counts
             if not self._recount_due:
                 # A trailing recount, so the last burst of commits is counted too.
@@ -132,16 +135,23 @@ class WorkflowsScreen(Screen[None]):
                 self.set_timer(COUNTS_EVERY, self._recount)
         else:
             self._counted_at = now
-        self._fetch(self.query_state, counts)
+        self._fetch(self.query_state, counts, self.page is None)
 
     def _recount(self) -> None:
         self._recount_due = False
         self.reload()
 
     @work(thread=True, group="workflows", exit_on_error=False)
-    def _fetch(self, query: WorkflowsQuery, counts: dict[str, int] | None) -> None:
+    def _fetch(self, query: WorkflowsQuery, counts: dict[str, int] | None, first: bool = False) -> None:
         try:
             with self.console.open_store() as store:  # this thread's own connection
+                if first:
+                    # The first paint does not wait for the status counts: they scan an
+                    # index of every workflow (0.15 s at a million, several times that
+                    # from a cold disk cache), the page is a few rows of another index.
+                    quick = fetch_workflows(store, query, count=False)
+                    self.post_message(self.PageLoaded(query, quick, row_cells(quick, self.console.clock()),
+                                                      partial=True))
                 page = fetch_workflows(store, query, counts)
             cells = row_cells(page, self.console.clock())  # here, not on the UI thread
         except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
@@ -151,6 +161,13 @@ class WorkflowsScreen(Screen[None]):
 
     def on_workflows_screen_page_loaded(self, message: PageLoaded) -> None:
         """Show the page if it answers the current question; else ask again."""
+        if message.partial:
+            # The same read goes on for the counts: draw the rows, stay loading.
+            if message.asked == self.query_state and self.page is None:
+                self.page = message.page
+                self._cells = message.cells
+                self._redraw()
+            return
         self._loading = False
         if message.asked == self.query_state:
             self.query_state = message.page.query  # the store may have clamped the offset
@@ -218,22 +235,27 @@ class WorkflowsScreen(Screen[None]):
         # The key that selects each status sits beside it; the active filter is in reverse.
         counts.append("0 ", style="dim")
         counts.append("all", style="bold reverse" if q.status is None else "bold")
-        counts.append(f" {sum(page.counts.values()):,}  ")
+        counted = page.total >= 0
+        counts.append(f" {sum(page.counts.values()):,}  " if counted else " …  ")
         for key, status in STATUS_KEYS.items():
             counts.append(f"{key} ", style="dim")
             counts.append(status, style=STATUS_STYLES[status] + (" reverse" if q.status == status else ""))
-            counts.append(f" {page.counts.get(status, 0):,}  ")
+            counts.append(f" {page.counts.get(status, 0):,}  " if counted else " …  ")
+        if not counted:
+            counts.append("counting…", style="dim")
         self.query_one("#counts", Static).update(counts)
         table = self.query_one(PagedTable)
         for key, _, _, _ in COLUMNS:
             table.columns[ColumnKey(key)].label = self._label(key)
         table.has_more_before = q.offset > 0
-        table.has_more_after = q.offset + len(page.rows) < page.total
+        table.has_more_after = q.offset + len(page.rows) < page.total if counted else len(page.rows) >= q.limit
         table.set_page(self._cells, cursor_at=self._cursor_after)
         self._cursor_after = None
         table.refresh()
         info = Text()
-        if page.total:
+        if not counted:
+            info.append(f" {q.offset + 1:,}–{q.offset + len(page.rows):,} of …" if page.rows else " …")
+        elif page.total:
             info.append(f" {q.offset + 1:,}–{q.offset + len(page.rows):,} of {page.total:,}")
             if page.total > q.limit:
                 info.append("   ] next page   [ previous page", style="dim")

@@ -20,13 +20,14 @@ from textual.widgets import DataTable, Input, Static, TextArea
 
 from conftest import cli_env, start_worker
 from console.app import ReplaylogConsole
-from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE
+from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, WorkflowsQuery, fetch_workflows
 from console.diagnosis_view import DiagnosisView
 from console.help_screen import HelpScreen
 from console.paged_table import PagedTable
 from console.signal_dialog import SignalDialog
 from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
+from console.workflows_screen import WorkflowsScreen
 from engine.app import load_app
 from engine.core import CommandRecord
 from engine.errors import ReadOnlyError
@@ -65,6 +66,30 @@ async def test_list_shows_every_workflow_with_status_counts(console_db: Path) ->
         assert column(table, "updated")[0] == "42s ago"  # the injected clock, not the wall clock
         counts = rendered(app.screen.query_one("#counts", Static))
         assert "blocked 1" in counts and "failed 4" in counts and "completed 1" in counts
+
+
+@async_test
+async def test_the_first_page_is_drawn_before_the_status_counts_are_in(console_db: Path) -> None:
+    # What the first paint shows: the rows of the page, the counts marked as still coming.
+    with SQLiteStore(console_db, readonly=True) as store:
+        quick = fetch_workflows(store, WorkflowsQuery(), count=False)
+    assert quick.total == -1 and quick.counts == {} and len(quick.rows) == len(ROLES)
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, WorkflowsScreen)
+        screen.page = quick
+        screen._redraw()  # as the partial page is drawn, before the counted one replaces it
+        await pilot.pause()
+        counts = rendered(screen.query_one("#counts", Static))
+        assert "counting…" in counts and "blocked …" in counts
+        assert f"1–{len(ROLES)} of …" in rendered(screen.query_one("#pageinfo", Static))
+        assert sorted(column(screen.query_one(PagedTable), "id")) == sorted(ROLES.values())
+        screen.reload()  # and the counts come in
+        await settle(pilot)
+        counts = rendered(screen.query_one("#counts", Static))
+        assert "counting" not in counts and "blocked 1" in counts
 
 
 @async_test
