@@ -20,7 +20,7 @@ FIELDS = {
     "signal": ("samples", "median_ms", "p99_ms", "met"),
     "short": ("workflows", "workflows_per_s_1p", "workflows_per_s_2p", "starts_per_s", "met"),
 }
-CONSOLE_FIELDS = ("first_paint_s", "peak_rss_mb", "open_workflow_s", "max_stall_ms", "met")
+CONSOLE_FIELDS = ("first_paint_s", "counted_s", "peak_rss_mb", "open_workflow_s", "max_stall_ms", "met")
 PEER_FIELDS = {"single": "slots_per_s", "group": "slots_per_s", "resume": "replay_slots_per_s",
                "signal": "median_ms", "short": "workflows_per_s_1p"}
 
