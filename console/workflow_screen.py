@@ -22,6 +22,8 @@ from engine.store import CommandRow
 from engine.text import preview, printable
 
 if TYPE_CHECKING:
+    from textual.timer import Timer
+
     from console.app import ReplaylogConsole
 
 
@@ -83,6 +85,7 @@ class WorkflowScreen(Screen[None]):
         self._cursor_after: int | None = None
         self._signal_cursor_after: int | None = None
         self._shown_status: str | None = None
+        self._lease_timer: Timer | None = None
 
     @property
     def console(self) -> ReplaylogConsole:
@@ -188,6 +191,7 @@ class WorkflowScreen(Screen[None]):
         self._draw_summary(detail)
         self._draw_slots(detail)
         self._draw_signals(detail)
+        self._watch_lease(detail)
         status = detail.row.status
         if status != self._shown_status:
             first = self._shown_status is None
@@ -249,6 +253,19 @@ class WorkflowScreen(Screen[None]):
                                      f"{detail.signal_waiting:,} waiting"))
         grid.add_row("times", Text(f"created {utc(row.created_at)}   updated {utc(row.updated_at)}", style="dim"))
         self.query_one("#summary", Static).update(grid)
+
+    def _watch_lease(self, detail: WorkflowDetail) -> None:
+        """While an activity shows as running under a live lease, read again once the lease lapses.
+
+        A worker that dies commits nothing more, so no change would make the screen read
+        again, and "running now" would stay on screen although the activity possibly ran.
+        """
+        if self._lease_timer is not None:
+            self._lease_timer.stop()
+            self._lease_timer = None
+        expires = detail.row.lease_expires
+        if detail.inflight is not None and expires is not None and self._lease_live(detail):
+            self._lease_timer = self.set_timer(max(0.05, expires - self.console.clock() + 0.1), self.reload)
 
     def _lease_live(self, detail: WorkflowDetail) -> bool:
         """Whether a worker holds the workflow's lease now (its in-flight activity is running, not lost)."""

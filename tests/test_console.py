@@ -310,6 +310,31 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
 
 
 @async_test
+async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_nothing_committed(
+        db_path: Path) -> None:
+    # A worker that dies commits nothing more: the screen itself must notice that its lease
+    # ran out, or "running now" stays up over an activity that possibly ran.
+    with SQLiteStore(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="dies-1")
+        (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=1.5)
+        board = MarkBoard(db_path, claim.owner, 1)
+        board.write(0, claim.id, claim.epoch, 0, "fetch_invoice", 1, time.time())
+        board.close(remove=False)
+    app = make_app(db_path, clock=time.time)  # the real clock: the lease lapses in real time
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow("dies-1")
+        await settle(pilot)
+
+        def summary() -> str:
+            return rendered(app.screen.query_one("#summary", Static))
+
+        assert "slot 0: activity fetch_invoice is running now (attempt 1)" in summary()
+        assert await wait_until(pilot, lambda: "possibly ran" in summary(), timeout=15), summary()
+        assert "slot 0: activity fetch_invoice started 1 time(s), no recorded outcome" in summary()
+
+
+@async_test
 async def test_a_workflow_with_many_signals_shows_the_latest_page_and_pages_back(console_db: Path) -> None:
     with SQLiteStore(console_db) as store:
         for i in range(SIGNAL_PAGE + 50):
