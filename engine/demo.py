@@ -7,6 +7,7 @@ runs with the sample app (and its old version, for the non-deterministic one).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.app import load_app
+from engine.marks import marks_dir
 from engine.store import SQLiteStore
 from engine.worker import Worker
 
@@ -28,6 +30,7 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
     """Create a fresh demo database; return the ids of the seeded workflows by role."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
+    shutil.rmtree(marks_dir(db), ignore_errors=True)  # a killed worker's marks for the old database
     ids: dict[str, str] = {}
     with SQLiteStore(db) as store:
         # A refund started under version 1 of the code, which looked the customer up first.

@@ -593,16 +593,19 @@ class SQLiteStore:
         highest attempt count.
         """
         row = self._conn.execute(
-            "SELECT w.slots, i.slot, i.name, i.attempts, i.started_at FROM workflows w"
-            " LEFT JOIN inflight i ON i.workflow_id = w.id WHERE w.id = ?",
+            "SELECT w.slots, w.lease_owner, w.lease_epoch, i.slot, i.name, i.attempts, i.started_at"
+            " FROM workflows w LEFT JOIN inflight i ON i.workflow_id = w.id WHERE w.id = ?",
             (workflow_id,),
         ).fetchone()
         if row is None:
             return None
-        slots = row[0]
-        best = InflightRow(*row[1:]) if row[1] is not None and row[1] >= slots else None
+        slots, lease = row[0], (row[1], row[2])
+        best = InflightRow(*row[3:]) if row[3] is not None and row[3] >= slots else None
         for m in read_marks(self.path, workflow_id):
-            if m.slot >= slots and (best is None or (m.slot, m.attempts) > (best.slot, best.attempts)):
+            # A file's mark counts while the lease it was written under is the workflow's
+            # lease (a taken-over workflow's old marks are in the table by then).
+            if (m.owner, m.epoch) == lease and m.slot >= slots and (
+                    best is None or (m.slot, m.attempts) > (best.slot, best.attempts)):
                 best = InflightRow(m.slot, m.name, m.attempts, m.started_at)
         return best
 
@@ -709,8 +712,13 @@ class SQLiteStore:
         """Keep marks in the inflight table where they still say something; return how many."""
         kept = 0
         for m in marks:
-            wf = conn.execute("SELECT slots FROM workflows WHERE id = ?", (m.workflow_id,)).fetchone()
-            if wf is None or m.slot < wf[0]:
+            wf = conn.execute("SELECT slots, lease_owner, lease_epoch FROM workflows WHERE id = ?",
+                              (m.workflow_id,)).fetchone()
+            if wf is None or (wf[1], wf[2]) != (m.owner, m.epoch):
+                # Not under the lease it was written under: another worker took the workflow
+                # over (and kept this mark then), or the file is older than this database.
+                continue
+            if m.slot < wf[0]:
                 continue  # its outcome is recorded: nothing is in flight there
             have = conn.execute("SELECT slot, attempts FROM inflight WHERE workflow_id = ?",
                                 (m.workflow_id,)).fetchone()
@@ -723,7 +731,8 @@ class SQLiteStore:
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the database (a dead worker's, or a run's that ended abnormally).
 
-        A mark whose slot has a recorded outcome is dropped; of two marks for one
+        Only a mark written under the workflow's current lease (owner and epoch) is
+        kept, and only while its slot has no recorded outcome; of two marks for one
         workflow the later slot, then the higher attempt count, wins. Returns how many
         were written.
         """

@@ -141,3 +141,21 @@ def test_a_worker_deletes_only_the_files_of_dead_workers_on_its_own_host(tmp_pat
     Worker(db, Registry.from_module(sys.modules[__name__])).run(until_idle=True)
     assert not here.path.exists()
     assert there.path.exists()
+
+
+def test_marks_left_by_a_worker_of_an_older_database_at_the_same_path_count_for_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "reused.db"
+    DB_FOR_ACTIVITY["db"] = db
+    # A killed worker of a database since deleted left its file; a new database at the same
+    # path has a workflow of the same id, never leased by that worker.
+    stale = MarkBoard(db, _dead_owner(), 2)
+    stale.write(0, "same-id", 1, 1, "report_attempts", 5, time.time())
+    stale.close(remove=False)
+    with SQLiteStore(db) as store:
+        wid = store.start_workflow("two_steps", has_input=False, workflow_id="same-id")
+        assert store.inflight(wid) is None
+    Worker(db, Registry.from_module(sys.modules[__name__])).run(until_idle=True)
+    with SQLiteStore(db) as store:
+        row = store.get_workflow(wid)
+        assert (row.status, row.result) == ("completed", 1)  # the first start, not the sixth
+    assert not stale.path.exists()
