@@ -35,8 +35,11 @@ MAGIC = b"RPLGMRK1"
 _HEADER = struct.Struct("<8sII256s")  # magic, format version, record count, owner id (UTF-8, NUL-padded)
 _VERSION = 1
 _SEQ = struct.Struct("<Q")
-RECORD = 512
-_ID_MAX = 128
+RECORD = 1024
+# Room for any workflow id whole: the store allows 200 characters, at most 4 bytes each in
+# UTF-8. (Readers match marks to workflows by id, so an id is never clipped; a name only
+# labels the mark and is clipped to what is left.)
+_ID_MAX = 800
 # epoch, slot, attempts, started_at, len(workflow id), len(name), workflow id, name: one
 # struct, so that a mark is written by three calls into C (sequence, body, sequence).
 _FIXED = "<QqIdHH"
@@ -117,7 +120,9 @@ class MarkBoard:
         seq = self._seq[index] + 1
         last_id, wid = self._ids[index]
         if workflow_id != last_id:  # a thread writes one workflow's marks slot after slot
-            wid = _clip(workflow_id, _ID_MAX)
+            wid = workflow_id.encode("utf-8")
+            if len(wid) > _ID_MAX:
+                raise ValueError(f"workflow id {workflow_id[:40]!r}… is longer than a mark can hold")
             self._ids[index] = (workflow_id, wid)
         nm = self._names.get(name)
         if nm is None:

@@ -67,11 +67,16 @@ def test_a_record_being_written_or_rewritten_while_read_is_skipped_never_torn(tm
     assert _parse(b"garbage" * 100, b"garbage" * 100) is None
 
 
-def test_a_long_activity_name_is_clipped_on_a_character_boundary(tmp_path: Path) -> None:
+def test_the_longest_workflow_id_is_kept_whole_and_a_long_name_is_clipped_on_a_character_boundary(
+        tmp_path: Path) -> None:
     board = MarkBoard(tmp_path / "m.db", "h:1:ab", 1)
-    board.write(0, "wf-1", 1, 0, "é" * 400, 1, 0.0)
+    longest = "é" * 200  # the store's limit is 200 characters; these take 2 bytes each
+    board.write(0, longest, 1, 0, "é" * 400, 1, 0.0)
     (mark,) = board.marks()
-    assert mark.name == "é" * len(mark.name) and 100 < len(mark.name) < 400
+    assert mark.workflow_id == longest
+    assert mark.name == "é" * len(mark.name) and 50 < len(mark.name) < 400
+    board.write(0, "𝒲" * 200, 1, 0, "n", 1, 0.0)  # 4 bytes each: 800, still whole
+    assert board.marks()[0].workflow_id == "𝒲" * 200
     board.close(remove=True)
 
 
