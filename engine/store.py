@@ -354,7 +354,8 @@ class SQLiteStore:
                 pk=("workflow_id", "seq"), not_null={"name", "payload", "consumed", "sent_at"},
                 defaults={"consumed": 0},
             )
-            # WITHOUT ROWID for the same reason: a start mark is written before every activity.
+            # The start marks of workers that are gone (engine.marks keeps the live ones),
+            # one row per workflow. (WITHOUT ROWID from when every start mark was a row here.)
             conn.execute(
                 "CREATE TABLE inflight (workflow_id TEXT PRIMARY KEY, slot INTEGER NOT NULL, name TEXT NOT NULL,"
                 " attempts INTEGER NOT NULL, started_at FLOAT NOT NULL) WITHOUT ROWID"
