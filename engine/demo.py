@@ -101,5 +101,19 @@ def _tour(db: Path, ids: dict[str, str], echo: Callable[[str], None]) -> None:
         echo(f"  {blocked} is {row.status} after {1000 * (time.monotonic() - start):.0f} ms: {row.result}")
         echo("\nEvery workflow now:")
         echo_states(store, echo)
-    echo(f"\nLook closer:  replaylog --db {db} show {ids['nondeterministic']}")
-    echo(f"              replaylog --db {db} console")
+    cmd = _command_name()
+    echo(f"\nLook closer:  {cmd} --db {db} show {ids['nondeterministic']}")
+    echo(f"              {cmd} --db {db} console")
+
+
+def _command_name() -> str:
+    """How to type the replaylog command here: its bare name if that is on PATH, else its path.
+
+    `make demo` runs .venv/bin/replaylog without activating the environment, so a bare
+    `replaylog` in the hint would be "command not found" for a newcomer.
+    """
+    invoked = Path(sys.argv[0])
+    on_path = shutil.which("replaylog")
+    if invoked.name != "replaylog" or (on_path is not None and Path(on_path).resolve() == invoked.resolve()):
+        return "replaylog"
+    return str(invoked)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import run_cli
+from conftest import ROOT, cli_env, run_cli
 from engine.demo import seed
 from engine.store import SQLiteStore
 
@@ -30,3 +33,21 @@ def test_demo_without_a_terminal_prints_the_tour(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "refund-12 is completed" in proc.stderr
     assert "NonDeterministicError" in proc.stderr
+
+
+def test_the_tour_names_a_command_a_newcomer_can_type(tmp_path: Path) -> None:
+    # `make demo` runs .venv/bin/replaylog without activating the environment: a bare
+    # `replaylog` in the hint would be "command not found".
+    script = Path(sys.executable).parent / "replaylog"
+    assert script.exists(), "the console script is installed beside the interpreter"
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if Path(p).resolve() != script.parent.resolve())
+    proc = subprocess.run([str(script), "--db", str(tmp_path / "demo.db"), "demo"], capture_output=True,
+                          text=True, env=cli_env(PATH=path), cwd=ROOT, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    hint = next(line for line in proc.stderr.splitlines() if line.startswith("Look closer:"))
+    command = hint.split()[2]
+    assert Path(command).resolve() == script.resolve()
+    shown = subprocess.run([command, *hint.split()[3:]], capture_output=True, text=True, env=cli_env(PATH=path),
+                           cwd=ROOT, timeout=60)
+    assert shown.returncode == 0 and "refund-v1-8" in shown.stdout, shown.stderr
