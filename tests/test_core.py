@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from reference_refund import charge_card, fetch_invoice, refund, side_effects
 
 from engine import (
     ActivityError,
@@ -19,29 +20,7 @@ from engine import (
 from engine.core import CommandRecord, WorkflowBlocked
 
 # ------------------------------------------------------------------ the reference's refund
-
-side_effects = {"charges": 0, "invoices": 0}
-
-
-@activity
-def fetch_invoice(invoice_id: int) -> int:
-    side_effects["invoices"] += 1
-    return invoice_id * 100
-
-
-@activity
-def charge_card(amount: int) -> dict[str, int]:
-    side_effects["charges"] += 1
-    return {"charged": amount}
-
-
-@workflow
-def refund(ctx: Context, invoice_id: int) -> dict[str, Any]:
-    amount = ctx.call_activity(fetch_invoice, invoice_id)
-    approval = ctx.wait_signal("approval")
-    ts = ctx.now()
-    receipt = ctx.call_activity(charge_card, -amount)
-    return {"amount": amount, "approval": approval, "at": ts, "receipt": receipt}
+# (refund, its activities and their side-effect counters live in tests/reference_refund.py)
 
 
 def fixed_clock() -> float:

@@ -3,39 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from engine import Context, activity, run, workflow
+from reference_refund import charge_card, fetch_invoice, refund
+from reference_refund import side_effects as effects
+
+from engine import run
 from engine.app import Registry
 from engine.store import SQLiteStore
 from engine.worker import Worker
-
-effects = {"charges": 0, "invoices": 0}
-
-
-@activity
-def fetch_invoice(invoice_id: int) -> int:
-    effects["invoices"] += 1
-    return invoice_id * 100
-
-
-@activity
-def charge_card(amount: int) -> dict[str, int]:
-    effects["charges"] += 1
-    return {"charged": amount}
-
-
-@workflow
-def refund(ctx: Context, invoice_id: int) -> dict[str, Any]:
-    amount = ctx.call_activity(fetch_invoice, invoice_id)
-    ctx.wait_signal("approval")
-    ts = ctx.now()
-    return {"amount": amount, "at": ts, "receipt": ctx.call_activity(charge_card, -amount)}
 
 
 def test_reference_trace_through_the_store(db_path: Path) -> None:
     registry = Registry("trace", workflows={"refund": refund},
                         activities={"fetch_invoice": fetch_invoice, "charge_card": charge_card})
+    effects.update(charges=0, invoices=0)  # shared with test_core's runs in this process
 
     def drain() -> None:
         Worker(db_path, registry, clock=lambda: 1001.0).run(until_idle=True)
@@ -53,7 +34,7 @@ def test_reference_trace_through_the_store(db_path: Path) -> None:
     with SQLiteStore(db_path) as store:
         row = store.get_workflow(wid)
         assert row.status == "completed"
-        assert row.result == {"amount": 700, "at": 1001.0, "receipt": {"charged": -700}}
+        assert row.result == {"amount": 700, "approval": {"approved": True}, "at": 1001.0, "receipt": {"charged": -700}}
         assert [(c.kind, c.name, c.value) for c in store.list_commands(wid)] == [
             ("activity", "fetch_invoice", 700), ("now", "now", 1001.0), ("activity", "charge_card", {"charged": -700})]
         assert effects == {"charges": 1, "invoices": 1}
