@@ -185,10 +185,12 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
 @click.option("--lease", type=click.FloatRange(min=0.5), default=5.0, show_default=True,
               help="Lease length in seconds (renewed while a workflow runs).")
 @click.option("--no-inflight", is_flag=True, help="Do not record that an activity started before running it.")
+@click.option("--no-cpu-focus", is_flag=True,
+              help="Never move workflow threads onto one CPU while commits are crowded (README: Performance).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing per workflow.")
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
-           lease: float, no_inflight: bool, quiet: bool) -> None:
+           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from engine.worker import Worker
 
@@ -200,6 +202,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
                 "--concurrency", str(concurrency), "--lease", str(lease)]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
+        base += ["--no-cpu-focus"] * no_cpu_focus
         children = [subprocess.Popen(base) for _ in range(processes - 1)]
 
     def event(wid: str, text: str) -> None:
@@ -207,7 +210,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         click.echo(f"{stamp} {printable(wid, oneline=True)} {printable(text, oneline=True)}", err=True)
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
-               max_payload=settings.max_payload, on_event=None if quiet else event)
+               focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
 
     def on_signal(signum: int, _frame: object) -> None:
         if w.stopping:
