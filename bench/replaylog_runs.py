@@ -83,13 +83,26 @@ class _InterleavedFloor:
         self.conn.close()
 
 
-def _single_round(workdir: Path, n: int, name: str, track_inflight: bool) -> dict[str, Any]:
-    db = fresh_db(workdir, name)
-    # Untimed, like the floor's warm-up: a workflow of at least as many slots as the
-    # floor has warm-up commits grows the engine's WAL past its first checkpoint too.
+def _warm_engine(db: Path, track_inflight: bool = True) -> sqlite3.Connection:
+    """Grow the engine database's WAL past its first checkpoint, as the floor's is; keep it.
+
+    Untimed, like the floor's warm-up: a workflow of as many slots as the floor has
+    warm-up commits (a slot writes at least one WAL page). The connection returned must
+    stay open until the timed run is over: when the last connection to a database
+    closes, SQLite checkpoints and deletes the WAL, and the timed run would start on a
+    new one, growing again (a deployed worker's WAL lives as long as the worker does).
+    """
+    keeper = sqlite3.connect(db, isolation_level=None)
     with SQLiteStore(db) as store:
         store.start_workflow("chain", WARM_COMMITS)
+    keeper.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the WAL: it now outlives the worker
     Worker(db, REGISTRY, track_inflight=track_inflight).run(until_idle=True)
+    return keeper
+
+
+def _single_round(workdir: Path, n: int, name: str, track_inflight: bool) -> dict[str, Any]:
+    db = fresh_db(workdir, name)
+    keeper = _warm_engine(db, track_inflight)
     with SQLiteStore(db) as store:
         store.start_workflow("chain", n)
     floor = _InterleavedFloor(fresh_db(workdir, "floor"))
@@ -102,6 +115,7 @@ def _single_round(workdir: Path, n: int, name: str, track_inflight: bool) -> dic
     finally:
         bench.app.HOOK = None
         floor.close()
+        keeper.close()
     if worker.completed != 1:  # the warm-up workflow was completed by the worker before
         raise RuntimeError(f"the {n}-slot workflow did not complete")
     engine_s = wall - floor.seconds
@@ -143,10 +157,14 @@ def group(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     rounds = []
     for r in range(sizes.group_rounds):
         db = fresh_db(workdir, f"group-{r}")
+        keeper = _warm_engine(db)
         with SQLiteStore(db) as store:
             for _ in range(w):
                 store.start_workflow("chain", n)
-        wall, worker = _run_worker(db, concurrency=max(64, w))
+        try:
+            wall, worker = _run_worker(db, concurrency=max(64, w))
+        finally:
+            keeper.close()
         if worker.completed != w:
             raise RuntimeError(f"{worker.completed} of {w} workflows completed")
         after = floor_rate(fresh_db(workdir, "floor"), floor_rows)

@@ -140,3 +140,88 @@ def test_list_pages_filters_and_sorts_in_sql(store: SQLiteStore) -> None:
     assert store.count_workflows(text="wf-0") == 10
     assert store.status_counts() == {"pending": 30, "running": 0, "blocked": 0, "completed": 0, "failed": 0}
     assert store.count_workflows(text="%") == 0  # LIKE wildcards in the filter are literal
+
+
+# -- slot commits that write only the command row (SQLiteStore._write_record)
+
+
+def _wal_frames(store: SQLiteStore) -> int:
+    return int(store._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+
+
+def test_a_lone_workflows_slot_commit_writes_about_one_page_and_counts_stay_exact(db_path: Path) -> None:
+    writer = SQLiteStore(db_path)
+    reader = SQLiteStore(db_path, readonly=True)
+    try:
+        writer.start_workflow("wf", None, workflow_id="x")
+        claim = claim_one(writer)
+        writer._conn.execute("PRAGMA wal_autocheckpoint = 0")  # count every frame of the next commits
+        writer._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for slot in range(300):
+            assert writer.commit_record(claim, slot, rec("a", slot), ttl=30)
+        # Before: two pages a slot (the command row and the workflow row). Now the
+        # workflow row is rewritten about once a second; page splits add a little.
+        assert _wal_frames(writer) <= 1.3 * 300
+        raw = reader._conn.execute("SELECT slots FROM workflows WHERE id = 'x'").fetchone()[0]
+        assert raw < 300  # the column lags while the workflow runs...
+        # ...and nothing that shows or decides by the count sees it lag.
+        assert reader.get_workflow("x").slots == 300
+        assert [r.slots for r in reader.list_workflows()] == [300]
+        assert [r.slots for r in reader.list_workflow_summaries()] == [300]
+        # The verdict makes the column exact.
+        assert writer.commit_batch(finishes=[(claim, Outcome(status="completed", result=1))], ttl=30)[1] == [True]
+        assert reader._conn.execute("SELECT slots FROM workflows WHERE id = 'x'").fetchone()[0] == 300
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_slots_written_without_the_row_are_still_fenced_in_order(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    try:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = claim_one(store)
+        for slot in range(3):
+            assert store.commit_record(claim, slot, rec("a"), ttl=30)
+        assert not store.commit_record(claim, 4, rec("gap"), ttl=30)
+        assert not store.commit_record(claim, 2, rec("again"), ttl=30)
+        assert store.commit_record(claim, 3, rec("a"), ttl=30)
+        assert [c.slot for c in store.list_commands("x")] == [0, 1, 2, 3]
+    finally:
+        store.close()
+
+
+def test_a_claim_on_the_same_connection_fences_out_the_old_lease_at_once(db_path: Path) -> None:
+    # PRAGMA data_version does not change for a connection's own commits: a claim made
+    # through the store that writes the slots must still end the old lease's writes.
+    store = SQLiteStore(db_path)
+    try:
+        store.start_workflow("wf", None, workflow_id="x")
+        old = claim_one(store, "old", ttl=0.0)  # lapses at once
+        assert store.commit_record(old, 0, rec("a"), ttl=0.0)
+        assert store.commit_record(old, 1, rec("a"), ttl=0.0)
+        new = claim_one(store, "new")
+        assert new.epoch == old.epoch + 1 and new.state is not None and len(new.state.commands) == 2
+        assert not store.commit_record(old, 2, rec("stale"), ttl=30)
+        assert store.commit_record(new, 2, rec("b"), ttl=30)
+        assert [c.name for c in store.list_commands("x")] == ["a", "a", "b"]
+    finally:
+        store.close()
+
+
+def test_a_takeover_from_another_connection_fences_out_the_old_lease(db_path: Path) -> None:
+    mine, theirs = SQLiteStore(db_path), SQLiteStore(db_path)
+    try:
+        mine.start_workflow("wf", None, workflow_id="x")
+        old = claim_one(mine, "old", ttl=0.0)
+        for slot in range(3):
+            assert mine.commit_record(old, slot, rec("a"), ttl=0.0)
+        new = claim_one(theirs, "new")
+        assert new.state is not None and len(new.state.commands) == 3
+        assert theirs._conn.execute("SELECT slots FROM workflows").fetchone()[0] == 3  # the claim counted them
+        assert not mine.commit_record(old, 3, rec("stale"), ttl=30)
+        assert theirs.commit_record(new, 3, rec("b"), ttl=30)
+        assert [c.name for c in mine.list_commands("x")] == ["a", "a", "a", "b"]
+    finally:
+        mine.close()
+        theirs.close()
