@@ -69,7 +69,7 @@ def test_no_caller_sees_a_locked_database_and_the_wal_stays_bounded(tmp_path: Pa
                 assert res.returncode == 0 and "locked" not in res.stderr, res.stderr
             time.sleep(0.1)
         for p in procs:
-            assert p.wait(120) == 0
+            assert p.wait(120) == 0, f"{p.args[2]} exited with {p.returncode}"
         assert all(w.proc.poll() is None for w in workers), "a worker died under contention"
         for w in workers:
             w.kill(signal.SIGTERM)
@@ -81,12 +81,12 @@ def test_no_caller_sees_a_locked_database_and_the_wal_stays_bounded(tmp_path: Pa
     assert len(acks) == 1000 and not [a for a in acks if "error" in a], [a for a in acks if "error" in a][:3]
     readers = [json.loads((tmp_path / f"reader-{k}.json").read_text()) for k in range(2)]
     assert [r["errors"] for r in readers] == [[], []]
-    assert all(r["reads"] > 0 and r["long_holds"] > 0 for r in readers)
+    assert all(r["reads"] > 0 and r["long_holds"] > 0 for r in readers), readers
 
     # Checkpoints happened: in WAL mode the database file grows only when the WAL is
     # copied back into it; and the WAL never held more than a bounded amount.
     db_size_after = _size(db)
-    assert db_size_after > db_size_before
+    assert db_size_after > db_size_before, f"no checkpoint copied anything: {db_size_before} -> {db_size_after}"
     assert max_wal < WAL_BOUND, f"the WAL grew to {max_wal} bytes"
     counts = store.status_counts()
     store.close()
