@@ -251,10 +251,10 @@ class SQLiteStore:
         self.path = Path(path)
         self.readonly = readonly
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
-        self._stamped: dict[str, float] = {}
+        self._stamped: dict[str, float] = {}  # workflow id → the updated_at this store last wrote
         # workflow id -> (lease epoch, data_version, next slot, the `slots` column as this
         # connection last wrote it) after its last slot written here (see _write_record).
-        self._fenced: dict[str, tuple[int, int, int, int]] = {}  # workflow id → the updated_at this store last wrote
+        self._fenced: dict[str, tuple[int, int, int, int]] = {}
         self._conn = self._connect()
         # For the per-slot statements: conn.execute makes a new cursor on every call.
         self._cur = self._conn.cursor()

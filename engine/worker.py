@@ -54,7 +54,7 @@ WAL_RESTART_BACKOFF_MAX = 60.0
 # Outcomes per group commit (a moving average) from which workflow threads are kept on
 # one CPU while they run engine code (see CpuFocus). Measured on 2 vCPUs: at 8 workflows
 # (~4.5 per commit) focusing gained nothing, at 16 (~8.5) it gained 10-15%, at 50 (~25)
-# 25-35%; below the crowd it cost up to 30% (a lone thread's fsync wake-up then must come
+# 20-35%; below the crowd it cost up to 30% (a lone thread's fsync wake-up then must come
 # to that one CPU).
 CROWDED_COMMIT = 8.0
 
