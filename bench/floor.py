@@ -19,30 +19,38 @@ from pathlib import Path
 WARM_COMMITS = 1_200
 
 
+def commit_row(conn: sqlite3.Connection, i: int) -> None:
+    """One floor transaction: one small row, with BEGIN IMMEDIATE as the engine does (the same lock dance)."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO floor (wf, value) VALUES (?, ?)", ("wf-0123456789abcdef", str(i)))
+    conn.execute("COMMIT")
+
+
 def warm(conn: sqlite3.Connection, rows: int = WARM_COMMITS) -> None:
     """Commit `rows` one-row transactions so that the WAL has grown and been recycled."""
     for i in range(rows):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO floor (wf, value) VALUES (?, ?)", ("wf-warm", str(i)))
-        conn.execute("COMMIT")
+        commit_row(conn, i)
+
+
+def open_floor(path: Path, *, any_thread: bool = False) -> sqlite3.Connection:
+    """A fresh floor database at `path` (WAL, synchronous=FULL), warmed; `any_thread` to use it from another."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=not any_thread)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE floor (id INTEGER PRIMARY KEY, wf TEXT NOT NULL, value TEXT NOT NULL)")
+    warm(conn)
+    return conn
 
 
 def floor_rate(path: Path, rows: int) -> float:
-    """Commit `rows` one-row transactions to a fresh database at `path` (after `warm`); return commits/s."""
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    conn = sqlite3.connect(path, isolation_level=None)
+    """Commit `rows` one-row transactions to a fresh, warmed database at `path`; return commits/s."""
+    conn = open_floor(path)
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("CREATE TABLE floor (id INTEGER PRIMARY KEY, wf TEXT NOT NULL, value TEXT NOT NULL)")
-        warm(conn)
         start = time.perf_counter()
         for i in range(rows):
-            # BEGIN IMMEDIATE as the engine does: the floor pays for the same lock dance.
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO floor (wf, value) VALUES (?, ?)", ("wf-0123456789abcdef", str(i)))
-            conn.execute("COMMIT")
+            commit_row(conn, i)
         return rows / (time.perf_counter() - start)
     finally:
         conn.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import bench.app
-from bench.floor import WARM_COMMITS, floor_rate, warm
+from bench.floor import WARM_COMMITS, commit_row, floor_rate, open_floor
 from bench.sizes import Sizes
 from engine.app import Registry
 from engine.core import Context, execute
@@ -60,22 +60,14 @@ class _InterleavedFloor:
     """
 
     def __init__(self, path: Path) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
         # Used from the workflow's thread, which is not the one opening it.
-        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = FULL")
-        self.conn.execute("CREATE TABLE floor (id INTEGER PRIMARY KEY, wf TEXT NOT NULL, value TEXT NOT NULL)")
-        warm(self.conn)
+        self.conn = open_floor(path, any_thread=True)
         self.seconds = 0.0
         self.rows = 0
 
     def __call__(self, i: int) -> None:
         start = time.perf_counter()
-        self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute("INSERT INTO floor (wf, value) VALUES (?, ?)", ("wf-0123456789abcdef", str(i)))
-        self.conn.execute("COMMIT")
+        commit_row(self.conn, i)
         self.seconds += time.perf_counter() - start
         self.rows += 1
 
