@@ -79,6 +79,11 @@ class CommandRecord(NamedTuple):
         return f"{self.kind}:{self.name}"
 
 
+# Builds a CommandRecord from a tuple of all six fields without the generated __new__ (a
+# Python function call): for the per-slot paths, which always pass every field.
+new_record: Callable[[type[CommandRecord], tuple[str, str, bool, Any, str | None, int]], CommandRecord] = tuple.__new__
+
+
 @dataclass(frozen=True, slots=True)
 class SignalRecord:
     """A delivered signal: append-only, consumed per name in delivery order."""
@@ -378,7 +383,7 @@ class Context:
                 except ValueNotJSONError as exc:
                     self.fatal = exc
                     raise
-            self._append(slot, CommandRecord("activity", name, True, value, None, attempt))
+            self._append(slot, new_record(CommandRecord, ("activity", name, True, value, None, attempt)))
             return value
         self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts))
         raise ActivityError(slot, name, last_error, attempts)
@@ -393,7 +398,7 @@ class Context:
             return rec.value
         self.executed_commands += 1
         value = float(self._clock())
-        self._append(slot, CommandRecord("now", "now", True, value, None, 1))
+        self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1)))
         return value
 
     def wait_signal(self, name: str) -> Any:

@@ -45,6 +45,10 @@ _ID_MAX = 800
 _FIXED = "<QqIdHH"
 _NAME_MAX = RECORD - _SEQ.size - struct.calcsize(_FIXED) - _ID_MAX
 _BODY = struct.Struct(f"{_FIXED}{_ID_MAX}s{_NAME_MAX}s")
+# The fixed part alone: a thread writes one workflow's marks slot after slot, mostly for
+# the same activity name, and packing the padded id and name each time (a 1 KB pack and
+# fill) was most of a mark's cost.
+_HEAD = struct.Struct(_FIXED)
 _FILE_RE = re.compile(r"^(\d+)-([0-9a-f]+)\.marks$")
 
 
@@ -111,6 +115,8 @@ class MarkBoard:
         self._seq = [0] * records
         self._names: dict[str, bytes] = {}
         self._ids: list[tuple[str, bytes]] = [("", b"")] * records
+        # Per record: the (workflow id, name) whose bytes it holds now, or None.
+        self._texts: list[tuple[str, str] | None] = [None] * records
 
     def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
               started_at: float) -> None:
@@ -127,8 +133,13 @@ class MarkBoard:
         nm = self._names.get(name)
         if nm is None:
             nm = self._names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
+        texts = (workflow_id, name)
         _SEQ.pack_into(mm, off, seq)  # odd: being written
-        _BODY.pack_into(mm, off + _SEQ.size, epoch, slot, attempts, started_at, len(wid), len(nm), wid, nm)
+        if self._texts[index] == texts:  # id and name bytes already in place
+            _HEAD.pack_into(mm, off + _SEQ.size, epoch, slot, attempts, started_at, len(wid), len(nm))
+        else:
+            _BODY.pack_into(mm, off + _SEQ.size, epoch, slot, attempts, started_at, len(wid), len(nm), wid, nm)
+            self._texts[index] = texts
         _SEQ.pack_into(mm, off, seq + 1)  # even: whole
         self._seq[index] = seq + 1
 

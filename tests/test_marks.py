@@ -46,6 +46,24 @@ def test_a_mark_reads_back_as_written_and_the_files_are_private(tmp_path: Path) 
     assert not marks_dir(db).exists()  # nothing left beside the database
 
 
+def test_a_record_reused_for_another_workflow_or_name_reads_back_whole(tmp_path: Path) -> None:
+    # A mark rewrites only the fixed fields while the id and name stay the same; a new
+    # id or name must replace the bytes of the old one, even a longer old one.
+    db = tmp_path / "m.db"
+    board = MarkBoard(db, "h:123:abc123", 1)
+    seen = []
+    for wid, slot, name in [("wf-a-long-workflow-id", 0, "a_long_activity_name"), ("wf-a-long-workflow-id", 1,
+                            "a_long_activity_name"), ("wf-b", 0, "a_long_activity_name"), ("wf-b", 1, "ok"),
+                            ("wf-b", 2, "ok"), ("wf-a-long-workflow-id", 2, "ok")]:
+        board.write(0, wid, 3, slot, name, 1, 10.0 + slot)
+        seen.append([(m.workflow_id, m.slot, m.name, m.started_at) for m in read_marks(db)])
+    assert seen == [[("wf-a-long-workflow-id", 0, "a_long_activity_name", 10.0)],
+                    [("wf-a-long-workflow-id", 1, "a_long_activity_name", 11.0)],
+                    [("wf-b", 0, "a_long_activity_name", 10.0)], [("wf-b", 1, "ok", 11.0)],
+                    [("wf-b", 2, "ok", 12.0)], [("wf-a-long-workflow-id", 2, "ok", 12.0)]]
+    board.close(remove=True)
+
+
 def test_a_record_being_written_or_rewritten_while_read_is_skipped_never_torn(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     board = MarkBoard(db, "h:123:abc123", 2)
