@@ -132,19 +132,24 @@ class ActivityInfo:
     idempotency_key: str
 
 
-# (workflow id, slot, name, attempt) of the running activity: a plain tuple, set on every
-# attempt, and made into an ActivityInfo only when an activity asks for it.
-_current_activity: contextvars.ContextVar[tuple[str, int, str, int] | None] = contextvars.ContextVar(
-    "replaylog_current_activity", default=None
+# The Context of the workflow run in progress, set once per run by `execute`; the context
+# keeps (slot, name, attempt) of its running activity in a plain attribute, set on every
+# attempt and made into an ActivityInfo only when an activity asks for it. (A context
+# variable set and reset around every attempt cost more than the rest of the attempt's
+# bookkeeping.)
+_current_context: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+    "replaylog_current_context", default=None
 )
 
 
 def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
-    call = _current_activity.get()
-    if call is None:
+    ctx = _current_context.get()
+    running = ctx._running if ctx is not None else None
+    if ctx is None or running is None:
         raise RuntimeError("current_activity() called outside a running activity")
-    workflow_id, slot, name, attempt = call
+    slot, name, attempt = running
+    workflow_id = ctx.workflow_id
     return ActivityInfo(workflow_id, slot, name, attempt, idempotency_key(workflow_id, slot))
 
 
@@ -271,6 +276,7 @@ class Context:
         self._dry_run = dry_run
         self._backoff = backoff
         self._cmd_index = 0
+        self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
         self._consumed: list[int] = []
         # The new outcomes, kept only when no `record` callback takes them (the in-memory
@@ -350,25 +356,28 @@ class Context:
         else:
             name, fn = registered_name(fn_or_name), fn_or_name
         slot = self._cmd_index
-        self._cmd_index += 1
-        rec = self._guard(slot, "activity", name)
-        if rec is not None:
-            self.replayed_commands += 1
-            if rec.ok:
-                return rec.value
-            raise ActivityError(slot, name, rec.error or "", rec.attempts)
+        self._cmd_index = slot + 1
+        # A live slot of a healthy run needs none of the guard: past history, no dry run.
+        if slot < self._history_len or self._dry_run or self.fatal is not None:
+            rec = self._guard(slot, "activity", name)
+            if rec is not None:
+                self.replayed_commands += 1
+                if rec.ok:
+                    return rec.value
+                raise ActivityError(slot, name, rec.error or "", rec.attempts)
         if fn is None:
             self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
             raise self.fatal
         self.executed_commands += 1
         attempts = max(1, int(max_retries))
         last_error = ""
+        on_start = self._on_start
         for attempt in range(1, attempts + 1):
-            if self._on_start is not None:
-                self._on_start(slot, name, attempt)
-            token = _current_activity.set((self._workflow_id, slot, name, attempt))
+            if on_start is not None:
+                on_start(slot, name, attempt)
+            self._running = (slot, name, attempt)
             try:
-                value = fn(*args, **kwargs)
+                value = fn(*args, **kwargs) if kwargs else fn(*args)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
                 if attempt < attempts:
@@ -376,7 +385,7 @@ class Context:
                     self._sleep(self._backoff * (2 ** (attempt - 1)))
                 continue
             finally:
-                _current_activity.reset(token)
+                self._running = None
             if value is not None and type(value) not in _PLAIN_JSON:
                 try:
                     value = to_json_value(value, f"slot {slot}: the value activity {name!r} returned")
@@ -451,6 +460,14 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
 
     LeaseLostError, DryRunStop and other BaseExceptions that are not ours propagate.
     """
+    token = _current_context.set(ctx)  # for current_activity()
+    try:
+        return _classify(fn, ctx, state)
+    finally:
+        _current_context.reset(token)
+
+
+def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
     try:
         result = fn(ctx, state.input) if state.has_input else fn(ctx)
     except WorkflowBlocked as blocked:

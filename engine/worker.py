@@ -93,6 +93,24 @@ class CpuFocus:
             return None
 
 
+class _Thread:
+    """What a pooled workflow thread keeps from slot to slot and from run to run.
+
+    A plain object with slots rather than a threading.local: the slot path reads and
+    writes these several times per slot, and each access to a threading.local cost
+    ~1,000 CPU instructions (README, Performance).
+    """
+
+    __slots__ = ("focused", "index", "mark", "store")
+
+    def __init__(self, index: int) -> None:
+        self.index = index  # the thread's own record in the mark file
+        self.focused = False  # moved to the focus CPU (CpuFocus)
+        # The run's latest start mark while its activity has no recorded outcome.
+        self.mark: tuple[str, int, int, str, int, float, str] | None = None
+        self.store: SQLiteStore | None = None  # the thread's own connection, opened on first use
+
+
 class WorkerStopping(BaseException):
     """Raised in a workflow thread when the worker stops: the workflow is handed back."""
 
@@ -367,7 +385,6 @@ class Worker:
         self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
         self._claim_batch = max(1, self.concurrency // 4)
-        self._local = threading.local()
         self.committer = Committer(self.path, ttl, max_payload)
         self._board: MarkBoard | None = None
         self.completed = 0
@@ -556,32 +573,25 @@ class Worker:
         `index` is the thread's own record in the mark file (there are at most
         `concurrency` threads, and as many records).
         """
-        self._local.index = index
-        self._local.focused = False
+        me = _Thread(index)
         try:
             while (claim := self._ready.get()) is not None:
-                self._run_one(claim)
+                self._run_one(claim, me)
         finally:
-            store = getattr(self._local, "store", None)
-            if store is not None:
-                store.close()
+            if me.store is not None:
+                me.store.close()
 
     # -- one workflow
 
-    def _store(self) -> SQLiteStore:
-        store = getattr(self._local, "store", None)
+    def _run_one(self, claim: Claim, me: _Thread) -> None:
+        store = me.store
         if store is None:
-            store = self._local.store = SQLiteStore(self.path, max_payload=self.max_payload)
-        return store
-
-    def _run_one(self, claim: Claim) -> None:
-        store = self._store()
+            store = me.store = SQLiteStore(self.path, max_payload=self.max_payload)
         finishing = False
-        # This run's latest start mark while its activity has no recorded outcome.
-        self._local.mark = None
+        me.mark = None
         try:
-            outcome = self._execute(store, claim)
-            self._keep_mark(store)  # an activity that ran and returned no JSON value, say
+            outcome = self._execute(store, claim, me)
+            self._keep_mark(store, me)  # an activity that ran and returned no JSON value, say
             if outcome is None:
                 return
             # The verdict needs no wait: this thread takes its next workflow while the
@@ -591,17 +601,17 @@ class Worker:
             self.committer.submit_later(
                 _Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
         except WorkerStopping:
-            self._keep_mark(store)  # stopped in a retry's backoff: that attempt ran
+            self._keep_mark(store, me)  # stopped in a retry's backoff: that attempt ran
             try:
                 store.release(claim)
             except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
                 log.warning("%s could not be released: %s", claim.id, exc)
             self._event(claim.id, "handed back (worker stopping)")
         except LeaseLostError:
-            self._keep_mark(store)
+            self._keep_mark(store, me)
             self._event(claim.id, "lease lost to another worker; its writes were refused")
         except Exception as exc:  # noqa: BLE001 - logged; the workflow is left for another try
-            self._keep_mark(store)
+            self._keep_mark(store, me)
             self._worker_error(claim, exc)
         finally:
             with self._lock:
@@ -611,11 +621,11 @@ class Worker:
             if not finishing:
                 self._wake.set()
 
-    def _refocus(self, one: bool) -> None:
+    def _refocus(self, me: _Thread, one: bool) -> None:
         """Move this workflow thread to the focus CPU (one=True) or back to all of them."""
         focus = self._focus
         if focus is None:
-            self._local.focused = False
+            me.focused = False
             return
         try:
             os.sched_setaffinity(0, focus.one if one else focus.spread)
@@ -623,17 +633,16 @@ class Worker:
             self._focus = None
             log.warning("stopped moving workflow threads between CPUs: %s", exc)
             return
-        self._local.focused = one
+        me.focused = one
 
-    def _keep_mark(self, store: SQLiteStore) -> None:
+    def _keep_mark(self, store: SQLiteStore, me: _Thread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
 
         The thread's record in the mark file is overwritten by its next activity, and
         the mark must outlive that: the next run of the workflow counts attempts on from
         it, and the operator sees that the activity possibly ran.
         """
-        fields: tuple[str, int, int, str, int, float, str] | None = self._local.mark
-        self._local.mark = None
+        fields, me.mark = me.mark, None
         if fields is None:
             return
         mark = Mark(*fields)
@@ -666,7 +675,7 @@ class Worker:
             log.error("%s crashed in the worker", claim.id, exc_info=exc)
             self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
 
-    def _execute(self, store: SQLiteStore, claim: Claim) -> Outcome | None:
+    def _execute(self, store: SQLiteStore, claim: Claim, me: _Thread) -> Outcome | None:
         try:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:
@@ -676,8 +685,7 @@ class Worker:
         if self._stopping.is_set():
             raise WorkerStopping()
         committer = self.committer
-        local = self._local
-        board, index = self._board, local.index
+        board, index = self._board, me.index
         wid, epoch, owner = claim.id, claim.epoch, claim.owner
         # Bound once: record and on_start run once per slot each.
         stopped = self._stopping.is_set
@@ -687,11 +695,11 @@ class Worker:
         clock = time.time
 
         def record(slot: int, rec: CommandRecord) -> None:
-            if self._focus is not None and not local.focused and committer.crowd >= self.crowded_commit:
-                self._refocus(True)
+            if self._focus is not None and not me.focused and committer.crowd >= self.crowded_commit:
+                self._refocus(me, True)
             if not commit(claim, slot, rec):
                 raise LeaseLostError(claim.id)
-            local.mark = None  # the slot's outcome is recorded: nothing of it is in flight
+            me.mark = None  # the slot's outcome is recorded: nothing of it is in flight
             if stopped():
                 raise WorkerStopping()  # the current slot is committed: stop here
 
@@ -699,15 +707,15 @@ class Worker:
             # Stop between slots: the slot before this one is already committed.
             if stopped():
                 raise WorkerStopping()
-            if local.focused:
-                self._refocus(False)  # the activity, and whatever it starts, may use every CPU
+            if me.focused:
+                self._refocus(me, False)  # the activity, and whatever it starts, may use every CPU
             if write_mark is not None:
                 # Before the activity runs, and counting on from the starts of earlier
                 # runs (crashed workers included); no commit and no wait (engine.marks).
                 attempts = attempt + inflight_attempts if slot == inflight_slot else attempt
                 now = clock()
                 write_mark(index, wid, epoch, slot, name, attempts, now)
-                local.mark = (wid, epoch, slot, name, attempts, now, owner)  # a Mark's fields: a tuple is cheaper
+                me.mark = (wid, epoch, slot, name, attempts, now, owner)  # a Mark's fields: a tuple is cheaper
 
         def sleep(seconds: float) -> None:
             if self._stopping.wait(seconds):

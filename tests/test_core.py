@@ -316,3 +316,42 @@ def test_dry_replay_runs_nothing_and_reports_divergence() -> None:
 
 def test_command_record_label() -> None:
     assert CommandRecord("activity", "x", True).label == "activity:x"
+
+
+def test_current_activity_names_the_running_attempt_and_only_inside_an_activity() -> None:
+    from engine import current_activity
+
+    seen: list[tuple[str, int, str, int, str]] = []
+    outside: list[str] = []
+
+    def probe_outside() -> None:
+        try:
+            current_activity()
+        except RuntimeError as exc:
+            outside.append(str(exc))
+
+    @activity
+    def flaky(fail_times: int) -> int:
+        info = current_activity()
+        seen.append((info.workflow_id, info.slot, info.name, info.attempt, info.idempotency_key))
+        if info.attempt <= fail_times:
+            raise ValueError("not yet")
+        return info.attempt
+
+    @workflow
+    def wf(ctx: Context) -> list[int]:
+        probe_outside()  # workflow code before any activity
+        first = ctx.call_activity(flaky, 0)
+        probe_outside()  # between activities: the first one has returned
+        second = ctx.call_activity(flaky, 2, max_retries=3)
+        return [first, second]
+
+    probe_outside()  # no run at all
+    r = run(wf, WorkflowState(input=None, has_input=False), clock=fixed_clock, workflow_id="wf-probe")
+    probe_outside()  # after the run
+    assert r.status == "completed" and r.outcome.result == [1, 3]
+    keys = {key for *_, key in seen}
+    assert [s[:4] for s in seen] == [("wf-probe", 0, "flaky", 1), ("wf-probe", 1, "flaky", 1),
+                                     ("wf-probe", 1, "flaky", 2), ("wf-probe", 1, "flaky", 3)]
+    assert len(keys) == 2  # the same key on every attempt of a slot, another for the next slot
+    assert outside == ["current_activity() called outside a running activity"] * 4
