@@ -33,22 +33,22 @@ from pathlib import Path
 
 MAGIC = b"RPLGMRK1"
 _HEADER = struct.Struct("<8sII256s")  # magic, format version, record count, owner id (UTF-8, NUL-padded)
-_VERSION = 1
-_SEQ = struct.Struct("<Q")
+# 2: the fields are 8-byte words in the machine's own byte order (the file never leaves
+# its host), written one by one through memoryviews.
+_VERSION = 2
 RECORD = 1024
+_SEQ = struct.Struct("=Q")
 # Room for any workflow id whole: the store allows 200 characters, at most 4 bytes each in
 # UTF-8. (Readers match marks to workflows by id, so an id is never clipped; a name only
 # labels the mark and is clipped to what is left.)
 _ID_MAX = 800
-# epoch, slot, attempts, started_at, len(workflow id), len(name), workflow id, name: one
-# struct, so that a mark is written by three calls into C (sequence, body, sequence).
-_FIXED = "<QqIdHH"
+# After the sequence number: epoch, slot, attempts, started_at (one 8-byte word each,
+# words 1-4 of the record), then len(workflow id), len(name), workflow id, name.
+_FIXED = "=qqqdII"
+_TEXT_AT = _SEQ.size + struct.calcsize("=qqqd")
 _NAME_MAX = RECORD - _SEQ.size - struct.calcsize(_FIXED) - _ID_MAX
 _BODY = struct.Struct(f"{_FIXED}{_ID_MAX}s{_NAME_MAX}s")
-# The fixed part alone: a thread writes one workflow's marks slot after slot, mostly for
-# the same activity name, and packing the padded id and name each time (a 1 KB pack and
-# fill) was most of a mark's cost.
-_HEAD = struct.Struct(_FIXED)
+_TEXTS = struct.Struct(f"=II{_ID_MAX}s{_NAME_MAX}s")
 _FILE_RE = re.compile(r"^(\d+)-([0-9a-f]+)\.marks$")
 
 
@@ -112,36 +112,57 @@ class MarkBoard:
         finally:
             os.close(fd)
         self._mm[:_HEADER.size] = _HEADER.pack(MAGIC, _VERSION, records, _clip(owner, 256))
+        # A mark is written as single words through these views: a struct.pack_into call
+        # (argument parsing, a buffer export) cost ~800 CPU instructions, a word ~60, and
+        # a mark is written before every activity (README, Performance).
+        self._view = memoryview(self._mm)
+        self._words = self._view.cast("q")
+        self._floats = self._view.cast("d")
         self._seq = [0] * records
         self._names: dict[str, bytes] = {}
-        self._ids: list[tuple[str, bytes]] = [("", b"")] * records
-        # Per record: the (workflow id, name) whose bytes it holds now, or None.
-        self._texts: list[tuple[str, str] | None] = [None] * records
+        # Per record: the workflow id and name whose bytes it holds now.
+        self._id_of: list[str | None] = [None] * records
+        self._name_of: list[str | None] = [None] * records
 
     def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
               started_at: float) -> None:
         """Record in record `index` (the calling thread's own) that an activity is about to run."""
-        mm = self._mm
-        off = _HEADER.size + index * RECORD
-        seq = self._seq[index] + 1
-        last_id, wid = self._ids[index]
-        if workflow_id != last_id:  # a thread writes one workflow's marks slot after slot
+        texts = None
+        if workflow_id != self._id_of[index] or name != self._name_of[index]:
+            # A thread writes one workflow's marks slot after slot, mostly for one name:
+            # the id and name bytes are written only when they change.
             wid = workflow_id.encode("utf-8")
             if len(wid) > _ID_MAX:
                 raise ValueError(f"workflow id {workflow_id[:40]!r}… is longer than a mark can hold")
-            self._ids[index] = (workflow_id, wid)
-        nm = self._names.get(name)
-        if nm is None:
-            nm = self._names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
-        texts = (workflow_id, name)
-        _SEQ.pack_into(mm, off, seq)  # odd: being written
-        if self._texts[index] == texts:  # id and name bytes already in place
-            _HEAD.pack_into(mm, off + _SEQ.size, epoch, slot, attempts, started_at, len(wid), len(nm))
-        else:
-            _BODY.pack_into(mm, off + _SEQ.size, epoch, slot, attempts, started_at, len(wid), len(nm), wid, nm)
-            self._texts[index] = texts
-        _SEQ.pack_into(mm, off, seq + 1)  # even: whole
+            nm = self._names.get(name)
+            if nm is None:
+                nm = self._names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
+            texts = (len(wid), len(nm), wid, nm)
+        words = self._words
+        at = (_HEADER.size + index * RECORD) >> 3  # the record's first word (both sizes are multiples of 8)
+        seq = self._seq[index] + 1
+        words[at] = seq  # odd: being written
+        if texts is not None:
+            _TEXTS.pack_into(self._mm, (at << 3) + _TEXT_AT, *texts)
+            self._id_of[index], self._name_of[index] = workflow_id, name
+        words[at + 1] = epoch
+        words[at + 2] = slot
+        words[at + 3] = attempts
+        self._floats[at + 4] = started_at
+        words[at] = seq + 1  # even: whole
         self._seq[index] = seq + 1
+
+    def read(self, index: int) -> Mark | None:
+        """The mark in record `index` as this process last wrote it, or None if it never wrote one.
+
+        For the thread that owns the record (its writes are all done when it reads).
+        """
+        if self._seq[index] == 0:
+            return None
+        off = _HEADER.size + index * RECORD + _SEQ.size
+        epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = _BODY.unpack_from(self._mm, off)
+        return Mark(raw_id[:id_len].decode("utf-8"), epoch, slot, raw_name[:name_len].decode("utf-8", "replace"),
+                    attempts, started_at, self.owner)
 
     def marks(self) -> list[Mark]:
         """The marks in this board now."""
@@ -149,6 +170,8 @@ class MarkBoard:
 
     def close(self, *, remove: bool) -> None:
         """Unmap the file; with `remove`, delete it (its marks are folded or no longer matter)."""
+        for view in (self._words, self._floats, self._view):
+            view.release()  # an mmap with views into it cannot be closed
         self._mm.close()
         if remove:
             self.path.unlink(missing_ok=True)

@@ -937,7 +937,8 @@ class SQLiteStore:
             column = slot + 1
         kind, name, ok, value, error, attempts = rec
         if ok and error is None:
-            self._cur.execute(_INSERT_OK, (key, slot, kind, name, _dumps(value), attempts, now))
+            text = int.__repr__(value) if type(value) is int else _dumps(value)  # _dumps's int case, inline
+            self._cur.execute(_INSERT_OK, (key, slot, kind, name, text, attempts, now))
         else:
             self._cur.execute(_INSERT_COMMAND, (key, slot, kind, name, int(ok), _dumps(value) if ok else None,
                                                 error, attempts, now))

@@ -23,7 +23,7 @@ from pathlib import Path
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
 from engine.errors import LeaseLostError, NotADatabaseError, ReplaylogError, StoreError, UnknownWorkflowError
-from engine.marks import Mark, MarkBoard, board_files, board_owner, read_board
+from engine.marks import MarkBoard, board_files, board_owner, read_board
 from engine.store import Claim, PendingRecord, SQLiteStore, is_damaged
 
 log = logging.getLogger("replaylog.worker")
@@ -101,14 +101,30 @@ class _Thread:
     ~1,000 CPU instructions (README, Performance).
     """
 
-    __slots__ = ("focused", "index", "mark", "store")
+    __slots__ = ("focused", "index", "inflight", "store")
 
     def __init__(self, index: int) -> None:
         self.index = index  # the thread's own record in the mark file
         self.focused = False  # moved to the focus CPU (CpuFocus)
-        # The run's latest start mark while its activity has no recorded outcome.
-        self.mark: tuple[str, int, int, str, int, float, str] | None = None
+        # The run's latest start mark (the thread's record) is of an activity with no
+        # recorded outcome yet.
+        self.inflight = False
         self.store: SQLiteStore | None = None  # the thread's own connection, opened on first use
+
+
+class _StopFlag(threading.Event):
+    """An Event whose state is also a plain attribute, `up`.
+
+    Workflow threads look at it twice per slot; reading an attribute costs a tenth of
+    calling is_set() (a Python method). `up` turns True before the Event is set.
+    """
+
+    up = False
+
+    def set(self) -> None:
+        """Raise the flag and wake every waiter."""
+        self.up = True
+        super().set()
 
 
 class WorkerStopping(BaseException):
@@ -377,7 +393,7 @@ class Worker:
         self.on_event = on_event
         self.owner = _owner_id()
         self._host = socket.gethostname()
-        self._stopping = threading.Event()
+        self._stopping = _StopFlag()
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._active: dict[str, Claim] = {}
@@ -588,7 +604,7 @@ class Worker:
         if store is None:
             store = me.store = SQLiteStore(self.path, max_payload=self.max_payload)
         finishing = False
-        me.mark = None
+        me.inflight = False
         try:
             outcome = self._execute(store, claim, me)
             self._keep_mark(store, me)  # an activity that ran and returned no JSON value, say
@@ -642,10 +658,11 @@ class Worker:
         the mark must outlive that: the next run of the workflow counts attempts on from
         it, and the operator sees that the activity possibly ran.
         """
-        fields, me.mark = me.mark, None
-        if fields is None:
+        board = self._board
+        inflight, me.inflight = me.inflight, False
+        mark = board.read(me.index) if inflight and board is not None else None
+        if mark is None:
             return
-        mark = Mark(*fields)
         try:
             store.fold_marks([mark])
         except Exception as exc:  # noqa: BLE001 - only the attempt count and a hint are lost
@@ -686,9 +703,9 @@ class Worker:
             raise WorkerStopping()
         committer = self.committer
         board, index = self._board, me.index
-        wid, epoch, owner = claim.id, claim.epoch, claim.owner
+        wid, epoch = claim.id, claim.epoch
         # Bound once: record and on_start run once per slot each.
-        stopped = self._stopping.is_set
+        stopping = self._stopping
         commit = committer.commit_record
         write_mark = board.write if board is not None else None
         inflight_slot, inflight_attempts = claim.inflight_slot, claim.inflight_attempts
@@ -699,13 +716,13 @@ class Worker:
                 self._refocus(me, True)
             if not commit(claim, slot, rec):
                 raise LeaseLostError(claim.id)
-            me.mark = None  # the slot's outcome is recorded: nothing of it is in flight
-            if stopped():
+            me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
+            if stopping.up:
                 raise WorkerStopping()  # the current slot is committed: stop here
 
         def on_start(slot: int, name: str, attempt: int) -> None:
             # Stop between slots: the slot before this one is already committed.
-            if stopped():
+            if stopping.up:
                 raise WorkerStopping()
             if me.focused:
                 self._refocus(me, False)  # the activity, and whatever it starts, may use every CPU
@@ -713,9 +730,8 @@ class Worker:
                 # Before the activity runs, and counting on from the starts of earlier
                 # runs (crashed workers included); no commit and no wait (engine.marks).
                 attempts = attempt + inflight_attempts if slot == inflight_slot else attempt
-                now = clock()
-                write_mark(index, wid, epoch, slot, name, attempts, now)
-                me.mark = (wid, epoch, slot, name, attempts, now, owner)  # a Mark's fields: a tuple is cheaper
+                write_mark(index, wid, epoch, slot, name, attempts, clock())
+                me.inflight = True
 
         def sleep(seconds: float) -> None:
             if self._stopping.wait(seconds):

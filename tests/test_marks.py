@@ -182,3 +182,38 @@ def test_marks_left_by_a_worker_of_an_older_database_at_the_same_path_count_for_
         row = store.get_workflow(wid)
         assert (row.status, row.result) == ("completed", 1)  # the first start, not the sixth
     assert not stale.path.exists()
+
+
+# ---------------------------------------------------------------- a run ending with an activity in flight
+
+
+@activity
+def returns_a_set() -> object:
+    """Runs, then returns a value JSON cannot hold: the run fails with no outcome for the slot."""
+    return {1, 2}
+
+
+@workflow
+def ends_in_flight(ctx: Context) -> None:
+    """A recorded step, then a step that ran and has no outcome."""
+    ctx.call_activity(first)
+    ctx.call_activity(returns_a_set, max_retries=1)
+
+
+def test_a_run_that_ends_with_its_activity_in_flight_keeps_the_mark_in_the_database(tmp_path: Path) -> None:
+    # The worker's own record in its mark file is overwritten by the thread's next
+    # activity and the file is deleted when the worker stops: the mark must be copied
+    # into the database when the run ends, with the attempt it reached.
+    db = tmp_path / "inflight.db"
+    with SQLiteStore(db) as store:
+        wid = store.start_workflow("ends_in_flight", has_input=False)
+    before = time.time()
+    worker = Worker(db, Registry.from_module(sys.modules[__name__]), ttl=600)
+    worker.run(until_idle=True)
+    with SQLiteStore(db) as store:
+        row, shown = store.get_workflow(wid), store.inflight(wid)
+    assert row.status == "failed" and "ValueNotJSONError" in (row.error or ""), row
+    assert shown is not None, "the start of the activity that ran was lost"
+    assert (shown.slot, shown.name, shown.attempts) == (1, "returns_a_set", 1)
+    assert before <= shown.started_at <= time.time()
+    assert board_files(db) == []  # the worker's file is gone; the mark lives on in the database
