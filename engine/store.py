@@ -208,6 +208,10 @@ _INSERT_COMMAND = ("INSERT INTO commands (workflow_id, slot, kind, name, ok, val
 # instructions a slot, a twentieth of all the engine spent on one.
 _INSERT_OK = ("INSERT INTO commands (workflow_id, slot, kind, name, ok, value, attempts, recorded_at)"
               " VALUES (?, ?, ?, ?, 1, ?, ?, ?)")
+# The commonest of all: an activity that succeeded at its first attempt. Every parameter
+# bound costs ~500 instructions; these two are constants here.
+_INSERT_FIRST_TRY = ("INSERT INTO commands (workflow_id, slot, kind, name, ok, value, attempts, recorded_at)"
+                     " VALUES (?, ?, 'activity', ?, 1, ?, 1, ?)")
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + _SLOTS_SHOWN + ", "
                "created_at, updated_at, lease_owner, lease_expires")
 
@@ -938,7 +942,10 @@ class SQLiteStore:
         kind, name, ok, value, error, attempts = rec
         if ok and error is None:
             text = int.__repr__(value) if type(value) is int else _dumps(value)  # _dumps's int case, inline
-            self._cur.execute(_INSERT_OK, (key, slot, kind, name, text, attempts, now))
+            if attempts == 1 and kind == "activity":
+                self._cur.execute(_INSERT_FIRST_TRY, (key, slot, name, text, now))
+            else:
+                self._cur.execute(_INSERT_OK, (key, slot, kind, name, text, attempts, now))
         else:
             self._cur.execute(_INSERT_COMMAND, (key, slot, kind, name, int(ok), _dumps(value) if ok else None,
                                                 error, attempts, now))

@@ -702,17 +702,17 @@ class Worker:
         if self._stopping.is_set():
             raise WorkerStopping()
         committer = self.committer
-        board, index = self._board, me.index
-        wid, epoch = claim.id, claim.epoch
+        board = self._board
         # Bound once: record and on_start run once per slot each.
         stopping = self._stopping
         commit = committer.commit_record
-        write_mark = board.write if board is not None else None
+        write_mark = board.writer(me.index, claim.id, claim.epoch) if board is not None else None
         inflight_slot, inflight_attempts = claim.inflight_slot, claim.inflight_attempts
         clock = time.time
+        crowded = self.crowded_commit
 
         def record(slot: int, rec: CommandRecord) -> None:
-            if self._focus is not None and not me.focused and committer.crowd >= self.crowded_commit:
+            if committer.crowd >= crowded and self._focus is not None and not me.focused:
                 self._refocus(me, True)
             if not commit(claim, slot, rec):
                 raise LeaseLostError(claim.id)
@@ -730,7 +730,7 @@ class Worker:
                 # Before the activity runs, and counting on from the starts of earlier
                 # runs (crashed workers included); no commit and no wait (engine.marks).
                 attempts = attempt + inflight_attempts if slot == inflight_slot else attempt
-                write_mark(index, wid, epoch, slot, name, attempts, clock())
+                write_mark(slot, name, attempts, clock())
                 me.inflight = True
 
         def sleep(seconds: float) -> None:
