@@ -121,8 +121,6 @@ class MarkBoard:
         self._floats = self._view.cast("d")
         self._seq = [0] * records
         self._names: dict[str, bytes] = {}
-        # Per record: the (workflow id, epoch, name) it holds now.
-        self._held: list[tuple[str, int, str] | None] = [None] * records
 
     def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
               started_at: float) -> None:
@@ -142,18 +140,18 @@ class MarkBoard:
             raise ValueError(f"workflow id {workflow_id[:40]!r}… is longer than a mark can hold")
         words, floats, seqs, names = self._words, self._floats, self._seq, self._names
         at = (_HEADER.size + index * RECORD) >> 3  # the record's first word (both sizes are multiples of 8)
-        held = self._held
+        last: list[str | None] = [None]  # the name this writer last wrote; its first mark writes epoch, id and name
 
         def mark(slot: int, name: str, attempts: int, started_at: float) -> None:
             seq = seqs[index] + 1
             words[at] = seq  # odd: being written
-            if held[index] != (workflow_id, epoch, name):
+            if name is not last[0]:  # the same str object, slot after slot, for one activity
                 nm = names.get(name)
                 if nm is None:
                     nm = names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
                 words[at + 1] = epoch
                 _TEXTS.pack_into(self._mm, (at << 3) + _TEXT_AT, len(wid), len(nm), wid, nm)
-                held[index] = (workflow_id, epoch, name)
+                last[0] = name
             words[at + 2] = slot
             words[at + 3] = attempts
             floats[at + 4] = started_at
