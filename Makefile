@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 DEMO_DB ?= .demo/replaylog-demo.db
 
-.PHONY: demo test lint soak bench bench-smoke clean
+.PHONY: demo test lint soak bench bench-smoke bench-instructions clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replaylog needs Python 3.11 or newer: run make PYTHON=python3.11")'
@@ -32,6 +32,9 @@ bench: $(STAMP)
 
 bench-smoke: $(STAMP)
 	$(PY) -m bench --smoke
+
+bench-instructions: $(STAMP)
+	$(PY) -m bench.instructions
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache

@@ -7,9 +7,12 @@ checks that each measurement ran and wrote the fields the README table is built 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT, cli_env
 
@@ -58,3 +61,21 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
         assert peer["note"]
     # The table went to stdout too.
     assert "measurement" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> None:
+    # The figure to watch while working on the slot path (bench/instructions.py). Only
+    # that it runs and is sane is checked: the engine does more per slot than the
+    # floor's bare commit. (At 100 slots a count moves by ~2,000 between runs, about
+    # what the in-flight marks cost, so the two engine kinds are not compared.)
+    out = tmp_path / "instructions.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.instructions", "--slots", "100", "--out", str(out)],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["slots"] == 100
+    assert 10_000 < figures["floor"] < min(figures["engine"], figures["engine-no-marks"]), figures
+    assert "engine / floor" in proc.stdout
