@@ -50,6 +50,13 @@ _TEXT_AT = _SEQ.size + struct.calcsize("=qqqd")
 _NAME_MAX = RECORD - _SEQ.size - struct.calcsize(_FIXED) - _ID_MAX
 _BODY = struct.Struct(f"{_FIXED}{_ID_MAX}s{_NAME_MAX}s")
 _TEXTS = struct.Struct(f"=II{_ID_MAX}s{_NAME_MAX}s")
+# How each format's records are read: (sequence number, body). Format 1 (before
+# 2 December 2026) is still read, so that the marks of a worker of the previous version
+# that died are kept by the next one.
+_LAYOUTS = {
+    1: (struct.Struct("<Q"), struct.Struct(f"<QqIdHH{_ID_MAX}s{RECORD - 8 - struct.calcsize('<QqIdHH') - _ID_MAX}s")),
+    _VERSION: (_SEQ, _BODY),
+}
 _FILE_RE = re.compile(r"^(\d+)-([0-9a-f]+)\.marks$")
 
 
@@ -191,19 +198,20 @@ def _parse(data: bytes, again: bytes) -> tuple[str, list[Mark]] | None:
     if len(data) < _HEADER.size or data[:8] != MAGIC:
         return None
     _, version, records, raw_owner = _HEADER.unpack_from(data, 0)
-    if version != _VERSION:
+    if version not in _LAYOUTS:
         return None
+    seq_of, body_of = _LAYOUTS[version]
     owner = raw_owner.rstrip(b"\0").decode("utf-8", "replace")
     out = []
     for i in range(records):
         off = _HEADER.size + i * RECORD
         if off + RECORD > min(len(data), len(again)):
             break
-        (seq,) = _SEQ.unpack_from(data, off)
-        if seq == 0 or seq & 1 or _SEQ.unpack_from(again, off)[0] != seq:
+        (seq,) = seq_of.unpack_from(data, off)
+        if seq == 0 or seq & 1 or seq_of.unpack_from(again, off)[0] != seq:
             continue  # never written, being written, or rewritten while it was read
-        epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = _BODY.unpack_from(data, off + _SEQ.size)
-        if id_len > _ID_MAX or name_len > _NAME_MAX:
+        epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = body_of.unpack_from(data, off + 8)
+        if id_len > _ID_MAX or name_len > len(raw_name):
             continue
         wid = raw_id[:id_len].decode("utf-8", "replace")
         name = raw_name[:name_len].decode("utf-8", "replace")

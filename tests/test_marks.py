@@ -16,7 +16,7 @@ from pathlib import Path
 from engine import Context, activity, current_activity, workflow
 from engine.app import Registry
 from engine.core import CommandRecord
-from engine.marks import _HEADER, _SEQ, RECORD, MarkBoard, _parse, board_files, marks_dir, read_marks
+from engine.marks import _HEADER, _SEQ, RECORD, Mark, MarkBoard, _parse, board_files, marks_dir, read_marks
 from engine.store import PendingRecord, SQLiteStore
 from engine.worker import Worker
 
@@ -217,3 +217,24 @@ def test_a_run_that_ends_with_its_activity_in_flight_keeps_the_mark_in_the_datab
     assert (shown.slot, shown.name, shown.attempts) == (1, "returns_a_set", 1)
     assert before <= shown.started_at <= time.time()
     assert board_files(db) == []  # the worker's file is gone; the mark lives on in the database
+
+
+def test_a_mark_file_of_the_previous_format_is_still_read(tmp_path: Path) -> None:
+    # Format 1 (little-endian, packed) was written by workers before 2 December 2026: the
+    # marks of such a worker that died must still be kept by a worker of this version.
+    import struct
+
+    from engine.marks import MAGIC, read_board
+
+    path = tmp_path / "old.marks"
+    body = struct.Struct("<QqIdHH800s184s")
+    data = bytearray(_HEADER.size + 2 * RECORD)
+    data[:_HEADER.size] = _HEADER.pack(MAGIC, 1, 2, b"h:77:0ld")
+    off = _HEADER.size + RECORD  # the second thread's record; the first was never written
+    struct.pack_into("<Q", data, off, 4)
+    body.pack_into(data, off + 8, 9, 12, 3, 1234.5, 4, 6, b"wf-9", b"refund")
+    path.write_bytes(bytes(data))
+    assert read_board(path) == [Mark("wf-9", 9, 12, "refund", 3, 1234.5, "h:77:0ld")]
+    data[8:12] = struct.pack("<I", 99)  # a format this version does not know: not a mark file to it
+    path.write_bytes(bytes(data))
+    assert read_board(path) is None
