@@ -126,6 +126,11 @@ class _StopFlag(threading.Event):
         self.up = True
         super().set()
 
+    def clear(self) -> None:
+        """Lower the flag."""
+        super().clear()
+        self.up = False
+
 
 class WorkerStopping(BaseException):
     """Raised in a workflow thread when the worker stops: the workflow is handed back."""
