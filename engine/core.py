@@ -354,7 +354,7 @@ class Context:
         if isinstance(fn_or_name, str):
             name, fn = fn_or_name, self._activities.get(fn_or_name)
         else:
-            name, fn = getattr(fn_or_name, "_replaylog_name", None) or fn_or_name.__name__, fn_or_name
+            name, fn = registered_name(fn_or_name), fn_or_name
         slot = self._cmd_index
         self._cmd_index = slot + 1
         # A live slot of a healthy run needs none of the guard: past history, no dry run.
@@ -392,12 +392,7 @@ class Context:
                 except ValueNotJSONError as exc:
                     self.fatal = exc
                     raise
-            # _append spelled out: once per live slot.
-            rec = new_record(CommandRecord, ("activity", name, True, value, None, attempt))
-            if self._record is not None:
-                self._record(slot, rec)
-            else:
-                self.new_commands.append(rec)
+            self._append(slot, new_record(CommandRecord, ("activity", name, True, value, None, attempt)))
             return value
         self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts))
         raise ActivityError(slot, name, last_error, attempts)

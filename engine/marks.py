@@ -176,8 +176,8 @@ class MarkBoard:
             return None
         off = _HEADER.size + index * RECORD + _SEQ.size
         epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = _BODY.unpack_from(self._mm, off)
-        return Mark(raw_id[:id_len].decode("utf-8"), epoch, slot, raw_name[:name_len].decode("utf-8", "replace"),
-                    attempts, started_at, self.owner)
+        wid, name = raw_id[:id_len].decode("utf-8", "replace"), raw_name[:name_len].decode("utf-8", "replace")
+        return Mark(wid, epoch, slot, name, attempts, started_at, self.owner)
 
     def marks(self) -> list[Mark]:
         """The marks in this board now."""

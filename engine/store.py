@@ -849,27 +849,15 @@ class SQLiteStore:
 
         The same transaction and fencing, without the batch's lists; True if written.
         """
-        # _begin_immediate and _end spelled out: this runs once per slot (README, Performance).
-        if self.readonly:
-            raise ReadOnlyError(f"database {self.path} is open read-only")
-        cur, conn = self._cur, self._conn
+        conn = self._begin_immediate()
         try:
-            cur.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise self._translate(exc) from None
-        try:
-            version = cur.execute("PRAGMA data_version").fetchone()[0]
+            version = self._cur.execute("PRAGMA data_version").fetchone()[0]
             written = self._write_record(conn, claim, slot, rec, time.time(), ttl, version)
         except BaseException:
             self._fenced.clear()
             conn.execute("ROLLBACK")
             raise
-        try:
-            cur.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            self._fenced.clear()  # what they say was written was not
-            conn.execute("ROLLBACK")
-            raise self._translate(exc) from None
+        self._end(conn)
         return written
 
     # The per-slot transactions are spelled out with these two rather than taken from
