@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sizes import Sizes
-from engine.store import SQLiteStore
+from engine.store import SCHEMA_VERSION, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG_WID = "wf-bench-big-history"
@@ -50,7 +50,7 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
     Rows go in by bulk SQL in one transaction (the engine would take an hour to start
     a million); the schema is the store's own. Kept between runs: building is slow.
     """
-    marker = Path(f"{path}.built-{workflows}-{slots}")
+    marker = Path(f"{path}.built-v{SCHEMA_VERSION}-{workflows}-{slots}")
     if marker.exists() and path.exists():
         return
     for suffix in ("", "-wal", "-shm"):
@@ -62,18 +62,20 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
     statuses = ("completed", "completed", "completed", "blocked", "failed", "pending")
     conn.execute("BEGIN")
     conn.executemany(
-        "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch)"
-        " VALUES (?, ?, ?, ?, '3', 3, ?, ?, 0)",
+        "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch,"
+        " seq) VALUES (?, ?, ?, ?, '3', 3, ?, ?, 0, ?)",
         ((f"wf-{i:016x}", "chain", statuses[i % 6], "go" if statuses[i % 6] == "blocked" else None,
-          now - workflows + i, now - workflows + i) for i in range(workflows - 1)),
+          now - workflows + i, now - workflows + i, i + 1) for i in range(workflows - 1)),
     )
     conn.execute(
-        "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch)"
-        " VALUES (?, 'resumable', 'blocked', 'go', ?, ?, ?, ?, 0)", (BIG_WID, str(slots), slots, now, now))
+        "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch,"
+        " seq) VALUES (?, 'resumable', 'blocked', 'go', ?, ?, ?, ?, 0, ?)", (BIG_WID, str(slots), slots, now, now,
+                                                                            workflows))
+    base = workflows << 32  # the store's key of a command row: (seq << 32) + slot
     conn.executemany(
-        "INSERT INTO commands (workflow_id, slot, kind, name, ok, value, error, attempts, recorded_at)"
-        " VALUES (?, ?, 'activity', 'tick', 1, ?, NULL, 1, ?)",
-        ((BIG_WID, i, str(i), now) for i in range(slots)),
+        "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
+        " VALUES (?, 'activity', 'tick', 1, ?, NULL, 1, ?)",
+        ((base + i, str(i), now) for i in range(slots)),
     )
     conn.execute("COMMIT")
     conn.close()

@@ -20,7 +20,7 @@ def snapshot(db: Path) -> tuple[list[tuple], list[tuple], list[tuple]]:
         conn = s._conn
         return (
             conn.execute("SELECT * FROM workflows ORDER BY id").fetchall(),
-            conn.execute("SELECT * FROM commands ORDER BY workflow_id, slot").fetchall(),
+            conn.execute("SELECT * FROM command_log ORDER BY workflow_id, slot").fetchall(),
             conn.execute("SELECT * FROM signals ORDER BY workflow_id, seq").fetchall(),
         )
 

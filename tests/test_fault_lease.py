@@ -22,7 +22,7 @@ def _snapshot(db: Path) -> list[Any]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         return [conn.execute("SELECT * FROM workflows ORDER BY id").fetchall(),
-                conn.execute("SELECT * FROM commands ORDER BY workflow_id, slot").fetchall()]
+                conn.execute("SELECT * FROM command_log ORDER BY workflow_id, slot").fetchall()]
     finally:
         conn.close()
 

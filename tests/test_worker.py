@@ -35,7 +35,7 @@ def start_many(db: Path, n: int, steps: int, env: dict[str, str]) -> list[str]:
 
 def recorded(db: Path) -> set[tuple[str, int]]:
     with SQLiteStore(db, readonly=True) as s:
-        return set(s._conn.execute("SELECT workflow_id, slot FROM commands").fetchall())
+        return set(s._conn.execute("SELECT workflow_id, slot FROM command_log").fetchall())
 
 
 def statuses(db: Path) -> dict[str, str]:
