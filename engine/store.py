@@ -757,11 +757,14 @@ class SQLiteStore:
                     (now, limit - len(rows)),
                 ).fetchall()
             if len(rows) < limit and dead_owners:
+                # Only leases that have not lapsed: the query above took every lapsed one (it
+                # was not cut by its LIMIT, or we would not be here). Taking one twice would
+                # claim it twice, and run it in two threads, one of them fenced out.
                 marks = ", ".join("?" * len(dead_owners))
                 rows += conn.execute(
                     f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_owner IN ({marks})"
-                    " LIMIT ?",
-                    (*dead_owners, limit - len(rows)),
+                    " AND (lease_expires >= ? OR lease_expires IS NULL) LIMIT ?",
+                    (*dead_owners, now, limit - len(rows)),
                 ).fetchall()
             # A workflow taken over from another worker may have an activity in flight
             # there: fold that worker's mark in first, so the attempts count on.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,18 @@ def test_resume_loads_history_with_one_query_per_table(store: SQLiteStore) -> No
     assert len(state.commands) == 500 and [s.payload for s in state.signals] == [0, 1, 2]
     selects = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
     assert len(selects) == 3  # the workflow row, its commands, its signals: never one per slot
+
+
+def test_a_lapsed_lease_of_a_dead_owner_is_claimed_once(store: SQLiteStore) -> None:
+    """Both lapsed and owned by a dead worker: one claim, one epoch bump, not two runs."""
+    store.start_workflow("wf", None, workflow_id="x")
+    store.start_workflow("wf", None, workflow_id="y")
+    dead = store.claim("dead", ttl=0.0, limit=2)  # lapsed at once
+    assert sorted(c.id for c in dead) == ["x", "y"]
+    time.sleep(0.01)
+    taken = store.claim("new", ttl=30, limit=10, dead_owners=["dead"])
+    assert sorted((c.id, c.epoch) for c in taken) == [("x", 2), ("y", 2)]
+    assert store.claim("other", ttl=30, limit=10, dead_owners=["dead"]) == []
 
 
 def test_a_new_claim_fences_out_the_old_owner(store: SQLiteStore) -> None:
