@@ -174,10 +174,7 @@ class MarkBoard:
         """
         if self._seq[index] == 0:
             return None
-        off = _HEADER.size + index * RECORD + _SEQ.size
-        epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = _BODY.unpack_from(self._mm, off)
-        wid, name = raw_id[:id_len].decode("utf-8", "replace"), raw_name[:name_len].decode("utf-8", "replace")
-        return Mark(wid, epoch, slot, name, attempts, started_at, self.owner)
+        return _decode(_BODY, self._mm, _HEADER.size + index * RECORD + _SEQ.size, self.owner)
 
     def marks(self) -> list[Mark]:
         """The marks in this board now."""
@@ -210,13 +207,19 @@ def _parse(data: bytes, again: bytes) -> tuple[str, list[Mark]] | None:
         (seq,) = seq_of.unpack_from(data, off)
         if seq == 0 or seq & 1 or seq_of.unpack_from(again, off)[0] != seq:
             continue  # never written, being written, or rewritten while it was read
-        epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = body_of.unpack_from(data, off + 8)
-        if id_len > _ID_MAX or name_len > len(raw_name):
-            continue
-        wid = raw_id[:id_len].decode("utf-8", "replace")
-        name = raw_name[:name_len].decode("utf-8", "replace")
-        out.append(Mark(wid, epoch, slot, name, attempts, started_at, owner))
+        mark = _decode(body_of, data, off + 8, owner)
+        if mark is not None:
+            out.append(mark)
     return owner, out
+
+
+def _decode(body: struct.Struct, buf: bytes | mmap.mmap, off: int, owner: str) -> Mark | None:
+    """The mark whose body (after its sequence number) starts at `off`; None if its lengths are impossible."""
+    epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = body.unpack_from(buf, off)
+    if id_len > _ID_MAX or name_len > len(raw_name):
+        return None
+    wid, name = raw_id[:id_len].decode("utf-8", "replace"), raw_name[:name_len].decode("utf-8", "replace")
+    return Mark(wid, epoch, slot, name, attempts, started_at, owner)
 
 
 def read_board(path: Path) -> list[Mark] | None:

@@ -198,17 +198,22 @@ class PendingRecord:
     record: CommandRecord
 
 
-# A workflow's command rows are keyed (seq << 32) + slot (see SQLiteStore._v1_to_v2):
-# these are the bounds of its keys, in SQL, for a workflows row named `w`.
-_FIRST_KEY = "(w.seq << 32)"
-_LAST_KEY = f"((w.seq << 32) + {SLOT_LIMIT - 1})"
+def _key_bounds(wf: str) -> tuple[str, str]:
+    """The first and last command key of the workflows row named `wf`, in SQL.
+
+    A workflow's command rows are keyed (seq << 32) + slot (see SQLiteStore._v1_to_v2).
+    """
+    return f"({wf}.seq << 32)", f"(({wf}.seq << 32) + {SLOT_LIMIT - 1})"
+
+
+# For readers that join `workflows w` to `commands c`.
+_FIRST_KEY, _LAST_KEY = _key_bounds("w")
 # A running workflow's `slots` column is rewritten at most about once a second: most slot
 # commits write only the command row (see SQLiteStore._write_record). Its true count is
 # its last slot + 1, one seek in the commands' key; every reader that shows or decides by
 # the count takes that for a running workflow.
-_SLOTS_NOW = ("COALESCE((SELECT c.slot_key - (workflows.seq << 32) + 1 FROM commands c WHERE c.slot_key"
-              f" BETWEEN workflows.seq << 32 AND (workflows.seq << 32) + {SLOT_LIMIT - 1}"
-              " ORDER BY c.slot_key DESC LIMIT 1), 0)")
+_SLOTS_NOW = ("COALESCE((SELECT c.slot_key - {0} + 1 FROM commands c WHERE c.slot_key BETWEEN {0} AND {1}"
+              " ORDER BY c.slot_key DESC LIMIT 1), 0)").format(*_key_bounds("workflows"))
 _SLOTS_SHOWN = f"CASE WHEN status = 'running' THEN {_SLOTS_NOW} ELSE slots END AS slots"
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
@@ -910,7 +915,7 @@ class SQLiteStore:
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
             write_record = self._write_record
-            written = [write_record(conn, item.claim, item.slot, item.record, now, ttl, version) for item in records]
+            written = [write_record(item.claim, item.slot, item.record, now, ttl, version) for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
             self._fenced.clear()
@@ -930,7 +935,7 @@ class SQLiteStore:
         conn = self._begin_immediate()
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-            written = self._write_record(conn, claim, slot, rec, time.time(), ttl, version)
+            written = self._write_record(claim, slot, rec, time.time(), ttl, version)
         except BaseException:
             self._fenced.clear()
             conn.execute("ROLLBACK")
@@ -958,8 +963,8 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             raise self._translate(exc) from None
 
-    def _write_record(self, conn: sqlite3.Connection, claim: Claim, slot: int, rec: CommandRecord,
-                      now: float, ttl: float, version: int) -> bool:
+    def _write_record(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
+                      version: int) -> bool:
         """Write one slot's outcome if the claim still holds the lease and `slot` is next.
 
         Fencing reads the workflow's row, and rewriting that row per slot (count, lease
