@@ -241,6 +241,12 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
     )
 
 
+# Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
+# AND workflow IN (...)` and walks every pending row, those of other names included (a
+# worker that lacks their code leaves them there): name the partial index instead.
+_BY_NAME = " INDEXED BY workflows_pending"
+
+
 def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
     """` AND workflow IN (?, ...)` and its parameters; nothing for None (every name)."""
     if names is None:
@@ -796,8 +802,9 @@ class SQLiteStore:
                 oldest: list[tuple[float, int, str]] = []
                 for name in names:
                     oldest += conn.execute(
-                        "SELECT updated_at, rowid, id FROM workflows WHERE status = 'pending' AND workflow = ?"
-                        " ORDER BY updated_at LIMIT ?", (name, limit)).fetchall()
+                        f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
+                        " WHERE status = 'pending' AND workflow = ? ORDER BY updated_at LIMIT ?",
+                        (name, limit)).fetchall()
                 rows = [(wid, None) for _, _, wid in sorted(oldest)[:limit]]
             if len(rows) < limit:
                 rows += conn.execute(
@@ -935,7 +942,7 @@ class SQLiteStore:
         marks = ", ".join("?" * len(dead_owners)) or "NULL"
         only, named = _names_clause(names)
         return self._conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'pending'{only})"
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
             (*named, time.time(), *named, *dead_owners, *named),
@@ -945,7 +952,7 @@ class SQLiteStore:
         """Whether anything (of `names`) is pending or running: what `--until-idle` waits out."""
         only, named = _names_clause(names)
         return self._conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'pending'{only})"
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})", (*named, *named),
         ).fetchone()[0] == 1
 
