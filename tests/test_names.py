@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+from console_helpers import SIZE, async_test, make_app, settle
 
 from conftest import run_cli
 from engine.app import AppImportError, load_app
@@ -246,3 +249,36 @@ def test_served_names_come_from_live_workers_only(store: SQLiteStore) -> None:
     store.worker_stopped("h:1:a")
     store.worker_stopped("h:2:b")
     assert store.served_names() is None
+
+
+# ---------------------------------------------------------------- the console says it too
+
+
+def _rendered(widget: Any) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+@async_test
+async def test_the_console_says_a_pending_workflow_waits_for_a_worker_that_knows_its_name(db_path: Path) -> None:
+    from textual.widgets import Static
+
+    with SQLiteStore(db_path) as store:
+        wid = store.start_workflow("steps", 2)
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow(wid)
+        await settle(pilot)
+        assert "pending  no worker running" in _rendered(app.screen.query_one("#summary", Static))
+    with SQLiteStore(db_path) as store:
+        store.worker_started("h:1:a", host="h", pid=1, app="sample_workflows", names={"shipping"}, ttl=5.0)
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow(wid)
+        await settle(pilot)
+        assert "pending  no running worker knows 'steps'" in _rendered(app.screen.query_one("#summary", Static))
