@@ -320,7 +320,9 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
                          no_wrap=col in ("id", "status", "updated", "slots"))
     for r in rows:
-        table.add_row(_t(r.id), _t(r.workflow), _status(r.status, waiting[r.id]), _t(r.blocked_on), _t(r.slots),
+        # A pending workflow no live worker can run says so where a blocked one names its signal.
+        waits = _t(r.blocked_on) if r.blocked_on else _waits(waiting[r.id])
+        table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
                       _t(_when(r.updated_at, short=True)))
     _console().print(table)
     if total != len(rows):
@@ -328,6 +330,10 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
 
 
 _STATUS_STYLE = {"pending": "cyan", "running": "blue", "blocked": "yellow", "completed": "green", "failed": "red"}
+
+
+def _waits(waiting: str | None) -> Text:
+    return Text(printable(waiting or "", oneline=True), style="yellow")
 
 
 def _status(status: str, waiting: str | None = None) -> Text:
