@@ -183,7 +183,8 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
 
 @cli.command()
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
-@click.option("--until-idle", is_flag=True, help="Return once no workflow is pending or running.")
+@click.option("--until-idle", is_flag=True,
+              help="Return once no workflow this app knows is pending or running.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes on this database.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,

@@ -438,7 +438,7 @@ class Worker:
     # -- the main loop
 
     def run(self, *, until_idle: bool = False) -> None:
-        """Serve until stop() (or, with until_idle, until nothing is pending or running)."""
+        """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
         store = SQLiteStore(self.path, max_payload=self.max_payload)
         if self.track_inflight:
             try:
