@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from engine.app import Registry
 from engine.core import dry_replay
 from engine.errors import ReplaylogError
-from engine.store import STATUSES, CommandRow, InflightRow, SignalRow, SQLiteStore, WorkflowRow, WorkflowSummary
+from engine.store import (
+    STATUSES,
+    CommandRow,
+    InflightRow,
+    SignalRow,
+    SQLiteStore,
+    WorkflowRow,
+    WorkflowSummary,
+    waiting_reason,
+)
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -89,6 +98,7 @@ class WorkflowDetail:
     signal_total: int = 0
     signal_waiting: int = 0
     signal_offset: int = 0
+    waiting: str | None = None  # a pending workflow's reason to wait for a worker (no live one knows it)
 
 
 def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -110,7 +120,9 @@ def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int =
     latest = max(0, total - SIGNAL_PAGE)
     signal_offset = latest if signal_offset is None else max(0, min(signal_offset, latest))
     signals = tuple(store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE))
-    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting, signal_offset)
+    worker = waiting_reason(row.workflow, store.served_names()) if row.status == "pending" else None
+    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting, signal_offset,
+                          worker)
 
 
 @dataclass(frozen=True)

@@ -234,6 +234,8 @@ class WorkflowScreen(Screen[None]):
         if row.blocked_on:
             status.append("  on signal ", style="")
             status.append_text(text(row.blocked_on, "bold yellow"))
+        if detail.waiting:
+            status.append_text(text(f"  {detail.waiting}", "yellow"))
         grid.add_row("status", status)
         grid.add_row("input", Text(preview(row.input, 200) if row.has_input else "(none)", no_wrap=True))
         if row.status == "completed":

@@ -5,12 +5,14 @@ Bad input exits non-zero with one line on stderr (no traceback) and writes nothi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal as signal_mod
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -24,7 +26,7 @@ from rich.text import Text
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.check import check_workflow
 from engine.errors import ReplaylogError, StoreError
-from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload, is_damaged
+from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload, is_damaged, waiting_reason
 from engine.text import preview, printable
 
 DEFAULT_DB = "replaylog.db"
@@ -194,6 +196,10 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
     registry = _app(app)
     if workflow_name not in registry.workflows:
         fail(str(_unknown_workflow(registry, workflow_name)))
+    # A workflow is called fn(ctx) or fn(ctx, input): refuse now what could only fail later.
+    refusal = registry.input_refusal(workflow_name, given=input_json is not None)
+    if refusal is not None:
+        fail(refusal)
     value, given = read_json_arg(input_json, "the workflow input", settings.max_payload)
     with settings.open(create=True) as store:
         try:
@@ -233,7 +239,8 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
 
 @cli.command()
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
-@click.option("--until-idle", is_flag=True, help="Return once no workflow is pending or running.")
+@click.option("--until-idle", is_flag=True,
+              help="Return once no workflow this app knows is pending or running.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes on this database.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
@@ -293,6 +300,9 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     finally:
         for child in children:
             child.wait()
+    if w.left_unknown:
+        names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
+        click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
     bad = [c.returncode for c in children if c.returncode not in (0, -signal_mod.SIGTERM, -signal_mod.SIGINT)]
     if bad:
         fail(f"{len(bad)} worker process(es) exited with an error")
@@ -351,6 +361,7 @@ def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
     inflight = store.inflight(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
+        "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "commands": [
@@ -368,6 +379,14 @@ def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
     }
 
 
+def _waiting(store: SQLiteStore, workflow: str, status: str,
+             served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
+    """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
+    if status != "pending":
+        return None
+    return waiting_reason(workflow, served() if served is not None else store.served_names())
+
+
 @cli.command(name="list")
 @click.option("--status", type=click.Choice(STATUSES), help="Only workflows in this status.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
@@ -382,10 +401,12 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
     with settings.open(readonly=True) as store:
         rows = store.list_workflows(status=status, limit=limit or -1)
         total = store.count_workflows(status=status) if limit and len(rows) == limit else len(rows)
+        served = functools.cache(store.served_names)  # read once, and only if a pending row asks
+        waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on, "slots": r.slots,
-             "updated_at": r.updated_at, "error": r.error} for r in rows
+             "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id]} for r in rows
         ]))
         return
     table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
@@ -394,7 +415,9 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
                          no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
     for r in rows:
-        table.add_row(_t(r.id), _t(r.workflow), _status(r.status), _t(r.blocked_on), _t(r.slots),
+        # A pending workflow no live worker can run says so where a blocked one names its signal.
+        waits = _t(r.blocked_on) if r.blocked_on else _waits(waiting[r.id])
+        table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
                       _t(_when(r.updated_at, short=True)))
     _console().print(table)
     if total != len(rows):
@@ -404,8 +427,15 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
 _STATUS_STYLE = {"pending": "cyan", "running": "blue", "blocked": "yellow", "completed": "green", "failed": "red"}
 
 
-def _status(status: str) -> Text:
-    return Text(status, style=_STATUS_STYLE.get(status, ""))
+def _waits(waiting: str | None) -> Text:
+    return Text(printable(waiting or "", oneline=True), style="yellow")
+
+
+def _status(status: str, waiting: str | None = None) -> Text:
+    shown = Text(status, style=_STATUS_STYLE.get(status, ""))
+    if waiting:
+        shown.append(printable(f" — {waiting}", oneline=True), style="yellow")
+    return shown
 
 
 @cli.command()
@@ -430,7 +460,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     head.add_column()
     head.add_row("id", _t(row.id))
     head.add_row("workflow", _t(row.workflow))
-    head.add_row("status", _status(row.status))
+    head.add_row("status", _status(row.status, data["waiting_for_worker"]))
     if row.blocked_on:
         head.add_row("blocked on", _t(row.blocked_on))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))

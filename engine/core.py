@@ -30,10 +30,33 @@ Kind = Literal["activity", "now"]
 # ---------------------------------------------------------------- decorators
 
 
+# What each module decorated at its top level, by module name, in decoration order and
+# keyed (kind, registered name, qualified name). The app loader reads it: scanning the
+# module's namespace instead would lose a function whose Python name a later one reuses.
+# A re-decoration under the same key (the module imported again) replaces the old entry.
+_DECORATED: dict[str, dict[tuple[str, str, str], Callable[..., Any]]] = {}
+
+
 def _mark(fn: F, kind: str, name: str | None) -> F:
     fn._replaylog_kind = kind  # type: ignore[attr-defined]
     fn._replaylog_name = name or fn.__name__  # type: ignore[attr-defined]
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None) or fn._replaylog_name  # type: ignore[attr-defined]
+    # A function made inside another one (a test body, a factory) is decorated at run time,
+    # not while its module imports: it belongs to an app only if the module's namespace holds it.
+    if module and "<locals>" not in qualname:
+        _DECORATED.setdefault(module, {})[(kind, fn._replaylog_name, qualname)] = fn  # type: ignore[attr-defined]
     return fn
+
+
+def decorated_in(module_name: str) -> list[Callable[..., Any]]:
+    """The functions decorated at the top level of a module, in decoration order."""
+    return list(_DECORATED.get(module_name, {}).values())
+
+
+def forget_decorated(module_name: str) -> None:
+    """Drop what a module decorated: it is about to be executed afresh."""
+    _DECORATED.pop(module_name, None)
 
 
 def workflow(fn: F | None = None, *, name: str | None = None) -> Any:

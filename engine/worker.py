@@ -384,6 +384,9 @@ class Worker:
     ) -> None:
         self.path = Path(path)
         self.registry = registry
+        # The workflows this worker claims: one whose name its app lacks stays pending for a
+        # worker that knows it (claiming it here could only fail it).
+        self.names = frozenset(registry.workflows)
         self.concurrency = max(1, concurrency)
         self.ttl = ttl
         self.poll = poll
@@ -410,6 +413,8 @@ class Worker:
         self.completed = 0
         self.checkpoints = 0
         self._wal_backoff = WAL_CHECK
+        # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
+        self.left_unknown: dict[str, int] = {}
         # Set when the database turns out to be damaged: run() raises it after stopping.
         self.fatal: NotADatabaseError | None = None
 
@@ -433,7 +438,7 @@ class Worker:
     # -- the main loop
 
     def run(self, *, until_idle: bool = False) -> None:
-        """Serve until stop() (or, with until_idle, until nothing is pending or running)."""
+        """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
         store = SQLiteStore(self.path, max_payload=self.max_payload)
         if self.track_inflight:
             try:
@@ -441,6 +446,14 @@ class Worker:
             except OSError as exc:
                 store.close()
                 raise StoreError(f"cannot create the in-flight mark file beside {self.path}: {exc}") from None
+        try:
+            store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
+                                 names=self.names, ttl=self.ttl)
+        except BaseException:
+            if self._board is not None:
+                self._board.close(remove=True)
+            store.close()
+            raise
         self._focus = CpuFocus.create(self.focus_cpu)
         self.committer.start()
         try:
@@ -457,6 +470,10 @@ class Worker:
             for t in list(self._threads):
                 t.join()
             self.committer.stop()
+            try:
+                store.worker_stopped(self.owner)
+            except (ReplaylogError, sqlite3.Error) as exc:  # the row goes stale and is ignored
+                log.warning("could not remove this worker's row: %s", exc)
             store.close()
             if self._board is not None:
                 # Every run has ended, and a run that ended with an activity in flight
@@ -492,15 +509,17 @@ class Worker:
             if look and free > 0:
                 next_lapse_check = now + LAPSE_CHECK
                 next_small_claim = now + CLAIM_COALESCE
-                if store.has_claimable(dead):
-                    for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead):
+                if store.has_claimable(dead, self.names):
+                    for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
+                                             names=self.names):
                         self._launch(claim)
             if now >= next_renew:
                 self._renew(store)
                 next_renew = now + self.ttl / 3
             if now >= next_wal_check:
                 next_wal_check = now + self._bound_wal(store)
-            if until_idle and not self._active and not store.has_runnable():
+            if until_idle and not self._active and not store.has_runnable(self.names):
+                self.left_unknown = store.pending_unknown(self.names)
                 return
             # While workflows run here, every commit of this worker's own changes the data
             # version: looking every 2 ms then is mostly work for nothing, and each look
@@ -568,8 +587,8 @@ class Worker:
     def _renew(self, store: SQLiteStore) -> None:
         with self._lock:
             claims = list(self._active.values())
-        if claims:
-            store.renew(claims, ttl=self.ttl)
+        # Also when idle: the worker's row says it is alive (store.served_names).
+        store.renew(claims, ttl=self.ttl, worker=self.owner)
 
     def _launch(self, claim: Claim) -> None:
         # Workflow threads are pooled: a thread and its connection outlive one workflow,
