@@ -9,11 +9,12 @@ import json
 import os
 import signal as signal_mod
 import sqlite3
+import stat
 import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import click
 from rich import box
@@ -77,30 +78,58 @@ def _app(spec: str | None) -> Registry:
         fail(str(exc))
 
 
+# Past this many bytes, the rest of an input over the cap coming down a pipe is not counted.
+COUNT_LIMIT = 1 << 30
+
+
+def _whole_size(fh: BinaryIO, data: bytes) -> str:
+    """The size of an input over the cap, of which `data` was read: the file's size, or counted to its end."""
+    try:
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode):
+            return f"{st.st_size - fh.tell() + len(data)} bytes"
+    except (OSError, ValueError):
+        pass  # not a file with a size (a pipe, a terminal): count what is left
+    total = len(data)
+    while total <= COUNT_LIMIT:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return f"{total} bytes"
+        total += len(chunk)
+    return f"more than {COUNT_LIMIT} bytes"
+
+
 def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool]:
     """Parse an inline JSON argument, `-` (standard input) or `@path` (a file).
 
-    Returns (value, given). The size cap applies to the raw text, so a huge input is
-    refused before it is parsed; the error names the source.
+    Returns (value, given). The size cap applies to the raw text as given, in bytes
+    (UTF-8), so a huge input is refused before it is parsed; the error names the
+    source and the input's size.
     """
     if raw is None:
         return None, False
+    size = ""
     if raw == "-":
         source = "stdin"
         data = sys.stdin.buffer.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            size = _whole_size(sys.stdin.buffer, data)
     elif raw.startswith("@"):
         path = Path(raw[1:])
         source = f"file {path}"
         try:
             with path.open("rb") as fh:
                 data = fh.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    size = _whole_size(fh, data)
         except OSError as exc:
             fail(f"cannot read {what} from {source}: {exc.strerror or exc}")
     else:
         source = "the command line"
         data = raw.encode()
+        size = f"{len(data)} bytes"
     if len(data) > max_bytes:
-        fail(f"{what} from {source} is over the cap of {max_bytes} bytes")
+        fail(f"{what} from {source} is {size}, over the cap of {max_bytes} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -119,7 +148,8 @@ def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", metavar="PATH", help="Database file (else $REPLAYLOG_DB, else ./replaylog.db).")
 @click.option("--max-payload", type=click.IntRange(min=1), metavar="BYTES",
-              help="Cap on an input's or a signal payload's size (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).")
+              help="Cap in bytes on every stored value: inputs, signal payloads, activity and workflow results"
+                   " (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).")
 @click.version_option(package_name="replaylog")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
