@@ -121,6 +121,26 @@ def over_cap(what: str, size: int, cap: int) -> str:
     return f"{what} is {size} bytes, over the cap of {cap} bytes"
 
 
+def fit_text(text: str, cap: int, what: str) -> str:
+    """Error text as it can be stored: UTF-8 (a lone surrogate written as its escape) and
+    within the cap (cut, with a note naming `what`, its size and the cap).
+
+    Returns `text` itself when it needs neither.
+    """
+    if text.isascii() and len(text) <= cap:
+        return text
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
+        text = data.decode()
+    if len(data) <= cap:
+        return text
+    note = f" … (cut: {over_cap(what, len(data), cap)})"
+    keep = max(0, cap - len(note.encode()))
+    return data[:keep].decode("utf-8", "ignore") + note
+
+
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 

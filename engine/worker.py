@@ -33,7 +33,16 @@ from engine.errors import (
     UnknownWorkflowError,
 )
 from engine.marks import MarkBoard, board_files, board_owner, read_board
-from engine.store import Claim, PendingRecord, SQLiteStore, default_max_payload, encode_value, is_damaged, over_cap
+from engine.store import (
+    Claim,
+    PendingRecord,
+    SQLiteStore,
+    default_max_payload,
+    encode_value,
+    fit_text,
+    is_damaged,
+    over_cap,
+)
 
 log = logging.getLogger("replaylog.worker")
 
@@ -752,6 +761,14 @@ class Worker:
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
                     rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts)
                     text = None
+            elif not rec.ok:
+                # An error text is stored too: cut to the cap, and made UTF-8 (an exception
+                # may carry a lone surrogate, from a file name say), or the commit would fail.
+                error = rec.error or ""
+                fitted = fit_text(error, cap, f"slot {slot}: the error text of activity {rec.name!r}")
+                if fitted is not error:
+                    refused = fitted
+                    rec = rec._replace(error=fitted)
             if not commit(claim, slot, rec, text):
                 raise LeaseLostError(claim.id)
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
@@ -783,7 +800,11 @@ class Worker:
             sleep=sleep, record=record, on_start=on_start,
         )
         outcome = execute(fn, ctx, state)
-        if outcome.status == "completed":
+        if outcome.status == "failed" and outcome.error:
+            error = fit_text(outcome.error, cap, "the workflow's error text")
+            if error is not outcome.error:
+                return replace(outcome, error=error)
+        elif outcome.status == "completed":
             # The store encodes the result again when it writes the verdict: once per
             # workflow, not per slot.
             size = encode_value(outcome.result)[1]

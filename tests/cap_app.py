@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from engine import ActivityError, Context, activity, workflow
@@ -21,6 +22,31 @@ def sized(text: str, n: int) -> str:
 def echo(value: Any) -> Any:
     """Return the value given."""
     return value
+
+
+@activity
+def raises(message: str) -> None:
+    """Fail with this message, every attempt."""
+    RUNS["raises"] = RUNS.get("raises", 0) + 1
+    raise RuntimeError(message)
+
+
+@workflow
+def catches_error(ctx: Context, message: str) -> dict[str, Any]:
+    """Call `raises` (one attempt); return a digest of the ActivityError's error text, and its attempts.
+
+    (A digest: the text itself may be as large as the cap, and the result must fit under it too.)
+    """
+    try:
+        ctx.call_activity(raises, message, max_retries=1)
+    except ActivityError as exc:
+        return {"error": digest(exc.error), "attempts": exc.attempts}
+    return {}
+
+
+def digest(text: str) -> str:
+    """A short digest of any text (lone surrogates included)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @workflow
@@ -44,3 +70,9 @@ def returns(ctx: Context, n: int) -> str:
 def echoes(ctx: Context, value: Any) -> Any:
     """Record `value` as an activity result, and return it."""
     return ctx.call_activity(echo, value)
+
+
+@workflow
+def fails(ctx: Context, message: str) -> None:
+    """Fail with a ValueError carrying this message."""
+    raise ValueError(message)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -17,6 +18,7 @@ from typing import Any
 import cap_app
 import pytest
 
+from conftest import wait_for
 from engine.app import Registry
 from engine.errors import PayloadTooLargeError
 from engine.store import SQLiteStore
@@ -26,8 +28,9 @@ Cli = Callable[..., CompletedProcess[str]]
 MIB = 1024 * 1024
 CAP = 1000
 REGISTRY = Registry("cap_app", workflows={"catches": cap_app.catches, "returns": cap_app.returns,
-                                          "echoes": cap_app.echoes},
-                    activities={"sized": cap_app.sized, "echo": cap_app.echo})
+                                          "echoes": cap_app.echoes, "catches_error": cap_app.catches_error,
+                                          "fails": cap_app.fails},
+                    activities={"sized": cap_app.sized, "echo": cap_app.echo, "raises": cap_app.raises})
 
 
 def euro_document(size: int) -> str:
@@ -152,3 +155,56 @@ def test_max_payload_reaches_the_worker_of_the_command_line(cli: Cli) -> None:
     shown = json.loads(cli("show", wid, "--json").stdout)
     assert shown["status"] == "failed"
     assert f"is {11 * 1024 + 2} bytes, over the cap of 10240 bytes" in shown["error"]
+
+
+def drain_in_thread(db: Path, until: Callable[[], bool]) -> bool:
+    """Run a worker until `until()` holds (polled, generous timeout); False if it never did."""
+    worker = Worker(db, REGISTRY, max_payload=CAP)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        return wait_for(until, timeout=60)
+    finally:
+        worker.stop()
+        thread.join(60)
+
+
+def status_of(db: Path, wid: str) -> str:
+    with SQLiteStore(db) as store:
+        return store.get_workflow(wid).status
+
+
+def test_activity_error_text_over_the_cap_is_cut_to_it_and_the_workflow_sees_what_was_recorded(
+        db_path: Path) -> None:
+    wid = start(db_path, "catches_error", "e" * 5000)
+    assert drain_in_thread(db_path, lambda: status_of(db_path, wid) in ("completed", "failed"))
+    with SQLiteStore(db_path) as store:
+        [slot] = store.list_commands(wid)
+        row = store.get_workflow(wid)
+    assert slot.error is not None and len(slot.error.encode()) <= CAP
+    assert slot.error.startswith("RuntimeError: eee")
+    assert slot.error.endswith("(cut: slot 0: the error text of activity 'raises' is 5014 bytes,"
+                               f" over the cap of {CAP} bytes)")
+    assert (row.status, row.result) == ("completed", {"error": cap_app.digest(slot.error), "attempts": 1})
+
+
+def test_error_text_with_a_lone_surrogate_is_recorded_escaped(db_path: Path) -> None:
+    # A file name that is not UTF-8 reaches Python as lone surrogates ("surrogateescape"),
+    # and an exception about it carries them: storing that text failed every commit.
+    wid = start(db_path, "catches_error", "no such file: b\udcff.txt")
+    assert drain_in_thread(db_path, lambda: status_of(db_path, wid) in ("completed", "failed"))
+    with SQLiteStore(db_path) as store:
+        [slot] = store.list_commands(wid)
+        row = store.get_workflow(wid)
+    assert slot.error == "RuntimeError: no such file: b\\udcff.txt"
+    assert (row.status, row.result) == ("completed", {"error": cap_app.digest(slot.error), "attempts": 1})
+
+
+def test_workflow_error_text_over_the_cap_is_cut_to_it(db_path: Path) -> None:
+    wid = start(db_path, "fails", "f" * 5000)
+    drain(db_path)
+    with SQLiteStore(db_path) as store:
+        row = store.get_workflow(wid)
+    assert row.status == "failed" and row.error is not None and len(row.error.encode()) <= CAP
+    assert row.error.startswith("workflow code raised ValueError: fff")
+    assert row.error.endswith(f"(cut: the workflow's error text is {33 + 5000} bytes, over the cap of {CAP} bytes)")
