@@ -10,12 +10,13 @@ import json
 import os
 import signal as signal_mod
 import sqlite3
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import click
 from rich import box
@@ -101,7 +102,8 @@ class Settings:
 pass_settings = click.make_pass_decorator(Settings)
 
 _DB_HELP = "Database file (else $REPLAYLOG_DB, else ./replaylog.db)."
-_MAX_PAYLOAD_HELP = "Cap on an input's or a signal payload's size (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB)."
+_MAX_PAYLOAD_HELP = ("Cap in bytes on every stored value: inputs, signal payloads, activity and workflow results"
+                     " (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).")
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -134,30 +136,58 @@ def _app(spec: str | None) -> Registry:
         fail(str(exc))
 
 
+# Past this many bytes, the rest of an input over the cap coming down a pipe is not counted.
+COUNT_LIMIT = 1 << 30
+
+
+def _whole_size(fh: BinaryIO, data: bytes) -> str:
+    """The size of an input over the cap, of which `data` was read: the file's size, or counted to its end."""
+    try:
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode):
+            return f"{st.st_size - fh.tell() + len(data)} bytes"
+    except (OSError, ValueError):
+        pass  # not a file with a size (a pipe, a terminal): count what is left
+    total = len(data)
+    while total <= COUNT_LIMIT:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return f"{total} bytes"
+        total += len(chunk)
+    return f"more than {COUNT_LIMIT} bytes"
+
+
 def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool]:
     """Parse an inline JSON argument, `-` (standard input) or `@path` (a file).
 
-    Returns (value, given). The size cap applies to the raw text, so a huge input is
-    refused before it is parsed; the error names the source.
+    Returns (value, given). The size cap applies to the raw text as given, in bytes
+    (UTF-8), so a huge input is refused before it is parsed; the error names the
+    source and the input's size.
     """
     if raw is None:
         return None, False
+    size = ""
     if raw == "-":
         source = "stdin"
         data = sys.stdin.buffer.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            size = _whole_size(sys.stdin.buffer, data)
     elif raw.startswith("@"):
         path = Path(raw[1:])
         source = f"file {path}"
         try:
             with path.open("rb") as fh:
                 data = fh.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    size = _whole_size(fh, data)
         except OSError as exc:
             fail(f"cannot read {what} from {source}: {exc.strerror or exc}")
     else:
         source = "the command line"
         data = raw.encode()
+        size = f"{len(data)} bytes"
     if len(data) > max_bytes:
-        fail(f"{what} from {source} is over the cap of {max_bytes} bytes")
+        fail(f"{what} from {source} is {size}, over the cap of {max_bytes} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -18,13 +18,31 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
-from engine.errors import LeaseLostError, NotADatabaseError, ReplaylogError, StoreError, UnknownWorkflowError
+from engine.errors import (
+    ActivityError,
+    LeaseLostError,
+    NotADatabaseError,
+    PayloadTooLargeError,
+    ReplaylogError,
+    StoreError,
+    UnknownWorkflowError,
+)
 from engine.marks import MarkBoard, board_files, board_owner, read_board
-from engine.store import Claim, PendingRecord, SQLiteStore, is_damaged
+from engine.store import (
+    Claim,
+    PendingRecord,
+    SQLiteStore,
+    default_max_payload,
+    encode_value,
+    fit_text,
+    is_damaged,
+    over_cap,
+)
 
 log = logging.getLogger("replaylog.worker")
 
@@ -227,8 +245,10 @@ class Committer:
             raise req.error
         return req.ok
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord) -> bool:
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
+
+        `text` is the value's JSON text if the caller encoded it already.
 
         The fast path of `submit` for a lone workflow: when no commit is in progress
         and nothing waits, this thread commits its outcome alone without building a
@@ -242,9 +262,9 @@ class Committer:
             self._leading = True
         lock.release()
         if not fast or store is None:
-            return self.submit(_Request(record=PendingRecord(claim, slot, rec)))
+            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text)))
         try:
-            written = store.commit_record(claim, slot, rec, ttl=self._ttl)
+            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl)
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1
@@ -365,6 +385,9 @@ class Worker:
         track_inflight: record that an activity started before running it.
         focus_cpu: while commits are crowded, run engine code on one CPU (CpuFocus).
         clock: the live clock for `ctx.now()`.
+        max_payload: the cap in bytes on every value recorded (else $REPLAYLOG_MAX_PAYLOAD, else
+            1 MiB): an activity result over it is recorded as that activity's failure, a
+            workflow result over it fails the workflow.
         on_event: called with (workflow id, event text) for the CLI's log.
     """
 
@@ -396,7 +419,8 @@ class Worker:
         self.crowded_commit = CROWDED_COMMIT
         self._focus: CpuFocus | None = None
         self.clock = clock
-        self.max_payload = max_payload
+        # The cap on every value recorded (activity results, the workflow's result), as on inputs.
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
         self.on_event = on_event
         self.owner = _owner_id()
         self._host = socket.gethostname()
@@ -408,7 +432,7 @@ class Worker:
         self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
         self._claim_batch = max(1, self.concurrency // 4)
-        self.committer = Committer(self.path, ttl, max_payload)
+        self.committer = Committer(self.path, ttl, self.max_payload)
         self._board: MarkBoard | None = None
         self.completed = 0
         self.checkpoints = 0
@@ -733,15 +757,45 @@ class Worker:
         inflight_slot, inflight_attempts = claim.inflight_slot, claim.inflight_attempts
         clock = time.time
         crowded = self.crowded_commit
+        cap = self.max_payload
 
         def record(slot: int, rec: CommandRecord) -> None:
             if committer.crowd >= crowded and self._focus is not None and not me.focused:
                 self._refocus(me, True)
-            if not commit(claim, slot, rec):
+            # The value is encoded here, once: its size is checked against the cap before
+            # anything is committed, and the store writes this text without encoding again.
+            # (A clock read is a float: never near a cap, and the store encodes it.)
+            text = None
+            refused = None
+            if rec.ok and rec.kind == "activity":
+                value = rec.value
+                if type(value) is int:  # encode_value's int case, inline: the common value on this path
+                    text = int.__repr__(value)
+                    size = len(text)
+                else:
+                    text, size = encode_value(value)
+                if size > cap:
+                    # Retrying would not make the value smaller: the failure is recorded at once.
+                    refused = error_text(PayloadTooLargeError(
+                        over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
+                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts)
+                    text = None
+            elif not rec.ok:
+                # An error text is stored too: cut to the cap, and made UTF-8 (an exception
+                # may carry a lone surrogate, from a file name say), or the commit would fail.
+                error = rec.error or ""
+                fitted = fit_text(error, cap, f"slot {slot}: the error text of activity {rec.name!r}")
+                if fitted is not error:
+                    refused = fitted
+                    rec = rec._replace(error=fitted)
+            if not commit(claim, slot, rec, text):
                 raise LeaseLostError(claim.id)
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
             if stopping.up:
                 raise WorkerStopping()  # the current slot is committed: stop here
+            if refused is not None:
+                # The workflow code sees what a replay of this slot will show it.
+                raise ActivityError(slot, rec.name, refused, rec.attempts)
 
         def on_start(slot: int, name: str, attempt: int) -> None:
             # Stop between slots: the slot before this one is already committed.
@@ -764,4 +818,16 @@ class Worker:
             state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
             sleep=sleep, record=record, on_start=on_start,
         )
-        return execute(fn, ctx, state)
+        outcome = execute(fn, ctx, state)
+        if outcome.status == "failed" and outcome.error:
+            error = fit_text(outcome.error, cap, "the workflow's error text")
+            if error is not outcome.error:
+                return replace(outcome, error=error)
+        elif outcome.status == "completed":
+            # The store encodes the result again when it writes the verdict: once per
+            # workflow, not per slot.
+            size = encode_value(outcome.result)[1]
+            if size > cap:
+                error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
+                return replace(outcome, status="failed", result=None, error=error)
+        return outcome
