@@ -230,7 +230,7 @@ class ReplaylogConsole(App[None]):
     def action_help(self) -> None:
         """Show the key map."""
         if not isinstance(self.screen, HelpScreen) and not self.exiting:
-            self.push_screen(HelpScreen(readonly=self.readonly))
+            self.push_screen(HelpScreen(readonly=self.readonly, code=self.registry.spec if self.registry else None))
 
     def action_goto(self) -> None:
         """Ask for a workflow id and open it."""

@@ -29,7 +29,7 @@ KEYMAP: tuple[tuple[str, str, str], ...] = (
     ("workflows", "s", "send a signal to the workflow under the cursor (not with --readonly)"),
     ("workflow", "1 2 3", "slots, signals, diagnosis tab"),
     ("workflow", "s", "send a signal (not with --readonly)"),
-    ("workflow", "c", "check: dry-replay the history against the current code (needs --app)"),
+    ("workflow", "c", "check: dry-replay the history against the current code, show the verdict"),
     ("workflow", "v", "the workflow's input, result and error in full"),
     ("workflow", "] / [", "next / previous page of the slots or signals in view"),
     ("signal dialog", "ctrl+s / esc", "send / cancel"),
@@ -45,9 +45,17 @@ class HelpScreen(ModalScreen[None]):
         Binding("question_mark", "dismiss", "Close", show=False),
     ]
 
-    def __init__(self, *, readonly: bool = False) -> None:
+    def __init__(self, *, readonly: bool = False, code: str | None = None) -> None:
+        """A key map for this console: read-only or not, and the workflow code it loaded (None: none)."""
         super().__init__()
         self.readonly = readonly
+        self.code = code
+
+    def _describe(self, key: str, what: str) -> str:
+        if key == "c":
+            # Which code a check replays depends on how the console was started (--app, the demo's app).
+            return f"{what} (code: {self.code})" if self.code else f"{what} (no code loaded: start with --app)"
+        return what
 
     def compose(self) -> ComposeResult:
         """The key table."""
@@ -63,7 +71,7 @@ class HelpScreen(ModalScreen[None]):
             if where != group:
                 group = where
                 table.add_row(Text(where, style="bold underline default"), "")
-            table.add_row(key, what)
+            table.add_row(key, Text(self._describe(key, what)))
         with Vertical(id="help-dialog", classes="dialog"):
             yield Static(Text("Keys", style="bold"), classes="dialog-title")
             with VerticalScroll(id="help-keys"):
