@@ -24,12 +24,12 @@ KEYMAP: tuple[tuple[str, str, str], ...] = (
     ("everywhere", "enter", "open the workflow, slot or signal under the cursor"),
     ("workflows", "/", "filter by id or workflow name"),
     ("workflows", "0 1 2 3 4 5", "all, pending, running, blocked, completed, failed"),
-    ("workflows", "o / r", "sort by the next column / reverse (or click a column header)"),
+    ("workflows", "o / r", "sort by the next column, ascending / reverse (or click a column header)"),
     ("workflows", "] / [", "next / previous page"),
     ("workflows", "s", "send a signal to the workflow under the cursor (not with --readonly)"),
     ("workflow", "1 2 3", "slots, signals, diagnosis tab"),
     ("workflow", "s", "send a signal (not with --readonly)"),
-    ("workflow", "c", "check: dry-replay the history against the current code, show the verdict"),
+    ("workflow", "c", "check: dry-replay the history against the code"),
     ("workflow", "v", "the workflow's input, result and error in full"),
     ("workflow", "] / [", "next / previous page of the slots or signals in view"),
     ("signal dialog", "ctrl+s / esc", "send / cancel"),
@@ -54,7 +54,7 @@ class HelpScreen(ModalScreen[None]):
     def _describe(self, key: str, what: str) -> str:
         if key == "c":
             # Which code a check replays depends on how the console was started (--app, the demo's app).
-            return f"{what} (code: {self.code})" if self.code else f"{what} (no code loaded: start with --app)"
+            return f"{what} ({self.code})" if self.code else f"{what} (none loaded: use --app)"
         return what
 
     def compose(self) -> ComposeResult:

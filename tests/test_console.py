@@ -711,8 +711,8 @@ async def test_c_on_a_failed_workflow_shows_the_verdict_in_a_notice(console_db: 
 
 @async_test
 async def test_help_names_the_code_c_checks_against(console_db: Path) -> None:
-    for registry, expected in ((load_app("sample_workflows"), "(code: sample_workflows)"),
-                               (None, "(no code loaded: start with --app)")):
+    for registry, expected in ((load_app("sample_workflows"), "against the code (sample_workflows)"),
+                               (None, "(none loaded: use --app)")):
         app = make_app(console_db, registry=registry)
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
