@@ -22,6 +22,7 @@ Cells = Sequence[Text]
 # and gives up cells, down to `narrowest`, when it does not (an 80-column terminal). The
 # columns named to `define_columns(grow=…)` also take whatever room is left over (a wide one).
 ColumnSpec = tuple[str, str | Text, int, int]
+MOVE_HELP = "move; past the end of a page loads the next page"
 
 
 def header(label: str | Text) -> Text:
@@ -39,11 +40,16 @@ class PagedTable(DataTable[Text]):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
+        Binding("j", "cursor_down", "Down", show=False, tooltip=MOVE_HELP),
+        Binding("k", "cursor_up", "Up", show=False, tooltip=MOVE_HELP),
+        # DataTable's own keys, here again to be named in the help (which lists tooltips).
+        Binding("down", "cursor_down", "Down", show=False, tooltip=MOVE_HELP),
+        Binding("up", "cursor_up", "Up", show=False, tooltip=MOVE_HELP),
+        Binding("enter", "select_cursor", "Select", show=False, key_display="enter",
+                tooltip="open the workflow, slot or signal under the cursor"),
         # Columns fit the width, so home/end go to the first/last row rather than scroll sideways.
-        Binding("home", "scroll_top", "First row", show=False),
-        Binding("end", "scroll_bottom", "Last row", show=False),
+        Binding("home", "scroll_top", "First row", show=False, tooltip="first / last row of the page"),
+        Binding("end", "scroll_bottom", "Last row", show=False, tooltip="first / last row of the page"),
     ]
 
     class PageRequested(Message):

@@ -27,20 +27,25 @@ if TYPE_CHECKING:
     from console.app import ReplaylogConsole
 
 
+TABS_HELP = "slots, signals, diagnosis tab"
+PAGE_HELP = "next / previous page of the slots or signals in view"
+
+
 class WorkflowScreen(Screen[None]):
     """Everything about one workflow; live like the list."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back"),
-        Binding("s", "signal", "Signal"),
-        Binding("c", "check", "Check"),
-        Binding("v", "values", "Values"),
+        Binding("escape", "back", "Back", tooltip="back to the list"),
+        Binding("s", "signal", "Signal", tooltip="send a signal"),
+        # The help adds the code a check replays (see help_screen.help_rows).
+        Binding("c", "check", "Check", tooltip="check: dry-replay the history against the code"),
+        Binding("v", "values", "Values", tooltip="the workflow's input, result and error in full"),
         # The tab titles name these keys; the footer has no room for them on 80 columns.
-        Binding("1", "tab('slots')", "Slots", show=False),
-        Binding("2", "tab('signals')", "Signals", show=False),
-        Binding("3", "tab('diagnosis')", "Diagnosis", show=False),
-        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False),
-        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False),
+        Binding("1", "tab('slots')", "Slots", show=False, tooltip=TABS_HELP),
+        Binding("2", "tab('signals')", "Signals", show=False, tooltip=TABS_HELP),
+        Binding("3", "tab('diagnosis')", "Diagnosis", show=False, tooltip=TABS_HELP),
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False, tooltip=PAGE_HELP),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False, tooltip=PAGE_HELP),
     ]
 
     class DetailLoaded(Message):

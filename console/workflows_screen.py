@@ -33,6 +33,7 @@ SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
 COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
 STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
+STATUS_HELP = "show " + ", ".join(["all", *STATUSES])
 Row = tuple[str, list[Text]]  # (workflow id, its cells)
 
 
@@ -41,16 +42,19 @@ class WorkflowsScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", show=False),
-        Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("0", "status(None)", "All", show=False),
-        *[Binding(k, f"status('{s}')", s.capitalize(), show=False) for k, s in STATUS_KEYS.items()],
-        Binding("o", "sort", "Sort"),
-        Binding("r", "reverse", "Reverse"),
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="filter by id or workflow name"),
+        Binding("0", "status(None)", "All", show=False, tooltip=STATUS_HELP),
+        *[Binding(k, f"status('{s}')", s.capitalize(), show=False, tooltip=STATUS_HELP)
+          for k, s in STATUS_KEYS.items()],
+        Binding("o", "sort", "Sort", tooltip="sort by the next column, ascending first (or click a column header)"),
+        Binding("r", "reverse", "Reverse", tooltip="reverse the sort"),
         # The page line names these keys when there is more than one page.
-        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False),
-        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False),
-        Binding("s", "signal", "Signal"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False,
+                tooltip="next / previous page"),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False,
+                tooltip="next / previous page"),
+        Binding("s", "signal", "Signal", tooltip="send a signal to the workflow under the cursor"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
     ]
 
     class PageLoaded(Message):

@@ -798,6 +798,28 @@ async def test_help_lists_the_keys(console_db: Path) -> None:
 
 
 @async_test
+async def test_the_help_is_made_from_the_bindings_of_every_screen(console_db: Path) -> None:
+    from textual.binding import Binding
+
+    screens = (ReplaylogConsole, PagedTable, WorkflowsScreen, WorkflowScreen, SlotScreen, SignalDialog)
+    bindings = [b for screen in screens for b in Binding.make_bindings(screen.BINDINGS)]
+    # Every key the footer offers is described in the help, by its binding's tooltip.
+    assert all(b.tooltip for b in bindings if b.show)
+    for readonly in (False, True):
+        app = make_app(console_db, readonly=readonly)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            keys = " ".join(rendered(app.screen.query_one("#help-keys Static", Static)).split())
+            for b in bindings:
+                if b.tooltip and not b.tooltip.startswith("check:"):
+                    assert (b.tooltip in keys) != (readonly and b.action == "signal"), b
+            assert "0 1 2 3 4 5 show all, pending, running, blocked, completed, failed" in keys
+            assert "^p command palette" in keys
+
+
+@async_test
 async def test_the_palette_goes_to_a_workflow_id(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
