@@ -392,7 +392,8 @@ async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_no
     # ran out, or "running now" stays up over an activity that possibly ran.
     with SQLiteStore(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="dies-1")
-        (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=1.5)
+        # Long enough for a loaded machine to open the screen before it lapses (it failed at 1.5 s).
+        (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=5)
         board = MarkBoard(db_path, claim.owner, 1)
         board.write(0, claim.id, claim.epoch, 0, "fetch_invoice", 1, time.time())
         board.close(remove=False)
