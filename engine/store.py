@@ -53,6 +53,9 @@ WAL_SIZE_LIMIT = 8 * 1024 * 1024
 LIVE_TTLS = 3
 STATUSES = ("pending", "running", "blocked", "completed", "failed")
 OPEN_STATUSES = ("pending", "running", "blocked")
+# Characters of a workflow's error a list row carries: a line on any terminal, while a page
+# stays small whatever a stored error (a traceback) holds.
+ERROR_PREVIEW = 400
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
                 "slots": "slots", "updated": "updated_at", "created": "created_at"}
 
@@ -181,6 +184,7 @@ class WorkflowSummary:
     slots: int
     created_at: float
     updated_at: float
+    error: str | None = None  # the start of a failed workflow's error (ERROR_PREVIEW characters)
 
 
 @dataclass(frozen=True)
@@ -719,8 +723,8 @@ class SQLiteStore:
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
                                 offset: int = 0) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
-        cursor = self._page(f"id, workflow, status, blocked_on, {_SLOTS_SHOWN}, created_at, updated_at", status, text,
-                            sort, descending, limit, offset)
+        cursor = self._page(f"id, workflow, status, blocked_on, {_SLOTS_SHOWN}, created_at, updated_at,"
+                            f" substr(error, 1, {ERROR_PREVIEW})", status, text, sort, descending, limit, offset)
         return [WorkflowSummary(*r) for r in cursor]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
