@@ -260,6 +260,7 @@ def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
+        "worker_error": row.worker_error, "retry_at": row.retry_at,
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
              "attempts": c.attempts, "recorded_at": c.recorded_at}
@@ -347,6 +348,12 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         d = row.diagnostic
         head.add_row("diverged at", _t(f"slot {d['slot']}: recorded {d['recorded'] or '(nothing)'}, "
                                        f"issued {d['issued'] or '(nothing)'}"))
+    if row.worker_error:
+        # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure):
+        # kept until a run completes or fails the workflow.
+        head.add_row("worker error", Text(printable(row.worker_error, oneline=True), style="yellow"))
+        if row.status == "pending" and row.retry_at is not None:
+            head.add_row("runs again", _t(f"from {_when(row.retry_at)}"))
     head.add_row("updated", _t(_when(row.updated_at)))
     if data["inflight"]:
         i = data["inflight"]
