@@ -203,7 +203,11 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
                 "--concurrency", str(concurrency), "--lease", str(lease)]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
         base += ["--no-cpu-focus"] * no_cpu_focus
-        children = [subprocess.Popen(base) for _ in range(processes - 1)]
+        # In a session of their own: ctrl-c in a terminal signals the whole foreground
+        # process group, and a child that heard it from the terminal and then from this
+        # process took the second as "leave now" and dropped its workflows. Only this
+        # process passes signals on (on_signal).
+        children = [subprocess.Popen(base, start_new_session=True) for _ in range(processes - 1)]
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
