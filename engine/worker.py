@@ -657,8 +657,10 @@ class Worker:
             self._hand_back(store, claim, f"{error_text(stop.exc)} raised in {stop.where}", stop.exc)
         except Exception as exc:  # noqa: BLE001 - logged; the workflow is handed back for another try
             self._keep_mark(store, me)
-            if self._worker_error(claim, exc):
-                self._hand_back(store, claim, f"the worker failed: {error_text(exc)}", None)
+            if is_damaged(exc):
+                self._damaged(exc)
+            else:
+                self._hand_back(store, claim, f"the worker failed: {error_text(exc)}", exc)
         finally:
             with self._lock:
                 if not finishing:
@@ -715,19 +717,16 @@ class Worker:
                 self._active.pop(claim.id, None)
             self._wake.set()
 
-    def _worker_error(self, claim: Claim, exc: BaseException) -> bool:
-        """Log a worker error; False if it means the database is damaged (the worker stops)."""
+    def _worker_error(self, claim: Claim, exc: BaseException) -> None:
         if is_damaged(exc):
             self._damaged(exc)
-            return False
-        log.error("%s crashed in the worker", claim.id, exc_info=exc)
-        self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
-        return True
+        else:
+            log.error("%s crashed in the worker", claim.id, exc_info=exc)
+            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
 
-    def _hand_back(self, store: SQLiteStore, claim: Claim, error: str, exc: BaseException | None) -> None:
+    def _hand_back(self, store: SQLiteStore, claim: Claim, error: str, exc: BaseException) -> None:
         """Give a workflow whose run stopped without an outcome back, with `error` as its worker error."""
-        if exc is not None:
-            log.error("%s: %s; handing it back", claim.id, error, exc_info=exc)
+        log.error("%s: %s; handing it back", claim.id, error, exc_info=exc)
         try:
             wait = store.hand_back(claim, error, backoff=INTERRUPTED_BACKOFF, backoff_max=INTERRUPTED_BACKOFF_MAX)
         except Exception as err:  # noqa: BLE001 - its lease is no longer renewed and lapses on its own

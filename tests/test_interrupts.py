@@ -21,7 +21,9 @@ import interrupt_app
 import pytest
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
+from engine import ActivityError, Context, current_activity
 from engine.app import Registry
+from engine.core import CommandRecord, WorkflowState, execute
 from engine.store import SQLiteStore
 from engine.worker import Worker
 
@@ -212,3 +214,32 @@ def test_attempts_count_on_across_a_worker_crash(db_path: Path, tmp_path: Path) 
     # The activity saw itself as attempt 2, and the slot records both attempts.
     assert data["result"] == 2
     assert [(c["ok"], c["attempts"]) for c in data["commands"]] == [(True, 2)]
+
+
+def _attempt_of_the_call() -> int:
+    return current_activity().attempt
+
+
+def test_core_counts_attempts_on_from_the_starts_of_earlier_runs() -> None:
+    def wf(ctx: Context) -> int:
+        return int(ctx.call_activity(_attempt_of_the_call, max_retries=3))
+
+    ctx = Context(WorkflowState(has_input=False), clock=lambda: 0.0, prior=(0, 2))
+    assert execute(wf, ctx, WorkflowState(has_input=False)).result == 3
+    assert [(r.ok, r.attempts) for r in ctx.new_commands] == [(True, 3)]
+
+
+def test_core_records_the_death_in_the_last_allowed_attempt_as_the_slots_failure() -> None:
+    def wf(ctx: Context) -> str:
+        ctx.now()
+        try:
+            ctx.call_activity(_attempt_of_the_call, max_retries=2)
+        except ActivityError as exc:
+            return exc.error
+        return "ran"
+
+    ctx = Context(WorkflowState(has_input=False, commands=(CommandRecord("now", "now", True, 1.0),)),
+                  clock=lambda: 0.0, prior=(1, 2))
+    assert execute(wf, ctx, WorkflowState(has_input=False)).result == "the worker died during attempt 2 of 2"
+    assert [(r.ok, r.error, r.attempts) for r in ctx.new_commands] == [
+        (False, "the worker died during attempt 2 of 2", 2)]
