@@ -628,8 +628,12 @@ class Context:
 
         Raises:
             SignalTimeout: no signal of that name arrived before the deadline.
-            TypeError: `timeout` is not a number. ValueError: it is negative or not finite.
+            TypeError: `timeout` is not a number. ValueError: it is negative or not finite,
+                or the name is "timer" (reserved: `blocked_on` says it for a sleep).
         """
+        if name == TIMER:
+            # `blocked_on` says "timer" for a sleep: a signal of that name would be mistaken for one.
+            raise ValueError(f"ctx.wait_signal: the signal name {TIMER!r} is reserved for durable timers")
         if timeout is None:
             payload = self._next_signal(name)
             if payload is _NONE:

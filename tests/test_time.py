@@ -318,6 +318,7 @@ def test_random_where_history_has_a_uuid_diverges() -> None:
         (lambda ctx: ctx.wait_signal("x", timeout="soon"), TypeError,
          "ctx.wait_signal('x', timeout=...): seconds must be a number, got str"),
         (lambda ctx: ctx.wait_signal("x", timeout=-5), ValueError, "got -5"),
+        (lambda ctx: ctx.wait_signal("timer"), ValueError, "the signal name 'timer' is reserved for durable timers"),
         (lambda ctx: ctx.patched(""), ValueError, "ctx.patched(change_id): the change id must not be empty"),
         (lambda ctx: ctx.patched(7), TypeError, "ctx.patched(change_id): the change id must be a string, got int"),
         (lambda ctx: ctx.deprecate_patch(" "), ValueError, "must not be empty"),
