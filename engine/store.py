@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.core import CommandRecord, Outcome, SignalRecord, WorkflowState, new_record
+from engine.core import TIMER, CommandRecord, Outcome, SignalRecord, WorkflowState, new_record
 from engine.errors import (
     DuplicateWorkflowIdError,
     NotADatabaseError,
@@ -177,6 +177,9 @@ class WorkflowRow:
     worker_error: str | None = None
     # After such an error the workflow is pending again, but not claimed before this time.
     retry_at: float | None = None
+    # A blocked workflow's recorded wake time (epoch seconds): its timer's, or its wait's
+    # deadline; None when nothing but a signal wakes it (and whenever it is not blocked).
+    wake_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,7 @@ class WorkflowSummary:
     created_at: float
     updated_at: float
     error: str | None = None  # the start of a failed workflow's error (ERROR_PREVIEW characters)
+    wake_at: float | None = None  # as WorkflowRow.wake_at
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,8 @@ _FIRST_KEY, _LAST_KEY = _key_bounds("w")
 _SLOTS_NOW = ("COALESCE((SELECT c.slot_key - {0} + 1 FROM commands c WHERE c.slot_key BETWEEN {0} AND {1}"
               " ORDER BY c.slot_key DESC LIMIT 1), 0)").format(*_key_bounds("workflows"))
 _SLOTS_SHOWN = f"CASE WHEN status = 'running' THEN {_SLOTS_NOW} ELSE slots END AS slots"
+# The wake time is only meaningful while blocked (a claim or a signal leaves it behind).
+_WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 # A successful slot, the common case, binds no None and no bool: Python's sqlite3 binds
@@ -291,7 +297,7 @@ _INSERT_OK = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, 
 _INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
                      " VALUES (?, 'activity', ?, 1, ?, 1, ?)")
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + _SLOTS_SHOWN + ", "
-               "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at")
+               "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, " + _WAKE_SHOWN)
 
 
 def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
@@ -299,6 +305,7 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=_loads(r[4]), has_input=r[4] is not None,
         result=_loads(r[5]), error=r[6], diagnostic=_loads(r[7]), slots=r[8], created_at=r[9],
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
+        wake_at=r[15],
     )
 
 
@@ -306,6 +313,8 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
 # AND workflow IN (...)` and walks every pending row, those of other names included (a
 # worker that lacks their code leaves them there): name the partial index instead.
 _BY_NAME = " INDEXED BY workflows_pending"
+# Named for the same reason: the due range of blocked workflows, whatever the statistics say.
+_BY_WAKE = " INDEXED BY workflows_wake"
 
 
 def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
@@ -562,6 +571,12 @@ class SQLiteStore:
         conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
         conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
         conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
+        # Durable timers and wait deadlines: a blocked workflow's recorded wake time. The
+        # claim takes the due ones from this partial index (one range, wake_at <= now) and
+        # the worker sleeps until its first entry: 10,000 sleepers cost no scan, only a seek.
+        conn.execute("ALTER TABLE workflows ADD COLUMN wake_at FLOAT")
+        conn.execute(
+            "CREATE INDEX workflows_wake ON workflows (wake_at) WHERE status = 'blocked' AND wake_at IS NOT NULL")
 
     def close(self) -> None:
         """Close the connection."""
@@ -683,9 +698,11 @@ class SQLiteStore:
                 "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
                 (workflow_id, seq, name, text, now),
             )
-            if status == "blocked" and blocked_on == name:
+            if status == "blocked" and blocked_on == name and name != TIMER:
+                # Under the write lock: a claim of its passed deadline cannot take it as well.
                 conn.execute(
-                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
+                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
+                    " WHERE id = ?",
                     (now, workflow_id),
                 )
             else:
@@ -735,7 +752,8 @@ class SQLiteStore:
                                 offset: int = 0) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
         cursor = self._page(f"id, workflow, status, blocked_on, {_SLOTS_SHOWN}, created_at, updated_at,"
-                            f" substr(error, 1, {ERROR_PREVIEW})", status, text, sort, descending, limit, offset)
+                            f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}",
+                            status, text, sort, descending, limit, offset)
         return [WorkflowSummary(*r) for r in cursor]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
@@ -854,12 +872,18 @@ class SQLiteStore:
         claims: list[Claim] = []
         only, named = _names_clause(names)
         with self._write() as conn:
-            if names is None:
-                rows = conn.execute(
+            # Blocked workflows whose timer or deadline has come, first and earliest first: they
+            # are waited for at a time. One range of workflows_wake, the due entries only; decided
+            # under the write lock, so a signal that wakes the same workflow is taken once.
+            rows = conn.execute(
+                f"SELECT id, NULL FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only}"
+                " ORDER BY wake_at LIMIT ?", (now, *named, limit)).fetchall()
+            if len(rows) < limit and names is None:
+                rows += conn.execute(
                     "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
-                    " ORDER BY updated_at LIMIT ?", (now, limit)
+                    " ORDER BY updated_at LIMIT ?", (now, limit - len(rows))
                 ).fetchall()
-            else:
+            elif len(rows) < limit:
                 # One ordered range of workflows_pending per name, merged here: a single
                 # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
                 oldest: list[tuple[float, int, str]] = []
@@ -869,7 +893,7 @@ class SQLiteStore:
                         " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
                         " ORDER BY updated_at LIMIT ?",
                         (name, now, limit)).fetchall()
-                rows = [(wid, None) for _, _, wid in sorted(oldest)[:limit]]
+                rows += [(wid, None) for _, _, wid in sorted(oldest)[:limit - len(rows)]]
             if len(rows) < limit:
                 rows += conn.execute(
                     f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ?{only}"
@@ -899,7 +923,7 @@ class SQLiteStore:
             for wid, _ in rows:
                 row = conn.execute(
                     "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = lease_epoch + 1,"
-                    f" lease_expires = ?, updated_at = ?, slots = {_SLOTS_NOW}"
+                    f" lease_expires = ?, updated_at = ?, slots = {_SLOTS_NOW}, blocked_on = NULL, wake_at = NULL"
                     " WHERE id = ? RETURNING workflow, lease_epoch, input, slots, seq",
                     (owner, now + ttl, now, wid),
                 ).fetchone()
@@ -1010,16 +1034,32 @@ class SQLiteStore:
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only}"
             " AND (retry_at IS NULL OR retry_at <= ?))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
-            (*named, now, now, *named, *dead_owners, *named),
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})"
+            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
+            (*named, now, now, *named, *dead_owners, *named, now, *named),
         ).fetchone()[0] == 1
 
+    def next_wake(self, names: Collection[str] | None = None) -> float | None:
+        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+
+        A seek to the first entry of workflows_wake: the worker's idle loop sleeps until then.
+        (With `names`, due entries of other names come first in the range and are stepped over;
+        they are claimed by the workers that serve them.)
+        """
+        only, named = _names_clause(names)
+        row = self._conn.execute(
+            f"SELECT wake_at FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            " ORDER BY wake_at LIMIT 1", named).fetchone()
+        return None if row is None else float(row[0])
+
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is pending or running: what `--until-idle` waits out."""
+        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
         only, named = _names_clause(names)
         return self._conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})", (*named, *named),
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
+            (*named, *named, time.time(), *named),
         ).fetchone()[0] == 1
 
     def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
@@ -1191,9 +1231,9 @@ class SQLiteStore:
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
-        status, blocked_on = outcome.status, outcome.blocked_on
+        status, blocked_on, wake_at = outcome.status, outcome.blocked_on, outcome.wake_at
         consumed = ",".join(map(str, outcome.consumed_signals))
-        if status == "blocked":
+        if status == "blocked" and blocked_on != TIMER:
             # A signal of this name that arrived during the run makes it runnable, not blocked.
             # (NOT IN (NULL) is never true in SQL, so leave the clause out when nothing was consumed.)
             unconsumed = f" AND seq NOT IN ({consumed})" if consumed else ""
@@ -1202,17 +1242,18 @@ class SQLiteStore:
                 (claim.id, blocked_on),
             ).fetchone()[0]
             if arrived:
-                status, blocked_on = "pending", None
+                status, blocked_on, wake_at = "pending", None, None
         cur = conn.execute(
-            "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?,"
+            "UPDATE workflows SET status = ?, blocked_on = ?, wake_at = ?, result = ?, error = ?, diagnostic = ?,"
             f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {_SLOTS_NOW},"
             # A run that came to a verdict was not interrupted; one that ended the workflow
             # makes the last worker error history.
             " interruptions = 0, retry_at = NULL,"
-            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 7-9.
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 8-10.
             " worker_error = CASE WHEN ?1 IN ('completed', 'failed') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
-            (status, blocked_on, _dumps(outcome.result) if status == "completed" else None, outcome.error,
+            (status, blocked_on, wake_at if status == "blocked" else None,
+             _dumps(outcome.result) if status == "completed" else None, outcome.error,
              _dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
              now, claim.id, claim.owner, claim.epoch),
         )
