@@ -15,9 +15,10 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, T
 
 from console.data import SIGNAL_PAGE, SLOT_PAGE, Diagnosis, WorkflowDetail, diagnose, fetch_detail
 from console.diagnosis_view import DiagnosisView
-from console.format import CELL_PREVIEW, status_text, text, utc, value_preview
+from console.format import CELL_PREVIEW, status_text, text, utc, value_preview, waits_cell
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
+from engine.core import TIMER
 from engine.store import CommandRow
 from engine.text import preview, printable
 
@@ -131,6 +132,12 @@ class WorkflowScreen(Screen[None]):
         self.query_one("#topbar", Static).update(bar)
         self.reload()
         slots.focus()
+        # The countdown to a timer or a deadline ticks on screen (nothing in the database changes).
+        self.set_interval(1, self._tick, name="countdown")
+
+    def _tick(self) -> None:
+        if self.detail is not None and self.detail.row.wake_at is not None:
+            self._draw_summary(self.detail)
 
     # -- loading
 
@@ -247,8 +254,9 @@ class WorkflowScreen(Screen[None]):
         grid.add_row("workflow", text(row.workflow))
         status = status_text(row.status)
         if row.blocked_on:
-            status.append("  on signal ", style="")
-            status.append_text(text(row.blocked_on, "bold yellow"))
+            on = "  on " if row.blocked_on == TIMER else "  on signal "
+            status.append_text(waits_cell(row.blocked_on, row.wake_at, self.console.clock(), prefix=on,
+                                          style="bold yellow"))
         if detail.waiting:
             status.append_text(text(f"  {detail.waiting}", "yellow"))
         grid.add_row("status", status)
@@ -463,9 +471,16 @@ def _value_cell(c: CommandRow) -> Text:
     """A slot's value or error, one line; a clock read shows as a time (the raw number is in its detail)."""
     if not c.ok:
         return text(c.error or "", "red")
-    if c.kind == "now" and isinstance(c.value, int | float) and not isinstance(c.value, bool):
+    if c.kind in _TIMES and isinstance(c.value, int | float) and not isinstance(c.value, bool):
         try:
-            return Text(f"{utc(c.value)}  (clock read)", no_wrap=True, overflow="ellipsis")
+            return Text(f"{utc(c.value)}  ({_TIMES[c.kind]})", no_wrap=True, overflow="ellipsis")
         except (OverflowError, OSError, ValueError):
             pass  # not a time a datetime can hold: show the number
+    if c.kind == "patch":
+        return Text("marker: runs the patched code", style="cyan", no_wrap=True, overflow="ellipsis")
     return value_preview(c.value, CELL_PREVIEW)
+
+
+# Slots whose value is a time, and what that time is.
+_TIMES = {"now": "clock read", "timer": "wake time", "deadline": "deadline of the wait",
+          "timeout": "timed out: no signal by the deadline"}

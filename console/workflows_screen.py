@@ -16,7 +16,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
 from console.data import STATUSES, WorkflowsPage, WorkflowsQuery, fetch_workflows
-from console.format import STATUS_STYLES, age, status_text, text
+from console.format import STATUS_STYLES, age, status_text, text, waits_cell
 from console.paged_table import PagedTable
 from engine.text import printable
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # (key, label, width, narrowest): narrower on an 80-column terminal; the error takes the room
 # a wide terminal has left.
 COLUMNS = (("id", "id", 28, 11), ("workflow", "workflow", 18, 12), ("status", "status", 10, 9),
-           ("blocked_on", "blocked on", 16, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
+           ("blocked_on", "blocked on", 24, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
            ("error", "error", 30, 8))
 # The columns `o` steps through and a header click sorts by (the error is not indexed: no sort).
 SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
@@ -114,7 +114,8 @@ class WorkflowsScreen(Screen[None]):
         self._draw_topbar()
         self.reload()
         # Ages ("4s ago") move without a commit; redraw them from the cached page.
-        self.set_interval(5, self._redraw_ages, name="ages")
+        # Ages and the countdowns to timers and deadlines tick on screen.
+        self.set_interval(1, self._redraw_ages, name="ages")
         table.focus()
 
     # -- loading
@@ -392,8 +393,11 @@ class WorkflowsScreen(Screen[None]):
 
 def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
     """The table's cells for a page, built where the page is read (a worker thread)."""
+    # The soonest timer or deadline on the page is marked: it fires next.
+    soonest = min((r.wake_at for r in page.rows if r.wake_at is not None), default=None)
     return [
-        (r.id, [text(r.id), text(r.workflow), status_text(r.status), text(r.blocked_on or ""),
+        (r.id, [text(r.id), text(r.workflow), status_text(r.status),
+                waits_cell(r.blocked_on, r.wake_at, now, first=r.wake_at is not None and r.wake_at == soonest),
                 Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim"),
                 # Stored text: one line, never markup; the column cuts it with `…`.
                 text(r.error or "", "red")])

@@ -153,3 +153,29 @@ def test_a_timer_that_expired_while_no_worker_ran_fires_when_one_starts(db_path:
     with SQLiteStore(db_path, readonly=True) as s:
         assert s.get_workflow(wid).status == "completed"
     assert len(_ledger(tmp_path)) == 1
+
+
+# ------------------------------------------------------------------ operators see time
+
+
+def test_list_and_show_say_what_a_workflow_waits_on_and_until_when(db_path: Path) -> None:
+    napping = run_cli(db_path, "start", "nap", "3600", "--app", "timer_app").stdout.strip()
+    waiting = run_cli(db_path, "start", "approval", str(3 * 86400), "--app", "timer_app").stdout.strip()
+    done = run_cli(db_path, "worker", "--app", "timer_app", "--until-idle", "--quiet")
+    assert done.returncode == 0, done.stderr
+    rows = {r["id"]: r for r in json.loads(run_cli(db_path, "list", "--json").stdout)}
+    assert rows[napping]["blocked_on"] == "timer" and rows[waiting]["blocked_on"] == "approval"
+    for wid, seconds in ((napping, 3600), (waiting, 3 * 86400)):
+        assert rows[wid]["wake_at"] == pytest.approx(time.time() + seconds, abs=120)
+        shown = json.loads(run_cli(db_path, "show", wid, "--json").stdout)
+        assert shown["wake_at"] == rows[wid]["wake_at"]
+    nap_at = time.strftime("%H:%M:%S", time.gmtime(rows[napping]["wake_at"]))
+    deadline = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rows[waiting]["wake_at"]))
+    listed = run_cli(db_path, "list").stdout
+    assert f"timer until {nap_at}" in listed
+    assert f"approval (until {deadline})" in listed
+    shown = run_cli(db_path, "show", napping).stdout
+    assert f"timer until {nap_at} (in " in shown
+    # A workflow that waits on nothing with a time says null.
+    plain = run_cli(db_path, "start", "race", "0", "--app", "timer_app").stdout.strip()
+    assert json.loads(run_cli(db_path, "show", plain, "--json").stdout)["wake_at"] is None

@@ -71,3 +71,12 @@ def race(ctx: Context, timeout: float) -> list[Any]:
     second = ctx.wait_signal("go")
     ctx.call_activity(fired, 0)
     return [first, second]
+
+
+@workflow
+def versioned(ctx: Context) -> dict[str, Any]:
+    """One slot of each kind the console shows readably: uuid, random, patch marker, timer."""
+    ident = ctx.uuid4()
+    roll = ctx.random()
+    ctx.sleep(0)
+    return {"id": ident, "roll": roll, "new_path": ctx.patched("use-new-path")}

@@ -1,0 +1,83 @@
+"""The console shows time: what a workflow waits on and until when, the countdown, what fires next,
+and timer, deadline, uuid, random and patch slots in the slot table."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import timer_app
+from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from textual.widgets import Static
+
+from console.paged_table import PagedTable
+from console.workflow_screen import WorkflowScreen
+from engine.app import Registry
+from engine.store import SQLiteStore
+from engine.worker import Worker
+
+
+def _seed(db: Path) -> dict[str, str]:
+    with SQLiteStore(db) as store:
+        ids = {"soon": store.start_workflow("nap", 600, workflow_id="nap-soon"),
+               "later": store.start_workflow("nap", 7200, workflow_id="nap-later"),
+               "deadline": store.start_workflow("approval", 3 * 86400, workflow_id="approval-3d"),
+               "versioned": store.start_workflow("versioned", has_input=False, workflow_id="versioned")}
+    Worker(db, Registry.from_module(timer_app), poll=0.002).run(until_idle=True)
+    return ids
+
+
+def _rendered(widget: Static) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(widget.content)
+    return console.export_text()
+
+
+@async_test
+async def test_the_list_shows_until_when_with_a_countdown_and_marks_what_fires_next(db_path: Path) -> None:
+    _seed(db_path)
+    with SQLiteStore(db_path, readonly=True) as s:
+        soon = s.get_workflow("nap-soon").wake_at
+    assert soon is not None
+    app = make_app(db_path, clock=lambda: soon - 250)  # 4m 10s before the first timer fires
+    async with app.run_test(size=(200, 30)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        waits = dict(zip(column(table, "id"), column(table, "blocked_on"), strict=True))
+        assert waits["nap-soon"].startswith("▸ timer until ") and waits["nap-soon"].endswith(" · in 4m 10s")
+        assert waits["nap-later"].startswith("timer until ") and "· in 1h 54m" in waits["nap-later"]
+        deadline = waits["approval-3d"]
+        assert deadline.startswith("approval (until ") and deadline.endswith(" UTC) · in 2d 23h")
+        assert waits["versioned"] == ""
+
+
+@async_test
+async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_readably(db_path: Path) -> None:
+    _seed(db_path)
+    with SQLiteStore(db_path, readonly=True) as s:
+        soon = s.get_workflow("nap-soon").wake_at
+        record = s.list_commands("versioned")
+    assert soon is not None
+    now = [soon - 90.0]
+    app = make_app(db_path, clock=lambda: now[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.push_screen(WorkflowScreen("nap-soon"))
+        await settle(pilot)
+        summary = app.screen.query_one("#summary", Static)
+        assert "on timer until " in _rendered(summary) and "· in 1m 30s" in _rendered(summary)
+        now[0] = soon - 30.0  # the countdown ticks on screen, with nothing new in the database
+        assert await wait_until(pilot, lambda: "· in 30s" in _rendered(summary))
+
+        app.pop_screen()
+        app.push_screen(WorkflowScreen("versioned"))
+        await settle(pilot)
+        assert isinstance(app.screen, WorkflowScreen)
+        slots = app.screen.query_one("#slot-table", PagedTable)
+        assert column(slots, "kind") == ["uuid", "random", "timer", "patch"]
+        values = column(slots, "value")
+        assert values[0] == record[0].value and values[1] == str(record[1].value)
+        assert values[2].endswith("UTC  (wake time)")
+        assert values[3] == "marker: runs the patched code"
