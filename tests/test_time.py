@@ -6,6 +6,7 @@ Every one is a command in the log, replayed like any other; time comes from an i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -544,3 +545,40 @@ def test_nondeterministic_error_is_what_a_patch_mismatch_raises_inside_workflow_
 
     out = run(catches, r.state, clock=no_clock)
     assert out.status == "failed" and len(seen) == 1  # sticky: catching it does not help
+
+
+# ------------------------------------------------------------------ the sample workflows
+
+
+def test_the_sample_refund_with_deadline_expires_or_refunds_with_a_recorded_refund_number() -> None:
+    from sample_workflows import refund_with_deadline
+
+    clock = Clock()
+    first = run(refund_with_deadline, WorkflowState(input=21), clock=clock)
+    assert (first.outcome.blocked_on, first.outcome.wake_at) == ("approval", START + 2 * 86400)
+    clock.now += 2 * 86400
+    expired = run(refund_with_deadline, first.state, clock=clock)
+    assert expired.outcome.result["status"] == "expired"
+    assert [k for k, _ in kinds(expired)] == ["activity", "deadline", "timeout", "activity"]
+
+    approved = run(refund_with_deadline, signal(first.state, "approval", {"approved": True}), clock=Clock())
+    result = approved.outcome.result
+    assert result["status"] == "refunded" and len(result["receipt"]["refund_number"]) == 36
+    assert kinds(approved)[-2:] == [("patch", "refund-number"), ("uuid", "uuid4")]
+    # A refund completed before the patch existed (no marker) checks against the patched code.
+    before = replace(approved.state, commands=approved.state.commands[:3])
+    verdict = dry_replay(refund_with_deadline, before, status="completed")
+    assert verdict.ok and verdict.issued == ("activity:fetch_invoice", "deadline:approval", "activity:charge_card")
+
+
+def test_the_sample_reminder_sleeps_a_day_then_a_recorded_jittered_while() -> None:
+    from sample_workflows import reminder
+
+    clock = Clock()
+    first = run(reminder, WorkflowState(input="ann"), clock=clock)
+    assert (first.outcome.blocked_on, first.outcome.wake_at) == (TIMER, START + 86400)
+    clock.now += 86400
+    second = run(reminder, first.state, clock=clock)
+    assert second.outcome.blocked_on == TIMER and kinds(second)[-2:] == [("random", "random"), ("timer", "sleep")]
+    assert START + 86400 + 3 * 3600 <= (second.outcome.wake_at or 0) <= START + 86400 + 4 * 3600
+    assert run(reminder, second.state, clock=clock).outcome.wake_at == second.outcome.wake_at
