@@ -556,11 +556,13 @@ class Context:
 
     def uuid4(self) -> str:
         """A random UUID (as text), generated once and recorded: the same on every replay."""
-        return self._recorded("uuid", "uuid4", lambda: str(uuid.uuid4()))
+        value: str = self._recorded("uuid", "uuid4", lambda: str(uuid.uuid4()))
+        return value
 
     def random(self) -> float:
         """A random float in [0, 1), generated once and recorded: the same on every replay."""
-        return self._recorded("random", "random", _random.random)
+        value: float = self._recorded("random", "random", _random.random)
+        return value
 
     # -- durable time
 

@@ -883,7 +883,7 @@ class SQLiteStore:
                     "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
                     " ORDER BY updated_at LIMIT ?", (now, limit - len(rows))
                 ).fetchall()
-            elif len(rows) < limit:
+            elif len(rows) < limit and names is not None:
                 # One ordered range of workflows_pending per name, merged here: a single
                 # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
                 oldest: list[tuple[float, int, str]] = []
