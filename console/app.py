@@ -33,6 +33,7 @@ from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import Registry
+from engine.core import TIMER
 from engine.store import SQLiteStore
 from engine.text import printable
 
@@ -223,6 +224,8 @@ class ReplaylogConsole(App[None]):
         """Ask for a signal to send, unless the console is read-only (then there is no write path)."""
         if self.readonly or self.exiting:
             return
+        if default_name == TIMER:
+            default_name = None  # a sleeping workflow waits on no signal: offer no name
         self.push_screen(SignalDialog(workflow_id, default_name or ""), self._signal_sent)
 
     def _signal_sent(self, result: tuple[str, str, int] | None) -> None:

@@ -81,3 +81,24 @@ async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_r
         assert values[0] == record[0].value and values[1] == str(record[1].value)
         assert values[2].endswith("UTC  (wake time)")
         assert values[3] == "marker: runs the patched code"
+
+
+@async_test
+async def test_the_signal_dialog_offers_no_name_for_a_sleeping_workflow_and_the_wait_for_a_waiting_one(
+        db_path: Path) -> None:
+    from textual.widgets import Input
+
+    from console.signal_dialog import SignalDialog
+
+    _seed(db_path)
+    app = make_app(db_path)
+    async with app.run_test(size=(200, 30)) as pilot:
+        await settle(pilot)
+        for wid, offered in (("nap-soon", ""), ("approval-3d", "approval")):
+            table = app.screen.query_one(PagedTable)
+            table.move_cursor(row=column(table, "id").index(wid))
+            await pilot.press("s")
+            assert await wait_until(pilot, lambda: isinstance(app.screen, SignalDialog))
+            assert app.screen.query_one("#signal-name", Input).value == offered
+            await pilot.press("escape")
+            assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog))
