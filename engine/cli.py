@@ -548,8 +548,11 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
 def _slot_value(c: dict[str, Any]) -> str:
     if not c["ok"]:
         return preview(c["error"], 40)
-    # A clock read is a time to the reader, not an epoch number (JSON keeps the number).
-    return _clock_value(c["value"]) if c["kind"] == "now" else preview(c["value"], 40)
+    # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
+    # (JSON keeps the number); a patch marker holds no value.
+    if c["kind"] in ("now", "timer", "deadline", "timeout"):
+        return _clock_value(c["value"])
+    return "(marker)" if c["kind"] == "patch" else preview(c["value"], 40)
 
 
 # ---------------------------------------------------------------- check

@@ -176,6 +176,9 @@ def test_list_and_show_say_what_a_workflow_waits_on_and_until_when(db_path: Path
     assert f"approval (until {deadline})" in listed
     shown = run_cli(db_path, "show", napping).stdout
     assert f"timer until {nap_at} (in " in shown
+    # The slot table shows the wake time as a time, not an epoch number.
+    assert time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rows[napping]["wake_at"])) in shown
+    assert str(rows[napping]["wake_at"]) not in shown
     # A workflow that waits on nothing with a time says null.
     plain = run_cli(db_path, "start", "race", "0", "--app", "timer_app").stdout.strip()
     assert json.loads(run_cli(db_path, "show", plain, "--json").stdout)["wake_at"] is None
