@@ -13,6 +13,7 @@ from engine.app import Registry
 from engine.core import CommandRecord
 from engine.errors import SchemaVersionError, StoreError
 from engine.store import APPLICATION_ID, SLOT_LIMIT, PendingRecord, SQLiteStore
+from engine.store.schema import create_v1
 from engine.worker import Worker
 
 
@@ -37,7 +38,7 @@ def _v1_database(path: Path, *, orphan: bool = False) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("BEGIN")
-    SQLiteStore._create_v1(conn)
+    create_v1(conn)
     rows = [
         # id, workflow, status, blocked_on, input, result, error, slots
         ("wf-b", "adds_after_go", "blocked", "go", "5", None, None, 5),
