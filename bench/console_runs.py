@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.sizes import Sizes
-from engine.store import SCHEMA_VERSION, SQLiteStore
+from engine.store import open_store
+from engine.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG_WID = "wf-bench-big-history"
@@ -55,7 +56,7 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
         return
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    SQLiteStore(path).close()  # the schema
+    open_store(path).close()  # the schema
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA synchronous = OFF")  # building a fixture, not recording outcomes
     now = time.time()
@@ -180,7 +181,7 @@ def _has_rows(app: Any) -> bool:
 def _write(db: str, seconds: float) -> None:
     """Start a workflow every 20 ms for `seconds`: the list in view changes under the console."""
     end = time.monotonic() + seconds
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         while time.monotonic() < end:
             store.start_workflow("chain", 3)
             time.sleep(0.02)

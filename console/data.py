@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from engine.app import Registry
 from engine.core import dry_replay
 from engine.errors import ReplaylogError
-from engine.store import STATUSES, CommandRow, InflightRow, SignalRow, SQLiteStore, WorkflowRow, WorkflowSummary
+from engine.store import STATUSES, CommandRow, InflightRow, ReaderStore, SignalRow, WorkflowRow, WorkflowSummary
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -44,7 +44,7 @@ class WorkflowsPage:
     counts: dict[str, int]
 
 
-def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
+def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
                     counts: dict[str, int] | None = None, *, count: bool = True) -> WorkflowsPage:
     """A page of workflows plus the header's counts: a LIMIT/OFFSET query and an index scan, never every row.
 
@@ -91,7 +91,7 @@ class WorkflowDetail:
     signal_offset: int = 0
 
 
-def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
+def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
                  signal_offset: int | None = None) -> WorkflowDetail:
     """A workflow with one page of its slots and one page of its signals (never a whole log).
 
@@ -145,7 +145,7 @@ def _labels(commands: list[CommandRow]) -> dict[int, str]:
     return {c.slot: f"{c.kind}:{c.name}" for c in commands}
 
 
-def _align(store: SQLiteStore, workflow_id: str, total_slots: int, slot: int,
+def _align(store: ReaderStore, workflow_id: str, total_slots: int, slot: int,
            issued: tuple[str, ...] | None, stored_issued: str | None) -> tuple[AlignedRow, ...]:
     """Recorded history beside the issued commands, a window around the first divergence."""
     start = max(0, slot - ALIGN_CONTEXT)
@@ -167,7 +167,7 @@ def _align(store: SQLiteStore, workflow_id: str, total_slots: int, slot: int,
     return tuple(rows)
 
 
-def _first_divergence(store: SQLiteStore, workflow_id: str, issued: tuple[str, ...], total: int) -> int | None:
+def _first_divergence(store: ReaderStore, workflow_id: str, issued: tuple[str, ...], total: int) -> int | None:
     recorded = _labels(store.list_commands(workflow_id))
     for i in range(max(len(issued), total)):
         if recorded.get(i) != (issued[i] if i < len(issued) else None):
@@ -175,7 +175,7 @@ def _first_divergence(store: SQLiteStore, workflow_id: str, issued: tuple[str, .
     return None
 
 
-def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *, check: bool = False) -> Diagnosis:
+def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *, check: bool = False) -> Diagnosis:
     """Explain why a workflow failed; with `check` (or a registry for a divergence) dry-replay it too."""
     row = store.get_workflow(workflow_id)
     verdict: str | None = None
@@ -220,7 +220,7 @@ def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *,
     return Diagnosis(workflow_id, "none", "", verdict=verdict, verdict_ok=verdict_ok)
 
 
-def find_workflow_ids(store: SQLiteStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
+def find_workflow_ids(store: ReaderStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
     """(id, workflow, status) of workflows whose id or name contains `text`, for the palette."""
     return [(r.id, r.workflow, r.status) for r in store.list_workflow_summaries(text=text or None, limit=limit)]
 

@@ -24,7 +24,16 @@ from rich.text import Text
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.core import dry_replay
 from engine.errors import ReplaylogError, StoreError
-from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload, is_damaged
+from engine.store import (
+    STATUSES,
+    OperatorStore,
+    ReaderStore,
+    WorkflowRow,
+    database_path,
+    default_max_payload,
+    is_damaged,
+    open_store,
+)
 from engine.text import preview, printable
 
 DEFAULT_DB = "replaylog.db"
@@ -46,7 +55,11 @@ class Settings:
     """Global options resolved once per invocation."""
 
     def __init__(self, db: str | None, max_payload: int | None) -> None:
-        self.db = Path(db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB)
+        try:
+            # A file path, or a store URL (sqlite:///path; other backends say they are not supported yet).
+            self.db = database_path(db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB)
+        except StoreError as exc:
+            fail(str(exc))
         self._max_payload = max_payload
 
     @property
@@ -59,10 +72,10 @@ class Settings:
         except StoreError as exc:
             fail(str(exc))
 
-    def open(self, *, readonly: bool = False) -> SQLiteStore:
+    def open(self, *, readonly: bool = False) -> OperatorStore:
         """Open the store; a one-line error if it cannot be."""
         try:
-            return SQLiteStore(self.db, readonly=readonly, max_payload=self.max_payload)
+            return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
         except ReplaylogError as exc:
             fail(str(exc))
 
@@ -253,7 +266,7 @@ def _t(value: Any) -> Text:
     return Text(printable("" if value is None else str(value), oneline=True))
 
 
-def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
+def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     """The `show --json` object."""
     inflight = store.inflight(row.id)
     return {
@@ -377,7 +390,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
 # ---------------------------------------------------------------- check
 
 
-def check_one(store: SQLiteStore, registry: Registry, workflow_id: str) -> tuple[bool, str, dict[str, Any] | None]:
+def check_one(store: ReaderStore, registry: Registry, workflow_id: str) -> tuple[bool, str, dict[str, Any] | None]:
     """Dry-replay one workflow against the current code: (ok, verdict, diagnostic dict)."""
     row = store.get_workflow(workflow_id)
     try:
@@ -418,7 +431,7 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
         _check_all(store, registry)
 
 
-def _check_all(store: SQLiteStore, registry: Registry) -> None:
+def _check_all(store: ReaderStore, registry: Registry) -> None:
     from rich.progress import Progress
 
     ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",

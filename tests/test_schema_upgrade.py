@@ -12,8 +12,8 @@ from engine import Context, activity, workflow
 from engine.app import Registry
 from engine.core import CommandRecord
 from engine.errors import SchemaVersionError, StoreError
-from engine.store import APPLICATION_ID, SLOT_LIMIT, PendingRecord, SQLiteStore
-from engine.store.schema import create_v1
+from engine.store import SLOT_LIMIT, PendingRecord, open_store
+from engine.store.schema import APPLICATION_ID, create_v1
 from engine.worker import Worker
 
 
@@ -71,8 +71,8 @@ def test_a_version_1_database_is_upgraded_with_every_slot_kept_and_runs_on(tmp_p
     db = tmp_path / "v1.db"
     _v1_database(db)
     with pytest.raises(SchemaVersionError, match="schema version 1, older than"):
-        SQLiteStore(db, readonly=True)  # a reader never upgrades
-    with SQLiteStore(db) as store:
+        open_store(db, readonly=True)  # a reader never upgrades
+    with open_store(db) as store:
         assert store._conn.execute("PRAGMA user_version").fetchone()[0] == 2
         b = store.list_commands("wf-b")
         assert [(c.slot, c.name, c.ok, c.value, c.attempts, c.recorded_at) for c in b] == [
@@ -90,7 +90,7 @@ def test_a_version_1_database_is_upgraded_with_every_slot_kept_and_runs_on(tmp_p
         assert seqs["wf-new"] == max(seqs.values()) and len(set(seqs.values())) == 4
     worker = Worker(db, Registry.from_module(sys.modules[__name__]))
     worker.run(until_idle=True)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         b = store.get_workflow("wf-b")
         assert (b.status, b.result, b.slots) == ("completed", 110, 6)  # 0+1+2+3+4 replayed, + 100 live
         assert [c.value for c in store.list_commands("wf-b")] == [0, 1, 3, 6, 10, 110]
@@ -107,7 +107,7 @@ def test_an_upgrade_that_would_drop_rows_is_refused_and_changes_nothing(tmp_path
     db = tmp_path / "v1.db"
     _v1_database(db, orphan=True)
     with pytest.raises(SchemaVersionError, match="1 of 8 command rows belong to no workflow"):
-        SQLiteStore(db)
+        open_store(db)
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
     assert conn.execute("SELECT COUNT(*) FROM commands WHERE workflow_id = 'wf-gone'").fetchone()[0] == 1
@@ -115,7 +115,7 @@ def test_an_upgrade_that_would_drop_rows_is_refused_and_changes_nothing(tmp_path
 
 
 def test_a_workflow_reads_only_its_own_keys_whatever_the_offset(tmp_path: Path) -> None:
-    with SQLiteStore(tmp_path / "k.db") as store:
+    with open_store(tmp_path / "k.db") as store:
         for wid in ("one", "two", "three"):
             store.start_workflow("wf", None, workflow_id=wid)
         for claim in store.claim("w", ttl=30, limit=3):
@@ -132,7 +132,7 @@ def test_a_workflow_reads_only_its_own_keys_whatever_the_offset(tmp_path: Path) 
 
 
 def test_a_slot_past_the_key_space_is_refused_not_written_into_the_next_workflow(tmp_path: Path) -> None:
-    with SQLiteStore(tmp_path / "k.db") as store:
+    with open_store(tmp_path / "k.db") as store:
         store.start_workflow("wf", None, workflow_id="one")
         store.start_workflow("wf", None, workflow_id="two")
         # "one" has its last possible slot recorded (written directly: recording 2**32 takes days)
