@@ -14,12 +14,10 @@ from collections.abc import Sequence
 from engine.core import CommandRecord, Outcome
 from engine.errors import ReadOnlyError, StoreError
 from engine.store.connection import SQLiteConnection
+from engine.store.fence import FAST, REFUSE
 from engine.store.keys import SLOT_LIMIT, SLOTS_NOW
 from engine.store.rows import Claim, PendingRecord, dumps
 
-# While a workflow records slot after slot, its updated_at moves at most this often
-# (seconds): the console shows ages in seconds, and each restamp costs two index pages.
-UPDATED_AT_STEP = 1.0
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 # A successful slot, the common case, binds no None and no bool: Python's sqlite3 binds
@@ -53,13 +51,12 @@ class Commits(SQLiteConnection):
             written = [write_record(item.claim, item.slot, item.record, now, ttl, version) for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
-            self._fenced.clear()
+            self._fence.clear()
             conn.execute("ROLLBACK")
             raise
         self._end(conn)
         for claim, _ in finishes:
-            self._stamped.pop(claim.id, None)
-            self._fenced.pop(claim.id, None)
+            self._fence.finished(claim.id)
         return written, finished
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, *, ttl: float) -> bool:
@@ -72,7 +69,7 @@ class Commits(SQLiteConnection):
             version = self._cur.execute("PRAGMA data_version").fetchone()[0]
             written = self._write_record(claim, slot, rec, time.time(), ttl, version)
         except BaseException:
-            self._fenced.clear()
+            self._fence.clear()
             conn.execute("ROLLBACK")
             raise
         self._end(conn)
@@ -94,7 +91,7 @@ class Commits(SQLiteConnection):
         try:
             self._cur.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            self._fenced.clear()  # what they say was written was not
+            self._fence.clear()  # what they say was written was not
             conn.execute("ROLLBACK")
             raise self._translate(exc) from None
 
@@ -102,39 +99,23 @@ class Commits(SQLiteConnection):
                       version: int) -> bool:
         """Write one slot's outcome if the claim still holds the lease and `slot` is next.
 
-        Fencing reads the workflow's row, and rewriting that row per slot (count, lease
-        expiry) put a second page into every commit's fsync; on the disks here that was
-        ~9 us of a ~170 us slot. So the row is written only when something could have
-        changed: `version` is this connection's PRAGMA data_version, which changes only
-        when another connection commits. If it is what it was at this workflow's last
-        write here, under the same lease epoch and with this slot next, nobody else has
-        written anything since (no claim, no lease taken over), and the command row
-        alone is written. Otherwise, and at least once a second (UPDATED_AT_STEP), the
-        row is fenced and rewritten as before: owner, epoch, and the count this
-        connection last wrote there.
+        The workflow's row is fenced and rewritten only when the commit fence cannot
+        tell that nothing changed (see CommitFence).
         """
         key = claim.id
-        known = self._fenced.get(key)
-        if known is not None and known[0] == claim.epoch:
-            if known[2] != slot:
-                return False  # not the next slot of this lease: refuse it, never leave a gap
-            fast = known[1] == version and now - self._stamped.get(key, 0.0) < UPDATED_AT_STEP
-            column = known[3]
-        else:
-            fast = False
-            column = slot  # a claim sets the column to the true count
-        if not fast:
-            if now - self._stamped.get(key, 0.0) >= UPDATED_AT_STEP:
+        fence = self._fence
+        column = fence.check(claim, slot, version, now)
+        if column == REFUSE:
+            return False
+        if column != FAST:
+            if fence.restamp_due(key, now):
                 # updated_at is in two indexes, so setting it rewrites two more pages: at most once a second.
                 cur = self._cur.execute(
                     "UPDATE workflows SET slots = ?, updated_at = ?, lease_expires = ? "
                     "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
                     (slot + 1, now, now + ttl, key, claim.owner, claim.epoch, column),
                 )
-                if len(self._stamped) > 10_000:
-                    self._stamped.clear()  # bounded: ids of workflows run elsewhere since
-                    self._fenced.clear()
-                self._stamped[key] = now
+                fence.stamped(key, now)
             else:
                 cur = self._cur.execute(
                     "UPDATE workflows SET slots = ?, lease_expires = ? "
@@ -142,9 +123,9 @@ class Commits(SQLiteConnection):
                     (slot + 1, now + ttl, key, claim.owner, claim.epoch, column),
                 )
             if cur.rowcount != 1:
-                self._fenced.pop(key, None)
+                fence.forget(key)
                 return False
-            column = slot + 1
+            fence.note(claim, version, slot + 1)
         if slot >= SLOT_LIMIT:  # its key would be the next workflow's
             raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
         row_key = claim.base + slot
@@ -158,7 +139,6 @@ class Commits(SQLiteConnection):
         else:
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
                                                 error, attempts, now))
-        self._fenced[key] = (claim.epoch, version, slot + 1, column)
         return True
 
     @staticmethod

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from engine.errors import NotADatabaseError, PayloadTooLargeError, ReadOnlyError, StoreError, ValueNotJSONError
+from engine.store.fence import CommitFence
 from engine.store.rows import default_max_payload, dumps
 from engine.store.schema import check_schema, refuse_foreign
 
@@ -49,10 +50,8 @@ class SQLiteConnection:
         self.path = Path(path)
         self.readonly = readonly
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
-        self._stamped: dict[str, float] = {}  # workflow id → the updated_at this store last wrote
-        # workflow id -> (lease epoch, data_version, next slot, the `slots` column as this
-        # connection last wrote it) after its last slot written here (see _write_record).
-        self._fenced: dict[str, tuple[int, int, int, int]] = {}
+        # What this connection knows of the slots it wrote (the per-slot speed trick).
+        self._fence = CommitFence()
         self._conn = self._connect()
         # For the per-slot statements: conn.execute makes a new cursor on every call.
         self._cur = self._conn.cursor()
@@ -125,8 +124,8 @@ class SQLiteConnection:
         conn = self._conn
         # A write here may claim a workflow or drop a lease, and PRAGMA data_version does
         # not change for this connection's own commits: the slots written since are no
-        # longer known to be fenced (see _write_record).
-        self._fenced.clear()
+        # longer known to be fenced.
+        self._fence.clear()
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
