@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sizes import Sizes
-from engine.store import open_store
+from engine.store import open_store, slot_key
 from engine.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,8 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
     Rows go in by bulk SQL in one transaction (the engine would take an hour to start
     a million); the schema is the store's own. Kept between runs: building is slow.
     """
-    marker = Path(f"{path}.built-v{SCHEMA_VERSION}-{workflows}-{slots}")
+    # (Not "built-v…": files marked so before the schema was renumbered 1 have the old layout.)
+    marker = Path(f"{path}.built-schema{SCHEMA_VERSION}-{workflows}-{slots}")
     if marker.exists() and path.exists():
         return
     for suffix in ("", "-wal", "-shm"):
@@ -72,7 +73,7 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
         "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch,"
         " seq) VALUES (?, 'resumable', 'blocked', 'go', ?, ?, ?, ?, 0, ?)", (BIG_WID, str(slots), slots, now, now,
                                                                             workflows))
-    base = workflows << 32  # the store's key of a command row: (seq << 32) + slot
+    base = slot_key(workflows)  # the store's key of this workflow's slot 0
     conn.executemany(
         "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
         " VALUES (?, 'activity', 'tick', 1, ?, NULL, 1, ?)",
