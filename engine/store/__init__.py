@@ -22,7 +22,6 @@ from engine.store.connection import is_damaged
 from engine.store.keys import SLOT_LIMIT, slot_key
 from engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from engine.store.rows import (
-    OPEN_STATUSES,
     STATUSES,
     Claim,
     CommandRow,
@@ -32,13 +31,12 @@ from engine.store.rows import (
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
-    new_workflow_id,
 )
 
 __all__ = [
-    "OPEN_STATUSES", "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
+    "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
-    "database_path", "default_max_payload", "is_damaged", "new_workflow_id", "open_store", "slot_key",
+    "database_path", "default_max_payload", "is_damaged", "open_store", "slot_key",
 ]
 
 _SQLITE_URL = "sqlite:///"

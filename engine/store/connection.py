@@ -184,10 +184,6 @@ class SQLiteConnection:
 
     # -- maintenance
 
-    def integrity_check(self) -> str:
-        """PRAGMA integrity_check's verdict ("ok" when sound)."""
-        return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
-
     def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
         """Fold the WAL back into the database file; return (busy, WAL frames, frames copied).
 

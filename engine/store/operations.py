@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from typing import Any
 
 from engine.errors import DuplicateWorkflowIdError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
 from engine.store.connection import SQLiteConnection
-from engine.store.rows import new_workflow_id
+
+
+def new_workflow_id() -> str:
+    """A fresh, unguessable workflow id."""
+    return "wf-" + uuid.uuid4().hex[:16]
 
 
 class OperatorWrites(SQLiteConnection):

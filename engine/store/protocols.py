@@ -128,6 +128,3 @@ class WorkerStore(_Closable, Protocol):
 
 class Store(WorkerStore, OperatorStore, Protocol):
     """Every protocol at once: what `open_store` returns."""
-
-    def integrity_check(self) -> str:
-        """The store's own consistency verdict ("ok" when sound)."""

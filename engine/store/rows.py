@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +14,6 @@ from engine.core import CommandRecord, WorkflowState
 from engine.errors import StoreError
 
 STATUSES = ("pending", "running", "blocked", "completed", "failed")
-OPEN_STATUSES = ("pending", "running", "blocked")
 # The sort keys a list of workflows accepts, and the column each one sorts by.
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
                 "slots": "slots", "updated": "updated_at", "created": "created_at"}
@@ -34,11 +32,6 @@ def default_max_payload() -> int:
             raise StoreError(f"REPLAYLOG_MAX_PAYLOAD must be positive, not {value}")
         return value
     return DEFAULT_MAX_PAYLOAD
-
-
-def new_workflow_id() -> str:
-    """A fresh, unguessable workflow id."""
-    return "wf-" + uuid.uuid4().hex[:16]
 
 
 # One encoder for every value: json.dumps with any option set builds a new encoder per
