@@ -8,7 +8,8 @@ backend behind them; a second one is a module beside it, chosen here by its URL.
 Modules, one concern each: `rows` (values and row types), `keys` (the command key
 encoding), `schema` (tables and migrations), `connection` (opening, transactions,
 upkeep), `reads`, `operations` (operator writes), `inflight` (start marks), `leases`,
-`commit` (group commit and its fence), `sqlite` (the class made of them).
+`fence` (the commit fence), `commit` (group commit), `workers` (which worker serves
+what), `sqlite` (the class made of them).
 """
 
 from __future__ import annotations
@@ -31,12 +32,17 @@ from engine.store.rows import (
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
+    encode_value,
+    fit_text,
+    over_cap,
 )
+from engine.store.workers import waiting_reason
 
 __all__ = [
     "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
-    "database_path", "default_max_payload", "is_damaged", "open_store", "slot_key",
+    "database_path", "default_max_payload", "encode_value", "fit_text", "is_damaged", "open_store", "over_cap",
+    "slot_key", "waiting_reason",
 ]
 
 _SQLITE_URL = "sqlite:///"

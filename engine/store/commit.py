@@ -48,7 +48,8 @@ class Commits(SQLiteConnection):
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
             write_record = self._write_record
-            written = [write_record(item.claim, item.slot, item.record, now, ttl, version) for item in records]
+            written = [write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
+                       for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
             self._fence.clear()
@@ -59,15 +60,17 @@ class Commits(SQLiteConnection):
             self._fence.finished(claim.id)
         return written, finished
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, *, ttl: float) -> bool:
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
 
         The same transaction and fencing, without the batch's lists; True if written.
+        `text` is the value's JSON text if the caller encoded it already.
         """
         conn = self._begin_immediate()
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-            written = self._write_record(claim, slot, rec, time.time(), ttl, version)
+            written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
         except BaseException:
             self._fence.clear()
             conn.execute("ROLLBACK")
@@ -96,7 +99,7 @@ class Commits(SQLiteConnection):
             raise self._translate(exc) from None
 
     def _write_record(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
-                      version: int) -> bool:
+                      version: int, text: str | None = None) -> bool:
         """Write one slot's outcome if the claim still holds the lease and `slot` is next.
 
         The workflow's row is fenced and rewritten only when the commit fence cannot
@@ -131,7 +134,8 @@ class Commits(SQLiteConnection):
         row_key = claim.base + slot
         kind, name, ok, value, error, attempts = rec
         if ok and error is None:
-            text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
+            if text is None:
+                text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
             if attempts == 1 and kind == "activity":
                 self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now))
             else:

@@ -17,7 +17,7 @@ from typing import Any, Self
 
 from engine.errors import NotADatabaseError, PayloadTooLargeError, ReadOnlyError, StoreError, ValueNotJSONError
 from engine.store.fence import CommitFence
-from engine.store.rows import default_max_payload, dumps
+from engine.store.rows import default_max_payload, encode_value, over_cap
 from engine.store.schema import check_schema, refuse_foreign
 
 BUSY_TIMEOUT_S = 10.0
@@ -164,18 +164,14 @@ class SQLiteConnection:
             raise
         conn.execute("COMMIT")
 
-    def _check_size(self, text: str, what: str) -> None:
-        size = len(text.encode())
-        if size > self.max_payload:
-            raise PayloadTooLargeError(f"{what} is {size} bytes, over the cap of {self.max_payload} bytes")
-
     def encode_payload(self, value: Any, what: str) -> str:
         """Encode a value as JSON text within the payload cap, or raise naming `what`."""
         try:
-            text = dumps(value)
-        except (TypeError, ValueError) as exc:
+            text, size = encode_value(value)
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
-        self._check_size(text, what)
+        if size > self.max_payload:
+            raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
         return text
 
     def data_version(self) -> int:

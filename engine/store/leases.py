@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from engine.core import CommandRecord, SignalRecord, WorkflowState, new_record
 from engine.marks import Mark, board_path, read_board
@@ -22,27 +22,54 @@ from engine.store.rows import Claim, loads
 # workflow. Longer ones are loaded by their worker thread, so a claim never holds the
 # write lock for long.
 CLAIM_LOAD_SLOTS = 256
+# Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
+# AND workflow IN (...)` and walks every pending row, those of other names included (a
+# worker that lacks their code leaves them there): name the partial index instead.
+_BY_NAME = " INDEXED BY workflows_pending"
+
+
+def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
+    """` AND workflow IN (?, ...)` and its parameters; nothing for None (every name)."""
+    if names is None:
+        return "", []
+    named = list(names)
+    return f" AND workflow IN ({', '.join('?' * len(named))})", named
 
 
 class Leases(InflightMarks):
     """Claiming, renewing and releasing workflow leases."""
 
-    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = ()) -> list[Claim]:
-        """Take the lease of up to `limit` runnable workflows.
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
+              names: Collection[str] | None = None) -> list[Claim]:
+        """Take the lease of up to `limit` runnable workflows (of `names` only, unless None).
 
         Runnable: pending, or running under a lease that has lapsed or whose owner is
         known dead. Each claim bumps the lease epoch, which fences out the old owner.
+        A workflow whose name the worker's app lacks is left alone: it would only fail there.
         """
         now = time.time()
         claims: list[Claim] = []
+        only, named = _names_clause(names)
         with self._write() as conn:
-            rows = conn.execute(
-                "SELECT id, NULL FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
-            ).fetchall()
+            if names is None:
+                rows = conn.execute(
+                    "SELECT id, NULL FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
+                ).fetchall()
+            else:
+                # One ordered range of workflows_pending per name, merged here: a single
+                # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
+                oldest: list[tuple[float, int, str]] = []
+                for name in names:
+                    oldest += conn.execute(
+                        f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
+                        " WHERE status = 'pending' AND workflow = ? ORDER BY updated_at LIMIT ?",
+                        (name, limit)).fetchall()
+                rows = [(wid, None) for _, _, wid in sorted(oldest)[:limit]]
             if len(rows) < limit:
                 rows += conn.execute(
-                    "SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ? LIMIT ?",
-                    (now, limit - len(rows)),
+                    f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ?{only}"
+                    " LIMIT ?",
+                    (now, *named, limit - len(rows)),
                 ).fetchall()
             if len(rows) < limit and dead_owners:
                 # Only leases that have not lapsed: the query above took every lapsed one (it
@@ -51,8 +78,8 @@ class Leases(InflightMarks):
                 marks = ", ".join("?" * len(dead_owners))
                 rows += conn.execute(
                     f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_owner IN ({marks})"
-                    " AND (lease_expires >= ? OR lease_expires IS NULL) LIMIT ?",
-                    (*dead_owners, now, limit - len(rows)),
+                    f" AND (lease_expires >= ? OR lease_expires IS NULL){only} LIMIT ?",
+                    (*dead_owners, now, *named, limit - len(rows)),
                 ).fetchall()
             # A workflow taken over from another worker may have an activity in flight
             # there: fold that worker's mark in first, so the attempts count on.
@@ -120,20 +147,31 @@ class Leases(InflightMarks):
         return [r[0] for r in self._conn.execute(
             "SELECT DISTINCT lease_owner FROM workflows WHERE status = 'running' AND lease_owner IS NOT NULL")]
 
-    def has_claimable(self, dead_owners: Sequence[str] = ()) -> bool:
-        """Whether `claim` would find anything: a cheap read before taking the write lock."""
+    def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
+        """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
         marks = ", ".join("?" * len(dead_owners)) or "NULL"
+        only, named = _names_clause(names)
         return self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'pending')"
-            " OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?)"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}))",
-            (time.time(), *dead_owners),
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
+            (*named, time.time(), *named, *dead_owners, *named),
         ).fetchone()[0] == 1
 
-    def renew(self, claims: Sequence[Claim], *, ttl: float) -> list[bool]:
-        """Extend leases still held; say which are."""
+    def has_runnable(self, names: Collection[str] | None = None) -> bool:
+        """Whether anything (of `names`) is pending or running: what `--until-idle` waits out."""
+        only, named = _names_clause(names)
+        return self._conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})", (*named, *named),
+        ).fetchone()[0] == 1
+
+    def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+        """Extend leases still held; say which are. `worker`: stamp that worker's row as seen too."""
         now = time.time()
         with self._write() as conn:
+            if worker is not None:
+                conn.execute("UPDATE workers SET seen_at = ? WHERE owner = ?", (now, worker))
             return [
                 conn.execute(
                     "UPDATE workflows SET lease_expires = ? WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",

@@ -13,7 +13,7 @@ A store object holds one connection and stays on the thread that opened it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol, Self
 
 from engine.core import CommandRecord, Outcome, WorkflowState
@@ -73,6 +73,9 @@ class ReaderStore(_Closable, Protocol):
     def load_state(self, workflow_id: str) -> WorkflowState:
         """The whole history of a workflow (for a dry replay)."""
 
+    def served_names(self) -> frozenset[str] | None:
+        """The workflow names live workers know; None when no worker is live."""
+
 
 class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
@@ -88,27 +91,39 @@ class OperatorStore(ReaderStore, Protocol):
 class WorkerStore(_Closable, Protocol):
     """What a worker needs: leases, fenced commits, in-flight marks, history, upkeep."""
 
-    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = ()) -> list[Claim]:
-        """Take the lease of up to `limit` runnable workflows."""
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
+              names: Collection[str] | None = None) -> list[Claim]:
+        """Take the lease of up to `limit` runnable workflows (of `names` only, unless None)."""
 
-    def has_claimable(self, dead_owners: Sequence[str] = ()) -> bool:
-        """Whether `claim` would find anything: a cheap read before taking the write lock."""
+    def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
+        """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
 
-    def has_runnable(self) -> bool:
-        """Whether anything is pending or running."""
+    def has_runnable(self, names: Collection[str] | None = None) -> bool:
+        """Whether anything (of `names`) is pending or running."""
+
+    def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
+        """Pending workflows per name, of the names not in `names`."""
+
+    def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
+                       ttl: float) -> None:
+        """Say that a worker runs, and the workflow names its app knows."""
+
+    def worker_stopped(self, owner: str) -> None:
+        """A worker exits cleanly: it serves nothing any more."""
 
     def running_owners(self) -> list[str]:
         """The distinct lease owners of running workflows."""
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, *, ttl: float) -> bool:
-        """Commit one outcome if the lease holds and `slot` is next; True if written."""
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float) -> bool:
+        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next."""
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of many workflows in one transaction; say which were written."""
 
-    def renew(self, claims: Sequence[Claim], *, ttl: float) -> list[bool]:
-        """Extend leases still held; say which are."""
+    def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+        """Extend leases still held; say which are. `worker`: stamp that worker as seen too."""
 
     def release(self, claim: Claim) -> None:
         """Give a workflow back: pending again, lease dropped."""

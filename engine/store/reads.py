@@ -21,6 +21,9 @@ from engine.store.rows import (
     loads,
 )
 
+# Characters of a workflow's error a list row carries: a line on any terminal, while a page
+# stays small whatever a stored error (a traceback) holds.
+ERROR_PREVIEW = 400
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + SLOTS_SHOWN + ", "
                "created_at, updated_at, lease_owner, lease_expires")
 
@@ -76,8 +79,8 @@ class Reads(SQLiteConnection):
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
                                 offset: int = 0) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
-        cursor = self._page(f"id, workflow, status, blocked_on, {SLOTS_SHOWN}, created_at, updated_at", status, text,
-                            sort, descending, limit, offset)
+        cursor = self._page(f"id, workflow, status, blocked_on, {SLOTS_SHOWN}, created_at, updated_at,"
+                            f" substr(error, 1, {ERROR_PREVIEW})", status, text, sort, descending, limit, offset)
         return [WorkflowSummary(*r) for r in cursor]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
@@ -91,12 +94,6 @@ class Reads(SQLiteConnection):
         for status, n in self._conn.execute("SELECT status, COUNT(*) FROM workflows GROUP BY status"):
             counts[status] = n
         return counts
-
-    def has_runnable(self) -> bool:
-        """Whether anything is pending or running (what `--until-idle` waits out)."""
-        return self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'))"
-        ).fetchone()[0] == 1
 
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""

@@ -61,6 +61,17 @@ def _create(conn: sqlite3.Connection) -> None:
         " c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at FROM workflows w JOIN commands c"
         f" ON c.slot_key BETWEEN {_FIRST} AND {_LAST}"
     )
+    # The workers that run on this database and the workflow names their apps know,
+    # so that a pending workflow no live worker knows can say so (engine.worker keeps
+    # its row: written at start, stamped at each lease renewal, deleted at exit).
+    conn.execute(
+        "CREATE TABLE workers (owner TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " app TEXT NOT NULL, names TEXT NOT NULL, ttl FLOAT NOT NULL, started_at FLOAT NOT NULL,"
+        " seen_at FLOAT NOT NULL)"
+    )
+    # A worker claims pending workflows of its names only, oldest first: per name, one
+    # range of this index in order. Partial, so a running workflow's restamps never touch it.
+    conn.execute("CREATE INDEX workflows_pending ON workflows (workflow, updated_at) WHERE status = 'pending'")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 

@@ -12,9 +12,10 @@ from engine.store.commit import Commits
 from engine.store.leases import Leases
 from engine.store.operations import OperatorWrites
 from engine.store.reads import Reads
+from engine.store.workers import WorkerRegistry
 
 
-class SQLiteStore(Commits, Leases, OperatorWrites, Reads):
+class SQLiteStore(Commits, Leases, WorkerRegistry, OperatorWrites, Reads):
     """The log store on one SQLite file: every store protocol of `engine.store.protocols`.
 
     Args:
