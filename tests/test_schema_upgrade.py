@@ -44,7 +44,7 @@ def test_a_new_database_is_created_by_the_steps_at_the_current_version(tmp_path:
     db = tmp_path / "new.db"
     open_store(db).close()
     assert _version(db) == schema.SCHEMA_VERSION == len(schema.STEPS) == 1
-    assert _columns(db, "commands")[0] == "slot_key" and _columns(db, "workflows")[-1] == "seq"
+    assert _columns(db, "commands")[0] == "slot_key" and "seq" in _columns(db, "workflows")
 
 
 def test_a_registered_step_upgrades_a_file_in_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -161,7 +161,12 @@ class Commits(SQLiteConnection):
                 status, blocked_on = "pending", None
         cur = conn.execute(
             "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?,"
-            f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {SLOTS_NOW}"
+            f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {SLOTS_NOW},"
+            # A run that came to a verdict was not interrupted; one that ended the workflow
+            # makes the last worker error history.
+            " interruptions = 0, retry_at = NULL,"
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 7-9.
+            " worker_error = CASE WHEN ?1 IN ('completed', 'failed') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
             (status, blocked_on, dumps(outcome.result) if status == "completed" else None, outcome.error,
              dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,

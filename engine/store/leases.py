@@ -53,7 +53,8 @@ class Leases(InflightMarks):
         with self._write() as conn:
             if names is None:
                 rows = conn.execute(
-                    "SELECT id, NULL FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
+                    "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
+                    " ORDER BY updated_at LIMIT ?", (now, limit)
                 ).fetchall()
             else:
                 # One ordered range of workflows_pending per name, merged here: a single
@@ -62,8 +63,9 @@ class Leases(InflightMarks):
                 for name in names:
                     oldest += conn.execute(
                         f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
-                        " WHERE status = 'pending' AND workflow = ? ORDER BY updated_at LIMIT ?",
-                        (name, limit)).fetchall()
+                        " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
+                        " ORDER BY updated_at LIMIT ?",
+                        (name, now, limit)).fetchall()
                 rows = [(wid, None) for _, _, wid in sorted(oldest)[:limit]]
             if len(rows) < limit:
                 rows += conn.execute(
@@ -151,11 +153,13 @@ class Leases(InflightMarks):
         """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
         marks = ", ".join("?" * len(dead_owners)) or "NULL"
         only, named = _names_clause(names)
+        now = time.time()
         return self._conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only}"
+            " AND (retry_at IS NULL OR retry_at <= ?))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
-            (*named, time.time(), *named, *dead_owners, *named),
+            (*named, now, now, *named, *dead_owners, *named),
         ).fetchone()[0] == 1
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
@@ -188,3 +192,22 @@ class Leases(InflightMarks):
                 f" slots = {SLOTS_NOW} WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
                 (time.time(), claim.id, claim.owner, claim.epoch),
             )
+
+    def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+        """Give a workflow back after a run stopped by an error that is no outcome.
+
+        Pending again, lease dropped, `error` kept as its worker error; it is not claimed
+        for `backoff` seconds, doubled for each such run in a row up to `backoff_max`, so
+        code that is interrupted every time does not keep a worker spinning. Returns the
+        seconds it waits, or None if the lease was no longer held (nothing written).
+        """
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute(
+                "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL, updated_at = ?,"
+                f" slots = {SLOTS_NOW}, worker_error = ?, interruptions = interruptions + 1,"
+                " retry_at = ? + MIN(?, ? * (1 << MIN(interruptions, 30)))"
+                " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING retry_at",
+                (now, error, now, backoff_max, backoff, claim.id, claim.owner, claim.epoch),
+            ).fetchone()
+        return None if row is None else float(row[0]) - now

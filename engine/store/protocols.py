@@ -128,6 +128,9 @@ class WorkerStore(_Closable, Protocol):
     def release(self, claim: Claim) -> None:
         """Give a workflow back: pending again, lease dropped."""
 
+    def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+        """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
+
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the store; return how many were written."""
 

@@ -120,6 +120,12 @@ class WorkflowRow:
     updated_at: float
     lease_owner: str | None
     lease_expires: float | None
+    # The last error that stopped a run of it without an outcome (an activity or its code
+    # raised KeyboardInterrupt, SystemExit, …; or the worker failed): kept until a run
+    # completes or fails the workflow.
+    worker_error: str | None = None
+    # After such an error the workflow is pending again, but not claimed before this time.
+    retry_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,11 @@ def _create(conn: sqlite3.Connection) -> None:
     # A worker claims pending workflows of its names only, oldest first: per name, one
     # range of this index in order. Partial, so a running workflow's restamps never touch it.
     conn.execute("CREATE INDEX workflows_pending ON workflows (workflow, updated_at) WHERE status = 'pending'")
+    # A run stopped by an error that is no outcome (see Leases.hand_back): the last
+    # such error, when the workflow may be claimed again, and how many in a row.
+    conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
+    conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
+    conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 
