@@ -17,7 +17,7 @@ is written, the number turns even; a reader copies the file twice and keeps a re
 only where both copies hold the same even number, so it never sees a torn mark.
 
 The marks of a dead worker are folded into the database's `inflight` table by the next
-worker (`SQLiteStore.fold_marks`), which then deletes the file. WAL needs every process
+worker (the store's `fold_marks`), which then deletes the file. WAL needs every process
 on one host anyway, so a pid says whether a file's writer is alive.
 """
 

@@ -9,14 +9,14 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 Cli = Callable[..., CompletedProcess[str]]
 
 
 def snapshot(db: Path) -> tuple[list[tuple], list[tuple], list[tuple]]:
     """Everything the database holds, to prove a refusal wrote nothing."""
-    with SQLiteStore(db) as s:
+    with open_store(db) as s:
         conn = s._conn
         return (
             conn.execute("SELECT * FROM workflows ORDER BY id").fetchall(),
@@ -172,9 +172,24 @@ def test_db_from_env_and_default_path(tmp_path: Path) -> None:
     assert out.returncode == 0 and (tmp_path / "replaylog.db").exists()
 
 
+def test_db_takes_a_sqlite_url_and_refuses_postgresql_in_one_line(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    db = tmp_path / "by-url.db"
+    proc = run_cli(f"sqlite:///{db}", "start", "refund", "1")
+    assert proc.returncode == 0, proc.stderr
+    with open_store(db, readonly=True) as s:
+        assert s.get_workflow(proc.stdout.strip().splitlines()[-1]).workflow == "refund"
+    before = sorted(tmp_path.iterdir())
+    proc = run_cli("postgresql://ops:s3cret@db.example/replaylog", "start", "refund", "1")
+    one_line_error(proc, "postgresql:// stores are not supported yet")
+    assert proc.returncode == 1 and "s3cret" not in proc.stderr
+    assert sorted(tmp_path.iterdir()) == before  # nothing written
+
+
 def test_newer_schema_is_refused_clearly(cli: Cli, db_path: Path) -> None:
     start(cli, "refund", "7")
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         s._conn.execute("PRAGMA user_version = 99")
     one_line_error(cli("list"), "schema version 99", "newer")
 

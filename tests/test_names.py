@@ -12,7 +12,7 @@ from console_helpers import SIZE, async_test, make_app, settle
 
 from conftest import run_cli
 from engine.app import AppImportError, load_app
-from engine.store import SQLiteStore
+from engine.store import Store, open_store
 
 
 def write_app(tmp_path: Path, source: str, name: str = "app.py") -> Path:
@@ -22,7 +22,7 @@ def write_app(tmp_path: Path, source: str, name: str = "app.py") -> Path:
 
 
 def count(db: Path) -> int:
-    with SQLiteStore(db, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         return s.count_workflows()
 
 
@@ -207,7 +207,7 @@ def test_a_workflow_a_worker_cannot_call_is_refused_when_the_app_loads(tmp_path:
 # ---------------------------------------------------------------- claiming by name (issue 13, item 3)
 
 
-def test_claim_takes_only_the_names_given_oldest_first(store: SQLiteStore) -> None:
+def test_claim_takes_only_the_names_given_oldest_first(store: Store) -> None:
     ids = [store.start_workflow(name, 1) for name in ("a", "other", "b", "a", "other")]
     assert store.has_claimable(names={"a", "b"})
     assert not store.has_claimable(names={"nobody"})
@@ -220,7 +220,7 @@ def test_claim_takes_only_the_names_given_oldest_first(store: SQLiteStore) -> No
     assert store.has_claimable(names=None)
 
 
-def test_claim_by_name_reads_index_ranges_and_sorts_nothing(store: SQLiteStore) -> None:
+def test_claim_by_name_reads_index_ranges_and_sorts_nothing(store: Store) -> None:
     for i in range(50):
         store.start_workflow(f"name{i % 5}", i)
     statements: list[str] = []
@@ -236,7 +236,7 @@ def test_claim_by_name_reads_index_ranges_and_sorts_nothing(store: SQLiteStore) 
         assert "TEMP B-TREE" not in plan, (sql, plan)
 
 
-def test_served_names_come_from_live_workers_only(store: SQLiteStore) -> None:
+def test_served_names_come_from_live_workers_only(store: Store) -> None:
     assert store.served_names() is None
     store.worker_started("h:1:a", host="h", pid=1, app="app", names={"x", "y"}, ttl=5.0)
     store.worker_started("h:2:b", host="h", pid=2, app="app2", names={"z"}, ttl=5.0)
@@ -266,7 +266,7 @@ def _rendered(widget: Any) -> str:
 async def test_the_console_says_a_pending_workflow_waits_for_a_worker_that_knows_its_name(db_path: Path) -> None:
     from textual.widgets import Static
 
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         wid = store.start_workflow("steps", 2)
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -274,7 +274,7 @@ async def test_the_console_says_a_pending_workflow_waits_for_a_worker_that_knows
         app.open_workflow(wid)
         await settle(pilot)
         assert "pending  no worker running" in _rendered(app.screen.query_one("#summary", Static))
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         store.worker_started("h:1:a", host="h", pid=1, app="sample_workflows", names={"shipping"}, ttl=5.0)
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:
