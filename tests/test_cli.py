@@ -163,11 +163,11 @@ def test_db_from_env_and_default_path(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "start", "refund", "1"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "replaylog", "start", "refund", "1"], capture_output=True,
                          text=True, env=cli_env(REPLAYLOG_DB=str(env_db)), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert env_db.exists() and not (tmp_path / "replaylog.db").exists()
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "start", "refund", "1"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "replaylog", "start", "refund", "1"], capture_output=True,
                          text=True, env=cli_env(), cwd=tmp_path)
     assert out.returncode == 0 and (tmp_path / "replaylog.db").exists()
 

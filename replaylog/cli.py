@@ -198,7 +198,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     settings.open().close()  # fail early, in one line, on a bad database
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
-        base = [sys.executable, "-m", "engine.cli", "--db", str(settings.db),
+        base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
                 "--concurrency", str(concurrency), "--lease", str(lease)]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
@@ -452,7 +452,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
     """Open the operator console (a terminal UI) on the database."""
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
-    from console.app import ReplaylogConsole  # the engine never imports textual until here
+    from console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
 
@@ -462,7 +462,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
 @pass_settings
 def demo(settings: Settings, no_console: bool) -> None:
     """Seed a demo database with workflows in every state, run a worker, open the console."""
-    from engine.demo import run_demo
+    from replaylog.demo import run_demo
 
     run_demo(settings.db, open_console=not no_console, echo=_echo_err)
 
