@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import ActivityError, Context, activity, current_activity, workflow
+from replaylog import ActivityError, Context, activity, current_activity, workflow
 
 # -------------------------------------------------------------- the reference refund
 

@@ -83,7 +83,7 @@ def test_list_filters_by_status(cli: Cli) -> None:
 def test_failed_workflow_shows_error_and_refuses_signals(cli: Cli, db_path: Path, tmp_path: Path) -> None:
     app = tmp_path / "failing_app.py"
     app.write_text(
-        "from engine import workflow, activity\n"
+        "from replaylog import workflow, activity\n"
         "@activity\n"
         "def explode():\n    raise RuntimeError('no')\n"
         "@workflow\n"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from engine import Context, activity, workflow
 from engine.app import Registry
 from engine.core import CommandRecord
 from engine.errors import SchemaVersionError, StoreError
 from engine.store import APPLICATION_ID, SLOT_LIMIT, PendingRecord, SQLiteStore
 from engine.worker import Worker
+from replaylog import Context, activity, workflow
 
 
 @activity
