@@ -393,21 +393,21 @@ class SQLiteStore:
         import sqlite_utils
 
         db = sqlite_utils.Database(conn)
-        db["workflows"].create(
+        db.table("workflows").create(
             {"id": str, "workflow": str, "status": str, "blocked_on": str, "input": str, "result": str,
              "error": str, "diagnostic": str, "slots": int, "created_at": float, "updated_at": float,
              "lease_owner": str, "lease_epoch": int, "lease_expires": float},
             pk="id", not_null={"workflow", "status", "slots", "lease_epoch", "created_at", "updated_at"},
             defaults={"slots": 0, "lease_epoch": 0},
         )
-        db["workflows"].create_index(["status", "updated_at"], index_name="workflows_status_updated")
-        db["workflows"].create_index(["updated_at"], index_name="workflows_updated")
+        db.table("workflows").create_index(["status", "updated_at"], index_name="workflows_status_updated")
+        db.table("workflows").create_index(["updated_at"], index_name="workflows_updated")
         conn.execute(
             "CREATE TABLE commands (workflow_id TEXT, slot INTEGER, kind TEXT NOT NULL, name TEXT NOT NULL,"
             " ok INTEGER NOT NULL, value TEXT, error TEXT, attempts INTEGER NOT NULL, recorded_at FLOAT NOT NULL,"
             " PRIMARY KEY (workflow_id, slot)) WITHOUT ROWID"
         )
-        db["signals"].create(
+        db.table("signals").create(
             {"workflow_id": str, "seq": int, "name": str, "payload": str, "consumed": int, "sent_at": float},
             pk=("workflow_id", "seq"), not_null={"name", "payload", "consumed", "sent_at"},
             defaults={"consumed": 0},
@@ -536,7 +536,8 @@ class SQLiteStore:
 
     def data_version(self) -> int:
         """A number that changes whenever another connection commits to the database."""
-        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+        version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        return version
 
     # -- starting and signalling (operator writes)
 
@@ -884,23 +885,27 @@ class SQLiteStore:
 
     def next_lease_expiry(self) -> float | None:
         """When the earliest running lease lapses (None if nothing is running)."""
-        return self._conn.execute("SELECT MIN(lease_expires) FROM workflows WHERE status = 'running'").fetchone()[0]
+        expiry: float | None = self._conn.execute(
+            "SELECT MIN(lease_expires) FROM workflows WHERE status = 'running'").fetchone()[0]
+        return expiry
 
     def has_claimable(self, dead_owners: Sequence[str] = ()) -> bool:
         """Whether `claim` would find anything: a cheap read before taking the write lock."""
         marks = ", ".join("?" * len(dead_owners)) or "NULL"
-        return self._conn.execute(
+        found: int = self._conn.execute(
             "SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'pending')"
             " OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?)"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}))",
             (time.time(), *dead_owners),
-        ).fetchone()[0] == 1
+        ).fetchone()[0]
+        return found == 1
 
     def has_runnable(self) -> bool:
         """Whether anything is pending or running (what `--until-idle` waits out)."""
-        return self._conn.execute(
+        found: int = self._conn.execute(
             "SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'))"
-        ).fetchone()[0] == 1
+        ).fetchone()[0]
+        return found == 1
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -1028,7 +1033,8 @@ class SQLiteStore:
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
-        status, blocked_on = outcome.status, outcome.blocked_on
+        status: str = outcome.status  # may become "pending" below
+        blocked_on = outcome.blocked_on
         consumed = ",".join(map(str, outcome.consumed_signals))
         if status == "blocked":
             # A signal of this name that arrived during the run makes it runnable, not blocked.
