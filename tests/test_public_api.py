@@ -35,9 +35,8 @@ PUBLIC = [
 
 def test_the_public_surface_is_the_curated_list() -> None:
     assert sorted(replaylog.__all__) == PUBLIC
-    namespace: dict[str, object] = {}
-    exec("from replaylog import *", namespace)
-    assert sorted(k for k in namespace if k != "__builtins__") == PUBLIC
+    missing = [name for name in replaylog.__all__ if not hasattr(replaylog, name)]
+    assert missing == []  # `from replaylog import *` would raise on any of these
 
 
 @pytest.mark.parametrize("name", PUBLIC)
