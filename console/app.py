@@ -27,7 +27,9 @@ from textual.worker import get_current_worker
 from console.commands import WorkflowCommands
 from console.goto_dialog import GoToDialog
 from console.help_screen import HelpScreen
+from console.paged_table import PagedTable
 from console.signal_dialog import SignalDialog
+from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import Registry
@@ -42,6 +44,7 @@ DEFAULT_POLL_INTERVAL = 0.25
 UNREADABLE_AFTER = 3
 MAX_RETRY_INTERVAL = 2.0
 UNREADABLE_NOTICE_SECONDS = 3600  # stays up until the database is readable again
+PALETTE_HELP = "command palette: go to workflow id, filter by status, change theme"
 
 
 class ReplaylogConsole(App[None]):
@@ -63,9 +66,9 @@ class ReplaylogConsole(App[None]):
     # instance variable; like BINDINGS it is a class-level setting.
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (32, "-tall")]  # type: ignore[misc]
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("g", "goto", "Go to id"),
+        Binding("q", "quit", "Quit", tooltip="quit"),
+        Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
+        Binding("g", "goto", "Go to id", tooltip="go to a workflow by id"),
     ]
 
     class DatabaseChanged(Message):
@@ -232,7 +235,13 @@ class ReplaylogConsole(App[None]):
     def action_help(self) -> None:
         """Show the key map."""
         if not isinstance(self.screen, HelpScreen) and not self.exiting:
-            self.push_screen(HelpScreen(readonly=self.readonly))
+            palette = Binding(self.COMMAND_PALETTE_BINDING, "command_palette", tooltip=PALETTE_HELP)
+            sections = [("everywhere", [*self.BINDINGS, palette, *PagedTable.BINDINGS]),
+                        ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
+                        ("value view", SlotScreen.BINDINGS),
+                        ("signal dialog", SignalDialog.BINDINGS)]
+            self.push_screen(HelpScreen(sections, readonly=self.readonly,
+                                        code=self.registry.spec if self.registry else None))
 
     def action_goto(self) -> None:
         """Ask for a workflow id and open it."""

@@ -9,9 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.app import Registry
-from engine.core import dry_replay
+from engine.core import DryReplay, dry_replay
 from engine.errors import ReplaylogError
-from engine.store import STATUSES, CommandRow, InflightRow, SignalRow, SQLiteStore, WorkflowRow, WorkflowSummary
+from engine.store import (
+    STATUSES,
+    CommandRow,
+    InflightRow,
+    SignalRow,
+    SQLiteStore,
+    WorkflowRow,
+    WorkflowSummary,
+    waiting_reason,
+)
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -89,6 +98,7 @@ class WorkflowDetail:
     signal_total: int = 0
     signal_waiting: int = 0
     signal_offset: int = 0
+    waiting: str | None = None  # a pending workflow's reason to wait for a worker (no live one knows it)
 
 
 def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -110,26 +120,40 @@ def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int =
     latest = max(0, total - SIGNAL_PAGE)
     signal_offset = latest if signal_offset is None else max(0, min(signal_offset, latest))
     signals = tuple(store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE))
-    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting, signal_offset)
+    worker = waiting_reason(row.workflow, store.served_names()) if row.status == "pending" else None
+    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting, signal_offset,
+                          worker)
 
 
 @dataclass(frozen=True)
 class AlignedRow:
-    """One slot of the aligned view: what history holds beside what the code issues now."""
+    """One slot of the aligned view: what history holds beside what the code issues.
+
+    The issued side is the current code's (a dry replay) when the console has the code,
+    else what the code issued when the workflow failed (the stored diagnostic).
+    """
 
     slot: int
     recorded: str | None
     issued: str | None
-    verdict: str  # "match", "diverges", "after" (past the divergence) or "unknown"
+    # "match", "diverges" (the first divergence), "after" (past it, or past where the dry
+    # replay stopped), "live" (history ends: the code would run this now) or "unknown"
+    verdict: str
+    failed_here: bool = False  # the slot the stored diagnostic names (where the workflow failed)
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """What the diagnosis tab shows for one workflow."""
+    """What the diagnosis tab shows for one workflow, in two parts kept apart.
+
+    At failure (stored when the workflow failed): `message`, `slot`, `recorded`, `issued`,
+    `failed_command`. The current code (a dry replay of the code loaded now): `verdict`,
+    `verdict_ok`, `current_slot`, and the aligned view when `aligned_current` is true.
+    """
 
     workflow_id: str
     kind: str  # "nondeterministic", "activity", "other" or "none"
-    source: str  # where the issued commands came from
+    source: str  # where the issued side of the aligned view came from
     message: str = ""
     slot: int | None = None
     recorded: str | None = None
@@ -139,85 +163,105 @@ class Diagnosis:
     verdict: str | None = None
     verdict_ok: bool | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    code: str | None = None  # the app the current code was loaded from (None: no code loaded)
+    aligned_current: bool = False  # the aligned view's issued side is the current code's
+    current_slot: int | None = None  # where the current code first diverges (None: it does not, or unknown)
+    checked: bool = False  # made for a `c` (check) press
 
 
 def _labels(commands: list[CommandRow]) -> dict[int, str]:
     return {c.slot: f"{c.kind}:{c.name}" for c in commands}
 
 
-def _align(store: SQLiteStore, workflow_id: str, total_slots: int, slot: int,
-           issued: tuple[str, ...] | None, stored_issued: str | None) -> tuple[AlignedRow, ...]:
-    """Recorded history beside the issued commands, a window around the first divergence."""
+def _window(store: SQLiteStore, workflow_id: str, slot: int) -> tuple[int, int, dict[int, str]]:
     start = max(0, slot - ALIGN_CONTEXT)
     end = max(slot + ALIGN_CONTEXT + 1, start + 1)
-    recorded = _labels(store.list_commands(workflow_id, offset=start, limit=end - start))
+    return start, end, _labels(store.list_commands(workflow_id, offset=start, limit=end - start))
+
+
+def _align_stored(store: SQLiteStore, workflow_id: str, total_slots: int, slot: int,
+                  stored_issued: str | None) -> tuple[AlignedRow, ...]:
+    """History beside what the code issued when the workflow failed: all the stored diagnostic knows."""
+    start, end, recorded = _window(store, workflow_id, slot)
     rows: list[AlignedRow] = []
-    last = min(end, max(total_slots, slot + 1, len(issued) if issued is not None else 0))
-    for i in range(start, last):
+    for i in range(start, min(end, max(total_slots, slot + 1))):
         rec = recorded.get(i)
-        if issued is not None:
-            iss = issued[i] if i < len(issued) else None
-            verdict = "match" if i < slot else ("diverges" if i == slot else "after")
-        else:
-            # Without the code, the stored diagnostic is all we know: the slots before the
-            # divergence matched by definition, and nothing is known after it.
-            iss = rec if i < slot else (stored_issued if i == slot else None)
-            verdict = "match" if i < slot else ("diverges" if i == slot else "unknown")
-        rows.append(AlignedRow(i, rec, iss, verdict))
+        # The slots before the divergence matched by definition; nothing is known after it.
+        iss = rec if i < slot else (stored_issued if i == slot else None)
+        verdict = "match" if i < slot else ("diverges" if i == slot else "unknown")
+        rows.append(AlignedRow(i, rec, iss, verdict, failed_here=i == slot))
     return tuple(rows)
 
 
-def _first_divergence(store: SQLiteStore, workflow_id: str, issued: tuple[str, ...], total: int) -> int | None:
-    recorded = _labels(store.list_commands(workflow_id))
-    for i in range(max(len(issued), total)):
-        if recorded.get(i) != (issued[i] if i < len(issued) else None):
-            return i
-    return None
+def _align_current(store: SQLiteStore, workflow_id: str, total_slots: int, issued: tuple[str, ...],
+                   current: int | None, stored: int | None) -> tuple[AlignedRow, ...]:
+    """History beside what the current code issues (a dry replay), around its first divergence.
+
+    Every mark comes from this replay: a slot where the workflow once failed but the code
+    now matches shows as a match (with `failed_here`), never as a divergence.
+    """
+    center = current if current is not None else (stored if stored is not None else 0)
+    start, end, recorded = _window(store, workflow_id, center)
+    rows: list[AlignedRow] = []
+    for i in range(start, min(end, max(total_slots, center + 1, len(issued)))):
+        rec = recorded.get(i)
+        iss = issued[i] if i < len(issued) else None
+        if current is not None:
+            verdict = "match" if i < current else ("diverges" if i == current else "after")
+        elif rec is not None and rec == iss:
+            verdict = "match"
+        else:
+            verdict = "live" if rec is None and iss is not None else "after"
+        rows.append(AlignedRow(i, rec, iss, verdict, failed_here=i == stored))
+    return tuple(rows)
 
 
 def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *, check: bool = False) -> Diagnosis:
-    """Explain why a workflow failed; with `check` (or a registry for a divergence) dry-replay it too."""
+    """Explain why a workflow failed; with `check` (or a registry for a divergence) dry-replay it too.
+
+    What was stored when the workflow failed and what the current code does now are kept
+    apart: the summary's "when it failed" rows come from the stored diagnostic only, the
+    verdict and the aligned view's marks from the dry replay only (or, with no code
+    loaded, the aligned view is the stored diagnostic's and says so).
+    """
     row = store.get_workflow(workflow_id)
     verdict: str | None = None
     verdict_ok: bool | None = None
-    issued: tuple[str, ...] | None = None
-    notes: list[str] = []
+    replay: DryReplay | None = None
+    code = registry.spec if registry is not None else None
     if registry is not None and (check or row.diagnostic):
         try:
             fn = registry.workflow(row.workflow)
         except ReplaylogError as exc:
             verdict, verdict_ok = str(exc), False
         else:
-            result = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id)
-            issued = result.issued
-            verdict_ok = result.ok
-            verdict = (f"{result.verdict} ({result.replayed} slot(s) replayed)" if result.ok
-                       else (result.error or result.verdict))
+            replay = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id)
+            verdict_ok = replay.ok
+            verdict = (f"{replay.verdict} ({replay.replayed} slot(s) replayed)" if replay.ok
+                       else (replay.error or replay.verdict))
     elif check:
         verdict, verdict_ok = "no workflow code loaded: start the console with --app to check", None
+    current = replay.diagnostic.slot if replay is not None and replay.diagnostic is not None else None
     if row.diagnostic:
         d = row.diagnostic
         slot = int(d.get("slot", 0))
-        if issued is not None:
-            source = f"dry replay against the current code ({registry.spec if registry else ''})"
-            current = _first_divergence(store, workflow_id, issued, row.slots) if verdict_ok is False else None
-            if verdict_ok:
-                notes.append("the current code no longer diverges: the stored diagnostic is from an older run")
-            elif current is not None and current != slot:
-                notes.append(f"the current code first diverges at slot {current}, not at the stored slot {slot}")
-                slot = current
+        if replay is not None:
+            source = f"dry replay of the current code ({code})"
+            aligned = _align_current(store, workflow_id, row.slots, replay.issued, current, slot)
         else:
-            source = "the stored diagnostic (start the console with --app to replay the current code)"
-        aligned = _align(store, workflow_id, row.slots, slot, issued, d.get("issued"))
+            source = "the diagnostic stored when it failed (start the console with --app to replay the current code)"
+            aligned = _align_stored(store, workflow_id, row.slots, slot, d.get("issued"))
         return Diagnosis(workflow_id, "nondeterministic", source, str(d.get("message", "")), slot,
-                         d.get("recorded"), d.get("issued"), aligned, None, verdict, verdict_ok, tuple(notes))
+                         d.get("recorded"), d.get("issued"), aligned, None, verdict, verdict_ok, (), code,
+                         replay is not None, current, check)
     if row.status == "failed":
         failed = store.last_failed_command(workflow_id)
         kind = "activity" if failed is not None and (row.error or "").startswith("ActivityError") else "other"
         return Diagnosis(workflow_id, kind, "the stored error", row.error or "", failed.slot if failed else None,
                          failed_command=failed if kind == "activity" else None, verdict=verdict,
-                         verdict_ok=verdict_ok)
-    return Diagnosis(workflow_id, "none", "", verdict=verdict, verdict_ok=verdict_ok)
+                         verdict_ok=verdict_ok, code=code, current_slot=current, checked=check)
+    return Diagnosis(workflow_id, "none", "", verdict=verdict, verdict_ok=verdict_ok, code=code,
+                     current_slot=current, checked=check)
 
 
 def find_workflow_ids(store: SQLiteStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:

@@ -14,11 +14,16 @@ from console.format import text, utc
 from console.paged_table import PagedTable
 from engine.text import printable
 
-VERDICT_STYLES = {"match": "green", "diverges": "bold red", "after": "dim", "unknown": "dim"}
+VERDICT_STYLES = {"match": "green", "diverges": "bold red", "after": "dim", "unknown": "dim", "live": "yellow"}
+
+
+# The issued column's label says whose commands it shows: the code loaded now, or the stored record.
+ISSUED_NOW = "issued by the current code"
+ISSUED_THEN = "issued when it failed (stored)"
 
 
 class DiagnosisView(Vertical):
-    """A summary of the failure plus, for a divergence, the aligned view with the first divergence marked."""
+    """Why a workflow failed (as stored then), what the current code does now, and the aligned view."""
 
     def compose(self) -> ComposeResult:
         """The summary and the aligned table."""
@@ -29,8 +34,8 @@ class DiagnosisView(Vertical):
         """The aligned table's columns; it stays hidden unless there is a divergence."""
         table = self.query_one("#aligned", PagedTable)
         table.define_columns([("slot", "slot", 6, 4), ("recorded", "recorded in history", 34, 16),
-                              ("mark", "", 3, 1), ("issued", "issued by the code", 34, 16),
-                              ("note", "", 22, 3)])
+                              ("mark", "", 3, 1), ("issued", ISSUED_NOW, 34, 16),
+                              ("note", "", 22, 3)], grow=["recorded", "issued"])
         table.display = False
 
     def show(self, diagnosis: Diagnosis) -> None:
@@ -41,18 +46,20 @@ class DiagnosisView(Vertical):
         table = self.query_one("#aligned", PagedTable)
         verdict = diagnosis.verdict
         if diagnosis.kind == "nondeterministic":
-            summary.add_row("failure", Text(f"NonDeterministicError at slot {diagnosis.slot}", style="bold red"))
-            summary.add_row("recorded", text(diagnosis.recorded or "(nothing)"))
-            summary.add_row("issued", text(diagnosis.issued or "(nothing: the code completed)"))
-            # The engine's message says again what the three rows above say; keep the rows short
+            # What was stored when the workflow failed, apart from what the code loaded now does.
+            failed = Text(f"NonDeterministicError at slot {diagnosis.slot}", style="bold red")
+            failed.append("  (the diagnostic stored then)", style="dim")
+            summary.add_row("when it failed", failed)
+            summary.add_row("  history held", text(diagnosis.recorded or "(nothing)"))
+            summary.add_row("  code issued", text(diagnosis.issued or "(nothing: the code completed)"))
+            # The engine's message says again what the rows above say; keep the rows short
             # (the aligned view must keep its room on a 24-line terminal) unless it says more.
             standard = f"non-determinism at slot {diagnosis.slot}: "
             if not diagnosis.message.startswith(standard):
-                summary.add_row("message", Text(printable(diagnosis.message)))
-            summary.add_row("issued from", Text(printable(diagnosis.source), style="dim"))
+                summary.add_row("  message", Text(printable(diagnosis.message)))
             if verdict is not None and diagnosis.verdict_ok is False and diagnosis.message \
                     and diagnosis.message in verdict:
-                verdict = f"non-determinism at slot {diagnosis.slot}, as above"
+                verdict = f"diverges at slot {diagnosis.slot}, as when it failed"
         elif diagnosis.kind == "activity":
             cmd = diagnosis.failed_command
             summary.add_row("failure", Text("activity failed", style="bold red"))
@@ -71,25 +78,41 @@ class DiagnosisView(Vertical):
             summary.add_row("error", Text(printable(diagnosis.message), style="red"))
         else:
             summary.add_row("failure", Text("none: this workflow has not failed", style="green"))
-        if verdict is not None:
-            ok = diagnosis.verdict_ok
-            style = "yellow" if ok is None else ("bold green" if ok else "bold red")
-            summary.add_row("check", Text(printable(verdict), style=style))
-        else:
-            summary.add_row("check", Text("press c to dry-replay the history against the current code", "dim"))
+        summary.add_row("current code", current_code(diagnosis, verdict))
         parts: list[Table | Text] = [summary]
         parts.extend(Text(printable(note), style="yellow") for note in diagnosis.notes)
         self.query_one("#diag-summary", Static).update(Group(*parts))
         table.display = bool(diagnosis.aligned)
+        table.set_label("issued", ISSUED_NOW if diagnosis.aligned_current else ISSUED_THEN)
         rows: list[tuple[str, list[Text]]] = []
         first: int | None = None
         for i, row in enumerate(diagnosis.aligned):
             style = VERDICT_STYLES[row.verdict]
             mark = {"match": "=", "diverges": "≠"}.get(row.verdict, "")
-            note = {"diverges": "◀ first divergence", "unknown": "not known without --app"}.get(row.verdict, "")
+            note = {"diverges": "◀ first divergence", "unknown": "not known without --app",
+                    "live": "would run live now"}.get(row.verdict, "")
+            note_style = style
+            if row.failed_here and row.verdict != "diverges":
+                # The current code no longer diverges here: say where the workflow once failed.
+                note, note_style = "◀ where it failed", "yellow"
             rows.append((str(row.slot), [Text(str(row.slot), justify="right"), text(row.recorded or "(nothing)", style),
                                          Text(mark, style=style), text(row.issued or "—", style),
-                                         Text(note, style=style, no_wrap=True, overflow="ellipsis")]))
-            if row.verdict == "diverges" and first is None:
+                                         Text(note, style=note_style, no_wrap=True, overflow="ellipsis")]))
+            if first is None and row.verdict == "diverges":
                 first = i
+        if first is None:  # the code no longer diverges: the cursor shows where it failed
+            first = next((i for i, row in enumerate(diagnosis.aligned) if row.failed_here), None)
         table.set_page(rows, cursor_at=first)
+
+
+def current_code(diagnosis: Diagnosis, verdict: str | None) -> Text:
+    """The "current code" line: the dry replay's verdict and the code it ran, or how to get one."""
+    if verdict is None:
+        if diagnosis.code is None:
+            return Text("not loaded: start the console with --app to dry-replay the history against it", "dim")
+        return Text(f"press c to dry-replay the history against {printable(diagnosis.code)}", "dim")
+    ok = diagnosis.verdict_ok
+    line = Text(printable(verdict), style="yellow" if ok is None else ("bold green" if ok else "bold red"))
+    if diagnosis.code is not None:
+        line.append(f"  (dry replay of {printable(diagnosis.code)})", style="dim")
+    return line

@@ -22,6 +22,11 @@ STATUS_STYLES = {
 }
 
 
+# Characters of a value a table cell is given: more than any terminal is wide, so the
+# column (which grows with the terminal) cuts it with `…`, not the preview.
+CELL_PREVIEW = 1000
+
+
 def text(value: Any, style: str = "") -> Text:
     """One line of stored text, control characters made visible, never parsed as markup."""
     # Cut with an ellipsis where a table column is narrower (an 80-column terminal).

@@ -1,7 +1,8 @@
-"""The `?` help: every key the console answers to."""
+"""The `?` help: every key the console answers to, generated from the screens' bindings."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.table import Table
@@ -12,28 +13,39 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-# (where, key, what): the README's key map is this table.
-KEYMAP: tuple[tuple[str, str, str], ...] = (
-    ("everywhere", "?", "this help"),
-    ("everywhere", "q", "quit"),
-    ("everywhere", "esc", "back / close / clear the filter"),
-    ("everywhere", "ctrl+p", "command palette: go to workflow id, filter by status, change theme"),
-    ("everywhere", "g", "go to a workflow by id"),
-    ("everywhere", "j / k, ↑ / ↓", "move; past the end of a page loads the next page"),
-    ("everywhere", "home / end", "first / last row of the page"),
-    ("everywhere", "enter", "open the workflow, slot or signal under the cursor"),
-    ("workflows", "/", "filter by id or workflow name"),
-    ("workflows", "0 1 2 3 4 5", "all, pending, running, blocked, completed, failed"),
-    ("workflows", "o / r", "sort by the next column / reverse (or click a column header)"),
-    ("workflows", "] / [", "next / previous page"),
-    ("workflows", "s", "send a signal to the workflow under the cursor (not with --readonly)"),
-    ("workflow", "1 2 3", "slots, signals, diagnosis tab"),
-    ("workflow", "s", "send a signal (not with --readonly)"),
-    ("workflow", "c", "check: dry-replay the history against the current code (needs --app)"),
-    ("workflow", "v", "the workflow's input, result and error in full"),
-    ("workflow", "] / [", "next / previous page of the slots or signals in view"),
-    ("signal dialog", "ctrl+s / esc", "send / cancel"),
-)
+# (heading, bindings): a binding with a tooltip is a help row (the footer shows the same text
+# when the mouse rests on its key); bindings that share a tooltip share a row ("0 1 2 3 4 5").
+HelpSection = tuple[str, Sequence[BindingType]]
+
+
+def help_rows(sections: Sequence[HelpSection], key_display: object, *, readonly: bool = False,
+              code: str | None = None) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(heading, [(keys, what)]) per section, from the bindings' tooltips.
+
+    Args:
+        sections: the bindings of each screen, under a heading.
+        key_display: `App.get_key_display`, so keys read as the footer shows them.
+        readonly: leave out the signal action (a read-only console has none).
+        code: the workflow code `c` checks against (None: none loaded).
+    """
+    out: list[tuple[str, list[tuple[str, str]]]] = []
+    for heading, bindings in sections:
+        rows: dict[str, list[str]] = {}
+        for binding in Binding.make_bindings(bindings):
+            if not binding.tooltip or (readonly and binding.action == "signal"):
+                continue
+            keys = rows.setdefault(binding.tooltip, [])
+            shown = key_display(binding)  # type: ignore[operator]
+            if shown not in keys:
+                keys.append(shown)
+        described = []
+        for what, keys in rows.items():
+            if what.startswith("check:"):
+                # Which code a check replays depends on how the console was started (--app, the demo's app).
+                what = f"{what} ({code})" if code else f"{what} (none loaded: use --app)"
+            described.append((" ".join(keys), what))
+        out.append((heading, described))
+    return out
 
 
 class HelpScreen(ModalScreen[None]):
@@ -45,9 +57,12 @@ class HelpScreen(ModalScreen[None]):
         Binding("question_mark", "dismiss", "Close", show=False),
     ]
 
-    def __init__(self, *, readonly: bool = False) -> None:
+    def __init__(self, sections: Sequence[HelpSection], *, readonly: bool = False, code: str | None = None) -> None:
+        """A key map of these sections, for a console that is read-only or not and loaded `code` (or none)."""
         super().__init__()
+        self.sections = sections
         self.readonly = readonly
+        self.code = code
 
     def compose(self) -> ComposeResult:
         """The key table."""
@@ -56,14 +71,11 @@ class HelpScreen(ModalScreen[None]):
         table = Table(box=None, padding=(0, 2), show_header=False)
         table.add_column("key", style="bold cyan", no_wrap=True)
         table.add_column("does")
-        group = None
-        for where, key, what in KEYMAP:
-            if self.readonly and key == "s":
-                continue  # a read-only console has no write action to describe
-            if where != group:
-                group = where
-                table.add_row(Text(where, style="bold underline default"), "")
-            table.add_row(key, what)
+        for heading, rows in help_rows(self.sections, self.app.get_key_display, readonly=self.readonly,
+                                       code=self.code):
+            table.add_row(Text(heading, style="bold underline default"), "")
+            for keys, what in rows:
+                table.add_row(Text(keys), Text(what))
         with Vertical(id="help-dialog", classes="dialog"):
             yield Static(Text("Keys", style="bold"), classes="dialog-title")
             with VerticalScroll(id="help-keys"):

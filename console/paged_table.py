@@ -15,11 +15,21 @@ from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
 from textual.message import Message
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 Cells = Sequence[Text]
 # (key, label, width, narrowest): a column is `width` cells wide when the terminal has room,
-# and gives up cells, down to `narrowest`, when it does not (an 80-column terminal).
+# and gives up cells, down to `narrowest`, when it does not (an 80-column terminal). The
+# columns named to `define_columns(grow=…)` also take whatever room is left over (a wide one).
 ColumnSpec = tuple[str, str | Text, int, int]
+MOVE_HELP = "move; past the end of a page loads the next page"
+
+
+def header(label: str | Text) -> Text:
+    """A column label that ends in `…` where its column is narrower than it (not cut mid-word silently)."""
+    label = label.copy() if isinstance(label, Text) else Text(label)
+    label.no_wrap, label.overflow = True, "ellipsis"
+    return label
 
 
 class PagedTable(DataTable[Text]):
@@ -30,11 +40,16 @@ class PagedTable(DataTable[Text]):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
+        Binding("j", "cursor_down", "Down", show=False, tooltip=MOVE_HELP),
+        Binding("k", "cursor_up", "Up", show=False, tooltip=MOVE_HELP),
+        # DataTable's own keys, here again to be named in the help (which lists tooltips).
+        Binding("down", "cursor_down", "Down", show=False, tooltip=MOVE_HELP),
+        Binding("up", "cursor_up", "Up", show=False, tooltip=MOVE_HELP),
+        Binding("enter", "select_cursor", "Select", show=False, key_display="enter",
+                tooltip="open the workflow, slot or signal under the cursor"),
         # Columns fit the width, so home/end go to the first/last row rather than scroll sideways.
-        Binding("home", "scroll_top", "First row", show=False),
-        Binding("end", "scroll_bottom", "Last row", show=False),
+        Binding("home", "scroll_top", "First row", show=False, tooltip="first / last row of the page"),
+        Binding("end", "scroll_bottom", "Last row", show=False, tooltip="first / last row of the page"),
     ]
 
     class PageRequested(Message):
@@ -62,13 +77,24 @@ class PagedTable(DataTable[Text]):
         self.has_more_before = False
         self._keys: list[str] = []
         self._specs: list[ColumnSpec] = []
+        self._grow: list[bool] = []
 
-    def define_columns(self, specs: Sequence[ColumnSpec]) -> None:
-        """Add the columns; their widths then follow the table's width (see `fit_widths`)."""
+    def define_columns(self, specs: Sequence[ColumnSpec], grow: Sequence[str] = ()) -> None:
+        """Add the columns; their widths then follow the table's width (see `fit_widths`).
+
+        Args:
+            specs: (key, label, width, narrowest) per column, in order.
+            grow: the keys of the columns that share the room left over on a wide terminal.
+        """
         self._specs = list(specs)
+        self._grow = [key in grow for key, _, _, _ in self._specs]
         for key, label, width, _ in self._specs:
-            self.add_column(label if isinstance(label, Text) else Text(label), key=key, width=width)
+            self.add_column(header(label), key=key, width=width)
         self._fit()
+
+    def set_label(self, key: str, label: str | Text) -> None:
+        """Change a column's label (cut with `…` like every label)."""
+        self.columns[ColumnKey(key)].label = header(label)
 
     def on_resize(self, _event: events.Resize) -> None:
         """Fit the columns to the new width."""
@@ -79,7 +105,7 @@ class PagedTable(DataTable[Text]):
             return
         # Keep room for the vertical scrollbar, so a page that starts to scroll still fits.
         room = self.size.width - self.styles.scrollbar_size_vertical - 2 * self.cell_padding * len(self._specs)
-        widths = fit_widths([(width, narrowest) for _, _, width, narrowest in self._specs], room)
+        widths = fit_widths([(width, narrowest) for _, _, width, narrowest in self._specs], room, self._grow)
         columns = list(self.ordered_columns)
         if [c.width for c in columns] == widths:
             return
@@ -216,11 +242,18 @@ def _same(a: Text, b: object) -> bool:
             and a.justify == b.justify)
 
 
-def fit_widths(columns: Sequence[tuple[int, int]], room: int) -> list[int]:
+def fit_widths(columns: Sequence[tuple[int, int]], room: int, grow: Sequence[bool] = ()) -> list[int]:
     """Column widths that fit `room` cells: each (width, narrowest) gives up cells in
-    proportion to what it can spare, and never goes below its narrowest."""
+    proportion to what it can spare, and never goes below its narrowest; with room to
+    spare, the columns marked in `grow` share it (the first ones take the odd cells)."""
     widths = [width for width, _ in columns]
     deficit = sum(widths) - room
+    growing = [i for i, g in enumerate(grow) if g]
+    if deficit < 0 and growing:
+        extra, odd = divmod(-deficit, len(growing))
+        for n, i in enumerate(growing):
+            widths[i] += extra + (1 if n < odd else 0)
+        return widths
     spare = [width - narrowest for width, narrowest in columns]
     if deficit <= 0 or not sum(spare):
         return widths

@@ -33,8 +33,8 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "cancel", "Cancel"),
-        Binding("ctrl+s", "send", "Send"),
+        Binding("escape", "cancel", "Cancel", tooltip="cancel"),
+        Binding("ctrl+s", "send", "Send", tooltip="send"),
     ]
 
     class Sent(Message):

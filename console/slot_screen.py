@@ -22,9 +22,9 @@ class SlotScreen(ModalScreen[None]):
     """The full value of a slot or signal payload; esc closes."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss", "Close"),
-        Binding("enter", "dismiss", "Close", show=False),
-        Binding("q", "dismiss", "Close", show=False),
+        Binding("escape", "dismiss", "Close", tooltip="close"),
+        Binding("enter", "dismiss", "Close", show=False, key_display="enter", tooltip="close"),
+        Binding("q", "dismiss", "Close", show=False, tooltip="close"),
     ]
 
     def __init__(self, title: Text, facts: list[tuple[str, Text]], body: Syntax | Text) -> None:

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, T
 
 from console.data import SIGNAL_PAGE, SLOT_PAGE, Diagnosis, WorkflowDetail, diagnose, fetch_detail
 from console.diagnosis_view import DiagnosisView
-from console.format import status_text, text, utc, value_preview
+from console.format import CELL_PREVIEW, status_text, text, utc, value_preview
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
 from engine.store import CommandRow
@@ -27,20 +27,25 @@ if TYPE_CHECKING:
     from console.app import ReplaylogConsole
 
 
+TABS_HELP = "slots, signals, diagnosis tab"
+PAGE_HELP = "next / previous page of the slots or signals in view"
+
+
 class WorkflowScreen(Screen[None]):
     """Everything about one workflow; live like the list."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back"),
-        Binding("s", "signal", "Signal"),
-        Binding("c", "check", "Check"),
-        Binding("v", "values", "Values"),
+        Binding("escape", "back", "Back", tooltip="back to the list"),
+        Binding("s", "signal", "Signal", tooltip="send a signal"),
+        # The help adds the code a check replays (see help_screen.help_rows).
+        Binding("c", "check", "Check", tooltip="check: dry-replay the history against the code"),
+        Binding("v", "values", "Values", tooltip="the workflow's input, result and error in full"),
         # The tab titles name these keys; the footer has no room for them on 80 columns.
-        Binding("1", "tab('slots')", "Slots", show=False),
-        Binding("2", "tab('signals')", "Signals", show=False),
-        Binding("3", "tab('diagnosis')", "Diagnosis", show=False),
-        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False),
-        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False),
+        Binding("1", "tab('slots')", "Slots", show=False, tooltip=TABS_HELP),
+        Binding("2", "tab('signals')", "Signals", show=False, tooltip=TABS_HELP),
+        Binding("3", "tab('diagnosis')", "Diagnosis", show=False, tooltip=TABS_HELP),
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False, tooltip=PAGE_HELP),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False, tooltip=PAGE_HELP),
     ]
 
     class DetailLoaded(Message):
@@ -60,9 +65,10 @@ class WorkflowScreen(Screen[None]):
     class DiagnosisFailed(Message):
         """The diagnosis (or its dry replay) failed; the reason is shown in the diagnosis tab."""
 
-        def __init__(self, reason: str) -> None:
+        def __init__(self, reason: str, checked: bool = False) -> None:
             super().__init__()
             self.reason = reason
+            self.checked = checked  # it was a `c` press that failed
 
     class LoadFailed(Message):
         """A read failed; the reason is shown in place."""
@@ -112,10 +118,10 @@ class WorkflowScreen(Screen[None]):
         slots = self.query_one("#slot-table", PagedTable)
         slots.define_columns([("slot", "slot", 7, 5), ("kind", "kind", 8, 8), ("name", "name", 20, 10),
                               ("ok", "ok", 9, 9), ("value", "value / error", 38, 12), ("attempts", "attempts", 8, 4),
-                              ("when", "when (UTC)", 13, 12)])
+                              ("when", "when (UTC)", 13, 12)], grow=["value"])
         signals = self.query_one("#signal-table", PagedTable)
         signals.define_columns([("seq", "seq", 5, 4), ("name", "name", 20, 10), ("payload", "payload", 50, 14),
-                                ("state", "state", 9, 8), ("sent", "sent (UTC)", 13, 12)])
+                                ("state", "state", 9, 8), ("sent", "sent (UTC)", 13, 12)], grow=["payload"])
         bar = Text("replaylog", style="bold")
         bar.append("  workflow ")
         bar.append_text(text(self.workflow_id, "bold"))
@@ -157,7 +163,7 @@ class WorkflowScreen(Screen[None]):
             with self.console.open_store() as store:
                 diagnosis = diagnose(store, self.workflow_id, self.console.registry, check=check)
         except Exception as exc:  # noqa: BLE001 - workflow code may raise anything during a dry replay
-            self.post_message(self.DiagnosisFailed(f"diagnosis failed: {exc}"))
+            self.post_message(self.DiagnosisFailed(f"diagnosis failed: {exc}", check))
             return
         self.post_message(self.Diagnosed(diagnosis))
 
@@ -212,12 +218,21 @@ class WorkflowScreen(Screen[None]):
         self._diagnosing = False
         self.query_one(DiagnosisView).query_one("#diag-summary", Static).update(
             Text(printable(message.reason), style="bold red"))
+        if message.checked:
+            self.notify(printable(message.reason), title=f"Check {printable(self.workflow_id, oneline=True)}",
+                        severity="error", markup=False)
 
     def on_workflow_screen_diagnosed(self, message: Diagnosed) -> None:
         """Draw the diagnosis; say the verdict of a check."""
         self._diagnosing = False
-        self.diagnosis = message.diagnosis
-        self.query_one(DiagnosisView).show(message.diagnosis)
+        diagnosis = self.diagnosis = message.diagnosis
+        self.query_one(DiagnosisView).show(diagnosis)
+        if diagnosis.checked and diagnosis.verdict is not None:
+            # A check on a failed workflow often repaints the tab with what it showed already:
+            # the notice is the visible answer to the key press.
+            ok = diagnosis.verdict_ok
+            self.notify(printable(diagnosis.verdict), title=f"Check {printable(self.workflow_id, oneline=True)}",
+                        severity="warning" if ok is None else ("information" if ok else "error"), markup=False)
         aligned = self.query_one("#aligned", PagedTable)
         if self.query_one(TabbedContent).active == "diagnosis" and aligned.display:
             aligned.focus()
@@ -234,6 +249,8 @@ class WorkflowScreen(Screen[None]):
         if row.blocked_on:
             status.append("  on signal ", style="")
             status.append_text(text(row.blocked_on, "bold yellow"))
+        if detail.waiting:
+            status.append_text(text(f"  {detail.waiting}", "yellow"))
         grid.add_row("status", status)
         grid.add_row("input", Text(preview(row.input, 200) if row.has_input else "(none)", no_wrap=True))
         if row.status == "completed":
@@ -321,7 +338,7 @@ class WorkflowScreen(Screen[None]):
         table.has_more_before = detail.signal_offset > 0
         table.has_more_after = detail.signal_offset + shown < total
         table.set_page([
-            (str(s.seq), [Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, 50),
+            (str(s.seq), [Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, CELL_PREVIEW),
                           Text("consumed", style="green") if s.consumed else Text("waiting", style="bold yellow"),
                           Text(utc(s.sent_at, millis=True), style="dim")])
             for s in detail.signals
@@ -451,4 +468,4 @@ def _value_cell(c: CommandRow) -> Text:
             return Text(f"{utc(c.value)}  (clock read)", no_wrap=True, overflow="ellipsis")
         except (OverflowError, OSError, ValueError):
             pass  # not a time a datetime can hold: show the number
-    return value_preview(c.value, 38)
+    return value_preview(c.value, CELL_PREVIEW)

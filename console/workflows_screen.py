@@ -14,7 +14,6 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
-from textual.widgets.data_table import ColumnKey
 
 from console.data import STATUSES, WorkflowsPage, WorkflowsQuery, fetch_workflows
 from console.format import STATUS_STYLES, age, status_text, text
@@ -24,13 +23,17 @@ from engine.text import printable
 if TYPE_CHECKING:
     from console.app import ReplaylogConsole
 
-# (key, label, width, narrowest): narrower on an 80-column terminal.
-COLUMNS = (("id", "id", 28, 14), ("workflow", "workflow", 18, 16), ("status", "status", 10, 9),
-           ("blocked_on", "blocked on", 16, 8), ("slots", "slots", 8, 5), ("updated", "updated", 10, 8))
-SORT_ORDER = [key for key, _, _, _ in COLUMNS]
+# (key, label, width, narrowest): narrower on an 80-column terminal; the error takes the room
+# a wide terminal has left.
+COLUMNS = (("id", "id", 28, 11), ("workflow", "workflow", 18, 12), ("status", "status", 10, 9),
+           ("blocked_on", "blocked on", 16, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
+           ("error", "error", 30, 8))
+# The columns `o` steps through and a header click sorts by (the error is not indexed: no sort).
+SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
 COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
 STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
+STATUS_HELP = "show " + ", ".join(["all", *STATUSES])
 Row = tuple[str, list[Text]]  # (workflow id, its cells)
 
 
@@ -39,16 +42,19 @@ class WorkflowsScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", show=False),
-        Binding("slash", "filter", "Filter", key_display="/"),
-        Binding("0", "status(None)", "All", show=False),
-        *[Binding(k, f"status('{s}')", s.capitalize(), show=False) for k, s in STATUS_KEYS.items()],
-        Binding("o", "sort", "Sort"),
-        Binding("r", "reverse", "Reverse"),
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="filter by id or workflow name"),
+        Binding("0", "status(None)", "All", show=False, tooltip=STATUS_HELP),
+        *[Binding(k, f"status('{s}')", s.capitalize(), show=False, tooltip=STATUS_HELP)
+          for k, s in STATUS_KEYS.items()],
+        Binding("o", "sort", "Sort", tooltip="sort by the next column, ascending first (or click a column header)"),
+        Binding("r", "reverse", "Reverse", tooltip="reverse the sort"),
         # The page line names these keys when there is more than one page.
-        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False),
-        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False),
-        Binding("s", "signal", "Signal"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False,
+                tooltip="next / previous page"),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False,
+                tooltip="next / previous page"),
+        Binding("s", "signal", "Signal", tooltip="send a signal to the workflow under the cursor"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
     ]
 
     class PageLoaded(Message):
@@ -102,7 +108,8 @@ class WorkflowsScreen(Screen[None]):
     def on_mount(self) -> None:
         """Build the columns and ask for the first page."""
         table = self.query_one(PagedTable)
-        table.define_columns([(key, self._label(key), width, narrowest) for key, _, width, narrowest in COLUMNS])
+        table.define_columns([(key, self._label(key), width, narrowest) for key, _, width, narrowest in COLUMNS],
+                             grow=["error"])
         self.query_one("#filter", Input).display = False
         self._draw_topbar()
         self.reload()
@@ -246,7 +253,7 @@ class WorkflowsScreen(Screen[None]):
         self.query_one("#counts", Static).update(counts)
         table = self.query_one(PagedTable)
         for key, _, _, _ in COLUMNS:
-            table.columns[ColumnKey(key)].label = self._label(key)
+            table.set_label(key, self._label(key))
         table.has_more_before = q.offset > 0
         table.has_more_after = q.offset + len(page.rows) < page.total if counted else len(page.rows) >= q.limit
         table.set_page(self._cells, cursor_at=self._cursor_after)
@@ -317,11 +324,11 @@ class WorkflowsScreen(Screen[None]):
         self._ask(replace(self.query_state, status=status, offset=0))
 
     def action_sort(self, key: str | None = None) -> None:
-        """Sort by the next column (or by `key`)."""
+        """Sort by the next column (or by `key`), ascending first; `r` reverses."""
         q = self.query_state
         if key is None:
             key = SORT_ORDER[(SORT_ORDER.index(q.sort) + 1) % len(SORT_ORDER)] if q.sort in SORT_ORDER else "id"
-        self._ask(replace(q, sort=key, offset=0))
+        self._ask(replace(q, sort=key, descending=False, offset=0))
 
     def action_reverse(self) -> None:
         """Flip the sort direction."""
@@ -343,6 +350,8 @@ class WorkflowsScreen(Screen[None]):
     @on(DataTable.HeaderSelected)
     def _header(self, event: DataTable.HeaderSelected) -> None:
         key = str(event.column_key.value)
+        if key not in SORT_ORDER:
+            return
         if key == self.query_state.sort:
             self.action_reverse()
         else:
@@ -385,6 +394,8 @@ def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
     """The table's cells for a page, built where the page is read (a worker thread)."""
     return [
         (r.id, [text(r.id), text(r.workflow), status_text(r.status), text(r.blocked_on or ""),
-                Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim")])
+                Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim"),
+                # Stored text: one line, never markup; the column cuts it with `…`.
+                text(r.error or "", "red")])
         for r in page.rows
     ]

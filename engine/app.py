@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine.core import error_text
+from engine.core import decorated_in, error_text, forget_decorated
 from engine.errors import ReplaylogError, UnknownWorkflowError
 
 DEFAULT_APP = "sample_workflows"
@@ -20,6 +21,68 @@ DEFAULT_APP = "sample_workflows"
 
 class AppImportError(ReplaylogError):
     """The APP could not be imported."""
+
+
+def _place(fn: Callable[..., Any]) -> str:
+    """Where a function was defined: module.qualname (file:line), for load errors."""
+    where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        where += f" ({Path(code.co_filename).name}:{code.co_firstlineno})"
+    return where
+
+
+def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
+    """The function's parameters, or None where Python cannot tell (a builtin, say)."""
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def parameters_text(fn: Callable[..., Any]) -> str:
+    """The parameter list as written, without annotations: `(ctx, order=None)`."""
+    params = _parameters(fn)
+    if params is None:
+        return "(...)"
+    bare = [p.replace(annotation=inspect.Parameter.empty) for p in params]
+    return str(inspect.Signature(bare))
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _input_params(fn: Callable[..., Any]) -> tuple[bool, bool] | None:
+    """(takes an input, needs one) for a workflow called as fn(ctx) or fn(ctx, input); None if unknown."""
+    params = _parameters(fn)
+    if params is None:
+        return None
+    positional = [p for p in params if p.kind in _POSITIONAL]
+    star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    after_ctx = positional[1:]
+    takes = bool(after_ctx) or star
+    needs = bool(after_ctx) and after_ctx[0].default is inspect.Parameter.empty
+    return takes, needs
+
+
+def _signature_problem(name: str, fn: Callable[..., Any]) -> str | None:
+    """Why a workflow function can never be called as fn(ctx) nor fn(ctx, input), if it cannot."""
+    params = _parameters(fn)
+    if params is None:
+        return None
+    positional = [p for p in params if p.kind in _POSITIONAL]
+    star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    head = f"workflow {name!r} ({_place(fn)}) takes {parameters_text(fn)}"
+    if not positional and not star:
+        return f"{head}: a workflow takes ctx as its first parameter"
+    required = [p.name for p in positional[1:] if p.default is inspect.Parameter.empty]
+    if len(required) > 1:
+        return (f"{head}: a workflow receives one input value, so at most one parameter after ctx may lack"
+                " a default (take one list or object instead)")
+    kw = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty]
+    if kw:
+        return f"{head}: keyword-only parameter {kw[0]!r} has no default, and a workflow is never given one"
+    return None
 
 
 @dataclass
@@ -32,14 +95,30 @@ class Registry:
 
     @classmethod
     def from_module(cls, module: ModuleType, spec: str | None = None) -> Registry:
-        """Collect the decorated functions in a module's namespace (imported ones count too)."""
+        """Collect what a module decorated at its top level, and decorated functions its namespace holds.
+
+        Registration is by recorded name: two functions with one Python name and two
+        recorded names both register. AppImportError if two workflows (or two
+        activities) share a recorded name, or a workflow can never be called.
+        """
         reg = cls(spec or module.__name__)
-        for value in list(vars(module).values()):
-            kind = getattr(value, "_replaylog_kind", None)
-            if kind == "workflow":
-                reg.workflows[value._replaylog_name] = value
-            elif kind == "activity":
-                reg.activities[value._replaylog_name] = value
+        candidates: dict[int, Callable[..., Any]] = {}
+        # The namespace too: functions imported from other modules count, as they always did.
+        for value in [*decorated_in(module.__name__), *vars(module).values()]:
+            if getattr(value, "_replaylog_kind", None) in ("workflow", "activity"):
+                candidates.setdefault(id(value), value)
+        for fn in candidates.values():
+            kind, name = fn._replaylog_kind, fn._replaylog_name  # type: ignore[attr-defined]
+            table = reg.workflows if kind == "workflow" else reg.activities
+            other = table.get(name)
+            if other is not None and other is not fn:
+                raise AppImportError(
+                    f"app {reg.spec!r} registers {kind} {name!r} twice: {_place(other)} and {_place(fn)}")
+            table[name] = fn
+        for name, fn in reg.workflows.items():
+            problem = _signature_problem(name, fn)
+            if problem is not None:
+                raise AppImportError(f"app {reg.spec!r}: {problem}")
         return reg
 
     def workflow(self, name: str) -> Callable[..., Any]:
@@ -49,6 +128,19 @@ class Registry:
         except KeyError:
             known = ", ".join(sorted(self.workflows)) or "none"
             raise UnknownWorkflowError(f"unknown workflow {name!r} in app {self.spec!r} (known: {known})") from None
+
+    def input_refusal(self, name: str, given: bool) -> str | None:
+        """Why workflow `name` cannot be started with (given=True) or without an input; None if it can."""
+        fn = self.workflow(name)
+        shape = _input_params(fn)
+        if shape is None:
+            return None
+        takes, needs = shape
+        if given and not takes:
+            return f"workflow {name!r} takes no input {parameters_text(fn)}: start it without INPUT_JSON"
+        if not given and needs:
+            return f"workflow {name!r} needs an input {parameters_text(fn)}: give INPUT_JSON"
+        return None
 
 
 def resolve_app_spec(spec: str | None) -> str:
@@ -70,6 +162,7 @@ def load_app(spec: str | None = None) -> Registry:
                 raise AppImportError(f"app file {spec} cannot be imported")
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[mod_name] = module
+            forget_decorated(mod_name)  # the same file loaded again: only what it decorates now counts
             # Let a file app import its siblings, as `python file.py` would.
             sys.path.insert(0, str(path.resolve().parent))
             module_spec.loader.exec_module(module)

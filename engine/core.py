@@ -30,11 +30,35 @@ Kind = Literal["activity", "now"]
 # ---------------------------------------------------------------- decorators
 
 
+# What each module decorated at its top level, by module name, in decoration order and
+# keyed (kind, registered name, qualified name). The app loader reads it: scanning the
+# module's namespace instead would lose a function whose Python name a later one reuses.
+# A re-decoration under the same key (the module imported again) replaces the old entry.
+_DECORATED: dict[str, dict[tuple[str, str, str], Callable[..., Any]]] = {}
+
+
 def _mark(fn: F, kind: str, name: str | None) -> F:
+    registered = name or fn.__name__
     # Functions take attributes at run time; Callable's type declares none, hence the ignores.
     fn._replaylog_kind = kind  # type: ignore[attr-defined]
-    fn._replaylog_name = name or fn.__name__  # type: ignore[attr-defined]
+    fn._replaylog_name = registered  # type: ignore[attr-defined]
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None) or registered
+    # A function made inside another one (a test body, a factory) is decorated at run time,
+    # not while its module imports: it belongs to an app only if the module's namespace holds it.
+    if module and "<locals>" not in qualname:
+        _DECORATED.setdefault(module, {})[(kind, registered, qualname)] = fn
     return fn
+
+
+def decorated_in(module_name: str) -> list[Callable[..., Any]]:
+    """The functions decorated at the top level of a module, in decoration order."""
+    return list(_DECORATED.get(module_name, {}).values())
+
+
+def forget_decorated(module_name: str) -> None:
+    """Drop what a module decorated: it is about to be executed afresh."""
+    _DECORATED.pop(module_name, None)
 
 
 @overload
@@ -438,8 +462,11 @@ class Context:
 
     # -- after the run
 
-    def unconsumed_divergence(self) -> NonDeterministicError | None:
-        """A completed run that left recorded slots unconsumed is non-deterministic too."""
+    def unconsumed_divergence(self, instead: str = "completed without issuing it") -> NonDeterministicError | None:
+        """A run that ended with recorded slots unconsumed is non-deterministic too.
+
+        `instead` says how it ended ("completed without issuing it" for a completed run).
+        """
         slot = self._cmd_index
         if slot >= self._history_len:
             return None
@@ -451,7 +478,7 @@ class Context:
                 issued=None,
                 message=(
                     f"non-determinism at slot {slot}: history has {rec.label}, "
-                    f"the workflow completed without issuing it"
+                    f"the workflow {instead}"
                 ),
             )
         )
@@ -554,9 +581,18 @@ def signal(state: WorkflowState, name: str, payload: Any = None) -> WorkflowStat
     return replace(state, signals=(*state.signals, SignalRecord(seq, name, payload)))
 
 
+# The verdicts of a dry replay, worded here once: `check`, the console and tests all read them
+# from DryReplay.text.
+FINISHED = ("completed", "failed")
+
+
 @dataclass(frozen=True)
 class DryReplay:
-    """The verdict of replaying a history against the current code without side effects."""
+    """The verdict of replaying a history against the current code without side effects.
+
+    `ok` is the answer (exit 0 or 1 for `check`); `verdict` says why in one line;
+    `diagnostic` positions a divergence (slot, what history holds, what the code issued).
+    """
 
     ok: bool
     verdict: str
@@ -565,31 +601,102 @@ class DryReplay:
     diagnostic: Diagnostic | None = None
     error: str | None = None
 
+    @property
+    def text(self) -> str:
+        """The one line to show an operator."""
+        return f"{self.verdict} ({self.replayed} slot(s) replayed)" if self.ok else self.verdict
 
-def dry_replay(fn: Callable[..., Any], state: WorkflowState, *, workflow_id: str = "") -> DryReplay:
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON shape of the verdict."""
+        return {"ok": self.ok, "verdict": self.text, "replayed": self.replayed, "issued": list(self.issued),
+                "diagnostic": self.diagnostic.to_dict() if self.diagnostic else None}
+
+
+def dry_replay(
+    fn: Callable[..., Any],
+    state: WorkflowState,
+    *,
+    workflow_id: str = "",
+    status: str | None = None,
+    recorded_error: str | None = None,
+    diverged: bool = False,
+) -> DryReplay:
     """Replay `state` against `fn` and stop at the first slot history does not hold.
 
     Nothing live runs: the clock is never read and no activity is called.
+
+    Args:
+        fn: the workflow function of the current code.
+        state: the recorded history.
+        workflow_id: for idempotency keys the code may read.
+        status: the workflow's recorded status. A finished one (completed or failed)
+            replays cleanly only if the current code ends where and how it ended: a
+            history the code would extend, or leave unconsumed, has diverged.
+        recorded_error: the error a failed workflow recorded.
+        diverged: the failed workflow was failed by a divergence (a stored diagnostic):
+            its recorded end is the engine's refusal, so the check is only whether the
+            current code still diverges.
     """
 
     def no_clock() -> float:  # pragma: no cover - the dry run stops before any live read
         raise AssertionError("dry replay read the clock")
 
     ctx = Context(state, workflow_id=workflow_id, clock=no_clock, dry_run=True)
+    finished = status in FINISHED and not diverged
+    # Where a clean replay's verdict starts: a fixed divergence says it is fixed.
+    clean = "no longer diverges" if status == "failed" and diverged else "replays cleanly"
+    ended = f"the workflow {status}" + (f" ({recorded_error})" if status == "failed" and recorded_error else "")
     try:
         outcome = execute(fn, ctx, state)
     except DryRunStop as stop:
-        verdict = f"replays cleanly; slot {stop.slot} would run {stop.issued} live"
-        return DryReplay(True, verdict, ctx.replayed_commands, tuple(ctx.issued))
+        issued = tuple(ctx.issued)
+        if not finished:
+            return DryReplay(True, f"{clean}; slot {stop.slot} would run {stop.issued} live",
+                             ctx.replayed_commands, issued)
+        if status == "failed" and recorded_error and f"slot {stop.slot}:" in recorded_error:
+            # It failed running this very slot live (an unknown activity, a value JSON cannot
+            # hold): nothing was recorded, so a dry replay ends at the same point.
+            return DryReplay(True, f"replays cleanly up to slot {stop.slot}, where it failed live: {recorded_error}",
+                             ctx.replayed_commands, issued)
+        diag = Diagnostic(stop.slot, None, stop.issued,
+                          f"non-determinism at slot {stop.slot}: history ends there ({ended}), "
+                          f"the workflow issued {stop.issued}")
+        return _diverged(ctx, diag)
     issued = tuple(ctx.issued)
     if outcome.diagnostic is not None:
-        return DryReplay(False, "diverges", ctx.replayed_commands, issued, outcome.diagnostic, outcome.error)
+        return DryReplay(False, outcome.error or "diverges", ctx.replayed_commands, issued, outcome.diagnostic,
+                         outcome.error)
+    if outcome.status != "completed":
+        # Blocked or failed before the end of history: the recorded run went further with
+        # the same inputs (signals only ever arrive), so the code has changed its path.
+        instead = (f"waited on signal {outcome.blocked_on!r} instead" if outcome.status == "blocked"
+                   else f"failed before issuing it: {outcome.error}")
+        leftover = ctx.unconsumed_divergence(instead)
+        if leftover is not None:
+            return _diverged(ctx, leftover.diagnostic)
     if outcome.status == "blocked":
-        verdict = f"replays cleanly; blocked on signal {outcome.blocked_on!r}"
+        now = f"blocks on signal {outcome.blocked_on!r}"
     elif outcome.status == "completed":
-        verdict = "replays cleanly; completes"
-    elif ctx.replayed_commands == len(state.commands) and outcome.error and outcome.error.startswith("ActivityError"):
-        verdict = "replays cleanly; fails on its recorded activity error"
+        now = "completes"
     else:
-        return DryReplay(False, "workflow code fails", ctx.replayed_commands, issued, None, outcome.error)
-    return DryReplay(True, verdict, ctx.replayed_commands, issued)
+        now = f"fails: {outcome.error}"
+    if finished:
+        if status == "completed" and outcome.status == "completed":
+            return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
+        if status == "failed" and outcome.status == "failed" and outcome.error == recorded_error:
+            return DryReplay(True, f"fails again the same way: {outcome.error}", ctx.replayed_commands, issued)
+        verdict = f"ends differently: {ended}, the current code {now}"
+        return DryReplay(False, verdict, ctx.replayed_commands, issued, None, verdict)
+    if outcome.status == "blocked":
+        return DryReplay(True, f"{clean}; blocked on signal {outcome.blocked_on!r}", ctx.replayed_commands, issued)
+    if outcome.status == "completed":
+        return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
+    if outcome.error and outcome.error.startswith("ActivityError"):
+        return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued)
+    verdict = outcome.error or "workflow code fails"
+    return DryReplay(False, verdict, ctx.replayed_commands, issued, None, outcome.error)
+
+
+def _diverged(ctx: Context, diagnostic: Diagnostic) -> DryReplay:
+    error = error_text(NonDeterministicError(diagnostic))
+    return DryReplay(False, error, ctx.replayed_commands, tuple(ctx.issued), diagnostic, error)

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,8 +49,13 @@ UPDATED_AT_STEP = 1.0
 # The size the WAL file is truncated back to after it restarts (SQLite's autocheckpoint
 # keeps it near 4 MiB while nothing pins it).
 WAL_SIZE_LIMIT = 8 * 1024 * 1024
+# A worker not seen for this many of its lease lengths counts as gone (served_names).
+LIVE_TTLS = 3
 STATUSES = ("pending", "running", "blocked", "completed", "failed")
 OPEN_STATUSES = ("pending", "running", "blocked")
+# Characters of a workflow's error a list row carries: a line on any terminal, while a page
+# stays small whatever a stored error (a traceback) holds.
+ERROR_PREVIEW = 400
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
                 "slots": "slots", "updated": "updated_at", "created": "created_at"}
 
@@ -83,14 +88,62 @@ def is_damaged(exc: BaseException) -> bool:
 
 
 # One encoder for every value: json.dumps with any option set builds a new encoder per
-# call, which cost more than the INSERT the text goes into.
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+# call, which cost more than the INSERT the text goes into. Text is kept as UTF-8, not
+# \u-escaped, so a document stored takes its own size (escaping tripled the size of
+# non-Latin text, and the cap measured the escapes). Measured with timeit: the same
+# cost as the ASCII encoder, ~0.2 us for a short string, ~1.6 us for a small dict;
+# measuring the size adds ~0.03 us for ASCII text (isascii and len are O(1)).
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+# For text holding a lone surrogate (json.loads("\"\\ud800\"") makes one): UTF-8 cannot
+# hold it, so such a value is stored \u-escaped, which reads back exactly.
+_encode_ascii = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def encode_value(value: Any) -> tuple[str, int]:
+    """A value's JSON text as stored, and its size in bytes (UTF-8): the one encoder of every stored value.
+
+    Raises TypeError or ValueError (NaN, infinity) if JSON cannot hold the value.
+    """
+    if type(value) is int:
+        text = int.__repr__(value)  # what the encoder writes for an int, without its set-up
+        return text, len(text)
+    text = _encode(value)
+    if text.isascii():
+        return text, len(text)
+    try:
+        return text, len(text.encode())
+    except UnicodeEncodeError:
+        text = _encode_ascii(value)
+        return text, len(text)
 
 
 def _dumps(value: Any) -> str:
-    if type(value) is int:
-        return int.__repr__(value)  # what the encoder writes for an int, without its set-up
-    return _encode(value)
+    return encode_value(value)[0]
+
+
+def over_cap(what: str, size: int, cap: int) -> str:
+    """The message for a value over the payload cap, naming its size and the cap."""
+    return f"{what} is {size} bytes, over the cap of {cap} bytes"
+
+
+def fit_text(text: str, cap: int, what: str) -> str:
+    """Error text as it can be stored: UTF-8 (a lone surrogate written as its escape) and
+    within the cap (cut, with a note naming `what`, its size and the cap).
+
+    Returns `text` itself when it needs neither.
+    """
+    if text.isascii() and len(text) <= cap:
+        return text
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
+        text = data.decode()
+    if len(data) <= cap:
+        return text
+    note = f" … (cut: {over_cap(what, len(data), cap)})"
+    keep = max(0, cap - len(note.encode()))
+    return data[:keep].decode("utf-8", "ignore") + note
 
 
 def _loads(text: str | None) -> Any:
@@ -131,6 +184,7 @@ class WorkflowSummary:
     slots: int
     created_at: float
     updated_at: float
+    error: str | None = None  # the start of a failed workflow's error (ERROR_PREVIEW characters)
 
 
 @dataclass(frozen=True)
@@ -196,6 +250,9 @@ class PendingRecord:
     claim: Claim
     slot: int
     record: CommandRecord
+    # The value's JSON text if the caller encoded it already (the worker does, to check
+    # it against the cap): then it is not encoded a second time.
+    text: str | None = None
 
 
 def _key_bounds(wf: str) -> tuple[str, str]:
@@ -237,6 +294,29 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         result=_loads(r[5]), error=r[6], diagnostic=_loads(r[7]), slots=r[8], created_at=r[9],
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12],
     )
+
+
+# Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
+# AND workflow IN (...)` and walks every pending row, those of other names included (a
+# worker that lacks their code leaves them there): name the partial index instead.
+_BY_NAME = " INDEXED BY workflows_pending"
+
+
+def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
+    """` AND workflow IN (?, ...)` and its parameters; nothing for None (every name)."""
+    if names is None:
+        return "", []
+    named = list(names)
+    return f" AND workflow IN ({', '.join('?' * len(named))})", named
+
+
+def waiting_reason(workflow: str, served: frozenset[str] | None) -> str | None:
+    """Why a pending workflow waits for a worker (from `served_names`), or None if a live one knows it."""
+    if served is None:
+        return "no worker running"
+    if workflow in served:
+        return None
+    return f"no running worker knows {workflow!r}"
 
 
 def new_workflow_id() -> str:
@@ -460,6 +540,17 @@ class SQLiteStore:
             " c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at FROM workflows w JOIN commands c"
             f" ON c.slot_key BETWEEN w.seq << 32 AND (w.seq << 32) + {SLOT_LIMIT - 1}"
         )
+        # The workers that run on this database and the workflow names their apps know,
+        # so that a pending workflow no live worker knows can say so (engine.worker keeps
+        # its row: written at start, stamped at each lease renewal, deleted at exit).
+        conn.execute(
+            "CREATE TABLE workers (owner TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+            " app TEXT NOT NULL, names TEXT NOT NULL, ttl FLOAT NOT NULL, started_at FLOAT NOT NULL,"
+            " seen_at FLOAT NOT NULL)"
+        )
+        # A worker claims pending workflows of its names only, oldest first: per name, one
+        # range of this index in order. Partial, so a running workflow's restamps never touch it.
+        conn.execute("CREATE INDEX workflows_pending ON workflows (workflow, updated_at) WHERE status = 'pending'")
 
     def close(self) -> None:
         """Close the connection."""
@@ -520,18 +611,14 @@ class SQLiteStore:
             raise
         conn.execute("COMMIT")
 
-    def _check_size(self, text: str, what: str) -> None:
-        size = len(text.encode())
-        if size > self.max_payload:
-            raise PayloadTooLargeError(f"{what} is {size} bytes, over the cap of {self.max_payload} bytes")
-
     def encode_payload(self, value: Any, what: str) -> str:
         """Encode a value as JSON text within the payload cap, or raise naming `what`."""
         try:
-            text = _dumps(value)
-        except (TypeError, ValueError) as exc:
+            text, size = encode_value(value)
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
-        self._check_size(text, what)
+        if size > self.max_payload:
+            raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
         return text
 
     def data_version(self) -> int:
@@ -637,8 +724,8 @@ class SQLiteStore:
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
                                 offset: int = 0) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
-        cursor = self._page(f"id, workflow, status, blocked_on, {_SLOTS_SHOWN}, created_at, updated_at", status, text,
-                            sort, descending, limit, offset)
+        cursor = self._page(f"id, workflow, status, blocked_on, {_SLOTS_SHOWN}, created_at, updated_at,"
+                            f" substr(error, 1, {ERROR_PREVIEW})", status, text, sort, descending, limit, offset)
         return [WorkflowSummary(*r) for r in cursor]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
@@ -745,22 +832,37 @@ class SQLiteStore:
 
     # -- the worker's writes (all lease-fenced)
 
-    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = ()) -> list[Claim]:
-        """Take the lease of up to `limit` runnable workflows.
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
+              names: Collection[str] | None = None) -> list[Claim]:
+        """Take the lease of up to `limit` runnable workflows (of `names` only, unless None).
 
         Runnable: pending, or running under a lease that has lapsed or whose owner is
         known dead. Each claim bumps the lease epoch, which fences out the old owner.
+        A workflow whose name the worker's app lacks is left alone: it would only fail there.
         """
         now = time.time()
         claims: list[Claim] = []
+        only, named = _names_clause(names)
         with self._write() as conn:
-            rows = conn.execute(
-                "SELECT id, NULL FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
-            ).fetchall()
+            if names is None:
+                rows = conn.execute(
+                    "SELECT id, NULL FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
+                ).fetchall()
+            else:
+                # One ordered range of workflows_pending per name, merged here: a single
+                # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
+                oldest: list[tuple[float, int, str]] = []
+                for name in names:
+                    oldest += conn.execute(
+                        f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
+                        " WHERE status = 'pending' AND workflow = ? ORDER BY updated_at LIMIT ?",
+                        (name, limit)).fetchall()
+                rows = [(wid, None) for _, _, wid in sorted(oldest)[:limit]]
             if len(rows) < limit:
                 rows += conn.execute(
-                    "SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ? LIMIT ?",
-                    (now, limit - len(rows)),
+                    f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ?{only}"
+                    " LIMIT ?",
+                    (now, *named, limit - len(rows)),
                 ).fetchall()
             if len(rows) < limit and dead_owners:
                 # Only leases that have not lapsed: the query above took every lapsed one (it
@@ -769,8 +871,8 @@ class SQLiteStore:
                 marks = ", ".join("?" * len(dead_owners))
                 rows += conn.execute(
                     f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_owner IN ({marks})"
-                    " AND (lease_expires >= ? OR lease_expires IS NULL) LIMIT ?",
-                    (*dead_owners, now, limit - len(rows)),
+                    f" AND (lease_expires >= ? OR lease_expires IS NULL){only} LIMIT ?",
+                    (*dead_owners, now, *named, limit - len(rows)),
                 ).fetchall()
             # A workflow taken over from another worker may have an activity in flight
             # there: fold that worker's mark in first, so the attempts count on.
@@ -889,23 +991,65 @@ class SQLiteStore:
             "SELECT MIN(lease_expires) FROM workflows WHERE status = 'running'").fetchone()[0]
         return expiry
 
-    def has_claimable(self, dead_owners: Sequence[str] = ()) -> bool:
-        """Whether `claim` would find anything: a cheap read before taking the write lock."""
+    def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
+        """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
         marks = ", ".join("?" * len(dead_owners)) or "NULL"
+        only, named = _names_clause(names)
         found: int = self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'pending')"
-            " OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?)"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}))",
-            (time.time(), *dead_owners),
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
+            (*named, time.time(), *named, *dead_owners, *named),
         ).fetchone()[0]
         return found == 1
 
-    def has_runnable(self) -> bool:
-        """Whether anything is pending or running (what `--until-idle` waits out)."""
+    def has_runnable(self, names: Collection[str] | None = None) -> bool:
+        """Whether anything (of `names`) is pending or running: what `--until-idle` waits out."""
+        only, named = _names_clause(names)
         found: int = self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'))"
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})", (*named, *named),
         ).fetchone()[0]
         return found == 1
+
+    def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
+        """Pending workflows per name, of the names not in `names` (what a worker of those names leaves)."""
+        named = list(names)
+        return dict(self._conn.execute(
+            f"SELECT workflow, COUNT(*) FROM workflows WHERE status = 'pending'"
+            f" AND workflow NOT IN ({', '.join('?' * len(named))}) GROUP BY workflow ORDER BY COUNT(*) DESC, workflow",
+            named).fetchall())
+
+    # -- which worker serves what
+
+    def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
+                       ttl: float) -> None:
+        """Say that a worker runs, and the workflow names its app knows (see `served_names`)."""
+        now = time.time()
+        with self._write() as conn:
+            # Rows of workers that died without a word, long gone: keep the table small.
+            conn.execute("DELETE FROM workers WHERE seen_at < ? - 10 * ttl", (now,))
+            conn.execute(
+                "INSERT OR REPLACE INTO workers (owner, host, pid, app, names, ttl, started_at, seen_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (owner, host, pid, app, _dumps(sorted(names)), ttl, now, now))
+
+    def worker_stopped(self, owner: str) -> None:
+        """A worker exits cleanly: it serves nothing any more."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM workers WHERE owner = ?", (owner,))
+
+    def served_names(self) -> frozenset[str] | None:
+        """The workflow names live workers know; None when no worker is live.
+
+        Live: seen within LIVE_TTLS of its lease length (workers stamp their row at
+        every lease renewal, a third of a lease apart).
+        """
+        rows = self._conn.execute("SELECT names FROM workers WHERE seen_at >= ? - ? * ttl",
+                                  (time.time(), LIVE_TTLS)).fetchall()
+        if not rows:
+            return None
+        return frozenset(name for (text,) in rows for name in json.loads(text))
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -920,7 +1064,8 @@ class SQLiteStore:
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
             write_record = self._write_record
-            written = [write_record(item.claim, item.slot, item.record, now, ttl, version) for item in records]
+            written = [write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
+                       for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
             self._fenced.clear()
@@ -932,15 +1077,17 @@ class SQLiteStore:
             self._fenced.pop(claim.id, None)
         return written, finished
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, *, ttl: float) -> bool:
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
 
         The same transaction and fencing, without the batch's lists; True if written.
+        `text` is the value's JSON text if the caller encoded it already.
         """
         conn = self._begin_immediate()
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-            written = self._write_record(claim, slot, rec, time.time(), ttl, version)
+            written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
         except BaseException:
             self._fenced.clear()
             conn.execute("ROLLBACK")
@@ -969,7 +1116,7 @@ class SQLiteStore:
             raise self._translate(exc) from None
 
     def _write_record(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
-                      version: int) -> bool:
+                      version: int, text: str | None = None) -> bool:
         """Write one slot's outcome if the claim still holds the lease and `slot` is next.
 
         Fencing reads the workflow's row, and rewriting that row per slot (count, lease
@@ -1020,7 +1167,8 @@ class SQLiteStore:
         row_key = claim.base + slot
         kind, name, ok, value, error, attempts = rec
         if ok and error is None:
-            text = int.__repr__(value) if type(value) is int else _dumps(value)  # _dumps's int case, inline
+            if text is None:
+                text = int.__repr__(value) if type(value) is int else _dumps(value)  # _dumps's int case, inline
             if attempts == 1 and kind == "activity":
                 self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now))
             else:
@@ -1063,10 +1211,12 @@ class SQLiteStore:
             )
         return True
 
-    def renew(self, claims: Sequence[Claim], *, ttl: float) -> list[bool]:
-        """Extend leases still held; say which are."""
+    def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+        """Extend leases still held; say which are. `worker`: stamp that worker's row as seen too."""
         now = time.time()
         with self._write() as conn:
+            if worker is not None:
+                conn.execute("UPDATE workers SET seen_at = ? WHERE owner = ?", (now, worker))
             return [
                 conn.execute(
                     "UPDATE workflows SET lease_expires = ? WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",

@@ -18,13 +18,31 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
-from engine.errors import LeaseLostError, NotADatabaseError, ReplaylogError, StoreError, UnknownWorkflowError
+from engine.errors import (
+    ActivityError,
+    LeaseLostError,
+    NotADatabaseError,
+    PayloadTooLargeError,
+    ReplaylogError,
+    StoreError,
+    UnknownWorkflowError,
+)
 from engine.marks import MarkBoard, board_files, board_owner, read_board
-from engine.store import Claim, PendingRecord, SQLiteStore, is_damaged
+from engine.store import (
+    Claim,
+    PendingRecord,
+    SQLiteStore,
+    default_max_payload,
+    encode_value,
+    fit_text,
+    is_damaged,
+    over_cap,
+)
 
 log = logging.getLogger("replaylog.worker")
 
@@ -227,8 +245,10 @@ class Committer:
             raise req.error
         return req.ok
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord) -> bool:
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
+
+        `text` is the value's JSON text if the caller encoded it already.
 
         The fast path of `submit` for a lone workflow: when no commit is in progress
         and nothing waits, this thread commits its outcome alone without building a
@@ -242,9 +262,9 @@ class Committer:
             self._leading = True
         lock.release()
         if not fast or store is None:
-            return self.submit(_Request(record=PendingRecord(claim, slot, rec)))
+            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text)))
         try:
-            written = store.commit_record(claim, slot, rec, ttl=self._ttl)
+            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl)
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1
@@ -365,6 +385,9 @@ class Worker:
         track_inflight: record that an activity started before running it.
         focus_cpu: while commits are crowded, run engine code on one CPU (CpuFocus).
         clock: the live clock for `ctx.now()`.
+        max_payload: the cap in bytes on every value recorded (else $REPLAYLOG_MAX_PAYLOAD, else
+            1 MiB): an activity result over it is recorded as that activity's failure, a
+            workflow result over it fails the workflow.
         on_event: called with (workflow id, event text) for the CLI's log.
     """
 
@@ -384,6 +407,9 @@ class Worker:
     ) -> None:
         self.path = Path(path)
         self.registry = registry
+        # The workflows this worker claims: one whose name its app lacks stays pending for a
+        # worker that knows it (claiming it here could only fail it).
+        self.names = frozenset(registry.workflows)
         self.concurrency = max(1, concurrency)
         self.ttl = ttl
         self.poll = poll
@@ -393,7 +419,8 @@ class Worker:
         self.crowded_commit = CROWDED_COMMIT
         self._focus: CpuFocus | None = None
         self.clock = clock
-        self.max_payload = max_payload
+        # The cap on every value recorded (activity results, the workflow's result), as on inputs.
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
         self.on_event = on_event
         self.owner = _owner_id()
         self._host = socket.gethostname()
@@ -405,11 +432,13 @@ class Worker:
         self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
         self._claim_batch = max(1, self.concurrency // 4)
-        self.committer = Committer(self.path, ttl, max_payload)
+        self.committer = Committer(self.path, ttl, self.max_payload)
         self._board: MarkBoard | None = None
         self.completed = 0
         self.checkpoints = 0
         self._wal_backoff = WAL_CHECK
+        # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
+        self.left_unknown: dict[str, int] = {}
         # Set when the database turns out to be damaged: run() raises it after stopping.
         self.fatal: NotADatabaseError | None = None
 
@@ -433,7 +462,7 @@ class Worker:
     # -- the main loop
 
     def run(self, *, until_idle: bool = False) -> None:
-        """Serve until stop() (or, with until_idle, until nothing is pending or running)."""
+        """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
         store = SQLiteStore(self.path, max_payload=self.max_payload)
         if self.track_inflight:
             try:
@@ -441,6 +470,14 @@ class Worker:
             except OSError as exc:
                 store.close()
                 raise StoreError(f"cannot create the in-flight mark file beside {self.path}: {exc}") from None
+        try:
+            store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
+                                 names=self.names, ttl=self.ttl)
+        except BaseException:
+            if self._board is not None:
+                self._board.close(remove=True)
+            store.close()
+            raise
         self._focus = CpuFocus.create(self.focus_cpu)
         self.committer.start()
         try:
@@ -457,6 +494,10 @@ class Worker:
             for t in list(self._threads):
                 t.join()
             self.committer.stop()
+            try:
+                store.worker_stopped(self.owner)
+            except (ReplaylogError, sqlite3.Error) as exc:  # the row goes stale and is ignored
+                log.warning("could not remove this worker's row: %s", exc)
             store.close()
             if self._board is not None:
                 # Every run has ended, and a run that ended with an activity in flight
@@ -492,15 +533,17 @@ class Worker:
             if look and free > 0:
                 next_lapse_check = now + LAPSE_CHECK
                 next_small_claim = now + CLAIM_COALESCE
-                if store.has_claimable(dead):
-                    for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead):
+                if store.has_claimable(dead, self.names):
+                    for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
+                                             names=self.names):
                         self._launch(claim)
             if now >= next_renew:
                 self._renew(store)
                 next_renew = now + self.ttl / 3
             if now >= next_wal_check:
                 next_wal_check = now + self._bound_wal(store)
-            if until_idle and not self._active and not store.has_runnable():
+            if until_idle and not self._active and not store.has_runnable(self.names):
+                self.left_unknown = store.pending_unknown(self.names)
                 return
             # While workflows run here, every commit of this worker's own changes the data
             # version: looking every 2 ms then is mostly work for nothing, and each look
@@ -568,8 +611,8 @@ class Worker:
     def _renew(self, store: SQLiteStore) -> None:
         with self._lock:
             claims = list(self._active.values())
-        if claims:
-            store.renew(claims, ttl=self.ttl)
+        # Also when idle: the worker's row says it is alive (store.served_names).
+        store.renew(claims, ttl=self.ttl, worker=self.owner)
 
     def _launch(self, claim: Claim) -> None:
         # Workflow threads are pooled: a thread and its connection outlive one workflow,
@@ -714,15 +757,45 @@ class Worker:
         inflight_slot, inflight_attempts = claim.inflight_slot, claim.inflight_attempts
         clock = time.time
         crowded = self.crowded_commit
+        cap = self.max_payload
 
         def record(slot: int, rec: CommandRecord) -> None:
             if committer.crowd >= crowded and self._focus is not None and not me.focused:
                 self._refocus(me, True)
-            if not commit(claim, slot, rec):
+            # The value is encoded here, once: its size is checked against the cap before
+            # anything is committed, and the store writes this text without encoding again.
+            # (A clock read is a float: never near a cap, and the store encodes it.)
+            text = None
+            refused = None
+            if rec.ok and rec.kind == "activity":
+                value = rec.value
+                if type(value) is int:  # encode_value's int case, inline: the common value on this path
+                    text = int.__repr__(value)
+                    size = len(text)
+                else:
+                    text, size = encode_value(value)
+                if size > cap:
+                    # Retrying would not make the value smaller: the failure is recorded at once.
+                    refused = error_text(PayloadTooLargeError(
+                        over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
+                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts)
+                    text = None
+            elif not rec.ok:
+                # An error text is stored too: cut to the cap, and made UTF-8 (an exception
+                # may carry a lone surrogate, from a file name say), or the commit would fail.
+                error = rec.error or ""
+                fitted = fit_text(error, cap, f"slot {slot}: the error text of activity {rec.name!r}")
+                if fitted is not error:
+                    refused = fitted
+                    rec = rec._replace(error=fitted)
+            if not commit(claim, slot, rec, text):
                 raise LeaseLostError(claim.id)
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
             if stopping.up:
                 raise WorkerStopping()  # the current slot is committed: stop here
+            if refused is not None:
+                # The workflow code sees what a replay of this slot will show it.
+                raise ActivityError(slot, rec.name, refused, rec.attempts)
 
         def on_start(slot: int, name: str, attempt: int) -> None:
             # Stop between slots: the slot before this one is already committed.
@@ -745,4 +818,16 @@ class Worker:
             state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
             sleep=sleep, record=record, on_start=on_start,
         )
-        return execute(fn, ctx, state)
+        outcome = execute(fn, ctx, state)
+        if outcome.status == "failed" and outcome.error:
+            error = fit_text(outcome.error, cap, "the workflow's error text")
+            if error is not outcome.error:
+                return replace(outcome, error=error)
+        elif outcome.status == "completed":
+            # The store encodes the result again when it writes the verdict: once per
+            # workflow, not per slot.
+            size = encode_value(outcome.result)[1]
+            if size > cap:
+                error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
+                return replace(outcome, status="failed", result=None, error=error)
+        return outcome

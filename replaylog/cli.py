@@ -5,15 +5,18 @@ Bad input exits non-zero with one line on stderr (no traceback) and writes nothi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal as signal_mod
 import sqlite3
+import stat
 import subprocess
 import sys
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import click
 from rich import box
@@ -22,9 +25,9 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from engine.core import dry_replay
+from engine.check import check_workflow
 from engine.errors import ReplaylogError, StoreError
-from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload, is_damaged
+from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload, is_damaged, waiting_reason
 from engine.text import preview, printable
 
 DEFAULT_DB = "replaylog.db"
@@ -43,10 +46,32 @@ def fail(message: str) -> NoReturn:
 
 
 class Settings:
-    """Global options resolved once per invocation."""
+    """Global options resolved once per invocation.
+
+    `--db` and `--max-payload` may come before the subcommand or after it; given in both
+    places they must agree (a database path given twice that differs is more likely a
+    mistake than an override, and the wrong database is the costly one to write).
+    """
 
     def __init__(self, db: str | None, max_payload: int | None) -> None:
-        self.db = Path(db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB)
+        self._db = db
+        self._max_payload = max_payload
+
+    @property
+    def db(self) -> Path:
+        """--db, else $REPLAYLOG_DB, else ./replaylog.db."""
+        return Path(self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB)
+
+    def set_db(self, db: str) -> None:
+        """Take --db given after the subcommand."""
+        if self._db is not None and os.path.abspath(self._db) != os.path.abspath(db):
+            fail(f"--db given twice with different values: {self._db} and {db}")
+        self._db = db
+
+    def set_max_payload(self, max_payload: int) -> None:
+        """Take --max-payload given after the subcommand."""
+        if self._max_payload is not None and self._max_payload != max_payload:
+            fail(f"--max-payload given twice with different values: {self._max_payload} and {max_payload}")
         self._max_payload = max_payload
 
     @property
@@ -59,8 +84,15 @@ class Settings:
         except StoreError as exc:
             fail(str(exc))
 
-    def open(self, *, readonly: bool = False) -> SQLiteStore:
-        """Open the store; a one-line error if it cannot be."""
+    def open(self, *, readonly: bool = False, create: bool = False) -> SQLiteStore:
+        """Open the store; a one-line error if it cannot be.
+
+        Only `create` makes a database where there is none: reading, signalling or
+        watching a path that holds none is a mistake (a typo in --db) to say, not to paper
+        over with an empty file.
+        """
+        if not create and not self.db.exists():
+            fail(f"no database at {self.db}")
         try:
             return SQLiteStore(self.db, readonly=readonly, max_payload=self.max_payload)
         except ReplaylogError as exc:
@@ -68,6 +100,33 @@ class Settings:
 
 
 pass_settings = click.make_pass_decorator(Settings)
+
+_DB_HELP = "Database file (else $REPLAYLOG_DB, else ./replaylog.db)."
+_MAX_PAYLOAD_HELP = ("Cap in bytes on every stored value: inputs, signal payloads, activity and workflow results"
+                     " (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).")
+
+
+def _settings(ctx: click.Context) -> Settings:
+    settings = ctx.find_object(Settings)
+    assert settings is not None, "the group's callback made it before any subcommand parses"
+    return settings
+
+
+def _take_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        _settings(ctx).set_db(value)
+
+
+def _take_max_payload(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
+    if value is not None:
+        _settings(ctx).set_max_payload(value)
+
+
+def global_options(fn: Any) -> Any:
+    """Accept the group's --db and --max-payload after the subcommand too (`replaylog list --db X`)."""
+    fn = click.option("--max-payload", type=click.IntRange(min=1), metavar="BYTES", expose_value=False,
+                      callback=_take_max_payload, help=_MAX_PAYLOAD_HELP)(fn)
+    return click.option("--db", metavar="PATH", expose_value=False, callback=_take_db, help=_DB_HELP)(fn)
 
 
 def _app(spec: str | None) -> Registry:
@@ -77,30 +136,58 @@ def _app(spec: str | None) -> Registry:
         fail(str(exc))
 
 
+# Past this many bytes, the rest of an input over the cap coming down a pipe is not counted.
+COUNT_LIMIT = 1 << 30
+
+
+def _whole_size(fh: BinaryIO, data: bytes) -> str:
+    """The size of an input over the cap, of which `data` was read: the file's size, or counted to its end."""
+    try:
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode):
+            return f"{st.st_size - fh.tell() + len(data)} bytes"
+    except (OSError, ValueError):
+        pass  # not a file with a size (a pipe, a terminal): count what is left
+    total = len(data)
+    while total <= COUNT_LIMIT:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return f"{total} bytes"
+        total += len(chunk)
+    return f"more than {COUNT_LIMIT} bytes"
+
+
 def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool]:
     """Parse an inline JSON argument, `-` (standard input) or `@path` (a file).
 
-    Returns (value, given). The size cap applies to the raw text, so a huge input is
-    refused before it is parsed; the error names the source.
+    Returns (value, given). The size cap applies to the raw text as given, in bytes
+    (UTF-8), so a huge input is refused before it is parsed; the error names the
+    source and the input's size.
     """
     if raw is None:
         return None, False
+    size = ""
     if raw == "-":
         source = "stdin"
         data = sys.stdin.buffer.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            size = _whole_size(sys.stdin.buffer, data)
     elif raw.startswith("@"):
         path = Path(raw[1:])
         source = f"file {path}"
         try:
             with path.open("rb") as fh:
                 data = fh.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    size = _whole_size(fh, data)
         except OSError as exc:
             fail(f"cannot read {what} from {source}: {exc.strerror or exc}")
     else:
         source = "the command line"
         data = raw.encode()
+        size = f"{len(data)} bytes"
     if len(data) > max_bytes:
-        fail(f"{what} from {source} is over the cap of {max_bytes} bytes")
+        fail(f"{what} from {source} is {size}, over the cap of {max_bytes} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -117,9 +204,8 @@ def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", metavar="PATH", help="Database file (else $REPLAYLOG_DB, else ./replaylog.db).")
-@click.option("--max-payload", type=click.IntRange(min=1), metavar="BYTES",
-              help="Cap on an input's or a signal payload's size (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).")
+@click.option("--db", metavar="PATH", help=_DB_HELP)
+@click.option("--max-payload", type=click.IntRange(min=1), metavar="BYTES", help=_MAX_PAYLOAD_HELP)
 @click.version_option(package_name="replaylog")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
@@ -132,6 +218,7 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
 @click.argument("input_json", required=False, metavar="[INPUT_JSON]")
 @click.option("--id", "workflow_id", help="Use this id instead of a generated one.")
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@global_options
 @pass_settings
 def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
           app: str | None) -> None:
@@ -139,8 +226,12 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
     registry = _app(app)
     if workflow_name not in registry.workflows:
         fail(str(_unknown_workflow(registry, workflow_name)))
+    # A workflow is called fn(ctx) or fn(ctx, input): refuse now what could only fail later.
+    refusal = registry.input_refusal(workflow_name, given=input_json is not None)
+    if refusal is not None:
+        fail(refusal)
     value, given = read_json_arg(input_json, "the workflow input", settings.max_payload)
-    with settings.open() as store:
+    with settings.open(create=True) as store:
         try:
             wid = store.start_workflow(workflow_name, value, has_input=given, workflow_id=workflow_id)
         except ReplaylogError as exc:
@@ -160,6 +251,7 @@ def _unknown_workflow(registry: Registry, name: str) -> Exception:
 @click.argument("workflow_id")
 @click.argument("name")
 @click.argument("payload_json", required=False, metavar="[PAYLOAD_JSON]")
+@global_options
 @pass_settings
 def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | None) -> None:
     """Send a signal (payload defaults to null). PAYLOAD_JSON may be `-` (stdin) or `@path`."""
@@ -177,7 +269,8 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
 
 @cli.command()
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
-@click.option("--until-idle", is_flag=True, help="Return once no workflow is pending or running.")
+@click.option("--until-idle", is_flag=True,
+              help="Return once no workflow this app knows is pending or running.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes on this database.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
@@ -187,23 +280,32 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
 @click.option("--no-inflight", is_flag=True, help="Do not record that an activity started before running it.")
 @click.option("--no-cpu-focus", is_flag=True,
               help="Never move workflow threads onto one CPU while commits are crowded (README: Performance).")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing per workflow.")
+@click.option("--create", is_flag=True, help="Create the database if there is none (else a missing one is an error).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
+@click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
+@global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
-           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool) -> None:
+           lease: float, no_inflight: bool, no_cpu_focus: bool, create: bool, quiet: bool, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from engine.worker import Worker
 
     registry = _app(app)
-    settings.open().close()  # fail early, in one line, on a bad database
+    # Fail early, in one line, on a bad database; a missing one is refused unless --create:
+    # a worker on a mistyped path would otherwise wait for ever on an empty new file.
+    settings.open(create=create).close()
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
-                "--concurrency", str(concurrency), "--lease", str(lease)]
+                "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
         base += ["--no-cpu-focus"] * no_cpu_focus
         children = [subprocess.Popen(base) for _ in range(processes - 1)]
+    if not quiet and not child:
+        # On stderr, with the per-workflow events: stdout stays for what a script reads.
+        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children]),
+                             oneline=True), err=True)
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
@@ -216,8 +318,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         if w.stopping:
             os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
         w.stop()
-        for child in children:
-            child.send_signal(signum)
+        for proc in children:
+            proc.send_signal(signum)
 
     signal_mod.signal(signal_mod.SIGTERM, on_signal)
     signal_mod.signal(signal_mod.SIGINT, on_signal)
@@ -226,26 +328,57 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     except ReplaylogError as exc:
         fail(str(exc))
     finally:
-        for child in children:
-            child.wait()
+        for proc in children:  # not `child`: that is the --child flag
+            proc.wait()
+    if w.left_unknown:
+        names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
+        click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
     bad = [c.returncode for c in children if c.returncode not in (0, -signal_mod.SIGTERM, -signal_mod.SIGINT)]
     if bad:
         fail(f"{len(bad)} worker process(es) exited with an error")
+
+
+def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int]) -> str:
+    """The worker's start line: what it serves, how, and which processes to signal."""
+    names = sorted(registry.workflows)
+    shown = ", ".join(names[:8]) + (f", … ({len(names)} in all)" if len(names) > 8 else "")
+    return (f"replaylog worker serving {settings.db.resolve()}: app {registry.spec} "
+            f"({len(names)} workflow(s): {shown or 'none'}), concurrency {concurrency}, "
+            f"{len(pids)} process(es), pid {', '.join(map(str, pids))}")
 
 
 # ---------------------------------------------------------------- reading
 
 
 def _when(ts: float | None, *, short: bool = False) -> str:
+    """A stored time in UTC (the long form says so; a table's column header says it for the short)."""
     if ts is None:
         return ""
-    return datetime.fromtimestamp(ts).strftime("%m-%d %H:%M:%S" if short else "%Y-%m-%d %H:%M:%S")
+    when = datetime.fromtimestamp(ts, tz=UTC)
+    return when.strftime("%m-%d %H:%M:%S") if short else when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _clock_value(value: Any) -> str:
+    """A recorded `now` slot as a UTC time; anything that is not a plausible time as its JSON."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return _when(value)
+        except (OverflowError, OSError, ValueError):
+            pass
+    return preview(value, 40)
+
+
+# Piped output is laid out this wide: wide enough that no line of ours wraps, so a script
+# (or grep) gets each value and each verdict on one line.
+_PIPED_WIDTH = 10_000
 
 
 def _console(stderr: bool = False) -> Console:
-    """A rich console; piped output is laid out 120 wide rather than rich's 80."""
+    """A rich console: a terminal's width, else one that never wraps (nor pads to its width)."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 120)
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=_PIPED_WIDTH, soft_wrap=True)
 
 
 def _t(value: Any) -> Text:
@@ -258,6 +391,7 @@ def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
     inflight = store.inflight(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
+        "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "commands": [
@@ -275,11 +409,20 @@ def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
     }
 
 
+def _waiting(store: SQLiteStore, workflow: str, status: str,
+             served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
+    """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
+    if status != "pending":
+        return None
+    return waiting_reason(workflow, served() if served is not None else store.served_names())
+
+
 @cli.command(name="list")
 @click.option("--status", type=click.Choice(STATUSES), help="Only workflows in this status.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="At most this many (default: all with --json, 200 in the table; 0 means all).")
+@global_options
 @pass_settings
 def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int | None) -> None:
     """List workflows, most recently updated first."""
@@ -288,19 +431,23 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
     with settings.open(readonly=True) as store:
         rows = store.list_workflows(status=status, limit=limit or -1)
         total = store.count_workflows(status=status) if limit and len(rows) == limit else len(rows)
+        served = functools.cache(store.served_names)  # read once, and only if a pending row asks
+        waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on, "slots": r.slots,
-             "updated_at": r.updated_at, "error": r.error} for r in rows
+             "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id]} for r in rows
         ]))
         return
     table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
-    for col in ("id", "workflow", "status", "blocked on", "slots", "updated"):
+    for col in ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)"):
         # Ids are what operators copy into the next command: never cut them short.
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
-                         no_wrap=col in ("id", "status", "updated", "slots"))
+                         no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
     for r in rows:
-        table.add_row(_t(r.id), _t(r.workflow), _status(r.status), _t(r.blocked_on), _t(r.slots),
+        # A pending workflow no live worker can run says so where a blocked one names its signal.
+        waits = _t(r.blocked_on) if r.blocked_on else _waits(waiting[r.id])
+        table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
                       _t(_when(r.updated_at, short=True)))
     _console().print(table)
     if total != len(rows):
@@ -310,13 +457,21 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
 _STATUS_STYLE = {"pending": "cyan", "running": "blue", "blocked": "yellow", "completed": "green", "failed": "red"}
 
 
-def _status(status: str) -> Text:
-    return Text(status, style=_STATUS_STYLE.get(status, ""))
+def _waits(waiting: str | None) -> Text:
+    return Text(printable(waiting or "", oneline=True), style="yellow")
+
+
+def _status(status: str, waiting: str | None = None) -> Text:
+    shown = Text(status, style=_STATUS_STYLE.get(status, ""))
+    if waiting:
+        shown.append(printable(f" — {waiting}", oneline=True), style="yellow")
+    return shown
 
 
 @cli.command()
 @click.argument("workflow_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@global_options
 @pass_settings
 def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     """Show a workflow: status, input, result or error, every slot, every signal."""
@@ -335,7 +490,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     head.add_column()
     head.add_row("id", _t(row.id))
     head.add_row("workflow", _t(row.workflow))
-    head.add_row("status", _status(row.status))
+    head.add_row("status", _status(row.status, data["waiting_for_worker"]))
     if row.blocked_on:
         head.add_row("blocked on", _t(row.blocked_on))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
@@ -355,13 +510,13 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
             " (it possibly ran)", oneline=True), style="yellow"))
     console.print(head)
     slots = Table(title=f"{len(data['commands'])} slot(s)", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("slot", "kind", "name", "ok", "value / error", "attempts", "when"):
+    for col in ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"):
         # The value column takes what is left; the short ones never wrap.
         slots.add_column(col, no_wrap=col != "value / error", overflow="fold")
     for c in data["commands"]:
         slots.add_row(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
                       Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-                      _t(preview(c["value"], 40) if c["ok"] else preview(c["error"], 40)), _t(c["attempts"]),
+                      _t(_slot_value(c)), _t(c["attempts"]),
                       _t(_when(c["recorded_at"], short=True)))
     console.print(slots)
     if data["signals"]:
@@ -374,48 +529,49 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         console.print(sigs)
 
 
+def _slot_value(c: dict[str, Any]) -> str:
+    if not c["ok"]:
+        return preview(c["error"], 40)
+    # A clock read is a time to the reader, not an epoch number (JSON keeps the number).
+    return _clock_value(c["value"]) if c["kind"] == "now" else preview(c["value"], 40)
+
+
 # ---------------------------------------------------------------- check
-
-
-def check_one(store: SQLiteStore, registry: Registry, workflow_id: str) -> tuple[bool, str, dict[str, Any] | None]:
-    """Dry-replay one workflow against the current code: (ok, verdict, diagnostic dict)."""
-    row = store.get_workflow(workflow_id)
-    try:
-        fn = registry.workflow(row.workflow)
-    except ReplaylogError as exc:
-        return False, str(exc), None
-    result = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id)
-    if result.ok:
-        return True, f"{result.verdict} ({result.replayed} slot(s) replayed)", None
-    diag = result.diagnostic.to_dict() if result.diagnostic else None
-    return False, result.error or result.verdict, diag
 
 
 @cli.command()
 @click.argument("workflow_id", required=False)
 @click.option("--all", "check_all", is_flag=True, help="Check every unfinished workflow.")
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict of one workflow as a JSON object.")
+@global_options
 @pass_settings
-def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str | None) -> None:
-    """Dry-replay history against the current code, with no side effects: exit 1 if it diverges."""
+def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str | None, as_json: bool) -> None:
+    """Dry-replay history against the current code, with no side effects: exit 1 if it diverges.
+
+    A finished workflow replays cleanly only if the code ends as it ended: a completed
+    history the code would extend has diverged; a failed one must fail the same way.
+    """
     if bool(workflow_id) == check_all:
         fail("give one WORKFLOW_ID or --all")
+    if as_json and check_all:
+        fail("--json checks one WORKFLOW_ID, not --all")
     registry = _app(app)
     with settings.open(readonly=True) as store:
-        if workflow_id:
-            try:
-                ok, verdict, diag = check_one(store, registry, workflow_id)
-            except ReplaylogError as exc:
-                fail(str(exc))
-            line = f"{printable(workflow_id, oneline=True)}: {printable(verdict, oneline=True)}"
-            if ok:
-                click.echo(line)
-                return
-            click.echo(line, err=True)
-            if diag:
-                click.echo(json.dumps(diag), err=True)
-            sys.exit(1)
-        _check_all(store, registry)
+        if not workflow_id:
+            _check_all(store, registry)
+            return
+        try:
+            verdict = check_workflow(store, registry, workflow_id)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    if as_json:
+        click.echo(json.dumps({"id": workflow_id, **verdict.to_dict()}))
+    else:
+        # Said once: on stdout when it replays cleanly, on stderr (with exit 1) when not.
+        click.echo(printable(f"{workflow_id}: {verdict.text}", oneline=True), err=not verdict.ok)
+    if not verdict.ok:
+        sys.exit(1)
 
 
 def _check_all(store: SQLiteStore, registry: Registry) -> None:
@@ -425,15 +581,16 @@ def _check_all(store: SQLiteStore, registry: Registry) -> None:
                                                descending=False)]
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
-    with Progress(console=console, transient=True) as progress:
+    # A progress bar only on a terminal: piped, rich's stopped display leaves a blank line.
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("replaying", total=len(ids))
         for wid in ids:
-            ok, verdict, _ = check_one(store, registry, wid)
-            if not ok:
-                failures.append((wid, verdict))
+            verdict = check_workflow(store, registry, wid)
+            if not verdict.ok:
+                failures.append((wid, verdict.text))
             progress.advance(task)
-    for wid, verdict in failures:
-        console.print(Text(printable(f"{wid}: {verdict}", oneline=True), style="red"))
+    for wid, text in failures:
+        console.print(Text(printable(f"{wid}: {text}", oneline=True), style="red"))
     summary = f"checked {len(ids)} unfinished workflow(s): {len(ids) - len(failures)} replay cleanly, " \
               f"{len(failures)} diverge or fail"
     click.echo(summary)
@@ -447,6 +604,7 @@ def _check_all(store: SQLiteStore, registry: Registry) -> None:
 @cli.command()
 @click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
 @click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@global_options
 @pass_settings
 def console(settings: Settings, readonly: bool, app: str | None) -> None:
     """Open the operator console (a terminal UI) on the database."""
@@ -459,6 +617,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
 
 @cli.command()
 @click.option("--no-console", is_flag=True, help="Only seed and print the tour; do not open the console.")
+@global_options
 @pass_settings
 def demo(settings: Settings, no_console: bool) -> None:
     """Seed a demo database with workflows in every state, run a worker, open the console."""

@@ -6,6 +6,7 @@ runs with the sample app (and its old version, for the non-deterministic one).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -98,7 +99,8 @@ def _tour(db: Path, ids: dict[str, str], echo: Callable[[str], None]) -> None:
         while store.get_workflow(blocked).status != "completed" and time.monotonic() - start < 10:
             time.sleep(0.01)
         row = store.get_workflow(blocked)
-        echo(f"  {blocked} is {row.status} after {1000 * (time.monotonic() - start):.0f} ms: {row.result}")
+        result = json.dumps(row.result, ensure_ascii=False)  # JSON, as `show --json` prints it
+        echo(f"  {blocked} is {row.status} after {1000 * (time.monotonic() - start):.0f} ms: {result}")
         echo("\nEvery workflow now:")
         echo_states(store, echo)
     cmd = _command_name()

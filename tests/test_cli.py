@@ -283,3 +283,203 @@ def test_stored_text_with_escapes_and_markup_prints_literally(cli: Cli) -> None:
     assert out.returncode == 0
     assert "\x1b[31m" not in out.stdout
     assert "\\x1b[31mred" in out.stdout and "[/bold]" in out.stdout
+
+
+# ------------------------------------------------------------------ check on finished workflows
+
+
+def write_app(tmp_path: Path, name: str, body: str) -> str:
+    """A one-workflow app file `steps` whose body is `body` (indented code after `def steps(ctx):`)."""
+    app = tmp_path / f"{name}.py"
+    app.write_text(
+        "from replaylog import workflow, activity\n"
+        "@activity\ndef a():\n    return 1\n"
+        "@activity\ndef b():\n    return 2\n"
+        "@workflow\ndef steps(ctx):\n" + body
+    )
+    return str(app)
+
+
+def run_steps(cli: Cli, app: str) -> str:
+    wid = start(cli, "steps", "--app", app)
+    assert cli("worker", "--until-idle", "--quiet", "--app", app).returncode == 0
+    return wid
+
+
+def test_check_a_completed_workflow_the_code_would_extend_has_diverged(cli: Cli, tmp_path: Path) -> None:
+    v1 = write_app(tmp_path, "v1", "    ctx.call_activity(a)\n    return 'done'\n")
+    v2 = write_app(tmp_path, "v2", "    ctx.call_activity(a)\n    ctx.call_activity(b)\n    return 'done'\n")
+    wid = run_steps(cli, v1)
+    assert json.loads(cli("show", wid, "--json").stdout)["status"] == "completed"
+    same = cli("check", wid, "--app", v1)
+    assert same.returncode == 0 and "replays cleanly; completes" in same.stdout
+    extended = cli("check", wid, "--app", v2)
+    one_line_error(extended, "slot 1", "history ends there", "the workflow completed", "activity:b")
+    assert extended.stdout == ""
+    verdict = json.loads(cli("check", wid, "--app", v2, "--json").stdout)
+    assert verdict["ok"] is False
+    assert verdict["diagnostic"] == {"slot": 1, "recorded": None, "issued": "activity:b",
+                                     "message": verdict["diagnostic"]["message"]}
+
+
+def test_check_a_completed_workflow_the_code_now_ends_short_of_or_blocks_after(cli: Cli, tmp_path: Path) -> None:
+    v1 = write_app(tmp_path, "v1", "    ctx.call_activity(a)\n    return 'done'\n")
+    wid = run_steps(cli, v1)
+    # Unconsumed history: the code returns without issuing the recorded slot 0.
+    short = write_app(tmp_path, "short", "    return 'done'\n")
+    one_line_error(cli("check", wid, "--app", short), "slot 0", "activity:a", "completed without issuing it")
+    # The code now waits on a signal after the recorded history of a completed workflow.
+    waits = write_app(tmp_path, "waits", "    ctx.call_activity(a)\n    ctx.wait_signal('more')\n")
+    one_line_error(cli("check", wid, "--app", waits), "the workflow completed", "blocks on signal 'more'")
+
+
+def test_check_a_workflow_failed_by_its_own_code_replays_cleanly_when_it_fails_again_the_same_way(
+        cli: Cli, tmp_path: Path) -> None:
+    v1 = write_app(tmp_path, "v1", "    ctx.call_activity(a)\n    raise ValueError('boom')\n")
+    wid = run_steps(cli, v1)
+    shown = json.loads(cli("show", wid, "--json").stdout)
+    assert shown["status"] == "failed" and shown["diagnostic"] is None
+    same = cli("check", wid, "--app", v1)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.strip() == f"{wid}: fails again the same way: workflow code raised ValueError: boom " \
+                                  "(1 slot(s) replayed)"
+    other = write_app(tmp_path, "other", "    ctx.call_activity(a)\n    raise KeyError('k')\n")
+    one_line_error(cli("check", wid, "--app", other), "ends differently", "ValueError: boom", "KeyError")
+    early = write_app(tmp_path, "early", "    raise ValueError('boom')\n")
+    one_line_error(cli("check", wid, "--app", early), "slot 0", "activity:a", "failed before issuing it")
+    fixed = write_app(tmp_path, "fixed", "    ctx.call_activity(a)\n    return 'ok'\n")
+    one_line_error(cli("check", wid, "--app", fixed), "ends differently", "the current code completes")
+
+
+def test_check_a_workflow_failed_by_divergence_replays_cleanly_under_the_code_that_recorded_it(cli: Cli) -> None:
+    wid = start(cli, "refund", "8")
+    cli("worker", "--until-idle", "--quiet", "--app", "sample_workflows.legacy_v1")
+    cli("signal", wid, "approval", "true")
+    cli("worker", "--until-idle", "--quiet")
+    assert json.loads(cli("show", wid, "--json").stdout)["diagnostic"]["slot"] == 0
+    one_line_error(cli("check", wid), "slot 0", "activity:fetch_customer", "activity:fetch_invoice")
+    fixed = cli("check", wid, "--app", "sample_workflows.legacy_v1")
+    assert fixed.returncode == 0 and "no longer diverges" in fixed.stdout
+
+
+def test_check_a_workflow_that_failed_live_at_the_slot_history_ends_at(cli: Cli, tmp_path: Path) -> None:
+    app = write_app(tmp_path, "v1", "    ctx.call_activity(a)\n    ctx.call_activity('nope')\n")
+    wid = run_steps(cli, app)
+    assert "unknown activity 'nope'" in json.loads(cli("show", wid, "--json").stdout)["error"]
+    verdict = cli("check", wid, "--app", app)
+    assert verdict.returncode == 0 and "replays cleanly up to slot 1, where it failed live" in verdict.stdout
+
+
+def test_check_says_each_verdict_once_and_piped_output_is_not_wrapped(cli: Cli) -> None:
+    long_id = "refund-" + "x" * 150
+    wid = start(cli, "refund", "7", "--id", long_id)
+    cli("worker", "--until-idle", "--quiet")
+    one = cli("check", wid, "--app", "sample_workflows.legacy_v1")
+    one_line_error(one, long_id, "slot 0", "activity:fetch_invoice", "activity:fetch_customer")
+    assert one.stdout == ""
+    everything = cli("check", "--all", "--app", "sample_workflows.legacy_v1")
+    assert everything.returncode == 1
+    assert everything.stderr.splitlines() == [
+        f"{long_id}: NonDeterministicError: non-determinism at slot 0: history has activity:fetch_invoice, "
+        "the workflow issued activity:fetch_customer"]
+    assert everything.stdout.splitlines() == [
+        "checked 1 unfinished workflow(s): 0 replay cleanly, 1 diverge or fail"]
+
+
+# ------------------------------------------------------------------ a missing database, options anywhere
+
+
+@pytest.mark.parametrize("args", [("console",), ("console", "--readonly"), ("list",), ("list", "--json"),
+                                  ("show", "wf-1"), ("check", "wf-1"), ("check", "--all"),
+                                  ("signal", "wf-1", "approval"), ("worker", "--until-idle")])
+def test_a_command_on_a_missing_database_says_so_and_creates_nothing(tmp_path: Path, args: tuple[str, ...]) -> None:
+    from conftest import run_cli
+
+    db = tmp_path / "typo.db"
+    proc = run_cli(db, *args, timeout=30)
+    one_line_error(proc, f"no database at {db}")
+    assert proc.returncode == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_start_and_worker_create_create_the_database(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    served = run_cli(tmp_path / "served.db", "worker", "--until-idle", "--quiet", "--create")
+    assert served.returncode == 0, served.stderr
+    assert (tmp_path / "served.db").exists()
+    assert run_cli(tmp_path / "started.db", "start", "refund", "1").returncode == 0
+    assert (tmp_path / "started.db").exists()
+
+
+def bare_cli(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
+    """`replaylog ARGS…` with no --db put in front."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, cli_env
+
+    return subprocess.run([sys.executable, "-m", "replaylog", *args], capture_output=True, text=True,
+                          env=env or cli_env(), cwd=ROOT, stdin=subprocess.DEVNULL, timeout=60)
+
+
+def test_global_options_are_accepted_after_the_subcommand(db_path: Path, tmp_path: Path) -> None:
+    from conftest import cli_env
+
+    db = str(db_path)
+    started = bare_cli("start", "two_approvals", "--db", db)
+    assert started.returncode == 0, started.stderr
+    wid = started.stdout.strip()
+    assert json.loads(bare_cli("list", "--db", db, "--json").stdout)[0]["id"] == wid
+    assert json.loads(bare_cli("show", wid, "--json", "--db", db).stdout)["status"] == "pending"
+    assert bare_cli("check", wid, "--db", db).returncode == 0
+    # --max-payload after the subcommand caps this payload.
+    one_line_error(bare_cli("signal", wid, "approval", big_payload(100), "--db", db, "--max-payload", "50"),
+                   "over the cap of 50 bytes")
+    # The subcommand's --db wins over $REPLAYLOG_DB (which only says where to look when no --db is given).
+    other = tmp_path / "other.db"
+    env = cli_env(REPLAYLOG_DB=str(other))
+    assert json.loads(bare_cli("list", "--json", "--db", db, env=env).stdout)[0]["id"] == wid
+    assert not other.exists()
+
+
+def test_a_global_option_given_twice_must_agree(db_path: Path, tmp_path: Path) -> None:
+    db = str(db_path)
+    wid = bare_cli("start", "two_approvals", "--db", db).stdout.strip()
+    same = bare_cli("--db", db, "list", "--json", "--db", str(tmp_path / "." / db_path.name))
+    assert same.returncode == 0 and json.loads(same.stdout)[0]["id"] == wid
+    one_line_error(bare_cli("--db", db, "list", "--db", str(tmp_path / "other.db")),
+                   "--db given twice with different values", "other.db")
+    one_line_error(bare_cli("--db", db, "--max-payload", "10", "signal", wid, "approval", "--max-payload", "20"),
+                   "--max-payload given twice with different values: 10 and 20")
+    assert json.loads(bare_cli("show", wid, "--json", "--db", db).stdout)["signals"] == []
+
+
+# ------------------------------------------------------------------ human output
+
+
+def test_show_prints_a_clock_slot_as_a_utc_time_and_json_keeps_the_number(cli: Cli) -> None:
+    from datetime import UTC, datetime
+
+    wid = start(cli, "refund", "7")
+    cli("worker", "--until-idle", "--quiet")
+    cli("signal", wid, "approval", '{"approved": true}')
+    cli("worker", "--until-idle", "--quiet")
+    now = json.loads(cli("show", wid, "--json").stdout)["commands"][1]
+    assert now["kind"] == "now" and isinstance(now["value"], float)
+    shown = cli("show", wid).stdout
+    row = next(line for line in shown.splitlines() if " now " in line)
+    assert datetime.fromtimestamp(now["value"], tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC") in row
+    assert str(int(now["value"])) not in row  # (the result, the workflow's own data, may hold the number)
+
+
+def test_a_foreground_worker_says_what_it_serves_on_stderr_unless_quiet(cli: Cli, db_path: Path) -> None:
+    start(cli, "refund", "7")
+    loud = cli("worker", "--until-idle", "--concurrency", "8")
+    assert loud.returncode == 0, loud.stderr
+    first = loud.stderr.splitlines()[0]
+    assert first.startswith(f"replaylog worker serving {db_path.resolve()}: app sample_workflows (6 workflow(s): ")
+    assert "refund" in first and "concurrency 8, 1 process(es), pid " in first
+    assert loud.stdout == ""
+    quiet = cli("worker", "--until-idle", "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""

@@ -15,6 +15,7 @@ from console_seed import ROLES, copy_db, frozen_time, seed_long_history
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
+from textual.widgets.data_table import ColumnKey
 
 from conftest import start_worker
 from console.app import ReplaylogConsole
@@ -33,6 +34,16 @@ from engine.marks import MarkBoard
 from engine.store import PendingRecord, SQLiteStore
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def header(table: DataTable[Any], key: str) -> str:
+    """A column's label, as plain text."""
+    return table.columns[ColumnKey(key)].label.plain
+
+
+def header_line(table: DataTable[Any]) -> str:
+    """The table's header row as drawn on screen."""
+    return table.render_line(0).text
 
 
 def rendered(widget: Static) -> str:
@@ -113,12 +124,16 @@ async def test_status_keys_filter_and_sort_keys_order(console_db: Path) -> None:
         await settle(pilot)
         assert sorted(ids(app)) == sorted([ROLES["nondeterministic"], ROLES["activity_failure"], ROLES["markup"],
                                            ROLES["diverged"]])
-        await pilot.press("0", "o")  # all, then sort by the column after "updated": id, descending
-        await settle(pilot)
-        assert ids(app) == sorted(ROLES.values(), reverse=True)
-        await pilot.press("r")
+        await pilot.press("0", "o")  # all, then sort by the column after "updated": id, ascending first
         await settle(pilot)
         assert ids(app) == sorted(ROLES.values())
+        assert "sorted by id ▲" in rendered(app.screen.query_one("#pageinfo", Static))
+        await pilot.press("r")
+        await settle(pilot)
+        assert ids(app) == sorted(ROLES.values(), reverse=True)
+        await pilot.press("o")  # the next column starts ascending too, whatever the last direction
+        await settle(pilot)
+        assert app.screen.query_state.sort == "workflow" and not app.screen.query_state.descending
 
 
 @async_test
@@ -146,7 +161,30 @@ async def test_clicking_a_header_sorts_by_that_column(console_db: Path) -> None:
                                                     table.columns[next(iter(table.columns))].label))
         await settle(pilot)
         assert app.screen.query_state.sort == "id"
-        assert ids(app) == sorted(ROLES.values(), reverse=True)
+        assert ids(app) == sorted(ROLES.values())  # a new column sorts ascending first, as `o` does
+
+
+@async_test
+async def test_a_failed_workflows_error_shows_in_the_list_as_one_line_of_text(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        errors = dict(zip(ids(app), column(table, "error"), strict=True))
+        assert errors[ROLES["completed"]] == errors[ROLES["blocked"]] == ""
+        assert errors[ROLES["activity_failure"]].startswith("ActivityError: activity 'carrier_down' failed at slot 0")
+        assert errors[ROLES["activity_failure"]].endswith("RuntimeError: carrier API returned 503 for A-9")
+        # Stored text, never markup: the error's brackets and escape codes show as they are.
+        assert "[/bold][red]not markup\\x1b[31m" in errors[ROLES["markup"]]
+        row = ids(app).index(ROLES["activity_failure"])
+        assert "ActivityError: activity 'carrier_down' failed at slot 0 after 2 attempt(s)" in table.render_line(
+            row + 1).text
+        # The error column takes the room a wide terminal has; on 80 columns it is cut with `…`.
+        assert fits(table) and table.columns[ColumnKey("error")].width > 60
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        assert fits(table) and table.columns[ColumnKey("error")].width < 20
+        assert table.render_line(ids(app).index(ROLES["activity_failure"]) + 1).text.rstrip().endswith("…")
 
 
 @async_test
@@ -157,7 +195,7 @@ async def test_list_pages_in_sql_and_walks_past_the_page_edge(db_path: Path) -> 
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("o", "r")  # by id, ascending
+        await pilot.press("o")  # by id, ascending
         await settle(pilot)
         table = app.screen.query_one(PagedTable)
         assert table.row_count == WORKFLOW_PAGE  # one page, never every row
@@ -270,6 +308,44 @@ async def test_a_cursor_on_the_last_slot_follows_a_running_workflow(db_path: Pat
 
 
 @async_test
+async def test_the_value_column_takes_the_width_there_is_and_follows_a_resize(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=(200, 40)) as pilot:
+        screen = await open_workflow(pilot, ROLES["completed"])
+        slots = screen.query_one("#slot-table", PagedTable)
+        receipt = '{"charged": -700, "idempotency_key": "refund-7:2"}'
+        assert column(slots, "value")[2] == receipt  # the whole value: the column cuts, not the preview
+        assert receipt in slots.render_line(3).text
+        assert fits(slots) and slots.columns[ColumnKey("value")].width > 100
+        # The columns fill the table's width: nothing left empty on the right.
+        used = sum(c.get_render_width(slots) for c in slots.columns.values())
+        assert used >= slots.scrollable_content_region.width - slots.styles.scrollbar_size_vertical
+        await pilot.resize_terminal(100, 30)
+        await settle(pilot)
+        assert fits(slots) and 20 < slots.columns[ColumnKey("value")].width < 60
+        await pilot.resize_terminal(200, 40)
+        await settle(pilot)
+        assert slots.columns[ColumnKey("value")].width > 100
+
+
+@async_test
+async def test_a_cut_column_header_ends_in_an_ellipsis(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        line = header_line(app.screen.query_one(PagedTable))
+        assert "blocke…" in line  # "blocked on" in a 7-cell column
+        screen = await open_workflow(pilot, ROLES["completed"])
+        slots = screen.query_one("#slot-table", PagedTable)
+        for key in ("attempts", "value"):
+            col = slots.columns[ColumnKey(key)]
+            label = col.label.plain
+            if col.width < len(label):
+                assert label[: col.width - 1] + "…" in header_line(slots)
+        assert "…" in header_line(slots)
+
+
+@async_test
 async def test_v_shows_the_input_result_and_error_in_full_as_text(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
@@ -314,7 +390,8 @@ async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_no
     # ran out, or "running now" stays up over an activity that possibly ran.
     with SQLiteStore(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="dies-1")
-        (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=1.5)
+        # Long enough for a loaded machine to open the screen before it lapses (it failed at 1.5 s).
+        (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=5)
         board = MarkBoard(db_path, claim.owner, 1)
         board.write(0, claim.id, claim.epoch, 0, "fetch_invoice", 1, time.time())
         board.close(remove=False)
@@ -567,6 +644,9 @@ async def test_a_divergence_is_aligned_from_the_stored_diagnostic_without_the_co
         assert column(aligned, "issued") == ["activity:pick"] * 3 + ["activity:weigh"]
         assert column(aligned, "note")[3] == "◀ first divergence"
         assert aligned.cursor_row == 3
+        # Without the code the issued side is the stored record, and the labels say so.
+        assert header(aligned, "issued") == "issued when it failed (stored)"
+        assert "not loaded: start the console with --app" in rendered(screen.query_one("#diag-summary", Static))
 
 
 @async_test
@@ -577,11 +657,70 @@ async def test_a_divergence_is_aligned_by_a_dry_replay_of_the_current_code(conso
         aligned = screen.query_one("#aligned", DataTable)
         assert column(aligned, "mark") == ["=", "=", "=", "≠"]
         summary = rendered(screen.query_one("#diag-summary", Static))
-        assert "dry replay against the current code" in summary
+        assert "(dry replay of console_workflows)" in summary
+        assert header(aligned, "issued") == "issued by the current code"
         await pilot.press("c")
         await settle(pilot)
         summary = rendered(screen.query_one("#diag-summary", Static))
-        assert "non-determinism at slot 3" in summary.split("check", 1)[1]
+        assert "diverges at slot 3, as when it failed" in summary.split("current code", 1)[1]
+
+
+@async_test
+async def test_after_the_code_is_fixed_the_stored_failure_and_the_current_code_are_told_apart(
+        console_db: Path) -> None:
+    # fulfil-3 failed when the current code (console_workflows) met a history version 1 left;
+    # loading version 1 again stands for an operator who fixed the code.
+    app = make_app(console_db, registry=load_app("console_workflows_v1"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["diverged"])
+        summary = rendered(screen.query_one("#diag-summary", Static))
+        failed, now = summary.split("current code", 1)
+        # What was stored when it failed, labelled as such, still names what the old code issued...
+        assert "when it failed" in failed and "NonDeterministicError at slot 3" in failed
+        assert "activity:weigh" in failed
+        # ...and the current code's verdict says it replays, in its own row.
+        assert "replays cleanly" in now and "activity:weigh" in now and "diverge" not in now
+        # The aligned view is the current code's: no divergence marked where the code now matches.
+        aligned = screen.query_one("#aligned", PagedTable)
+        assert header(aligned, "issued") == "issued by the current code"
+        assert column(aligned, "recorded") == ["activity:pick"] * 3 + ["now:now", "(nothing)"]
+        assert column(aligned, "issued") == ["activity:pick"] * 3 + ["now:now", "activity:weigh"]
+        assert column(aligned, "mark") == ["=", "=", "=", "=", ""]
+        assert column(aligned, "note") == ["", "", "", "◀ where it failed", "would run live now"]
+        assert aligned.cursor_row == 3
+
+
+@async_test
+async def test_c_on_a_failed_workflow_shows_the_verdict_in_a_notice(console_db: Path) -> None:
+    app = make_app(console_db, registry=load_app("console_workflows"))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await open_workflow(pilot, ROLES["diverged"])  # its verdict is on screen before any key
+        assert not list(app._notifications)
+        await pilot.press("c")
+        await settle(pilot)
+        (notice,) = list(app._notifications)
+        assert notice.title == f"Check {ROLES['diverged']}" and notice.severity == "error"
+        assert "non-determinism at slot 3" in notice.message
+        await pilot.press("escape")
+        await open_workflow(pilot, ROLES["blocked"])
+        await pilot.press("c")
+        await settle(pilot)
+        assert any(n.severity == "information" and "replays cleanly" in n.message for n in app._notifications)
+
+
+@async_test
+async def test_help_names_the_code_c_checks_against(console_db: Path) -> None:
+    for registry, expected in ((load_app("sample_workflows"), "against the code (sample_workflows)"),
+                               (None, "(none loaded: use --app)")):
+        app = make_app(console_db, registry=registry)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            keys = rendered(app.screen.query_one("#help-keys Static", Static))
+            assert "needs --app" not in keys
+            line = next(line for line in keys.splitlines() if line.strip().startswith("c "))
+            assert expected in line
 
 
 @async_test
@@ -655,6 +794,28 @@ async def test_help_lists_the_keys(console_db: Path) -> None:
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+
+
+@async_test
+async def test_the_help_is_made_from_the_bindings_of_every_screen(console_db: Path) -> None:
+    from textual.binding import Binding
+
+    screens = (ReplaylogConsole, PagedTable, WorkflowsScreen, WorkflowScreen, SlotScreen, SignalDialog)
+    bindings = [b for screen in screens for b in Binding.make_bindings(screen.BINDINGS)]
+    # Every key the footer offers is described in the help, by its binding's tooltip.
+    assert all(b.tooltip for b in bindings if b.show)
+    for readonly in (False, True):
+        app = make_app(console_db, readonly=readonly)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            keys = " ".join(rendered(app.screen.query_one("#help-keys Static", Static)).split())
+            for b in bindings:
+                if b.tooltip and not b.tooltip.startswith("check:"):
+                    assert (b.tooltip in keys) != (readonly and b.action == "signal"), b
+            assert "0 1 2 3 4 5 show all, pending, running, blocked, completed, failed" in keys
+            assert "^p command palette" in keys
 
 
 @async_test

@@ -75,6 +75,17 @@ def test_diagnosis_divergence_dry_replayed(snap_compare: Snap, console_db: Path)
     assert snap_compare(app, terminal_size=SIZE, run_before=opening(ROLES["diverged"]))
 
 
+def test_diagnosis_after_the_code_is_fixed(snap_compare: Snap, console_db: Path) -> None:
+    # Version 1 of fulfil matches the history again: the stored failure and the current code disagree.
+    app = make_app(console_db, registry=load_app("console_workflows_v1"))
+    assert snap_compare(app, terminal_size=SIZE, run_before=opening(ROLES["diverged"]))
+
+
+def test_workflows_screen_wide(snap_compare: Snap, console_db: Path) -> None:
+    # 200 columns: the error column takes the room left over.
+    assert snap_compare(make_app(console_db), terminal_size=(200, 30), run_before=opening())
+
+
 def test_diagnosis_divergence_from_stored_diagnostic(snap_compare: Snap, console_db: Path) -> None:
     assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["diverged"]))
 

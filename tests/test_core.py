@@ -314,6 +314,23 @@ def test_dry_replay_runs_nothing_and_reports_divergence() -> None:
     assert side_effects == before
 
 
+def test_dry_replay_that_blocks_or_fails_before_the_end_of_history_diverges() -> None:
+    # History went past slot 0 with the same signals (signals only ever arrive): code that
+    # now stops at slot 0 has changed its path, whatever the workflow's status.
+    state = WorkflowState(input=7, commands=(CommandRecord("activity", "fetch_invoice", True, 700),
+                                             CommandRecord("now", "now", True, 1.0)))
+
+    @workflow
+    def waits_early(ctx: Context, invoice_id: int) -> None:
+        ctx.call_activity(fetch_invoice, invoice_id)
+        ctx.wait_signal("approval")
+
+    blocked = dry_replay(waits_early, state)
+    assert not blocked.ok and blocked.diagnostic is not None
+    assert (blocked.diagnostic.slot, blocked.diagnostic.recorded, blocked.diagnostic.issued) == (1, "now:now", None)
+    assert "waited on signal 'approval' instead" in blocked.text
+
+
 def test_command_record_label() -> None:
     assert CommandRecord("activity", "x", True).label == "activity:x"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +34,9 @@ def test_demo_without_a_terminal_prints_the_tour(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "refund-12 is completed" in proc.stderr
     assert "NonDeterministicError" in proc.stderr
+    # The approved refund's result is printed as JSON (what `show --json` prints), not a Python dict.
+    done = next(line for line in proc.stderr.splitlines() if "refund-12 is completed" in line)
+    assert json.loads(done.split(" ms: ", 1)[1])["receipt"]["charged"] == -1200
 
 
 def test_the_tour_names_a_command_a_newcomer_can_type(tmp_path: Path) -> None:

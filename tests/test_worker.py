@@ -129,15 +129,45 @@ def test_signal_from_another_process_wakes_a_blocked_workflow(db_path: Path, tmp
     assert shown["result"] == "now" and shown["signals"][0]["consumed"] is True
 
 
-def test_unknown_workflow_name_fails_that_workflow_and_the_worker_serves_the_others(db_path: Path,
-                                                                                   tmp_path: Path) -> None:
+def _waiting(db: Path, wid: str) -> str | None:
+    """What `list --json` says a workflow waits for."""
+    rows = json.loads(run_cli(db, "list", "--json").stdout)
+    return next(r["waiting_for_worker"] for r in rows if r["id"] == wid)
+
+
+def test_a_worker_without_a_workflows_code_leaves_it_pending_for_one_that_has_it(db_path: Path,
+                                                                                 tmp_path: Path) -> None:
     env = env_for(tmp_path, 0.0)
     orphan = run_cli(db_path, "start", "steps", "2", "--app", APP, env=env).stdout.strip()
     fine = run_cli(db_path, "start", "shipping", env=env).stdout.strip()
-    assert run_cli(db_path, "worker", "--until-idle", "--quiet", env=env).returncode == 0  # sample app: no 'steps'
-    shown = json.loads(run_cli(db_path, "show", orphan, "--json").stdout)
-    assert shown["status"] == "failed" and "unknown workflow 'steps'" in shown["error"]
-    assert statuses(db_path)[fine] == "completed"
+    # The sample app has no 'steps': that workflow is left alone, not failed, and the worker says so.
+    drained = run_cli(db_path, "worker", "--until-idle", "--quiet", env=env)
+    assert drained.returncode == 0, drained.stderr
+    assert "left 1 pending workflow(s) no worker here knows: steps (1)" in drained.stderr
+    assert statuses(db_path) == {orphan: "pending", fine: "completed"}
+    assert _waiting(db_path, orphan) == "no worker running"
+    assert _waiting(db_path, fine) is None
+
+    # A live worker that lacks the code: list, show and show --json blame the name.
+    worker = start_worker(db_path, env=env)
+    try:
+        assert wait_for(lambda: _waiting(db_path, orphan) == "no running worker knows 'steps'", timeout=60)
+        assert "pending — no running worker knows 'steps'" in run_cli(db_path, "show", orphan).stdout
+        assert "no running worker knows 'steps'" in run_cli(db_path, "list").stdout
+        shown = json.loads(run_cli(db_path, "show", orphan, "--json").stdout)
+        assert shown["status"] == "pending" and shown["waiting_for_worker"] == "no running worker knows 'steps'"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    # A worker that exits cleanly takes its row with it.
+    assert _waiting(db_path, orphan) == "no worker running"
+
+    # A worker with the right app runs it.
+    done = run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", APP, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "left" not in done.stderr
+    assert statuses(db_path) == {orphan: "completed", fine: "completed"}
+    assert json.loads(run_cli(db_path, "show", orphan, "--json").stdout)["result"] == 10
 
 
 def test_signal_sent_while_running_is_not_lost(db_path: Path, tmp_path: Path) -> None:
