@@ -205,6 +205,13 @@ class WorkflowBlocked(BaseException):
         self.name = name
 
 
+class _Interrupted(ReplaylogError):
+    """Sticky marker of an activity interrupted by a BaseException (see Context.interrupted).
+
+    Never an outcome: `execute` raises the interruption itself instead.
+    """
+
+
 class DryRunStop(BaseException):
     """A dry replay reached a slot history does not hold: it stops before any side effect."""
 
@@ -282,6 +289,9 @@ class Context:
         dry_run: stop with DryRunStop instead of executing anything live; the commands
             issued are collected in `issued`.
         backoff: base seconds of the exponential backoff between attempts.
+        prior: (slot, attempts) of an activity that earlier runs started and recorded no
+            outcome for (their worker died, or the run was interrupted): this run's
+            attempts at that slot count on from there, and `max_retries` bounds the total.
     """
 
     def __init__(
@@ -296,6 +306,7 @@ class Context:
         on_start: StartFn | None = None,
         dry_run: bool = False,
         backoff: float = 0.05,
+        prior: tuple[int, int] | None = None,
     ) -> None:
         self._commands: Sequence[CommandRecord] = state.commands
         self._history_len = len(state.commands)
@@ -308,6 +319,7 @@ class Context:
         self._on_start = on_start
         self._dry_run = dry_run
         self._backoff = backoff
+        self._prior_slot, self._prior_attempts = prior if prior is not None else (-1, 0)
         self._cmd_index = 0
         self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
@@ -322,6 +334,11 @@ class Context:
         self.issued: list[str] = []
         self.replayed_commands = 0
         self.executed_commands = 0
+        # A BaseException that is not the engine's own (KeyboardInterrupt, SystemExit, …)
+        # raised by an activity, and where: the run is interrupted, not failed, even if
+        # workflow code catches it (`execute` raises it again).
+        self.interrupted: BaseException | None = None
+        self.interrupted_in = ""
 
     @property
     def workflow_id(self) -> str:
@@ -403,9 +420,20 @@ class Context:
             raise self.fatal
         self.executed_commands += 1
         attempts = max(1, int(max_retries))
+        first = 1
+        if slot == self._prior_slot:
+            # Earlier runs started this activity and recorded nothing: their attempts count.
+            done = self._prior_attempts
+            if done >= attempts:
+                # The last allowed attempt never ended (a poison activity would otherwise
+                # take down one worker after another): a failure, as if it had raised.
+                error = f"the worker died during attempt {done} of {attempts}"
+                self._append(slot, CommandRecord("activity", name, False, None, error, done))
+                raise ActivityError(slot, name, error, done)
+            first = done + 1
         last_error = ""
         on_start = self._on_start
-        for attempt in range(1, attempts + 1):
+        for attempt in range(first, attempts + 1):
             if on_start is not None:
                 on_start(slot, name, attempt)
             self._running = (slot, name, attempt)
@@ -417,6 +445,14 @@ class Context:
                     # Backoff reads the injected clock only through sleep: no wall clock here.
                     self._sleep(self._backoff * (2 ** (attempt - 1)))
                 continue
+            except BaseException as exc:
+                if not isinstance(exc, (WorkflowBlocked, DryRunStop)):
+                    # Not a failure of the activity, and nothing is recorded: the run stops,
+                    # and any later command raises again (workflow code may catch this).
+                    self.interrupted = exc
+                    self.interrupted_in = f"activity {name!r} at slot {slot} (attempt {attempt} of {attempts})"
+                    self.fatal = _Interrupted(self.interrupted_in)
+                raise
             finally:
                 self._running = None
             if value is not None and type(value) not in _PLAIN_JSON:
@@ -495,13 +531,18 @@ class Context:
 def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
     """Run workflow code against a context and classify what happened.
 
-    LeaseLostError, DryRunStop and other BaseExceptions that are not ours propagate.
+    LeaseLostError, DryRunStop and other BaseExceptions that are not ours propagate; so
+    does a BaseException an activity raised (KeyboardInterrupt, SystemExit, …), even if
+    workflow code caught it: the run was interrupted, it did not fail.
     """
     token = _current_context.set(ctx)  # for current_activity()
     try:
-        return _classify(fn, ctx, state)
+        outcome = _classify(fn, ctx, state)
     finally:
         _current_context.reset(token)
+    if ctx.interrupted is not None:
+        raise ctx.interrupted  # workflow code caught an activity's interruption: still one
+    return outcome
 
 
 def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:

@@ -171,6 +171,12 @@ class WorkflowRow:
     updated_at: float
     lease_owner: str | None
     lease_expires: float | None
+    # The last error that stopped a run of it without an outcome (an activity or its code
+    # raised KeyboardInterrupt, SystemExit, …; or the worker failed): kept until a run
+    # completes or fails the workflow.
+    worker_error: str | None = None
+    # After such an error the workflow is pending again, but not claimed before this time.
+    retry_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -285,14 +291,14 @@ _INSERT_OK = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, 
 _INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
                      " VALUES (?, 'activity', ?, 1, ?, 1, ?)")
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + _SLOTS_SHOWN + ", "
-               "created_at, updated_at, lease_owner, lease_expires")
+               "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at")
 
 
 def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
     return WorkflowRow(
         id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=_loads(r[4]), has_input=r[4] is not None,
         result=_loads(r[5]), error=r[6], diagnostic=_loads(r[7]), slots=r[8], created_at=r[9],
-        updated_at=r[10], lease_owner=r[11], lease_expires=r[12],
+        updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
     )
 
 
@@ -551,6 +557,11 @@ class SQLiteStore:
         # A worker claims pending workflows of its names only, oldest first: per name, one
         # range of this index in order. Partial, so a running workflow's restamps never touch it.
         conn.execute("CREATE INDEX workflows_pending ON workflows (workflow, updated_at) WHERE status = 'pending'")
+        # A run stopped by an error that is no outcome (see SQLiteStore.hand_back): the last
+        # such error, when the workflow may be claimed again, and how many in a row.
+        conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
+        conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
+        conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         """Close the connection."""
@@ -846,7 +857,8 @@ class SQLiteStore:
         with self._write() as conn:
             if names is None:
                 rows = conn.execute(
-                    "SELECT id, NULL FROM workflows WHERE status = 'pending' ORDER BY updated_at LIMIT ?", (limit,)
+                    "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
+                    " ORDER BY updated_at LIMIT ?", (now, limit)
                 ).fetchall()
             else:
                 # One ordered range of workflows_pending per name, merged here: a single
@@ -855,8 +867,9 @@ class SQLiteStore:
                 for name in names:
                     oldest += conn.execute(
                         f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
-                        " WHERE status = 'pending' AND workflow = ? ORDER BY updated_at LIMIT ?",
-                        (name, limit)).fetchall()
+                        " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
+                        " ORDER BY updated_at LIMIT ?",
+                        (name, now, limit)).fetchall()
                 rows = [(wid, None) for _, _, wid in sorted(oldest)[:limit]]
             if len(rows) < limit:
                 rows += conn.execute(
@@ -995,11 +1008,13 @@ class SQLiteStore:
         """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
         marks = ", ".join("?" * len(dead_owners)) or "NULL"
         only, named = _names_clause(names)
+        now = time.time()
         found: int = self._conn.execute(
-            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only}"
+            " AND (retry_at IS NULL OR retry_at <= ?))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
-            (*named, time.time(), *named, *dead_owners, *named),
+            (*named, now, now, *named, *dead_owners, *named),
         ).fetchone()[0]
         return found == 1
 
@@ -1196,7 +1211,12 @@ class SQLiteStore:
                 status, blocked_on = "pending", None
         cur = conn.execute(
             "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?,"
-            f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {_SLOTS_NOW}"
+            f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {_SLOTS_NOW},"
+            # A run that came to a verdict was not interrupted; one that ended the workflow
+            # makes the last worker error history.
+            " interruptions = 0, retry_at = NULL,"
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 7-9.
+            " worker_error = CASE WHEN ?1 IN ('completed', 'failed') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
             (status, blocked_on, _dumps(outcome.result) if status == "completed" else None, outcome.error,
              _dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
@@ -1233,6 +1253,25 @@ class SQLiteStore:
                 f" slots = {_SLOTS_NOW} WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
                 (time.time(), claim.id, claim.owner, claim.epoch),
             )
+
+    def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+        """Give a workflow back after a run stopped by an error that is no outcome.
+
+        Pending again, lease dropped, `error` kept as its worker error; it is not claimed
+        for `backoff` seconds, doubled for each such run in a row up to `backoff_max`, so
+        code that is interrupted every time does not keep a worker spinning. Returns the
+        seconds it waits, or None if the lease was no longer held (nothing written).
+        """
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute(
+                "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL, updated_at = ?,"
+                f" slots = {_SLOTS_NOW}, worker_error = ?, interruptions = interruptions + 1,"
+                " retry_at = ? + MIN(?, ? * (1 << MIN(interruptions, 30)))"
+                " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING retry_at",
+                (now, error, now, backoff_max, backoff, claim.id, claim.owner, claim.epoch),
+            ).fetchone()
+        return None if row is None else float(row[0]) - now
 
     # -- maintenance
 

@@ -75,6 +75,12 @@ WAL_RESTART_BACKOFF_MAX = 60.0
 # 20-35%; below the crowd it cost up to 30% (a lone thread's fsync wake-up then must come
 # to that one CPU).
 CROWDED_COMMIT = 8.0
+# A run stopped by a BaseException from workflow or activity code (KeyboardInterrupt,
+# SystemExit, …) or by a worker error hands its workflow back, claimable again after this
+# many seconds, doubled for each such run in a row up to the maximum: code that is
+# interrupted every time costs a claim and a replay a minute, not a spinning worker.
+INTERRUPTED_BACKOFF = 1.0
+INTERRUPTED_BACKOFF_MAX = 60.0
 
 
 class CpuFocus:
@@ -152,6 +158,15 @@ class _StopFlag(threading.Event):
 
 class WorkerStopping(BaseException):
     """Raised in a workflow thread when the worker stops: the workflow is handed back."""
+
+
+class _RunInterrupted(BaseException):
+    """A run stopped by a BaseException that is not the engine's own, and where it was raised."""
+
+    def __init__(self, exc: BaseException, where: str) -> None:
+        super().__init__(exc, where)
+        self.exc = exc
+        self.where = where
 
 
 class _Request:
@@ -639,7 +654,12 @@ class Worker:
         me = _Thread(index)
         try:
             while (claim := self._ready.get()) is not None:
-                self._run_one(claim, me)
+                try:
+                    self._run_one(claim, me)
+                except BaseException:  # the pool counts on this thread: it keeps serving
+                    # _run_one accounts for its claim whatever happens; only a second
+                    # interruption inside its own handlers gets here.
+                    log.exception("%s: the workflow thread was interrupted while handing it back", claim.id)
         finally:
             if me.store is not None:
                 me.store.close()
@@ -673,9 +693,17 @@ class Worker:
         except LeaseLostError:
             self._keep_mark(store, me)
             self._event(claim.id, "lease lost to another worker; its writes were refused")
-        except Exception as exc:  # noqa: BLE001 - logged; the workflow is left for another try
+        except _RunInterrupted as stop:
+            # Not an outcome: nothing is recorded and the workflow runs again. The started
+            # activity's mark is kept, so the interrupted attempt counts towards max_retries.
             self._keep_mark(store, me)
-            self._worker_error(claim, exc)
+            self._hand_back(store, claim, f"{error_text(stop.exc)} raised in {stop.where}", stop.exc)
+        except Exception as exc:  # noqa: BLE001 - logged; the workflow is handed back for another try
+            self._keep_mark(store, me)
+            if is_damaged(exc):
+                self._damaged(exc)
+            else:
+                self._hand_back(store, claim, f"the worker failed: {error_text(exc)}", exc)
         finally:
             with self._lock:
                 if not finishing:
@@ -739,6 +767,20 @@ class Worker:
             log.error("%s crashed in the worker", claim.id, exc_info=exc)
             self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
 
+    def _hand_back(self, store: SQLiteStore, claim: Claim, error: str, exc: BaseException) -> None:
+        """Give a workflow whose run stopped without an outcome back, with `error` as its worker error."""
+        log.error("%s: %s; handing it back", claim.id, error, exc_info=exc)
+        try:
+            wait = store.hand_back(claim, error, backoff=INTERRUPTED_BACKOFF, backoff_max=INTERRUPTED_BACKOFF_MAX)
+        except Exception as err:  # noqa: BLE001 - its lease is no longer renewed and lapses on its own
+            log.warning("%s could not be handed back: %s", claim.id, err)
+            self._event(claim.id, f"{error}; left for another try when its lease lapses")
+            return
+        if wait is None:
+            self._event(claim.id, "lease lost to another worker; its writes were refused")
+        else:
+            self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s")
+
     def _execute(self, store: SQLiteStore, claim: Claim, me: _Thread) -> Outcome | None:
         try:
             fn = self.registry.workflow(claim.workflow)
@@ -754,7 +796,7 @@ class Worker:
         stopping = self._stopping
         commit = committer.commit_record
         write_mark = board.writer(me.index, claim.id, claim.epoch) if board is not None else None
-        inflight_slot, inflight_attempts = claim.inflight_slot, claim.inflight_attempts
+        prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
         clock = time.time
         crowded = self.crowded_commit
         cap = self.max_payload
@@ -804,10 +846,9 @@ class Worker:
             if me.focused:
                 self._refocus(me, False)  # the activity, and whatever it starts, may use every CPU
             if write_mark is not None:
-                # Before the activity runs, and counting on from the starts of earlier
-                # runs (crashed workers included); no commit and no wait (engine.marks).
-                attempts = attempt + inflight_attempts if slot == inflight_slot else attempt
-                write_mark(slot, name, attempts, clock())
+                # Before the activity runs; `attempt` counts on from the starts of earlier
+                # runs (crashed workers included). No commit and no wait (engine.marks).
+                write_mark(slot, name, attempt, clock())
                 me.inflight = True
 
         def sleep(seconds: float) -> None:
@@ -816,9 +857,14 @@ class Worker:
 
         ctx = Context(
             state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
-            sleep=sleep, record=record, on_start=on_start,
+            sleep=sleep, record=record, on_start=on_start, prior=prior,
         )
-        outcome = execute(fn, ctx, state)
+        try:
+            outcome = execute(fn, ctx, state)
+        except (WorkerStopping, LeaseLostError, Exception):
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back
+            raise _RunInterrupted(exc, ctx.interrupted_in or "workflow code") from exc
         if outcome.status == "failed" and outcome.error:
             error = fit_text(outcome.error, cap, "the workflow's error text")
             if error is not outcome.error:

@@ -301,7 +301,11 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
                 "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
         base += ["--no-cpu-focus"] * no_cpu_focus
-        children = [subprocess.Popen(base) for _ in range(processes - 1)]
+        # In a session of their own: ctrl-c in a terminal signals the whole foreground
+        # process group, and a child that heard it from the terminal and then from this
+        # process took the second as "leave now" and dropped its workflows. Only this
+        # process passes signals on (on_signal).
+        children = [subprocess.Popen(base, start_new_session=True) for _ in range(processes - 1)]
     if not quiet and not child:
         # On stderr, with the per-workflow events: stdout stays for what a script reads.
         click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children]),
@@ -394,6 +398,7 @@ def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
         "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
+        "worker_error": row.worker_error, "retry_at": row.retry_at,
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
              "attempts": c.attempts, "recorded_at": c.recorded_at}
@@ -502,6 +507,12 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         d = row.diagnostic
         head.add_row("diverged at", _t(f"slot {d['slot']}: recorded {d['recorded'] or '(nothing)'}, "
                                        f"issued {d['issued'] or '(nothing)'}"))
+    if row.worker_error:
+        # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure):
+        # kept until a run completes or fails the workflow.
+        head.add_row("worker error", Text(printable(row.worker_error, oneline=True), style="yellow"))
+        if row.status == "pending" and row.retry_at is not None:
+            head.add_row("runs again", _t(f"from {_when(row.retry_at)}"))
     head.add_row("updated", _t(_when(row.updated_at)))
     if data["inflight"]:
         i = data["inflight"]
