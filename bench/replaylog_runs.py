@@ -260,7 +260,7 @@ def signal_latency(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     with open_store(db) as store:
         wid = store.start_workflow("pingpong", k)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--app", "bench.app", "--quiet"],
+        [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "bench.app", "--quiet"],
         cwd=ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     watch = sqlite3.connect(db, isolation_level=None)

@@ -246,7 +246,8 @@ def board_owner(path: Path) -> str | None:
         return None
     if len(head) < _HEADER.size or head[:8] != MAGIC:
         return None
-    return _HEADER.unpack(head)[3].rstrip(b"\0").decode("utf-8", "replace")
+    owner: bytes = _HEADER.unpack(head)[3]
+    return owner.rstrip(b"\0").decode("utf-8", "replace")
 
 
 def board_files(db_path: str | os.PathLike[str]) -> list[tuple[Path, int]]:

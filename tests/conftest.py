@@ -29,7 +29,7 @@ def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeou
     """Run `replaylog --db DB ARGS…` as a real subprocess and capture its output as text."""
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), *args],
+        [sys.executable, "-m", "replaylog", "--db", str(db), *args],
         input=data, capture_output=True, timeout=timeout, env=env or cli_env(), cwd=ROOT,
         stdin=None if data is not None else subprocess.DEVNULL,
     )
@@ -40,7 +40,7 @@ def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeou
 def start_worker(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `replaylog worker` on DB as a background subprocess."""
     return subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--quiet", *args],
+        [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet", *args],
         env=env or cli_env(), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
 

@@ -83,7 +83,7 @@ def test_list_filters_by_status(cli: Cli) -> None:
 def test_failed_workflow_shows_error_and_refuses_signals(cli: Cli, db_path: Path, tmp_path: Path) -> None:
     app = tmp_path / "failing_app.py"
     app.write_text(
-        "from engine import workflow, activity\n"
+        "from replaylog import workflow, activity\n"
         "@activity\n"
         "def explode():\n    raise RuntimeError('no')\n"
         "@workflow\n"
@@ -163,11 +163,11 @@ def test_db_from_env_and_default_path(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "start", "refund", "1"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "replaylog", "start", "refund", "1"], capture_output=True,
                          text=True, env=cli_env(REPLAYLOG_DB=str(env_db)), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert env_db.exists() and not (tmp_path / "replaylog.db").exists()
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "start", "refund", "1"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "replaylog", "start", "refund", "1"], capture_output=True,
                          text=True, env=cli_env(), cwd=tmp_path)
     assert out.returncode == 0 and (tmp_path / "replaylog.db").exists()
 
@@ -307,7 +307,7 @@ def write_app(tmp_path: Path, name: str, body: str) -> str:
     """A one-workflow app file `steps` whose body is `body` (indented code after `def steps(ctx):`)."""
     app = tmp_path / f"{name}.py"
     app.write_text(
-        "from engine import workflow, activity\n"
+        "from replaylog import workflow, activity\n"
         "@activity\ndef a():\n    return 1\n"
         "@activity\ndef b():\n    return 2\n"
         "@workflow\ndef steps(ctx):\n" + body
@@ -434,7 +434,7 @@ def bare_cli(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[
 
     from conftest import ROOT, cli_env
 
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "replaylog", *args], capture_output=True, text=True,
                           env=env or cli_env(), cwd=ROOT, stdin=subprocess.DEVNULL, timeout=60)
 
 

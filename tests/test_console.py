@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
 from textual.widgets.data_table import ColumnKey
 
-from conftest import cli_env, start_worker
+from conftest import start_worker
 from console.app import ReplaylogConsole
 from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, WorkflowsQuery, fetch_workflows
 from console.diagnosis_view import DiagnosisView
@@ -946,21 +944,3 @@ async def test_a_deleted_database_is_reported_and_never_recreated(console_db: Pa
         await settle(pilot)
         assert "no database at" in rendered(app.screen.query_one("#pageinfo", Static))
         assert not console_db.exists()  # reads never create a database
-
-
-# ------------------------------------------------------------------ walls
-
-
-def test_the_engine_never_imports_textual_or_the_console() -> None:
-    code = ("import sys, engine, engine.cli, engine.store, engine.core, engine.app, engine.demo; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'console')); print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT,
-                         check=True).stdout
-    assert out.strip() == "[]"
-
-
-def test_the_console_never_imports_the_worker() -> None:
-    code = "import sys, console.app; print('engine.worker' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT,
-                         check=True).stdout
-    assert out.strip() == "False"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import Context, activity, workflow
 from engine.app import Registry
 from engine.store import open_store
 from engine.worker import Worker
+from replaylog import Context, activity, workflow
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, cli_env, run_cli
-from engine.demo import seed
 from engine.store import open_store
+from replaylog.demo import seed
 
 
 def test_demo_seed_has_every_state(tmp_path: Path) -> None:

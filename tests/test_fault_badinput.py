@@ -227,7 +227,7 @@ def test_a_0400_database_is_read_only_for_its_non_root_owner() -> None:
         def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                 sys.executable, "-m", "engine.cli", "--db", str(db), *args],
+                 sys.executable, "-m", "replaylog", "--db", str(db), *args],
                 capture_output=True, text=True, env=cli_env(), cwd=ROOT, timeout=60)
 
         probe = as_nobody("--version")

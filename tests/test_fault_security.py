@@ -74,7 +74,7 @@ def _mode(path: Path) -> int:
 def test_database_wal_and_shm_files_are_created_0600_even_with_a_permissive_umask(tmp_path: Path) -> None:
     db = tmp_path / "private.db"
     env = cli_env()
-    cmd = [sys.executable, "-m", "engine.cli", "--db", str(db)]
+    cmd = [sys.executable, "-m", "replaylog", "--db", str(db)]
     # umask 000 would give a plain open() 0666: the store must not rely on the umask.
     started = subprocess.run(["sh", "-c", 'umask 000; exec "$@"', "sh", *cmd, "start", "collector", "1",
                               "--app", "fault_app"], capture_output=True, text=True, env=env, cwd=ROOT)

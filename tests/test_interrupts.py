@@ -21,11 +21,11 @@ import interrupt_app
 import pytest
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
-from engine import ActivityError, Context, current_activity
 from engine.app import Registry
 from engine.core import CommandRecord, WorkflowState, execute
 from engine.store import open_store
 from engine.worker import Worker
+from replaylog import ActivityError, Context, current_activity
 
 APP = "interrupt_app"
 
@@ -168,7 +168,7 @@ def test_ctrl_c_on_a_worker_with_several_processes_hands_every_workflow_back(db_
     ids = [run_cli(db_path, "start", "steps", "50", "--app", "worker_app", env=env).stdout.strip() for _ in range(4)]
     # Ctrl-C in a terminal signals the whole foreground process group: parent and children.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db_path), "worker", "--quiet", "--app", "worker_app",
+        [sys.executable, "-m", "replaylog", "--db", str(db_path), "worker", "--quiet", "--app", "worker_app",
          "--processes", "2", "--concurrency", "2", "--lease", "600"],
         env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True,

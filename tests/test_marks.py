@@ -13,12 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from engine import Context, activity, current_activity, workflow
 from engine.app import Registry
 from engine.core import CommandRecord
 from engine.marks import _HEADER, _SEQ, RECORD, Mark, MarkBoard, _parse, board_files, marks_dir, read_marks
 from engine.store import PendingRecord, open_store
 from engine.worker import Worker
+from replaylog import Context, activity, current_activity, workflow
 
 # Linux's pid_max is at most 4,194,304: no live process has this pid.
 DEAD_PID = 4194999

@@ -31,7 +31,7 @@ def count(db: Path) -> int:
 
 def test_two_functions_with_one_python_name_both_register_under_their_recorded_names(tmp_path: Path) -> None:
     app = write_app(tmp_path, """
-        from engine import activity, workflow
+        from replaylog import activity, workflow
 
         @activity(name="fetch_a")
         def fetch(x):
@@ -58,7 +58,7 @@ def test_two_functions_with_one_python_name_both_register_under_their_recorded_n
 
 def test_decorated_functions_imported_from_another_module_still_register(tmp_path: Path) -> None:
     write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def shared(ctx):
@@ -70,7 +70,7 @@ def test_decorated_functions_imported_from_another_module_still_register(tmp_pat
     """, "names_lib_mod.py")
     app = write_app(tmp_path, """
         from names_lib_mod import shared
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def own(ctx):
@@ -82,7 +82,7 @@ def test_decorated_functions_imported_from_another_module_still_register(tmp_pat
 @pytest.mark.parametrize("kind", ["workflow", "activity"])
 def test_two_functions_with_one_recorded_name_are_refused_when_the_app_loads(tmp_path: Path, kind: str) -> None:
     app = write_app(tmp_path, f"""
-        from engine import activity, workflow
+        from replaylog import activity, workflow
 
         @{kind}(name="refund")
         def refund_v1(ctx):
@@ -103,7 +103,7 @@ def test_two_functions_with_one_recorded_name_are_refused_when_the_app_loads(tmp
 def test_an_app_with_a_duplicate_name_is_refused_by_the_cli_and_nothing_is_written(db_path: Path,
                                                                                  tmp_path: Path) -> None:
     app = write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow(name="x")
         def one(ctx):
@@ -123,7 +123,7 @@ def test_an_app_with_a_duplicate_name_is_refused_by_the_cli_and_nothing_is_writt
 # ---------------------------------------------------------------- inputs at start (issue 13, item 5)
 
 SIGNATURES = """
-    from engine import workflow
+    from replaylog import workflow
 
     @workflow
     def needs(ctx, order):
@@ -163,7 +163,7 @@ def test_a_workflow_with_two_required_inputs_is_refused_when_the_app_loads(db_pa
     # It could never be started (a workflow receives one input value): say so at once,
     # rather than accept `start two_args '[1, 2]'` and fail the workflow with a TypeError.
     app = str(write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def fine(ctx):
@@ -185,7 +185,7 @@ def test_a_workflow_with_two_required_inputs_is_refused_when_the_app_loads(db_pa
 
 def test_a_workflow_a_worker_cannot_call_is_refused_when_the_app_loads(tmp_path: Path) -> None:
     app = write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def no_ctx():
@@ -194,7 +194,7 @@ def test_a_workflow_a_worker_cannot_call_is_refused_when_the_app_loads(tmp_path:
     with pytest.raises(AppImportError, match="takes ctx as its first parameter"):
         load_app(str(app))
     app = write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def keyword(ctx, *, mode):

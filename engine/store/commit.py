@@ -147,7 +147,8 @@ class Commits(SQLiteConnection):
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
-        status, blocked_on = outcome.status, outcome.blocked_on
+        status: str = outcome.status  # may become "pending" below
+        blocked_on = outcome.blocked_on
         consumed = ",".join(map(str, outcome.consumed_signals))
         if status == "blocked":
             # A signal of this name that arrived during the run makes it runnable, not blocked.

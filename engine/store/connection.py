@@ -176,7 +176,8 @@ class SQLiteConnection:
 
     def data_version(self) -> int:
         """A number that changes whenever another connection commits to the database."""
-        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+        version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        return version
 
     # -- maintenance
 

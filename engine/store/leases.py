@@ -154,21 +154,23 @@ class Leases(InflightMarks):
         marks = ", ".join("?" * len(dead_owners)) or "NULL"
         only, named = _names_clause(names)
         now = time.time()
-        return self._conn.execute(
+        found: int = self._conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only}"
             " AND (retry_at IS NULL OR retry_at <= ?))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
             (*named, now, now, *named, *dead_owners, *named),
-        ).fetchone()[0] == 1
+        ).fetchone()[0]
+        return found == 1
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
         """Whether anything (of `names`) is pending or running: what `--until-idle` waits out."""
         only, named = _names_clause(names)
-        return self._conn.execute(
+        found: int = self._conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})", (*named, *named),
-        ).fetchone()[0] == 1
+        ).fetchone()[0]
+        return found == 1
 
     def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
         """Extend leases still held; say which are. `worker`: stamp that worker's row as seen too."""

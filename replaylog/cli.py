@@ -310,7 +310,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     settings.open(create=create).close()
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
-        base = [sys.executable, "-m", "engine.cli", "--db", str(settings.db),
+        base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
                 "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
@@ -336,8 +336,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         if w.stopping:
             os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
         w.stop()
-        for child in children:
-            child.send_signal(signum)
+        for proc in children:
+            proc.send_signal(signum)
 
     signal_mod.signal(signal_mod.SIGTERM, on_signal)
     signal_mod.signal(signal_mod.SIGINT, on_signal)
@@ -346,8 +346,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     except ReplaylogError as exc:
         fail(str(exc))
     finally:
-        for child in children:
-            child.wait()
+        for proc in children:  # not `child`: that is the --child flag
+            proc.wait()
     if w.left_unknown:
         names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
         click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
@@ -635,7 +635,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
     """Open the operator console (a terminal UI) on the database."""
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
-    from console.app import ReplaylogConsole  # the engine never imports textual until here
+    from console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
 
@@ -646,7 +646,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
 @pass_settings
 def demo(settings: Settings, no_console: bool) -> None:
     """Seed a demo database with workflows in every state, run a worker, open the console."""
-    from engine.demo import run_demo
+    from replaylog.demo import run_demo
 
     run_demo(settings.db, open_console=not no_console, echo=_echo_err)
 

@@ -70,7 +70,7 @@ def run_demo(db: str | os.PathLike[str], *, open_console: bool, echo: Callable[[
     echo(f"Seeding demo database {db} …")
     ids = seed(db, echo)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--quiet"],
+        [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet"],
         stdin=subprocess.DEVNULL,
     )
     try:
