@@ -16,14 +16,14 @@ from typing import Any
 
 from bench.replaylog_runs import ROOT, _env, _pctl, _wait, fresh_db
 from bench.sizes import Sizes
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _worker(db: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--app", "bench.app", "--quiet"],
+        [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "bench.app", "--quiet"],
         cwd=ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -50,14 +50,14 @@ def _rss_mb(pid: int) -> float:
 
 
 def _count(db: Path, status: str) -> int:
-    with SQLiteStore(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         return store.status_counts()[status]
 
 
 def _lateness(db: Path, ids: list[str]) -> list[float]:
     """Per workflow: when the code after its timer ran, minus the recorded wake time (seconds)."""
     late = []
-    with SQLiteStore(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         for wid in ids:
             timer, after = store.list_commands(wid)[:2]
             late.append(after.value - timer.value)
@@ -71,7 +71,7 @@ def precision(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     proc = _worker(db)
     try:
         first = time.time() + 2.0  # every workflow is asleep before the first timer is due
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             ids = [store.start_workflow("alarm", first + spread * i / n) for i in range(n)]
         _wait(lambda: _count(db, "completed") == n, 60 + spread, "every timer to fire", interval=0.05)
     finally:
@@ -93,7 +93,7 @@ def sleepers(workdir: Path, sizes: Sizes) -> dict[str, Any]:
         # asleep, and for the idle window after that (a start and a first run take < 2 ms each).
         t0 = time.time()
         at = t0 + 5.0 + n / 250 + idle
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             ids = [store.start_workflow("alarm", at) for _ in range(n)]
         _wait(lambda: _count(db, "blocked") == n, n / 50 + 60, "every workflow to fall asleep", interval=0.1)
         asleep_at = time.time()
@@ -105,7 +105,7 @@ def sleepers(workdir: Path, sizes: Sizes) -> dict[str, Any]:
         _wait(lambda: _count(db, "completed") == n, n / 50 + 120, "every sleeper to wake", interval=0.05)
     finally:
         _stop(proc)
-    with SQLiteStore(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         last = max(r.updated_at for r in store.list_workflow_summaries(limit=-1))
     late = _lateness(db, ids)
     return {"sleepers": n, "asleep_after_s": asleep_at - t0, "worker_rss_mb": rss, "idle_cpu_percent": idle_cpu * 100,

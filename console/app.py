@@ -34,7 +34,7 @@ from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import Registry
 from engine.core import TIMER
-from engine.store import SQLiteStore
+from engine.store import ReaderStore, open_store
 from engine.text import printable
 
 # Well under the one second the issue allows, and a data_version read is a read of
@@ -63,7 +63,9 @@ class ReplaylogConsole(App[None]):
     TITLE = "replaylog"
     COMMANDS = App.COMMANDS | {WorkflowCommands}
     # Below 32 lines every screen has the class -short (app.tcss tightens the layout).
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (32, "-tall")]
+    # Textual 8 annotates App.VERTICAL_BREAKPOINTS as `ClassVar[...] | None`, which mypy reads as an
+    # instance variable; like BINDINGS it is a class-level setting.
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (32, "-tall")]  # type: ignore[misc]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", tooltip="quit"),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
@@ -103,13 +105,13 @@ class ReplaylogConsole(App[None]):
         self.database_problem: str | None = None  # why the watcher cannot read the database, if it cannot
         self._heap_frozen = False
 
-    def open_store(self) -> SQLiteStore:
+    def open_store(self) -> ReaderStore:
         """A new read-only store on this thread's own connection, for the screens' reads.
 
         Read-only even when the console may write (signals open their own store): a read
         must never create an empty database where the real one was moved away or deleted.
         """
-        return SQLiteStore(self.db_path, readonly=True)
+        return open_store(self.db_path, readonly=True)
 
     def on_mount(self) -> None:
         """Show the workflow list and start watching the database."""
@@ -264,7 +266,7 @@ class _Watch:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.store: SQLiteStore | None = None
+        self.store: ReaderStore | None = None
         self.identity: tuple[int, int] | None = None
         self.version: int | None = None
 
@@ -279,7 +281,7 @@ class _Watch:
             self.close()
         if self.store is None:
             # Read-only: the watcher must never create or touch the file it watches.
-            self.store = SQLiteStore(self.path, readonly=True)
+            self.store = open_store(self.path, readonly=True)
             self.identity = identity
             first = self.version is None
             self.version = self.store.data_version()

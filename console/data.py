@@ -15,8 +15,8 @@ from engine.store import (
     STATUSES,
     CommandRow,
     InflightRow,
+    ReaderStore,
     SignalRow,
-    SQLiteStore,
     WorkflowRow,
     WorkflowSummary,
     waiting_reason,
@@ -53,7 +53,7 @@ class WorkflowsPage:
     counts: dict[str, int]
 
 
-def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
+def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
                     counts: dict[str, int] | None = None, *, count: bool = True) -> WorkflowsPage:
     """A page of workflows plus the header's counts: a LIMIT/OFFSET query and an index scan, never every row.
 
@@ -101,7 +101,7 @@ class WorkflowDetail:
     waiting: str | None = None  # a pending workflow's reason to wait for a worker (no live one knows it)
 
 
-def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
+def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
                  signal_offset: int | None = None) -> WorkflowDetail:
     """A workflow with one page of its slots and one page of its signals (never a whole log).
 
@@ -173,13 +173,13 @@ def _labels(commands: list[CommandRow]) -> dict[int, str]:
     return {c.slot: f"{c.kind}:{c.name}" for c in commands}
 
 
-def _window(store: SQLiteStore, workflow_id: str, slot: int) -> tuple[int, int, dict[int, str]]:
+def _window(store: ReaderStore, workflow_id: str, slot: int) -> tuple[int, int, dict[int, str]]:
     start = max(0, slot - ALIGN_CONTEXT)
     end = max(slot + ALIGN_CONTEXT + 1, start + 1)
     return start, end, _labels(store.list_commands(workflow_id, offset=start, limit=end - start))
 
 
-def _align_stored(store: SQLiteStore, workflow_id: str, total_slots: int, slot: int,
+def _align_stored(store: ReaderStore, workflow_id: str, total_slots: int, slot: int,
                   stored_issued: str | None) -> tuple[AlignedRow, ...]:
     """History beside what the code issued when the workflow failed: all the stored diagnostic knows."""
     start, end, recorded = _window(store, workflow_id, slot)
@@ -193,7 +193,7 @@ def _align_stored(store: SQLiteStore, workflow_id: str, total_slots: int, slot: 
     return tuple(rows)
 
 
-def _align_current(store: SQLiteStore, workflow_id: str, total_slots: int, issued: tuple[str, ...],
+def _align_current(store: ReaderStore, workflow_id: str, total_slots: int, issued: tuple[str, ...],
                    current: int | None, stored: int | None) -> tuple[AlignedRow, ...]:
     """History beside what the current code issues (a dry replay), around its first divergence.
 
@@ -216,7 +216,7 @@ def _align_current(store: SQLiteStore, workflow_id: str, total_slots: int, issue
     return tuple(rows)
 
 
-def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *, check: bool = False) -> Diagnosis:
+def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *, check: bool = False) -> Diagnosis:
     """Explain why a workflow failed; with `check` (or a registry for a divergence) dry-replay it too.
 
     What was stored when the workflow failed and what the current code does now are kept
@@ -264,7 +264,7 @@ def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *,
                      current_slot=current, checked=check)
 
 
-def find_workflow_ids(store: SQLiteStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
+def find_workflow_ids(store: ReaderStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
     """(id, workflow, status) of workflows whose id or name contains `text`, for the palette."""
     return [(r.id, r.workflow, r.status) for r in store.list_workflow_summaries(text=text or None, limit=limit)]
 

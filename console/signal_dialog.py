@@ -16,7 +16,7 @@ from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
 from console.format import text
 from engine.errors import ReplaylogError
-from engine.store import SQLiteStore
+from engine.store import open_store
 from engine.text import printable
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ DEFAULT_PAYLOAD = '{"approved": true, "by": "operator"}'
 
 
 class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
-    """Send one signal through `SQLiteStore.send_signal`, the same function `replaylog signal` uses.
+    """Send one signal through the store's `send_signal`, the same function `replaylog signal` uses.
 
     Dismisses with (workflow id, name, sequence number) once the store accepted it; a
     refusal (closed workflow, unknown id, payload too large) is shown in place.
@@ -137,7 +137,7 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
     def _send(self, name: str, payload: Any) -> None:
         console = cast("ReplaylogConsole", self.app)
         try:
-            with SQLiteStore(console.db_path, readonly=console.readonly) as store:  # this thread's own
+            with open_store(console.db_path, readonly=console.readonly) as store:  # this thread's own
                 seq = store.send_signal(self.workflow_id, name, payload)
         except ReplaylogError as exc:
             self.post_message(self.Refused(str(exc)))

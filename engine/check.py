@@ -9,10 +9,10 @@ from __future__ import annotations
 from engine.app import Registry
 from engine.core import DryReplay, dry_replay
 from engine.errors import ReplaylogError
-from engine.store import SQLiteStore
+from engine.store import ReaderStore
 
 
-def check_workflow(store: SQLiteStore, registry: Registry, workflow_id: str) -> DryReplay:
+def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> DryReplay:
     """Dry-replay a stored workflow against `registry`'s code; nothing runs and nothing is written.
 
     Raises:

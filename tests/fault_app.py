@@ -13,7 +13,7 @@ import random
 import time
 from typing import Any
 
-from engine import Context, activity, current_activity, workflow
+from replaylog import Context, activity, current_activity, workflow
 
 
 def _append(env: str, line: str) -> None:

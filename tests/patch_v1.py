@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine import Context, activity, workflow
+from replaylog import Context, activity, workflow
 
 
 @activity

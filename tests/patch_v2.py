@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from patch_v1 import charge, notify
 
-from engine import Context, workflow
+from replaylog import Context, workflow
 
 
 @workflow(name="order")

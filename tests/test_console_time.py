@@ -13,12 +13,12 @@ from textual.widgets import Static
 from console.paged_table import PagedTable
 from console.workflow_screen import WorkflowScreen
 from engine.app import Registry
-from engine.store import SQLiteStore
+from engine.store import open_store
 from engine.worker import Worker
 
 
 def _seed(db: Path) -> dict[str, str]:
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         ids = {"soon": store.start_workflow("nap", 600, workflow_id="nap-soon"),
                "later": store.start_workflow("nap", 7200, workflow_id="nap-later"),
                "deadline": store.start_workflow("approval", 3 * 86400, workflow_id="approval-3d"),
@@ -38,7 +38,7 @@ def _rendered(widget: Static) -> str:
 @async_test
 async def test_the_list_shows_until_when_with_a_countdown_and_marks_what_fires_next(db_path: Path) -> None:
     _seed(db_path)
-    with SQLiteStore(db_path, readonly=True) as s:
+    with open_store(db_path, readonly=True) as s:
         soon = s.get_workflow("nap-soon").wake_at
     assert soon is not None
     app = make_app(db_path, clock=lambda: soon - 250)  # 4m 10s before the first timer fires
@@ -56,7 +56,7 @@ async def test_the_list_shows_until_when_with_a_countdown_and_marks_what_fires_n
 @async_test
 async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_readably(db_path: Path) -> None:
     _seed(db_path)
-    with SQLiteStore(db_path, readonly=True) as s:
+    with open_store(db_path, readonly=True) as s:
         soon = s.get_workflow("nap-soon").wake_at
         record = s.list_commands("versioned")
     assert soon is not None

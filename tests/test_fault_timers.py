@@ -19,7 +19,7 @@ from fault_harness import integrity, read_jsonl, report
 
 from conftest import ROOT, cli_env, run_cli
 from engine.errors import WorkflowClosedError
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 APP = "timer_app"
 
@@ -36,7 +36,7 @@ class Workers:
     def _start(self) -> subprocess.Popen[bytes]:
         log = (self.tmp / f"worker-{time.monotonic_ns()}.log").open("wb")
         return subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "--db", str(self.db), "worker", "--app", APP, "--quiet",
+            [sys.executable, "-m", "replaylog", "--db", str(self.db), "worker", "--app", APP, "--quiet",
              "--lease", "2"], env=self.env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
     def kill_one(self, rng: random.Random) -> None:
@@ -55,14 +55,14 @@ class Workers:
 
 
 def _statuses(db: Path) -> Counter[str]:
-    with SQLiteStore(db, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         return Counter(s.status_counts())
 
 
 def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_path: Path) -> None:
     rng = random.Random(16)
     db = tmp_path / "timers.db"
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         plans = {store.start_workflow("naps", [round(rng.uniform(0.1, 1.2), 3) for _ in range(3)]): None
                  for _ in range(40)}
     pool = Workers(db, tmp_path, 2)
@@ -77,7 +77,7 @@ def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_pat
         pool.stop()
     fired = Counter((line["wid"], line["slot"]) for line in read_jsonl(tmp_path / "ledger.jsonl"))
     late: list[float] = []
-    with SQLiteStore(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         for wid in plans:
             commands = store.list_commands(wid)
             assert [c.kind for c in commands] == ["timer", "activity"] * 3
@@ -98,11 +98,11 @@ def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_pat
 def test_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(tmp_path: Path) -> None:
     rng = random.Random(61)
     db = tmp_path / "race.db"
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         wids = [store.start_workflow("race", round(rng.uniform(0.5, 1.5), 3)) for _ in range(60)]
     pool = Workers(db, tmp_path, 2)
     try:
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             deadline = time.monotonic() + 120
             while any(store.get_workflow(w).wake_at is None for w in wids):  # every wait has its deadline
                 assert time.monotonic() < deadline, "the waits never blocked"
@@ -133,7 +133,7 @@ def test_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(
     finally:
         pool.stop()
     outcomes: Counter[str] = Counter()
-    with SQLiteStore(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         for wid in wids:
             first, second = store.get_workflow(wid).result
             signals = store.list_signals(wid)

@@ -18,13 +18,13 @@ import timer_app
 from conftest import cli_env, run_cli, wait_for
 from engine.app import Registry
 from engine.core import TIMER, Outcome
-from engine.store import SQLiteStore
+from engine.store import Store, open_store
 from engine.worker import Worker
 
 OWNER = "host:1:test"
 
 
-def _block(store: SQLiteStore, *blocks: tuple[str, str, float | None]) -> None:
+def _block(store: Store, *blocks: tuple[str, str, float | None]) -> None:
     """Claim the workflows and write for each (id, on, wake_at) the verdict of a run that blocked so."""
     claims = {c.id: c for c in store.claim(OWNER, ttl=30, limit=100)}
     finishes = [(claims[wid], Outcome("blocked", blocked_on=on, wake_at=wake_at)) for wid, on, wake_at in blocks]
@@ -32,7 +32,7 @@ def _block(store: SQLiteStore, *blocks: tuple[str, str, float | None]) -> None:
     assert finished == [True] * len(blocks)
 
 
-def test_a_sleeping_workflow_is_claimable_only_once_its_wake_time_has_passed(store: SQLiteStore) -> None:
+def test_a_sleeping_workflow_is_claimable_only_once_its_wake_time_has_passed(store: Store) -> None:
     later = store.start_workflow("nap", 1)
     soon = store.start_workflow("nap", 1)
     _block(store, (later, TIMER, time.time() + 3600), (soon, TIMER, time.time() - 1))
@@ -47,7 +47,7 @@ def test_a_sleeping_workflow_is_claimable_only_once_its_wake_time_has_passed(sto
     assert store.next_wake() == store.get_workflow(later).wake_at
 
 
-def test_list_summaries_carry_the_wake_time_of_blocked_workflows_only(store: SQLiteStore) -> None:
+def test_list_summaries_carry_the_wake_time_of_blocked_workflows_only(store: Store) -> None:
     wid = store.start_workflow("approval", 60)
     at = time.time() + 60
     _block(store, (wid, "approval", at))
@@ -58,7 +58,7 @@ def test_list_summaries_carry_the_wake_time_of_blocked_workflows_only(store: SQL
     assert (row.status, row.wake_at) == ("pending", None)
 
 
-def test_a_signal_and_a_passed_deadline_wake_the_workflow_once(store: SQLiteStore) -> None:
+def test_a_signal_and_a_passed_deadline_wake_the_workflow_once(store: Store) -> None:
     wid = store.start_workflow("approval", 1)
     _block(store, (wid, "approval", time.time() - 5))  # the deadline passed before the signal came
     store.send_signal(wid, "approval", "yes")  # under the write lock: pending, the wake time dropped
@@ -69,7 +69,7 @@ def test_a_signal_and_a_passed_deadline_wake_the_workflow_once(store: SQLiteStor
     assert store.claim(OWNER, ttl=30, limit=10) == []
 
 
-def test_a_signal_named_timer_does_not_wake_a_sleeping_workflow(store: SQLiteStore) -> None:
+def test_a_signal_named_timer_does_not_wake_a_sleeping_workflow(store: Store) -> None:
     wid = store.start_workflow("nap", 1)
     _block(store, (wid, TIMER, time.time() + 3600))
     store.send_signal(wid, TIMER, None)
@@ -77,7 +77,7 @@ def test_a_signal_named_timer_does_not_wake_a_sleeping_workflow(store: SQLiteSto
     assert store.claim(OWNER, ttl=30, limit=10) == []
 
 
-def test_the_claim_and_the_worker_reach_the_due_timers_through_the_wake_index(store: SQLiteStore) -> None:
+def test_the_claim_and_the_worker_reach_the_due_timers_through_the_wake_index(store: Store) -> None:
     # "Without scanning": each query that looks for sleepers seeks in workflows_wake.
     conn = store._conn
     queries = [
@@ -112,7 +112,7 @@ def _ledger(tmp_path: Path) -> list[dict[str, float]]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_running_worker_fires_a_timer_at_its_wake_time_once(worker: Worker, store: SQLiteStore,
+def test_a_running_worker_fires_a_timer_at_its_wake_time_once(worker: Worker, store: Store,
                                                               tmp_path: Path) -> None:
     wid = store.start_workflow("nap", 0.4)
     assert wait_for(lambda: store.get_workflow(wid).status == "blocked", timeout=30)
@@ -126,7 +126,7 @@ def test_a_running_worker_fires_a_timer_at_its_wake_time_once(worker: Worker, st
 
 
 def test_a_deadline_passes_and_the_timeout_is_recorded_then_a_late_signal_stays(worker: Worker,
-                                                                                store: SQLiteStore) -> None:
+                                                                                store: Store) -> None:
     wid = store.start_workflow("race", 0.3)
     assert wait_for(lambda: store.get_workflow(wid).blocked_on == "go"
                     and [c.kind for c in store.list_commands(wid)] == ["deadline", "timeout"], timeout=30)
@@ -143,14 +143,14 @@ def test_a_timer_that_expired_while_no_worker_ran_fires_when_one_starts(db_path:
     wid = started.stdout.strip()
     first = run_cli(db_path, "worker", "--app", "timer_app", "--until-idle", "--quiet", env=env)
     assert first.returncode == 0, first.stderr
-    with SQLiteStore(db_path, readonly=True) as s:
+    with open_store(db_path, readonly=True) as s:
         row = s.get_workflow(wid)
     assert (row.status, row.blocked_on) == ("blocked", TIMER) and row.wake_at is not None
     # No worker runs while the timer expires; the next one to start fires it, once.
     assert wait_for(lambda: time.time() > (row.wake_at or 0) + 0.2, timeout=30)
     second = run_cli(db_path, "worker", "--app", "timer_app", "--until-idle", "--quiet", env=env)
     assert second.returncode == 0, second.stderr
-    with SQLiteStore(db_path, readonly=True) as s:
+    with open_store(db_path, readonly=True) as s:
         assert s.get_workflow(wid).status == "completed"
     assert len(_ledger(tmp_path)) == 1
 
@@ -201,7 +201,7 @@ def test_check_passes_for_histories_from_before_and_after_a_patch(db_path: Path)
     old_waiting, old_done = _order(db_path, "patch_v1", finish=False), _order(db_path, "patch_v1", finish=True)
     _order(db_path, "patch_v2", finish=False)
     new_done = _order(db_path, "patch_v2", finish=True)
-    with SQLiteStore(db_path, readonly=True) as s:
+    with open_store(db_path, readonly=True) as s:
         assert [c.kind for c in s.list_commands(new_done)] == ["activity", "patch", "activity"]
         assert s.get_workflow(new_done).result == "sms" and s.get_workflow(old_done).result == "mail"
     every = run_cli(db_path, "check", "--all", "--app", "patch_v2")
@@ -217,5 +217,5 @@ def test_check_passes_for_histories_from_before_and_after_a_patch(db_path: Path)
     # A version 1 workflow resumed by version 2's worker stays on the old path.
     assert run_cli(db_path, "signal", old_waiting, "done").returncode == 0
     assert run_cli(db_path, "worker", "--app", "patch_v2", "--until-idle", "--quiet").returncode == 0
-    with SQLiteStore(db_path, readonly=True) as s:
+    with open_store(db_path, readonly=True) as s:
         assert (s.get_workflow(old_waiting).status, s.get_workflow(old_waiting).result) == ("completed", "mail")

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from engine import Context, SignalTimeout, activity, current_activity, workflow
+from replaylog import Context, SignalTimeout, activity, current_activity, workflow
 
 
 def _append(line: str) -> None:
