@@ -11,6 +11,7 @@ from console_helpers import SIZE, async_test, column, make_app, settle, wait_unt
 from textual.widgets import Static
 
 from console.paged_table import PagedTable
+from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
 from engine.app import Registry
 from engine.store import open_store
@@ -81,6 +82,11 @@ async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_r
         assert values[0] == record[0].value and values[1] == str(record[1].value)
         assert values[2].endswith("UTC  (wake time)")
         assert values[3] == "marker: runs the patched code"
+        slots.move_cursor(row=2)
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, SlotScreen))
+        facts = _rendered(app.screen.query(Static)[1])
+        assert "wake time" in facts and "UTC" in facts.split("wake time", 1)[1]
 
 
 @async_test
