@@ -43,14 +43,20 @@ def value_preview(value: Any, width: int = 60) -> Text:
     return Text(preview(value, width), no_wrap=True, overflow="ellipsis")
 
 
-def utc(ts: float | None, *, millis: bool = False) -> str:
-    """A timestamp as UTC wall time; fixed stored timestamps give fixed text on every machine."""
+def utc(ts: float | None, *, millis: bool = False, clock: bool = False) -> str:
+    """A timestamp as UTC wall time; fixed stored timestamps give fixed text on every machine.
+
+    Args:
+        ts: seconds since the epoch (None: a dash).
+        millis: the time of day to the millisecond, for a table column that says it is UTC.
+        clock: the time of day alone, "HH:MM:SS UTC" (a moment minutes away).
+    """
     if ts is None:
         return "—"
     when = dt.datetime.fromtimestamp(ts, tz=dt.UTC)
     if millis:
         return when.strftime("%H:%M:%S.") + f"{when.microsecond // 1000:03d}"
-    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return when.strftime("%H:%M:%S UTC" if clock else "%Y-%m-%d %H:%M:%S UTC")
 
 
 def age(ts: float, now: float) -> str:

@@ -21,7 +21,7 @@ from textual.widgets.data_table import ColumnKey
 
 from conftest import cli_env, start_worker
 from console.app import ReplaylogConsole
-from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, WorkflowsQuery, fetch_workflows
+from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, SignalRefused, WorkflowsQuery, fetch_workflows
 from console.diagnosis_view import DiagnosisView
 from console.help_screen import HelpScreen
 from console.paged_table import PagedTable
@@ -31,7 +31,6 @@ from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import load_app
 from engine.core import CommandRecord
-from engine.errors import ReadOnlyError
 from engine.marks import MarkBoard
 from engine.store import PendingRecord, SQLiteStore
 
@@ -386,6 +385,24 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
 
 
 @async_test
+async def test_the_last_worker_error_shows_with_when_the_workflow_runs_again(db_path: Path) -> None:
+    # A run stopped by an error that is no outcome (here a KeyboardInterrupt) hands the
+    # workflow back: the screen says why it is pending again and when a worker takes it.
+    with frozen_time(), SQLiteStore(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="interrupted-1")
+        (claim,) = store.claim("otherhost:4194997:feedbeef", ttl=30)
+        assert store.hand_back(claim, "KeyboardInterrupt: [bold]stop[/bold]", backoff=30, backoff_max=60) == 30
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow("interrupted-1")
+        await settle(pilot)
+        summary = rendered(app.screen.query_one("#summary", Static))
+        # 2026-01-01 00:00:00 UTC (the frozen time) plus the 30 s back-off; stored text, never markup.
+        assert "worker error  KeyboardInterrupt: [bold]stop[/bold] — runs again from 00:00:30 UTC" in summary
+
+
+@async_test
 async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_nothing_committed(
         db_path: Path) -> None:
     # A worker that dies commits nothing more: the screen itself must notice that its lease
@@ -562,8 +579,8 @@ async def test_readonly_offers_no_write_action(console_db: Path) -> None:
         app.open_signal_dialog(ROLES["blocked"], "approval")  # even asked directly, nothing opens
         await pilot.pause()
         assert app.screen is screen
-        with app.open_store() as store, pytest.raises(ReadOnlyError):
-            store.send_signal(ROLES["blocked"], "approval", True)  # the connection itself is mode=ro
+        with pytest.raises(SignalRefused, match="read-only"):
+            app.data.send_signal(ROLES["blocked"], "approval", True)  # the connection itself is mode=ro
 
 
 # ------------------------------------------------------------------ live
