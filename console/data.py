@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.app import Registry
-from engine.core import DryReplay, dry_replay
+from engine.check import NoCode, check_workflow
+from engine.core import DryReplay
 from engine.errors import ReplaylogError
 from engine.store import (
     STATUSES,
@@ -336,7 +337,8 @@ def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *,
     What was stored when the workflow failed and what the current code does now are kept
     apart: the summary's "when it failed" rows come from the stored diagnostic only, the
     verdict and the aligned view's marks from the dry replay only (or, with no code
-    loaded, the aligned view is the stored diagnostic's and says so).
+    loaded, the aligned view is the stored diagnostic's and says so). The verdict is
+    `check_workflow`'s, the one `replaylog check` gives: judged by the workflow's status.
     """
     row = store.get_workflow(workflow_id)
     verdict: str | None = None
@@ -344,15 +346,9 @@ def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *,
     replay: DryReplay | None = None
     code = registry.spec if registry is not None else None
     if registry is not None and (check or row.diagnostic):
-        try:
-            fn = registry.workflow(row.workflow)
-        except ReplaylogError as exc:
-            verdict, verdict_ok = str(exc), False
-        else:
-            replay = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id)
-            verdict_ok = replay.ok
-            verdict = (f"{replay.verdict} ({replay.replayed} slot(s) replayed)" if replay.ok
-                       else (replay.error or replay.verdict))
+        checked = check_workflow(store, registry, workflow_id)
+        verdict, verdict_ok = checked.text, checked.ok
+        replay = None if isinstance(checked, NoCode) else checked
     elif check:
         verdict, verdict_ok = "no workflow code loaded: start the console with --app to check", None
     current = replay.diagnostic.slot if replay is not None and replay.diagnostic is not None else None

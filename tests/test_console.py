@@ -19,7 +19,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
 from textual.widgets.data_table import ColumnKey
 
-from conftest import cli_env, start_worker
+from conftest import cli_env, run_cli, start_worker
 from console.app import ReplaylogConsole
 from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, SignalRefused, WorkflowsQuery, fetch_workflows
 from console.diagnosis_view import DiagnosisView
@@ -698,7 +698,7 @@ async def test_after_the_code_is_fixed_the_stored_failure_and_the_current_code_a
         assert "when it failed" in failed and "NonDeterministicError at slot 3" in failed
         assert "activity:weigh" in failed
         # ...and the current code's verdict says it replays, in its own row.
-        assert "replays cleanly" in now and "activity:weigh" in now and "diverge" not in now
+        assert "no longer diverges" in now and "activity:weigh" in now and "diverges at" not in now
         # The aligned view is the current code's: no divergence marked where the code now matches.
         aligned = screen.query_one("#aligned", PagedTable)
         assert header(aligned, "issued") == "issued by the current code"
@@ -725,6 +725,32 @@ async def test_c_on_a_failed_workflow_shows_the_verdict_in_a_notice(console_db: 
         await pilot.press("c")
         await settle(pilot)
         assert any(n.severity == "information" and "replays cleanly" in n.message for n in app._notifications)
+
+
+@async_test
+async def test_c_judges_a_finished_workflow_as_replaylog_check_does(db_path: Path, tmp_path: Path) -> None:
+    # A completed workflow whose code now issues one more command has diverged: its history
+    # ended where the code goes on. The console's verdict is the command line's, word for word.
+    head = "from engine import activity, workflow\n@activity\ndef a():\n    return 1\n@workflow\ndef steps(ctx):\n"
+    once = "    ctx.call_activity(a)\n"
+    (tmp_path / "steps_v1.py").write_text(head + once + "    return 'done'\n")
+    (tmp_path / "steps_v2.py").write_text(head + once * 2 + "    return 'done'\n")
+    with SQLiteStore(db_path) as store:
+        store.start_workflow("steps", has_input=False, workflow_id="steps-1")
+    assert run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", str(tmp_path / "steps_v1.py")).returncode == 0
+    v2 = str(tmp_path / "steps_v2.py")
+    cli = run_cli(db_path, "check", "steps-1", "--app", v2)
+    assert cli.returncode == 1 and cli.stderr.startswith("steps-1: ")
+    app = make_app(db_path, registry=load_app(v2))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        screen = await open_workflow(pilot, "steps-1")
+        assert screen.detail is not None and screen.detail.row.status == "completed"
+        await pilot.press("c")
+        await settle(pilot)
+        (notice,) = list(app._notifications)
+        assert notice.severity == "error"
+        assert notice.message == cli.stderr.strip().removeprefix("steps-1: ")
+        assert "history ends there (the workflow completed)" in notice.message
 
 
 @async_test
