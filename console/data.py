@@ -366,7 +366,7 @@ def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *,
                          replay is not None, current, check)
     if row.status == "failed":
         failed = store.last_failed_command(workflow_id)
-        kind = "activity" if failed is not None and (row.error or "").startswith("ActivityError") else "other"
+        kind = "activity" if failed is not None and row.error_kind == "activity" else "other"
         return Diagnosis(workflow_id, kind, "the stored error", row.error or "", failed.slot if failed else None,
                          failed_command=Slot.of(failed) if failed is not None and kind == "activity" else None,
                          verdict=verdict, verdict_ok=verdict_ok, code=code, current_slot=current, checked=check)

@@ -177,6 +177,8 @@ class WorkflowRow:
     worker_error: str | None = None
     # After such an error the workflow is pending again, but not claimed before this time.
     retry_at: float | None = None
+    # What failed a failed workflow (engine.core.ErrorKind): match on this, never on `error`'s text.
+    error_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -291,7 +293,7 @@ _INSERT_OK = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, 
 _INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
                      " VALUES (?, 'activity', ?, 1, ?, 1, ?)")
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + _SLOTS_SHOWN + ", "
-               "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at")
+               "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind")
 
 
 def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
@@ -299,6 +301,7 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=_loads(r[4]), has_input=r[4] is not None,
         result=_loads(r[5]), error=r[6], diagnostic=_loads(r[7]), slots=r[8], created_at=r[9],
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
+        error_kind=r[15],
     )
 
 
@@ -562,6 +565,8 @@ class SQLiteStore:
         conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
         conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
         conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
+        # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
+        conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
 
     def close(self) -> None:
         """Close the connection."""
@@ -1204,17 +1209,17 @@ class SQLiteStore:
             if arrived:
                 status, blocked_on = "pending", None
         cur = conn.execute(
-            "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?,"
+            "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?, error_kind = ?,"
             f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {_SLOTS_NOW},"
             # A run that came to a verdict was not interrupted; one that ended the workflow
             # makes the last worker error history.
             " interruptions = 0, retry_at = NULL,"
-            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 7-9.
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 8-10.
             " worker_error = CASE WHEN ?1 IN ('completed', 'failed') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
             (status, blocked_on, _dumps(outcome.result) if status == "completed" else None, outcome.error,
              _dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
-             now, claim.id, claim.owner, claim.epoch),
+             outcome.error_kind if status == "failed" else None, now, claim.id, claim.owner, claim.epoch),
         )
         if cur.rowcount != 1:
             return False
