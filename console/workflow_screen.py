@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, T
 
 from console.data import SIGNAL_PAGE, SLOT_PAGE, ConsoleData, Diagnosis, Slot, WorkflowDetail
 from console.diagnosis_view import DiagnosisView
-from console.format import CELL_PREVIEW, status_text, text, utc, value_preview
+from console.format import CELL_PREVIEW, clock_read, status_text, text, utc, value_preview, worker_error_line
 from console.live_screen import LiveScreen
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
@@ -211,12 +211,8 @@ class WorkflowScreen(LiveScreen):
         if row.error:
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
         if row.worker_error:
-            # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure):
-            # kept until a run completes or fails the workflow, as `replaylog show` says it.
-            stopped = row.worker_error
-            if row.status == "pending" and row.retry_at is not None:
-                stopped += f" — runs again from {utc(row.retry_at, clock=True)}"
-            grid.add_row("worker error", text(stopped, "yellow"))
+            # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
+            grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))
         if detail.inflight is not None:
             i = detail.inflight
             if self._lease_live(detail):
@@ -416,9 +412,7 @@ def _value_cell(c: Slot) -> Text:
     """A slot's value or error, one line; a clock read shows as a time (the raw number is in its detail)."""
     if not c.ok:
         return text(c.error or "", "red")
-    if c.kind == "now" and isinstance(c.value, int | float) and not isinstance(c.value, bool):
-        try:
-            return Text(f"{utc(c.value)}  (clock read)", no_wrap=True, overflow="ellipsis")
-        except (OverflowError, OSError, ValueError):
-            pass  # not a time a datetime can hold: show the number
+    when = clock_read(c.value) if c.kind == "now" else None
+    if when is not None:  # else not a time a datetime can hold: show the number
+        return Text(f"{when}  (clock read)", no_wrap=True, overflow="ellipsis")
     return value_preview(c.value, CELL_PREVIEW)
