@@ -394,10 +394,7 @@ async def test_the_last_worker_error_shows_with_when_the_workflow_runs_again(db_
         assert store.hand_back(claim, "KeyboardInterrupt: [bold]stop[/bold]", backoff=30, backoff_max=60) == 30
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        app.open_workflow("interrupted-1")
-        await settle(pilot)
-        summary = rendered(app.screen.query_one("#summary", Static))
+        summary = rendered((await open_workflow(pilot, "interrupted-1")).query_one("#summary", Static))
         # 2026-01-01 00:00:00 UTC (the frozen time) plus the 30 s back-off; stored text, never markup.
         assert "worker error  KeyboardInterrupt: [bold]stop[/bold] — runs again from 00:00:30 UTC" in summary
 
