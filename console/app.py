@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from rich.console import RenderableType
@@ -99,16 +98,6 @@ class ReplaylogConsole(App[None]):
         self.exiting = False
         self.database_problem: str | None = None  # why the watcher cannot read the database, if it cannot
         self._heap_frozen = False
-
-    @property
-    def db_path(self) -> Path:
-        """The database file."""
-        return self.data.db_path
-
-    @property
-    def readonly(self) -> bool:
-        """Whether the console offers no write action at all."""
-        return self.data.readonly
 
     def on_mount(self) -> None:
         """Show the workflow list and start watching the database."""
@@ -220,7 +209,7 @@ class ReplaylogConsole(App[None]):
 
     def open_signal_dialog(self, workflow_id: str, default_name: str | None) -> None:
         """Ask for a signal to send, unless the console is read-only (then there is no write path)."""
-        if self.readonly or self.exiting:
+        if self.data.readonly or self.exiting:
             return
         self.push_screen(SignalDialog(self.data, workflow_id, default_name or ""), self._signal_sent)
 
@@ -260,7 +249,7 @@ class ReplaylogConsole(App[None]):
                         ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
                         ("value view", SlotScreen.BINDINGS),
                         ("signal dialog", SignalDialog.BINDINGS)]
-            self.push_screen(HelpScreen(sections, readonly=self.readonly, code=self.data.code))
+            self.push_screen(HelpScreen(sections, readonly=self.data.readonly, code=self.data.code))
 
     def action_goto(self) -> None:
         """Ask for a workflow id and open it."""
