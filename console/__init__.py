@@ -1,7 +1,8 @@
 """The replaylog operator console: a Textual app over the shared log store.
 
-It reads through `engine.store` in thread workers (one connection each) and writes
-only through the store's operator functions. It never imports the worker.
+Every read and write goes through `console.data` (in thread workers, one connection
+each; writes only through the store's operator functions); screens get it handed down
+and post messages up to the app. It never imports the worker.
 """
 
 from console.app import ReplaylogConsole
