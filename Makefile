@@ -20,6 +20,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 test: lint
 	$(PY) -m pytest -n 2 -q
@@ -37,4 +38,4 @@ bench-instructions: $(STAMP)
 	$(PY) -m bench.instructions
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache

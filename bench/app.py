@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine import Context, activity, workflow
+from replaylog import Context, activity, workflow
 
 # How many times `tick` ran in this process: the resume benchmark proves with it that
 # replay re-executed nothing.

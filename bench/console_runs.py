@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.sizes import Sizes
-from engine.store import SCHEMA_VERSION, SQLiteStore
+from engine.store import open_store, slot_key
+from engine.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG_WID = "wf-bench-big-history"
@@ -50,12 +51,13 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
     Rows go in by bulk SQL in one transaction (the engine would take an hour to start
     a million); the schema is the store's own. Kept between runs: building is slow.
     """
-    marker = Path(f"{path}.built-v{SCHEMA_VERSION}-{workflows}-{slots}")
+    # (Not "built-v…": files marked so before the schema was renumbered 1 have the old layout.)
+    marker = Path(f"{path}.built-schema{SCHEMA_VERSION}-{workflows}-{slots}")
     if marker.exists() and path.exists():
         return
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    SQLiteStore(path).close()  # the schema
+    open_store(path).close()  # the schema
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA synchronous = OFF")  # building a fixture, not recording outcomes
     now = time.time()
@@ -71,7 +73,7 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
         "INSERT INTO workflows (id, workflow, status, blocked_on, input, slots, created_at, updated_at, lease_epoch,"
         " seq) VALUES (?, 'resumable', 'blocked', 'go', ?, ?, ?, ?, 0, ?)", (BIG_WID, str(slots), slots, now, now,
                                                                             workflows))
-    base = workflows << 32  # the store's key of a command row: (seq << 32) + slot
+    base = slot_key(workflows)  # the store's key of this workflow's slot 0
     conn.executemany(
         "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
         " VALUES (?, 'activity', 'tick', 1, ?, NULL, 1, ?)",
@@ -180,7 +182,7 @@ def _has_rows(app: Any) -> bool:
 def _write(db: str, seconds: float) -> None:
     """Start a workflow every 20 ms for `seconds`: the list in view changes under the console."""
     end = time.monotonic() + seconds
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         while time.monotonic() < end:
             store.start_workflow("chain", 3)
             time.sleep(0.02)

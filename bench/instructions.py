@@ -33,7 +33,7 @@ def _child(kind: str, n: int, workdir: Path) -> None:
     """Run `n` slots (or floor commits) of `kind` in this process: what valgrind counts."""
     from bench.floor import commit_row, open_floor
     from bench.replaylog_runs import REGISTRY, fresh_db
-    from engine.store import SQLiteStore
+    from engine.store import open_store
     from engine.worker import Worker
 
     if kind == "floor":
@@ -43,7 +43,7 @@ def _child(kind: str, n: int, workdir: Path) -> None:
         conn.close()
         return
     db = fresh_db(workdir, kind)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         store.start_workflow("chain", n)
     worker = Worker(db, REGISTRY, track_inflight=kind == "engine")
     worker.run(until_idle=True)

@@ -18,7 +18,7 @@ from bench.floor import WARM_COMMITS, commit_row, floor_rate, open_floor
 from bench.sizes import Sizes
 from engine.app import Registry
 from engine.core import Context, execute
-from engine.store import SQLiteStore
+from engine.store import open_store
 from engine.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def _warm_engine(db: Path, track_inflight: bool = True) -> sqlite3.Connection:
     new one, growing again (a deployed worker's WAL lives as long as the worker does).
     """
     keeper = sqlite3.connect(db, isolation_level=None)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         store.start_workflow("chain", WARM_COMMITS)
     keeper.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the WAL: it now outlives the worker
     Worker(db, REGISTRY, track_inflight=track_inflight).run(until_idle=True)
@@ -95,7 +95,7 @@ def _warm_engine(db: Path, track_inflight: bool = True) -> sqlite3.Connection:
 def _single_round(workdir: Path, n: int, name: str, track_inflight: bool) -> dict[str, Any]:
     db = fresh_db(workdir, name)
     keeper = _warm_engine(db, track_inflight)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         store.start_workflow("chain", n)
     floor = _InterleavedFloor(fresh_db(workdir, "floor"))
     bench.app.HOOK = floor
@@ -150,7 +150,7 @@ def group(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     for r in range(sizes.group_rounds):
         db = fresh_db(workdir, f"group-{r}")
         keeper = _warm_engine(db)
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             for _ in range(w):
                 store.start_workflow("chain", n)
         try:
@@ -187,10 +187,10 @@ def resume(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     """A workflow blocked after N slots gets its signal: time load and replay of the N slots."""
     n = sizes.resume_slots
     db = fresh_db(workdir, "resume")
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         wid = store.start_workflow("resumable", n)
     _run_worker(db)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         row = store.get_workflow(wid)
         if row.status != "blocked" or row.slots != n:
             raise RuntimeError(f"the workflow is {row.status} with {row.slots} slots, not blocked after {n}")
@@ -219,7 +219,7 @@ def resume(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     calls = bench.app.CALLS["tick"]
     wall, _ = _run_worker(db)
     executed = bench.app.CALLS["tick"] - calls
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         row = store.get_workflow(wid)
     if row.status != "completed" or executed != 1:
         raise RuntimeError(f"resume ended {row.status} with {executed} activities executed (want 1)")
@@ -257,10 +257,10 @@ def signal_latency(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     """A worker in another process; signals sent from this one; time to the next recorded slot."""
     k = sizes.signal_samples
     db = fresh_db(workdir, "signal")
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         wid = store.start_workflow("pingpong", k)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--app", "bench.app", "--quiet"],
+        [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "bench.app", "--quiet"],
         cwd=ROOT, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     watch = sqlite3.connect(db, isolation_level=None)
@@ -269,7 +269,7 @@ def signal_latency(workdir: Path, sizes: Sizes) -> dict[str, Any]:
         def state() -> tuple[str, int]:
             return watch.execute("SELECT status, slots FROM workflows WHERE id = ?", (wid,)).fetchone()
 
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             for i in range(k):
                 _wait(lambda i=i: state() == ("blocked", i), 60, f"the workflow to block after slot {i}")
                 # Let the worker settle into its idle loop, as a human's approval would find it.
@@ -330,13 +330,13 @@ def short(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     result: dict[str, Any] = {"workflows": n, "slots_each": slots}
     for processes in (1, 2):
         db = fresh_db(workdir, f"short-{processes}")
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             t0 = time.perf_counter()
             for _ in range(n):
                 store.start_workflow("chain", slots)
             start_s = time.perf_counter() - t0
         wall, reports = run_worker_processes(db, processes)
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             done = store.status_counts()["completed"]
         if done != n:
             raise RuntimeError(f"{done} of {n} short workflows completed with {processes} process(es)")

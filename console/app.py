@@ -63,7 +63,9 @@ class ReplaylogConsole(App[None]):
     TITLE = "replaylog"
     COMMANDS = App.COMMANDS | {WorkflowCommands}
     # Below 32 lines every screen has the class -short (app.tcss tightens the layout).
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (32, "-tall")]
+    # Textual 8 annotates App.VERTICAL_BREAKPOINTS as `ClassVar[...] | None`, which mypy reads as an
+    # instance variable; like BINDINGS it is a class-level setting.
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (32, "-tall")]  # type: ignore[misc]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", tooltip="quit"),
         Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),

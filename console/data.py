@@ -24,10 +24,11 @@ from engine.store import (
     STATUSES,
     CommandRow,
     InflightRow,
+    ReaderStore,
     SignalRow,
-    SQLiteStore,
     WorkflowRow,
     WorkflowSummary,
+    open_store,
     waiting_reason,
 )
 
@@ -166,7 +167,7 @@ class WorkflowsPage:
     counts: dict[str, int]
 
 
-def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
+def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
                     counts: dict[str, int] | None = None, *, count: bool = True) -> WorkflowsPage:
     """A page of workflows plus the header's counts: a LIMIT/OFFSET query and an index scan, never every row.
 
@@ -195,7 +196,7 @@ def fetch_workflows(store: SQLiteStore, query: WorkflowsQuery,
     return WorkflowsPage(query, _listed(store, query), total, counts)
 
 
-def _listed(store: SQLiteStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, ...]:
+def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, ...]:
     rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
                                          descending=query.descending, limit=query.limit, offset=query.offset)
     return tuple(map(ListedWorkflow.of, rows))
@@ -216,7 +217,7 @@ class WorkflowDetail:
     waiting: str | None = None  # a pending workflow's reason to wait for a worker (no live one knows it)
 
 
-def fetch_detail(store: SQLiteStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
+def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
                  signal_offset: int | None = None) -> WorkflowDetail:
     """A workflow with one page of its slots and one page of its signals (never a whole log).
 
@@ -288,13 +289,13 @@ def _labels(commands: list[CommandRow]) -> dict[int, str]:
     return {c.slot: Slot.of(c).label for c in commands}
 
 
-def _window(store: SQLiteStore, workflow_id: str, slot: int) -> tuple[int, int, dict[int, str]]:
+def _window(store: ReaderStore, workflow_id: str, slot: int) -> tuple[int, int, dict[int, str]]:
     start = max(0, slot - ALIGN_CONTEXT)
     end = max(slot + ALIGN_CONTEXT + 1, start + 1)
     return start, end, _labels(store.list_commands(workflow_id, offset=start, limit=end - start))
 
 
-def _align_stored(store: SQLiteStore, workflow_id: str, total_slots: int, slot: int,
+def _align_stored(store: ReaderStore, workflow_id: str, total_slots: int, slot: int,
                   stored_issued: str | None) -> tuple[AlignedRow, ...]:
     """History beside what the code issued when the workflow failed: all the stored diagnostic knows."""
     start, end, recorded = _window(store, workflow_id, slot)
@@ -308,7 +309,7 @@ def _align_stored(store: SQLiteStore, workflow_id: str, total_slots: int, slot: 
     return tuple(rows)
 
 
-def _align_current(store: SQLiteStore, workflow_id: str, total_slots: int, issued: tuple[str, ...],
+def _align_current(store: ReaderStore, workflow_id: str, total_slots: int, issued: tuple[str, ...],
                    current: int | None, stored: int | None) -> tuple[AlignedRow, ...]:
     """History beside what the current code issues (a dry replay), around its first divergence.
 
@@ -331,7 +332,7 @@ def _align_current(store: SQLiteStore, workflow_id: str, total_slots: int, issue
     return tuple(rows)
 
 
-def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *, check: bool = False) -> Diagnosis:
+def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *, check: bool = False) -> Diagnosis:
     """Explain why a workflow failed; with `check` (or a registry for a divergence) dry-replay it too.
 
     What was stored when the workflow failed and what the current code does now are kept
@@ -374,7 +375,7 @@ def diagnose(store: SQLiteStore, workflow_id: str, registry: Registry | None, *,
                      current_slot=current, checked=check)
 
 
-def find_workflow_ids(store: SQLiteStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
+def find_workflow_ids(store: ReaderStore, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
     """(id, workflow, status) of workflows whose id or name contains `text`, for the palette."""
     return [(r.id, r.workflow, r.status) for r in store.list_workflow_summaries(text=text or None, limit=limit)]
 
@@ -407,10 +408,10 @@ class ConsoleData:
         """The app the workflow code was loaded from (None: none loaded)."""
         return self.registry.spec if self.registry is not None else None
 
-    def _reader(self) -> SQLiteStore:
+    def _reader(self) -> ReaderStore:
         # Read-only even when the console may write: a read must never create an empty
         # database where the real one was moved away or deleted.
-        return SQLiteStore(self.db_path, readonly=True)
+        return open_store(self.db_path, readonly=True)
 
     def workflows(self, query: WorkflowsQuery, counts: dict[str, int] | None = None, *,
                   count: bool = True) -> WorkflowsPage:
@@ -441,7 +442,7 @@ class ConsoleData:
                 payload over the cap, a read-only console, an unreachable database).
         """
         try:
-            with SQLiteStore(self.db_path, readonly=self.readonly) as store:
+            with open_store(self.db_path, readonly=self.readonly) as store:
                 return store.send_signal(workflow_id, name, payload)
         except ReplaylogError as exc:
             raise SignalRefused(str(exc)) from exc
@@ -463,7 +464,7 @@ class ChangeWatch:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.store: SQLiteStore | None = None
+        self.store: ReaderStore | None = None
         self.identity: tuple[int, int] | None = None
         self.version: int | None = None
 
@@ -478,7 +479,7 @@ class ChangeWatch:
             self.close()
         if self.store is None:
             # Read-only: the watcher must never create or touch the file it watches.
-            self.store = SQLiteStore(self.path, readonly=True)
+            self.store = open_store(self.path, readonly=True)
             self.identity = identity
             first = self.version is None
             self.version = self.store.data_version()

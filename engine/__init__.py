@@ -1,6 +1,7 @@
 """replaylog: durable workflows for Python, re-derived by replaying a log of outcomes.
 
-The authoring API lives here; the log store, the worker and the CLI are submodules.
+The implementation package: users import from `replaylog` (the public package, which
+re-exports the authoring API from here). These exports keep `from engine import …` working.
 """
 
 from engine.core import (

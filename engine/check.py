@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from engine.app import Registry
 from engine.core import DryReplay, dry_replay
 from engine.errors import ReplaylogError
-from engine.store import SQLiteStore
+from engine.store import ReaderStore
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class NoCode(DryReplay):
     """The verdict when the code has no workflow of the recorded name: nothing was replayed."""
 
 
-def check_workflow(store: SQLiteStore, registry: Registry, workflow_id: str) -> DryReplay:
+def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> DryReplay:
     """Dry-replay a stored workflow against `registry`'s code; nothing runs and nothing is written.
 
     Raises:

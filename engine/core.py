@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from engine.errors import (
     ActivityError,
@@ -38,14 +38,16 @@ _DECORATED: dict[str, dict[tuple[str, str, str], Callable[..., Any]]] = {}
 
 
 def _mark(fn: F, kind: str, name: str | None) -> F:
+    registered = name or fn.__name__
+    # Functions take attributes at run time; Callable's type declares none, hence the ignores.
     fn._replaylog_kind = kind  # type: ignore[attr-defined]
-    fn._replaylog_name = name or fn.__name__  # type: ignore[attr-defined]
+    fn._replaylog_name = registered  # type: ignore[attr-defined]
     module = getattr(fn, "__module__", None)
-    qualname = getattr(fn, "__qualname__", None) or fn._replaylog_name  # type: ignore[attr-defined]
+    qualname = getattr(fn, "__qualname__", None) or registered
     # A function made inside another one (a test body, a factory) is decorated at run time,
     # not while its module imports: it belongs to an app only if the module's namespace holds it.
     if module and "<locals>" not in qualname:
-        _DECORATED.setdefault(module, {})[(kind, fn._replaylog_name, qualname)] = fn  # type: ignore[attr-defined]
+        _DECORATED.setdefault(module, {})[(kind, registered, qualname)] = fn
     return fn
 
 
@@ -59,14 +61,22 @@ def forget_decorated(module_name: str) -> None:
     _DECORATED.pop(module_name, None)
 
 
-def workflow(fn: F | None = None, *, name: str | None = None) -> Any:
+@overload
+def workflow(fn: F, *, name: str | None = None) -> F: ...
+@overload
+def workflow(fn: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
+def workflow(fn: F | None = None, *, name: str | None = None) -> F | Callable[[F], F]:
     """Mark a function as a workflow: `def wf(ctx, input)`. The name defaults to the function's."""
     if fn is None:
         return lambda f: _mark(f, "workflow", name)
     return _mark(fn, "workflow", name)
 
 
-def activity(fn: F | None = None, *, name: str | None = None) -> Any:
+@overload
+def activity(fn: F, *, name: str | None = None) -> F: ...
+@overload
+def activity(fn: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
+def activity(fn: F | None = None, *, name: str | None = None) -> F | Callable[[F], F]:
     """Mark a function as an activity (a side effect). The name defaults to the function's."""
     if fn is None:
         return lambda f: _mark(f, "activity", name)
@@ -481,7 +491,8 @@ class Context:
         rec = self._guard(slot, "now", "now")
         if rec is not None:
             self.replayed_commands += 1
-            return rec.value
+            recorded: float = rec.value  # a now() slot always holds the float it recorded
+            return recorded
         self.executed_commands += 1
         value = float(self._clock())
         self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1)))

@@ -17,7 +17,7 @@ is written, the number turns even; a reader copies the file twice and keeps a re
 only where both copies hold the same even number, so it never sees a torn mark.
 
 The marks of a dead worker are folded into the database's `inflight` table by the next
-worker (`SQLiteStore.fold_marks`), which then deletes the file. WAL needs every process
+worker (the store's `fold_marks`), which then deletes the file. WAL needs every process
 on one host anyway, so a pid says whether a file's writer is alive.
 """
 
@@ -246,7 +246,8 @@ def board_owner(path: Path) -> str | None:
         return None
     if len(head) < _HEADER.size or head[:8] != MAGIC:
         return None
-    return _HEADER.unpack(head)[3].rstrip(b"\0").decode("utf-8", "replace")
+    owner: bytes = _HEADER.unpack(head)[3]
+    return owner.rstrip(b"\0").decode("utf-8", "replace")
 
 
 def board_files(db_path: str | os.PathLike[str]) -> list[tuple[Path, int]]:

@@ -36,11 +36,12 @@ from engine.marks import MarkBoard, board_files, board_owner, read_board
 from engine.store import (
     Claim,
     PendingRecord,
-    SQLiteStore,
+    WorkerStore,
     default_max_payload,
     encode_value,
     fit_text,
     is_damaged,
+    open_store,
     over_cap,
 )
 
@@ -133,7 +134,7 @@ class _Thread:
         # The run's latest start mark (the thread's record) is of an activity with no
         # recorded outcome yet.
         self.inflight = False
-        self.store: SQLiteStore | None = None  # the thread's own connection, opened on first use
+        self.store: WorkerStore | None = None  # the thread's own connection, opened on first use
 
 
 class _StopFlag(threading.Event):
@@ -219,7 +220,7 @@ class Committer:
         self._idle = threading.Condition(self._lock)
         self._pending: list[_Request] = []
         self._leading = False
-        self._store: SQLiteStore | None = None
+        self._store: WorkerStore | None = None
         self._stop_waiting = False
         self.batches = 0
         self.commits = 0
@@ -229,7 +230,7 @@ class Committer:
 
     def start(self) -> None:
         """Open the write connection."""
-        self._store = SQLiteStore(self._path, max_payload=self._max_payload)
+        self._store = open_store(self._path, max_payload=self._max_payload)
 
     def stop(self) -> None:
         """Wait for the commit in progress and what is queued behind it, then close the connection."""
@@ -350,7 +351,7 @@ class Committer:
             except Exception:  # another workflow's bookkeeping must not fail this commit
                 log.exception("a commit's follow-up failed")
 
-    def _commit(self, store: SQLiteStore, batch: list[_Request]) -> None:
+    def _commit(self, store: WorkerStore, batch: list[_Request]) -> None:
         records: list[PendingRecord] = []
         finishes: list[tuple[Claim, Outcome]] = []
         for r in batch:
@@ -478,7 +479,7 @@ class Worker:
 
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
-        store = SQLiteStore(self.path, max_payload=self.max_payload)
+        store = open_store(self.path, max_payload=self.max_payload)
         if self.track_inflight:
             try:
                 self._board = MarkBoard(self.path, self.owner, self.concurrency)
@@ -521,7 +522,7 @@ class Worker:
         if self.fatal is not None:
             raise self.fatal
 
-    def _loop(self, store: SQLiteStore, until_idle: bool) -> None:
+    def _loop(self, store: WorkerStore, until_idle: bool) -> None:
         last_version = -1
         next_lapse_check = 0.0
         next_renew = time.monotonic() + self.ttl / 3
@@ -567,7 +568,7 @@ class Worker:
             self._wake.wait(self.poll if not self._active else max(self.poll, BUSY_POLL))
             self._wake.clear()
 
-    def _dead_owners(self, store: SQLiteStore) -> list[str]:
+    def _dead_owners(self, store: WorkerStore) -> list[str]:
         """Owners on this host whose process is gone: their leases need not be waited out."""
         dead = []
         for owner in store.running_owners():
@@ -577,7 +578,7 @@ class Worker:
                 dead.append(owner)
         return dead
 
-    def _fold_dead_boards(self, store: SQLiteStore) -> None:
+    def _fold_dead_boards(self, store: WorkerStore) -> None:
         """Keep the marks of workers that died in the database, and delete their files."""
         me = os.getpid()
         for path, pid in board_files(self.path):
@@ -604,7 +605,7 @@ class Worker:
             )
         self.stop()
 
-    def _bound_wal(self, store: SQLiteStore) -> float:
+    def _bound_wal(self, store: WorkerStore) -> float:
         """Restart the WAL once it has grown past WAL_RESTART_AT; return seconds until the next look."""
         if store.wal_bytes() <= WAL_RESTART_AT:
             self._wal_backoff = WAL_CHECK
@@ -623,7 +624,7 @@ class Worker:
         self._wal_backoff = min(WAL_RESTART_BACKOFF_MAX, max(WAL_CHECK, self._wal_backoff) * 2)
         return self._wal_backoff
 
-    def _renew(self, store: SQLiteStore) -> None:
+    def _renew(self, store: WorkerStore) -> None:
         with self._lock:
             claims = list(self._active.values())
         # Also when idle: the worker's row says it is alive (store.served_names).
@@ -669,7 +670,7 @@ class Worker:
     def _run_one(self, claim: Claim, me: _Thread) -> None:
         store = me.store
         if store is None:
-            store = me.store = SQLiteStore(self.path, max_payload=self.max_payload)
+            store = me.store = open_store(self.path, max_payload=self.max_payload)
         finishing = False
         me.inflight = False
         try:
@@ -726,7 +727,7 @@ class Worker:
             return
         me.focused = one
 
-    def _keep_mark(self, store: SQLiteStore, me: _Thread) -> None:
+    def _keep_mark(self, store: WorkerStore, me: _Thread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
 
         The thread's record in the mark file is overwritten by its next activity, and
@@ -767,7 +768,7 @@ class Worker:
             log.error("%s crashed in the worker", claim.id, exc_info=exc)
             self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
 
-    def _hand_back(self, store: SQLiteStore, claim: Claim, error: str, exc: BaseException) -> None:
+    def _hand_back(self, store: WorkerStore, claim: Claim, error: str, exc: BaseException) -> None:
         """Give a workflow whose run stopped without an outcome back, with `error` as its worker error."""
         log.error("%s: %s; handing it back", claim.id, error, exc_info=exc)
         try:
@@ -781,7 +782,7 @@ class Worker:
         else:
             self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s")
 
-    def _execute(self, store: SQLiteStore, claim: Claim, me: _Thread) -> Outcome | None:
+    def _execute(self, store: WorkerStore, claim: Claim, me: _Thread) -> Outcome | None:
         try:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:

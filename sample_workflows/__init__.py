@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import ActivityError, Context, activity, current_activity, workflow
+from replaylog import ActivityError, Context, activity, current_activity, workflow
 
 # -------------------------------------------------------------- the reference refund
 
@@ -77,7 +77,8 @@ def shipping(ctx: Context, order_id: str = "A-1") -> dict[str, Any]:
 def express_shipping(ctx: Context, order_id: str = "B-2") -> str:
     """No fallback: the gateway's recorded failure fails the workflow with an ActivityError."""
     ctx.call_activity(flaky_lookup, order_id, max_retries=3)
-    return ctx.call_activity(broken_gateway, order_id, max_retries=3)
+    label: str = ctx.call_activity(broken_gateway, order_id, max_retries=3)
+    return label
 
 
 # -------------------------------------------------------------- two signals of one name

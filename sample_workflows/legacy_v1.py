@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Context, activity, workflow
+from replaylog import Context, activity, workflow
 from sample_workflows import charge_card, fetch_invoice
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from engine import ActivityError, Context, activity, workflow
+from replaylog import ActivityError, Context, activity, workflow
 
 # How often each activity ran, by name: the in-process tests count real runs with it.
 RUNS: dict[str, int] = {}

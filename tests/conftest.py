@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.store import SQLiteStore
+from engine.store import Store, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,12 +24,12 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(db: Path, *args: str, input: str | bytes | None = None, timeout: float = 60,
+def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeout: float = 60,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run `replaylog --db DB ARGS…` as a real subprocess and capture its output as text."""
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), *args],
+        [sys.executable, "-m", "replaylog", "--db", str(db), *args],
         input=data, capture_output=True, timeout=timeout, env=env or cli_env(), cwd=ROOT,
         stdin=None if data is not None else subprocess.DEVNULL,
     )
@@ -40,7 +40,7 @@ def run_cli(db: Path, *args: str, input: str | bytes | None = None, timeout: flo
 def start_worker(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `replaylog worker` on DB as a background subprocess."""
     return subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--quiet", *args],
+        [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet", *args],
         env=env or cli_env(), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
 
@@ -64,10 +64,25 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "replaylog.db"
 
 
+# The store backends the store-level tests run on. A second backend (PostgreSQL) adds its
+# name here and a branch in `store_url`; every test that takes `store` or `store_url` then
+# runs on both.
+STORE_BACKENDS = ["sqlite"]
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store_url(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """Where a fresh store lives, as the URL `open_store` takes, once per backend."""
+    backend = request.param
+    if backend == "sqlite":
+        return f"sqlite:///{db_path}"  # db_path is absolute: sqlite:////tmp/...
+    raise pytest.UsageError(f"no test set-up for store backend {backend!r}")
+
+
 @pytest.fixture
-def store(db_path: Path) -> Iterator[SQLiteStore]:
-    """A fresh store on a real SQLite file."""
-    s = SQLiteStore(db_path)
+def store(store_url: str) -> Iterator[Store]:
+    """A fresh store on a real database, once per backend (a real SQLite file for now)."""
+    s = open_store(store_url)
     yield s
     s.close()
 

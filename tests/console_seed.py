@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.app import load_app
 from engine.core import CommandRecord, Outcome
-from engine.store import PendingRecord, SQLiteStore
+from engine.store import PendingRecord, open_store
 from engine.worker import Worker
 
 # 2026-01-01 00:00:00 UTC: every stored timestamp in the seeded database.
@@ -55,13 +55,13 @@ def _drain(db: Path, app: str) -> None:
 def seed(db: Path) -> None:
     """Workflows in every state the console shows, with fixed ids and times."""
     with frozen_time():
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             store.start_workflow("refund", 8, workflow_id=ROLES["nondeterministic"])
         _drain(db, "sample_workflows.legacy_v1")  # version 1 of the code: it diverges later
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             store.start_workflow("fulfil", 3, workflow_id=ROLES["diverged"])
         _drain(db, "console_workflows_v1")
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             store.send_signal(ROLES["nondeterministic"], "approval", {"approved": True, "by": "ops"})
             store.send_signal(ROLES["diverged"], "go", True)
             store.start_workflow("refund", 7, workflow_id=ROLES["completed"])
@@ -69,7 +69,7 @@ def seed(db: Path) -> None:
             store.start_workflow("failing_shipment", "A-9", workflow_id=ROLES["activity_failure"])
             store.start_workflow("hostile[/bold]", "[bold]hi\x1b[31m", workflow_id=ROLES["markup"])
         _drain(db, "console_workflows")
-        with SQLiteStore(db) as store:
+        with open_store(db) as store:
             store.send_signal(ROLES["completed"], "approval", {"approved": True, "by": "alice"})
             # A signal nobody waits for, named and filled with markup: it stays "waiting".
             store.send_signal(ROLES["blocked"], "[/bold]note", {"text": "[red]\x1b[2J[/red]"})
@@ -86,7 +86,7 @@ def copy_db(src: Path, dst: Path) -> Path:
 
 def seed_long_history(db: Path, workflow_id: str, slots: int) -> None:
     """A workflow with `slots` recorded slots, written in one transaction through the store's API."""
-    with frozen_time(), SQLiteStore(db) as store:
+    with frozen_time(), open_store(db) as store:
         store.start_workflow("refund", 1, workflow_id=workflow_id)
         (claim,) = store.claim("seeder", ttl=60)
         records = [PendingRecord(claim, i, CommandRecord("activity", "step", True, {"i": i, "square": i * i}))

@@ -3,7 +3,7 @@ and names and errors full of markup and terminal escape codes."""
 
 from __future__ import annotations
 
-from engine import Context, activity, workflow
+from replaylog import Context, activity, workflow
 from sample_workflows import charge_card, fetch_invoice, refund
 
 __all__ = ["carrier_down", "charge_card", "failing_shipment", "fetch_invoice", "fulfil", "hostile", "pick",

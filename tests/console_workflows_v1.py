@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from console_workflows import pick, weigh
 
-from engine import Context, workflow
+from replaylog import Context, workflow
 
 
 @workflow(name="fulfil")

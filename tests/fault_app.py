@@ -13,7 +13,7 @@ import random
 import time
 from typing import Any
 
-from engine import Context, activity, current_activity, workflow
+from replaylog import Context, activity, current_activity, workflow
 
 
 def _append(env: str, line: str) -> None:
@@ -54,7 +54,11 @@ def effect(i: int, seed: int) -> dict[str, Any]:
 def chain(ctx: Context, args: dict[str, int]) -> int:
     """`n` effects in a row; the result is the sum of their values."""
     n, seed = args["n"], args["seed"]
-    return sum(ctx.call_activity(effect, i, seed)["v"] for i in range(n))
+    # Attempts count across worker deaths and max_retries bounds them: in a storm that
+    # kills a worker every half second, one slot may be caught in flight three times (the
+    # default bound) and fail "the worker died during attempt 3 of 3". The storm proves no
+    # recorded slot runs again, so it gives every slot room for as many deaths as it sees.
+    return sum(ctx.call_activity(effect, i, seed, max_retries=10_000)["v"] for i in range(n))
 
 
 @activity

@@ -34,7 +34,7 @@ class WorkerProc:
         self.log_path = logdir / f"worker-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--app", "fault_app", *args],
+            [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "fault_app", *args],
             env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
         )
         self.pid = self.proc.pid

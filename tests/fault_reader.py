@@ -15,12 +15,12 @@ import sys
 import time
 
 from engine.core import error_text
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 
 def main(db: str, seconds: str, out: str) -> None:
     """Read until the time is up; write {"reads": n, "long_holds": n, "errors": [...]} to OUT."""
-    store = SQLiteStore(db, readonly=True)
+    store = open_store(db, readonly=True)
     holder = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None, timeout=10)
     reads = holds = 0
     errors: list[str] = []

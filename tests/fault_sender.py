@@ -16,7 +16,7 @@ import sys
 import time
 
 from engine.core import error_text
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 
 def main(db: str, plan_path: str, acks_path: str, pause: str = "0") -> None:
@@ -24,7 +24,7 @@ def main(db: str, plan_path: str, acks_path: str, pause: str = "0") -> None:
     with open(plan_path) as fh:
         plan = json.load(fh)
     sender = os.getpid()
-    store = SQLiteStore(db)
+    store = open_store(db)
     with open(acks_path, "a") as acks:
         for wid, name, index in plan:
             time.sleep(random.uniform(0, float(pause)))

@@ -11,7 +11,7 @@ import os
 import signal
 from typing import Any
 
-from engine import ActivityError, Context, activity, current_activity, workflow
+from replaylog import ActivityError, Context, activity, current_activity, workflow
 
 
 class Abort(BaseException):

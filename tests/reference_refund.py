@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Context, activity, workflow
+from replaylog import Context, activity, workflow
 
 side_effects = {"charges": 0, "invoices": 0}
 

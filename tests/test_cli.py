@@ -9,14 +9,14 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 Cli = Callable[..., CompletedProcess[str]]
 
 
 def snapshot(db: Path) -> tuple[list[tuple], list[tuple], list[tuple]]:
     """Everything the database holds, to prove a refusal wrote nothing."""
-    with SQLiteStore(db) as s:
+    with open_store(db) as s:
         conn = s._conn
         return (
             conn.execute("SELECT * FROM workflows ORDER BY id").fetchall(),
@@ -83,7 +83,7 @@ def test_list_filters_by_status(cli: Cli) -> None:
 def test_failed_workflow_shows_error_and_refuses_signals(cli: Cli, db_path: Path, tmp_path: Path) -> None:
     app = tmp_path / "failing_app.py"
     app.write_text(
-        "from engine import workflow, activity\n"
+        "from replaylog import workflow, activity\n"
         "@activity\n"
         "def explode():\n    raise RuntimeError('no')\n"
         "@workflow\n"
@@ -163,18 +163,33 @@ def test_db_from_env_and_default_path(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "start", "refund", "1"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "replaylog", "start", "refund", "1"], capture_output=True,
                          text=True, env=cli_env(REPLAYLOG_DB=str(env_db)), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert env_db.exists() and not (tmp_path / "replaylog.db").exists()
-    out = subprocess.run([sys.executable, "-m", "engine.cli", "start", "refund", "1"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "replaylog", "start", "refund", "1"], capture_output=True,
                          text=True, env=cli_env(), cwd=tmp_path)
     assert out.returncode == 0 and (tmp_path / "replaylog.db").exists()
 
 
+def test_db_takes_a_sqlite_url_and_refuses_postgresql_in_one_line(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    db = tmp_path / "by-url.db"
+    proc = run_cli(f"sqlite:///{db}", "start", "refund", "1")
+    assert proc.returncode == 0, proc.stderr
+    with open_store(db, readonly=True) as s:
+        assert s.get_workflow(proc.stdout.strip().splitlines()[-1]).workflow == "refund"
+    before = sorted(tmp_path.iterdir())
+    proc = run_cli("postgresql://ops:s3cret@db.example/replaylog", "start", "refund", "1")
+    one_line_error(proc, "postgresql:// stores are not supported yet")
+    assert proc.returncode == 1 and "s3cret" not in proc.stderr
+    assert sorted(tmp_path.iterdir()) == before  # nothing written
+
+
 def test_newer_schema_is_refused_clearly(cli: Cli, db_path: Path) -> None:
     start(cli, "refund", "7")
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         s._conn.execute("PRAGMA user_version = 99")
     one_line_error(cli("list"), "schema version 99", "newer")
 
@@ -292,7 +307,7 @@ def write_app(tmp_path: Path, name: str, body: str) -> str:
     """A one-workflow app file `steps` whose body is `body` (indented code after `def steps(ctx):`)."""
     app = tmp_path / f"{name}.py"
     app.write_text(
-        "from engine import workflow, activity\n"
+        "from replaylog import workflow, activity\n"
         "@activity\ndef a():\n    return 1\n"
         "@activity\ndef b():\n    return 2\n"
         "@workflow\ndef steps(ctx):\n" + body
@@ -419,7 +434,7 @@ def bare_cli(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[
 
     from conftest import ROOT, cli_env
 
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "replaylog", *args], capture_output=True, text=True,
                           env=env or cli_env(), cwd=ROOT, stdin=subprocess.DEVNULL, timeout=60)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
 from textual.widgets.data_table import ColumnKey
 
-from conftest import cli_env, run_cli, start_worker
+from conftest import run_cli, start_worker
 from console.app import ReplaylogConsole
 from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, SignalRefused, WorkflowsQuery, fetch_workflows
 from console.diagnosis_view import DiagnosisView
@@ -32,7 +30,7 @@ from console.workflows_screen import WorkflowsScreen
 from engine.app import load_app
 from engine.core import CommandRecord
 from engine.marks import MarkBoard
-from engine.store import PendingRecord, SQLiteStore
+from engine.store import PendingRecord, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +79,7 @@ async def test_list_shows_every_workflow_with_status_counts(console_db: Path) ->
 @async_test
 async def test_the_first_page_is_drawn_before_the_status_counts_are_in(console_db: Path) -> None:
     # What the first paint shows: the rows of the page, the counts marked as still coming.
-    with SQLiteStore(console_db, readonly=True) as store:
+    with open_store(console_db, readonly=True) as store:
         quick = fetch_workflows(store, WorkflowsQuery(), count=False)
     assert quick.total == -1 and quick.counts == {} and len(quick.rows) == len(ROLES)
     app = make_app(console_db)
@@ -190,7 +188,7 @@ async def test_a_failed_workflows_error_shows_in_the_list_as_one_line_of_text(co
 
 @async_test
 async def test_list_pages_in_sql_and_walks_past_the_page_edge(db_path: Path) -> None:
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         for i in range(WORKFLOW_PAGE + 20):
             store.start_workflow("refund", i, workflow_id=f"wf-{i:04d}")
     app = make_app(db_path)
@@ -281,7 +279,7 @@ async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> N
 
 @async_test
 async def test_a_cursor_on_the_last_slot_follows_a_running_workflow(db_path: Path) -> None:
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         store.start_workflow("report", 10, workflow_id="report-1")
         (claim,) = store.claim("worker-under-test", ttl=600)
 
@@ -364,7 +362,7 @@ async def test_v_shows_the_input_result_and_error_in_full_as_text(console_db: Pa
 
 @async_test
 async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_path: Path) -> None:
-    with frozen_time(), SQLiteStore(db_path) as store:
+    with frozen_time(), open_store(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="crashed-1")
         # A worker whose pid cannot exist (above Linux's pid_max) left its mark file behind.
         (claim,) = store.claim("otherhost:4194999:deadbeef", ttl=1)  # the lease lapses long before the console looks
@@ -388,7 +386,7 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
 async def test_the_last_worker_error_shows_with_when_the_workflow_runs_again(db_path: Path) -> None:
     # A run stopped by an error that is no outcome (here a KeyboardInterrupt) hands the
     # workflow back: the screen says why it is pending again and when a worker takes it.
-    with frozen_time(), SQLiteStore(db_path) as store:
+    with frozen_time(), open_store(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="interrupted-1")
         (claim,) = store.claim("otherhost:4194997:feedbeef", ttl=30)
         assert store.hand_back(claim, "KeyboardInterrupt: [bold]stop[/bold]", backoff=30, backoff_max=60) == 30
@@ -404,7 +402,7 @@ async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_no
         db_path: Path) -> None:
     # A worker that dies commits nothing more: the screen itself must notice that its lease
     # ran out, or "running now" stays up over an activity that possibly ran.
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="dies-1")
         # Long enough for a loaded machine to open the screen before it lapses (it failed at 1.5 s).
         (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=5)
@@ -427,7 +425,7 @@ async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_no
 
 @async_test
 async def test_a_workflow_with_many_signals_shows_the_latest_page_and_pages_back(console_db: Path) -> None:
-    with SQLiteStore(console_db) as store:
+    with open_store(console_db) as store:
         for i in range(SIGNAL_PAGE + 50):
             store.send_signal(ROLES["blocked"], "tick", i)
         assert store.count_signals(ROLES["blocked"]) == (SIGNAL_PAGE + 51, SIGNAL_PAGE + 51)
@@ -458,7 +456,7 @@ async def test_a_workflow_with_many_signals_shows_the_latest_page_and_pages_back
         assert signals.get_row_at(signals.cursor_row)[0].plain == str(SIGNAL_PAGE + 1)
 
         # On the latest page the table follows new signals as they arrive.
-        with SQLiteStore(console_db) as store:
+        with open_store(console_db) as store:
             store.send_signal(ROLES["blocked"], "tick", "newest")
         assert await wait_until(pilot, lambda: column(signals, "payload")[-1] == "newest")
 
@@ -483,7 +481,7 @@ async def test_sending_a_valid_signal_writes_through_the_store_and_shows_the_new
         dialog.query_one("#payload", TextArea).text = '{"approved": true, "by": "test"}'
         await pilot.press("ctrl+s")
         assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog))
-        with SQLiteStore(console_db, readonly=True) as store:
+        with open_store(console_db, readonly=True) as store:
             sig = store.list_signals(ROLES["blocked"])[-1]
             assert (sig.name, sig.payload) == ("approval", {"approved": True, "by": "test"})
             assert store.get_workflow(ROLES["blocked"]).status == "pending"
@@ -504,7 +502,7 @@ async def test_invalid_json_is_refused_with_the_reason_as_you_type(console_db: P
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
         assert isinstance(app.screen, SignalDialog)
-        with SQLiteStore(console_db, readonly=True) as store:
+        with open_store(console_db, readonly=True) as store:
             assert [s.name for s in store.list_signals(ROLES["blocked"])] == ["[/bold]note"]
 
 
@@ -518,7 +516,7 @@ async def test_esc_in_the_payload_editor_cancels_without_sending(console_db: Pat
         assert isinstance(app.screen, WorkflowScreen)
         await pilot.press("enter")  # an enter after it opens the slot under the cursor, and sends nothing
         await settle(pilot)
-        with SQLiteStore(console_db, readonly=True) as store:
+        with open_store(console_db, readonly=True) as store:
             assert [s.name for s in store.list_signals(ROLES["blocked"])] == ["[/bold]note"]
 
 
@@ -532,7 +530,7 @@ async def test_a_completed_workflow_refuses_the_signal_in_place(console_db: Path
         refusal = dialog.query_one("#refusal", Static)
         assert await wait_until(pilot, lambda: "accepts no signals" in rendered(refusal))
         assert isinstance(app.screen, SignalDialog)
-        with SQLiteStore(console_db, readonly=True) as store:
+        with open_store(console_db, readonly=True) as store:
             assert len(store.list_signals(ROLES["completed"])) == 1
 
 
@@ -596,7 +594,7 @@ async def test_a_worker_moving_a_workflow_shows_within_a_second(console_db: Path
                 return dict(zip(column(table, "id"), column(table, "status"), strict=True)).get(workflow_id, "")
 
             assert status_of(ROLES["blocked"]) == "blocked"
-            with SQLiteStore(console_db) as store:
+            with open_store(console_db) as store:
                 store.send_signal(ROLES["blocked"], "approval", {"approved": True, "by": "test"})
                 assert await wait_until(pilot, lambda: store.get_workflow(ROLES["blocked"]).status == "completed",
                                         30)
@@ -617,7 +615,7 @@ async def test_a_live_refresh_keeps_the_cursor_on_its_workflow(console_db: Path)
         await settle(pilot)
         table = app.screen.query_one(PagedTable)
         table.move_cursor(row=ids(app).index(ROLES["blocked"]))
-        with SQLiteStore(console_db) as store:
+        with open_store(console_db) as store:
             store.start_workflow("refund", 1, workflow_id="newcomer")  # now the most recently updated
         assert await wait_until(pilot, lambda: ids(app)[0] == "newcomer", 1.0)
         assert table.current_key == ROLES["blocked"]
@@ -633,7 +631,7 @@ async def test_cells_render_exactly_as_datatable_renders_them_after_rows_moved(c
         await settle(pilot)
         table = app.screen.query_one(PagedTable)
         await pilot.pause()  # painted: every cell's text is cached at its first place
-        with SQLiteStore(console_db) as store:
+        with open_store(console_db) as store:
             store.start_workflow("refund", 1, workflow_id="newcomer")  # every row moves down one
         assert await wait_until(pilot, lambda: ids(app)[0] == "newcomer", 1.0)
         await pilot.pause()
@@ -728,11 +726,11 @@ async def test_c_on_a_failed_workflow_shows_the_verdict_in_a_notice(console_db: 
 async def test_c_judges_a_finished_workflow_as_replaylog_check_does(db_path: Path, tmp_path: Path) -> None:
     # A completed workflow whose code now issues one more command has diverged: its history
     # ended where the code goes on. The console's verdict is the command line's, word for word.
-    head = "from engine import activity, workflow\n@activity\ndef a():\n    return 1\n@workflow\ndef steps(ctx):\n"
+    head = "from replaylog import activity, workflow\n@activity\ndef a():\n    return 1\n@workflow\ndef steps(ctx):\n"
     once = "    ctx.call_activity(a)\n"
     (tmp_path / "steps_v1.py").write_text(head + once + "    return 'done'\n")
     (tmp_path / "steps_v2.py").write_text(head + once * 2 + "    return 'done'\n")
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         store.start_workflow("steps", has_input=False, workflow_id="steps-1")
     assert run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", str(tmp_path / "steps_v1.py")).returncode == 0
     v2 = str(tmp_path / "steps_v2.py")
@@ -946,7 +944,7 @@ def replace_file(path: Path, content: Path) -> None:
 async def test_live_updates_survive_an_unreadable_database_and_resume_when_it_is_restored(
         console_db: Path, tmp_path: Path) -> None:
     backup = copy_db(console_db, tmp_path / "backup.db")
-    with SQLiteStore(backup) as store:
+    with open_store(backup) as store:
         store.start_workflow("refund", 1, workflow_id="restored")
     app = make_app(console_db, poll_interval=0.05)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -967,7 +965,7 @@ async def test_live_updates_survive_an_unreadable_database_and_resume_when_it_is
         assert await wait_until(pilot, lambda: app.database_problem is None)
         assert await wait_until(pilot, lambda: "restored" in ids(app))
 
-        with SQLiteStore(console_db) as store:  # and goes on seeing commits
+        with open_store(console_db) as store:  # and goes on seeing commits
             store.start_workflow("refund", 2, workflow_id="after-restore")
         assert await wait_until(pilot, lambda: "after-restore" in ids(app))
 
@@ -986,21 +984,3 @@ async def test_a_deleted_database_is_reported_and_never_recreated(console_db: Pa
         await settle(pilot)
         assert "no database at" in rendered(app.screen.query_one("#pageinfo", Static))
         assert not console_db.exists()  # reads never create a database
-
-
-# ------------------------------------------------------------------ walls
-
-
-def test_the_engine_never_imports_textual_or_the_console() -> None:
-    code = ("import sys, engine, engine.cli, engine.store, engine.core, engine.app, engine.demo; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'console')); print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT,
-                         check=True).stdout
-    assert out.strip() == "[]"
-
-
-def test_the_console_never_imports_the_worker() -> None:
-    code = "import sys, console.app; print('engine.worker' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=ROOT,
-                         check=True).stdout
-    assert out.strip() == "False"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import Context, activity, workflow
 from engine.app import Registry
-from engine.store import SQLiteStore
+from engine.store import open_store
 from engine.worker import Worker
+from replaylog import Context, activity, workflow
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -46,7 +46,7 @@ def hops(ctx: Context, n: int) -> int:
 def _run(db: Path, workflows: int, *, crowded_at: float | None = None, focus: bool = True) -> Worker:
     SEEN["activity"].clear()
     SEEN["engine"].clear()
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         for _ in range(workflows):
             store.start_workflow("hops", 6)
     worker = Worker(db, Registry.from_module(sys.modules[__name__]), focus_cpu=focus)

@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, cli_env, run_cli
-from engine.demo import seed
-from engine.store import SQLiteStore
+from engine.store import open_store
+from replaylog.demo import seed
 
 
 def test_demo_seed_has_every_state(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     ids = seed(db, echo=lambda _line: None)
-    with SQLiteStore(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         rows = {key: store.get_workflow(wid) for key, wid in ids.items()}
     assert rows["completed"].status == "completed"
     assert (rows["blocked"].status, rows["blocked"].blocked_on) == ("blocked", "approval")

@@ -15,14 +15,14 @@ from rich.console import Console
 from textual.widgets import Static
 
 from console.workflow_screen import WorkflowScreen
-from engine import ActivityError, Context, activity, workflow
 from engine.app import load_app
 from engine.core import CommandRecord, WorkflowState, dry_replay
-from engine.store import SQLiteStore
+from engine.store import open_store
 from engine.worker import Worker
+from replaylog import ActivityError, Context, activity, workflow
 
 APP = '''
-from engine import ActivityError, activity, workflow
+from replaylog import ActivityError, activity, workflow
 
 
 class CardDeclined(ActivityError):
@@ -75,7 +75,7 @@ def pay(ctx: Context) -> None:
 def run_app(db: Path, tmp_path: Path) -> None:
     """pay, broken and fine, each run to its end by a real worker."""
     (tmp_path / "kinds_app.py").write_text(APP)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         for name in ("pay", "broken", "fine"):
             store.start_workflow(name, has_input=False, workflow_id=f"{name}-1")
     Worker(db, load_app(str(tmp_path / "kinds_app.py")), poll=0.002).run(until_idle=True)
@@ -83,7 +83,7 @@ def run_app(db: Path, tmp_path: Path) -> None:
 
 def test_a_failed_workflow_records_what_failed_it_by_type(db_path: Path, tmp_path: Path) -> None:
     run_app(db_path, tmp_path)
-    with SQLiteStore(db_path, readonly=True) as store:
+    with open_store(db_path, readonly=True) as store:
         rows = {name: store.get_workflow(f"{name}-1") for name in ("pay", "broken", "fine")}
     assert rows["pay"].error is not None and rows["pay"].error.startswith("CardDeclined: ")
     assert {name: (row.status, row.error_kind) for name, row in rows.items()} == {

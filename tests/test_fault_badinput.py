@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, cli_env, run_cli
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 APP = ("--app", "fault_app")
 
@@ -59,7 +59,7 @@ def seeded(db_path: Path) -> dict[str, str]:
         "failed": run_cli(db_path, "start", "bad_code", *APP, env=env).stdout.strip(),
     }
     assert run_cli(db_path, "worker", *APP, "--until-idle", "-q", env=env).returncode == 0
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         assert {k: store.get_workflow(v).status for k, v in ids.items()} == {k: k for k in ids}
     return ids
 
@@ -100,7 +100,7 @@ def test_cli_refusals_are_one_line_and_write_nothing(db_path: Path, tmp_path: Pa
     assert run_cli(db_path, "signal", seeded["blocked"], "a", '"A"').returncode == 0
     assert run_cli(db_path, "signal", seeded["blocked"], "b", '"B"').returncode == 0
     assert run_cli(db_path, "worker", *APP, "--until-idle", "-q").returncode == 0
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         assert store.get_workflow(seeded["blocked"]).result == {"a": ["A"], "b": ["B"]}
 
 
@@ -110,7 +110,7 @@ def test_bad_workflow_and_activity_code_fails_its_workflow_clearly_and_the_worke
     good = run_cli(db_path, "start", "chain", '{"n": 3, "seed": 5}', *APP).stdout.strip()
     res = run_cli(db_path, "worker", *APP, "--until-idle", "-q")
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         rows = {name: store.get_workflow(wid) for name, wid in ids.items()}
         cmds = {name: store.list_commands(wid) for name, wid in ids.items()}
         assert store.get_workflow(good).status == "completed"
@@ -163,7 +163,7 @@ def test_a_sqlite_file_of_another_application_is_refused_and_left_untouched(tmp_
 @pytest.mark.parametrize("offset", [100, 4096], ids=["header", "first-table-page"])
 def test_a_corrupted_database_is_refused_in_one_line(db_path: Path, seeded: dict[str, str], offset: int) -> None:
     # Close cleanly first so everything is in the main file, then damage it.
-    SQLiteStore(db_path).close()
+    open_store(db_path).close()
     with db_path.open("r+b") as fh:
         fh.seek(offset)
         fh.write(b"\xde\xad\xbe\xef" * 256)
@@ -218,7 +218,7 @@ def test_a_0400_database_is_read_only_for_its_non_root_owner() -> None:
         home.chmod(0o755)
         db = home / "r.db"
         wid = run_cli(db, "start", "collector", "1", *APP).stdout.strip()
-        SQLiteStore(db).close()
+        open_store(db).close()
         for p in [home, *home.iterdir()]:
             shutil.chown(p, 65534, 65534)
         db.chmod(0o400)
@@ -227,7 +227,7 @@ def test_a_0400_database_is_read_only_for_its_non_root_owner() -> None:
         def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                 sys.executable, "-m", "engine.cli", "--db", str(db), *args],
+                 sys.executable, "-m", "replaylog", "--db", str(db), *args],
                 capture_output=True, text=True, env=cli_env(), cwd=ROOT, timeout=60)
 
         probe = as_nobody("--version")
@@ -252,7 +252,7 @@ def test_a_worker_that_meets_a_damaged_page_stops_with_one_line_instead_of_retry
     assert run_cli(db_path, "start", "chain", '{"n": 2, "seed": 1}', *APP).returncode == 0
     assert run_cli(db_path, "worker", *APP, "--until-idle", "-q").returncode == 0
     assert run_cli(db_path, "start", "chain", '{"n": 2, "seed": 2}', *APP).returncode == 0
-    SQLiteStore(db_path).close()  # checkpointed: every page is in the main file
+    open_store(db_path).close()  # checkpointed: every page is in the main file
     conn = sqlite3.connect(db_path)
     root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'commands'").fetchone()[0]
     page = conn.execute("PRAGMA page_size").fetchone()[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 from fault_harness import WorkerProc, fault_env, integrity, reaping, report
 
 from conftest import ROOT, run_cli
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 SECONDS = 20.0
 WAL_BOUND = 32 * 1024 * 1024
@@ -36,7 +36,7 @@ def test_no_caller_sees_a_locked_database_and_the_wal_stays_bounded(tmp_path: Pa
     db = tmp_path / "contention.db"
     wal = Path(f"{db}-wal")
     env = fault_env(tmp_path, FAULT_STEP_MAX="0.01")
-    store = SQLiteStore(db)
+    store = open_store(db)
     collectors = [store.start_workflow("collector", 5) for _ in range(100)]
     for _ in range(40):
         store.start_workflow("chain", {"n": 10, "seed": rng.randrange(1000)})

@@ -13,13 +13,13 @@ from pathlib import Path
 from fault_harness import WorkerProc, fault_env, read_jsonl, reaping, report
 
 from conftest import run_cli, wait_for
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 
 def test_show_marks_the_activity_in_flight_at_a_crash_with_its_attempt_count(tmp_path: Path) -> None:
     db = tmp_path / "inflight.db"
     ledger = tmp_path / "ledger.jsonl"
-    store = SQLiteStore(db)
+    store = open_store(db)
     wid = store.start_workflow("stalled", "held")
     held = fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "never"))  # stall waits and waits
     seen: list[dict[str, object]] = []

@@ -20,14 +20,14 @@ from fault_app import expected_value
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import run_cli
-from engine.store import SQLiteStore
+from engine.store import Store, open_store
 
 STEPS = 10  # activities per workflow
 CONCURRENCY = 8  # workflow threads per worker: the most slots one kill can leave in flight
 WORKERS = 2
 
 
-def _top_up(store: SQLiteStore, expected: dict[str, int], rng: random.Random, count: int) -> None:
+def _top_up(store: Store, expected: dict[str, int], rng: random.Random, count: int) -> None:
     for _ in range(count):
         seed = rng.randrange(1_000_000)
         wid = store.start_workflow("chain", {"n": STEPS, "seed": seed})
@@ -39,7 +39,7 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int) -> di
     db = tmp / "storm.db"
     env = fault_env(tmp, FAULT_STEP_MAX="0.03")
     rng = random.Random(seed)
-    store = SQLiteStore(db)
+    store = open_store(db)
     expected: dict[str, int] = {}
     _top_up(store, expected, rng, 32)
     args = ("--quiet", "--concurrency", str(CONCURRENCY), "--lease", "60")

@@ -15,7 +15,7 @@ from typing import Any
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import wait_for
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 
 def _snapshot(db: Path) -> list[Any]:
@@ -54,7 +54,7 @@ def _freeze_outside_a_write(w: WorkerProc, db: Path) -> None:
 
 def test_a_frozen_worker_loses_its_lease_and_its_late_writes_are_refused(tmp_path: Path) -> None:
     db = tmp_path / "lease.db"
-    store = SQLiteStore(db)
+    store = open_store(db)
     wid = store.start_workflow("stalled", "fenced")
     ledger = tmp_path / "ledger.jsonl"
     release_a = tmp_path / "release-a"

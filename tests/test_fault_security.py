@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT, cli_env, run_cli, wait_for
 from engine.errors import ReadOnlyError
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 # Modules that turn bytes into live objects (or code): none may read stored data.
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle"}
@@ -56,7 +56,7 @@ def unsafe_uses(path: Path) -> list[str]:
 
 def test_no_source_file_unpickles_evals_or_execs_anything() -> None:
     sources = python_sources()
-    assert len(sources) > 20 and ROOT / "engine" / "store.py" in sources
+    assert len(sources) > 20 and ROOT / "engine" / "store" / "rows.py" in sources
     hits = [hit for path in sources for hit in unsafe_uses(path)]
     assert hits == [], "stored data must only ever be read as JSON:\n" + "\n".join(hits)
 
@@ -74,7 +74,7 @@ def _mode(path: Path) -> int:
 def test_database_wal_and_shm_files_are_created_0600_even_with_a_permissive_umask(tmp_path: Path) -> None:
     db = tmp_path / "private.db"
     env = cli_env()
-    cmd = [sys.executable, "-m", "engine.cli", "--db", str(db)]
+    cmd = [sys.executable, "-m", "replaylog", "--db", str(db)]
     # umask 000 would give a plain open() 0666: the store must not rely on the umask.
     started = subprocess.run(["sh", "-c", 'umask 000; exec "$@"', "sh", *cmd, "start", "collector", "1",
                               "--app", "fault_app"], capture_output=True, text=True, env=env, cwd=ROOT)
@@ -97,9 +97,9 @@ def test_database_wal_and_shm_files_are_created_0600_even_with_a_permissive_umas
 
 
 def test_readonly_store_opens_mode_ro_and_refuses_every_write(db_path: Path) -> None:
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         wid = store.start_workflow("collector", 1)
-    ro = SQLiteStore(db_path, readonly=True)
+    ro = open_store(db_path, readonly=True)
     try:
         # The connection itself is read-only (mode=ro), not just the store's methods.
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
@@ -112,7 +112,7 @@ def test_readonly_store_opens_mode_ro_and_refuses_every_write(db_path: Path) -> 
     finally:
         ro.close()
     with pytest.raises(Exception, match="no database"):
-        SQLiteStore(db_path.with_name("absent.db"), readonly=True)
+        open_store(db_path.with_name("absent.db"), readonly=True)
     assert not db_path.with_name("absent.db").exists()
 
 

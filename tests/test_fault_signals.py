@@ -18,7 +18,7 @@ from typing import Any
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import ROOT, run_cli
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 WORKFLOWS = 200
 PER_NAME = 5  # signals "a" and "b" each: 10 per workflow
@@ -48,7 +48,7 @@ def test_signal_storm_consumes_every_acknowledged_signal_once_in_order(tmp_path:
     rng = random.Random(7)
     db = tmp_path / "signals.db"
     env = fault_env(tmp_path)
-    store = SQLiteStore(db)
+    store = open_store(db)
     wids = [store.start_workflow("collector", PER_NAME) for _ in range(WORKFLOWS)]
     senders = []
     for k, plan in enumerate(_plans(wids, rng)):

@@ -21,11 +21,11 @@ import interrupt_app
 import pytest
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
-from engine import ActivityError, Context, current_activity
 from engine.app import Registry
 from engine.core import CommandRecord, WorkflowState, execute
-from engine.store import SQLiteStore
+from engine.store import open_store
 from engine.worker import Worker
+from replaylog import ActivityError, Context, current_activity
 
 APP = "interrupt_app"
 
@@ -65,7 +65,7 @@ def finish(db: Path, wid: str) -> dict[str, Any]:
 
 def assert_handed_back(db: Path, wid: str, error: str) -> None:
     """Pending, owned by nobody, nothing recorded for the interrupted run, the error shown."""
-    with SQLiteStore(db, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         row = s.get_workflow(wid)
         assert (row.status, row.lease_owner, row.lease_expires) == ("pending", None, None)
         assert s.list_commands(wid) == [] or all(c.ok for c in s.list_commands(wid))
@@ -80,7 +80,7 @@ def assert_handed_back(db: Path, wid: str, error: str) -> None:
 def test_activity_raising_a_base_exception_hands_the_workflow_back_and_it_completes_later(
         db_path: Path, tmp_path: Path, what: str) -> None:
     counter = str(tmp_path / "calls")
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         wid = s.start_workflow("activity_interrupted_once", {"counter": counter, "what": what})
     w, t, events = serve(db_path, stop_on="handed back")
     t.join(timeout=60)
@@ -103,7 +103,7 @@ def test_activity_raising_a_base_exception_hands_the_workflow_back_and_it_comple
 def test_workflow_code_raising_a_base_exception_hands_the_workflow_back(db_path: Path, tmp_path: Path,
                                                                         what: str) -> None:
     counter = str(tmp_path / "runs")
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         wid = s.start_workflow("code_interrupted_once", {"counter": counter, "what": what})
     w, t, events = serve(db_path, stop_on="handed back")
     t.join(timeout=60)
@@ -120,7 +120,7 @@ def test_workflow_code_raising_a_base_exception_hands_the_workflow_back(db_path:
 def test_workflow_code_that_swallows_an_activity_interruption_is_still_interrupted(db_path: Path,
                                                                                    tmp_path: Path) -> None:
     counter = str(tmp_path / "calls")
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         wid = s.start_workflow("activity_interrupt_swallowed", {"counter": counter, "what": "KeyboardInterrupt"})
     done = finish(db_path, wid)
     assert (done["status"], done["result"]) == ("completed", "fine")
@@ -128,14 +128,14 @@ def test_workflow_code_that_swallows_an_activity_interruption_is_still_interrupt
 
 def test_the_workflow_thread_serves_on_after_an_interruption(db_path: Path, tmp_path: Path) -> None:
     # One workflow thread: had it died, nothing after the interruption would ever run.
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         first = s.start_workflow("activity_interrupted_once",
                                  {"counter": str(tmp_path / "a"), "what": "KeyboardInterrupt"})
         second = s.start_workflow("dies_once", str(tmp_path / "b"))
         (tmp_path / "b").write_text("1")  # its activity is past the call that kills
     w, t, events = serve(db_path)
     try:
-        assert wait_for(lambda: {r.status for r in SQLiteStore(db_path, readonly=True).list_workflows(limit=-1)}
+        assert wait_for(lambda: {r.status for r in open_store(db_path, readonly=True).list_workflows(limit=-1)}
                         == {"completed"}, timeout=90), events
     finally:
         w.stop()
@@ -144,7 +144,7 @@ def test_the_workflow_thread_serves_on_after_an_interruption(db_path: Path, tmp_
 
 
 def owners(db: Path) -> dict[str, tuple[str, str | None]]:
-    with SQLiteStore(db, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         return {r.id: (r.status, r.lease_owner) for r in s.list_workflows(limit=-1)}
 
 
@@ -168,7 +168,7 @@ def test_ctrl_c_on_a_worker_with_several_processes_hands_every_workflow_back(db_
     ids = [run_cli(db_path, "start", "steps", "50", "--app", "worker_app", env=env).stdout.strip() for _ in range(4)]
     # Ctrl-C in a terminal signals the whole foreground process group: parent and children.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db_path), "worker", "--quiet", "--app", "worker_app",
+        [sys.executable, "-m", "replaylog", "--db", str(db_path), "worker", "--quiet", "--app", "worker_app",
          "--processes", "2", "--concurrency", "2", "--lease", "600"],
         env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True,
@@ -194,7 +194,7 @@ def run_until_done(db: Path, wid: str, most: int) -> list[int]:
 
 
 def test_an_activity_that_kills_every_worker_fails_after_max_retries_deaths(db_path: Path) -> None:
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         wid = s.start_workflow("poison", has_input=False)
     codes = run_until_done(db_path, wid, most=6)
     assert codes == [-signal.SIGKILL] * 3 + [0]
@@ -207,7 +207,7 @@ def test_an_activity_that_kills_every_worker_fails_after_max_retries_deaths(db_p
 
 
 def test_attempts_count_on_across_a_worker_crash(db_path: Path, tmp_path: Path) -> None:
-    with SQLiteStore(db_path) as s:
+    with open_store(db_path) as s:
         wid = s.start_workflow("dies_once", str(tmp_path / "calls"))
     assert run_until_done(db_path, wid, most=4) == [-signal.SIGKILL, 0]
     data = shown(db_path, wid)

@@ -13,12 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from engine import Context, activity, current_activity, workflow
 from engine.app import Registry
 from engine.core import CommandRecord
 from engine.marks import _HEADER, _SEQ, RECORD, Mark, MarkBoard, _parse, board_files, marks_dir, read_marks
-from engine.store import PendingRecord, SQLiteStore
+from engine.store import PendingRecord, open_store
 from engine.worker import Worker
+from replaylog import Context, activity, current_activity, workflow
 
 # Linux's pid_max is at most 4,194,304: no live process has this pid.
 DEAD_PID = 4194999
@@ -107,7 +107,7 @@ DB_FOR_ACTIVITY: dict[str, Path] = {}
 def report_attempts() -> int:
     """Return how many starts the store shows for this very slot while it runs."""
     info = current_activity()
-    with SQLiteStore(DB_FOR_ACTIVITY["db"], readonly=True) as store:
+    with open_store(DB_FOR_ACTIVITY["db"], readonly=True) as store:
         row = store.inflight(info.workflow_id)
     assert row is not None and row.slot == info.slot
     return row.attempts
@@ -129,21 +129,21 @@ def two_steps(ctx: Context) -> int:
 def test_a_worker_taking_over_from_a_dead_one_counts_attempts_on_and_keeps_its_marks(tmp_path: Path) -> None:
     db = tmp_path / "takeover.db"
     DB_FOR_ACTIVITY["db"] = db
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         wid = store.start_workflow("two_steps", has_input=False)
         (claim,) = store.claim(_dead_owner(), ttl=600)  # a long lease: only the owner's death frees it
         store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "first", True, "done"))], ttl=600)
     dead = MarkBoard(db, claim.owner, 4)
     dead.write(3, wid, claim.epoch, 1, "report_attempts", 2, time.time())  # started twice, then SIGKILL
     dead.close(remove=False)
-    with SQLiteStore(db, readonly=True) as store:
+    with open_store(db, readonly=True) as store:
         shown = store.inflight(wid)
     assert shown is not None and (shown.slot, shown.name, shown.attempts) == (1, "report_attempts", 2)
 
     worker = Worker(db, Registry.from_module(sys.modules[__name__]))
     worker.run(until_idle=True)
 
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         row = store.get_workflow(wid)
         assert row.status == "completed", row
         assert row.result == 3  # this run's start was the third
@@ -154,7 +154,7 @@ def test_a_worker_taking_over_from_a_dead_one_counts_attempts_on_and_keeps_its_m
 
 def test_a_worker_deletes_only_the_files_of_dead_workers_on_its_own_host(tmp_path: Path) -> None:
     db = tmp_path / "janitor.db"
-    SQLiteStore(db).close()
+    open_store(db).close()
     here = MarkBoard(db, _dead_owner(), 2)
     here.close(remove=False)
     # Same dead-looking pid from another host (or a container with its own pids): its
@@ -174,11 +174,11 @@ def test_marks_left_by_a_worker_of_an_older_database_at_the_same_path_count_for_
     stale = MarkBoard(db, _dead_owner(), 2)
     stale.write(0, "same-id", 1, 1, "report_attempts", 5, time.time())
     stale.close(remove=False)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         wid = store.start_workflow("two_steps", has_input=False, workflow_id="same-id")
         assert store.inflight(wid) is None
     Worker(db, Registry.from_module(sys.modules[__name__])).run(until_idle=True)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         row = store.get_workflow(wid)
         assert (row.status, row.result) == ("completed", 1)  # the first start, not the sixth
     assert not stale.path.exists()
@@ -205,12 +205,12 @@ def test_a_run_that_ends_with_its_activity_in_flight_keeps_the_mark_in_the_datab
     # activity and the file is deleted when the worker stops: the mark must be copied
     # into the database when the run ends, with the attempt it reached.
     db = tmp_path / "inflight.db"
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         wid = store.start_workflow("ends_in_flight", has_input=False)
     before = time.time()
     worker = Worker(db, Registry.from_module(sys.modules[__name__]), ttl=600)
     worker.run(until_idle=True)
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         row, shown = store.get_workflow(wid), store.inflight(wid)
     assert row.status == "failed" and "ValueNotJSONError" in (row.error or ""), row
     assert shown is not None, "the start of the activity that ran was lost"

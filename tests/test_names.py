@@ -12,7 +12,7 @@ from console_helpers import SIZE, async_test, make_app, settle
 
 from conftest import run_cli
 from engine.app import AppImportError, load_app
-from engine.store import SQLiteStore
+from engine.store import Store, open_store
 
 
 def write_app(tmp_path: Path, source: str, name: str = "app.py") -> Path:
@@ -22,7 +22,7 @@ def write_app(tmp_path: Path, source: str, name: str = "app.py") -> Path:
 
 
 def count(db: Path) -> int:
-    with SQLiteStore(db, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         return s.count_workflows()
 
 
@@ -31,7 +31,7 @@ def count(db: Path) -> int:
 
 def test_two_functions_with_one_python_name_both_register_under_their_recorded_names(tmp_path: Path) -> None:
     app = write_app(tmp_path, """
-        from engine import activity, workflow
+        from replaylog import activity, workflow
 
         @activity(name="fetch_a")
         def fetch(x):
@@ -58,7 +58,7 @@ def test_two_functions_with_one_python_name_both_register_under_their_recorded_n
 
 def test_decorated_functions_imported_from_another_module_still_register(tmp_path: Path) -> None:
     write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def shared(ctx):
@@ -70,7 +70,7 @@ def test_decorated_functions_imported_from_another_module_still_register(tmp_pat
     """, "names_lib_mod.py")
     app = write_app(tmp_path, """
         from names_lib_mod import shared
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def own(ctx):
@@ -82,7 +82,7 @@ def test_decorated_functions_imported_from_another_module_still_register(tmp_pat
 @pytest.mark.parametrize("kind", ["workflow", "activity"])
 def test_two_functions_with_one_recorded_name_are_refused_when_the_app_loads(tmp_path: Path, kind: str) -> None:
     app = write_app(tmp_path, f"""
-        from engine import activity, workflow
+        from replaylog import activity, workflow
 
         @{kind}(name="refund")
         def refund_v1(ctx):
@@ -103,7 +103,7 @@ def test_two_functions_with_one_recorded_name_are_refused_when_the_app_loads(tmp
 def test_an_app_with_a_duplicate_name_is_refused_by_the_cli_and_nothing_is_written(db_path: Path,
                                                                                  tmp_path: Path) -> None:
     app = write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow(name="x")
         def one(ctx):
@@ -123,7 +123,7 @@ def test_an_app_with_a_duplicate_name_is_refused_by_the_cli_and_nothing_is_writt
 # ---------------------------------------------------------------- inputs at start (issue 13, item 5)
 
 SIGNATURES = """
-    from engine import workflow
+    from replaylog import workflow
 
     @workflow
     def needs(ctx, order):
@@ -163,7 +163,7 @@ def test_a_workflow_with_two_required_inputs_is_refused_when_the_app_loads(db_pa
     # It could never be started (a workflow receives one input value): say so at once,
     # rather than accept `start two_args '[1, 2]'` and fail the workflow with a TypeError.
     app = str(write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def fine(ctx):
@@ -185,7 +185,7 @@ def test_a_workflow_with_two_required_inputs_is_refused_when_the_app_loads(db_pa
 
 def test_a_workflow_a_worker_cannot_call_is_refused_when_the_app_loads(tmp_path: Path) -> None:
     app = write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def no_ctx():
@@ -194,7 +194,7 @@ def test_a_workflow_a_worker_cannot_call_is_refused_when_the_app_loads(tmp_path:
     with pytest.raises(AppImportError, match="takes ctx as its first parameter"):
         load_app(str(app))
     app = write_app(tmp_path, """
-        from engine import workflow
+        from replaylog import workflow
 
         @workflow
         def keyword(ctx, *, mode):
@@ -207,7 +207,7 @@ def test_a_workflow_a_worker_cannot_call_is_refused_when_the_app_loads(tmp_path:
 # ---------------------------------------------------------------- claiming by name (issue 13, item 3)
 
 
-def test_claim_takes_only_the_names_given_oldest_first(store: SQLiteStore) -> None:
+def test_claim_takes_only_the_names_given_oldest_first(store: Store) -> None:
     ids = [store.start_workflow(name, 1) for name in ("a", "other", "b", "a", "other")]
     assert store.has_claimable(names={"a", "b"})
     assert not store.has_claimable(names={"nobody"})
@@ -220,7 +220,7 @@ def test_claim_takes_only_the_names_given_oldest_first(store: SQLiteStore) -> No
     assert store.has_claimable(names=None)
 
 
-def test_claim_by_name_reads_index_ranges_and_sorts_nothing(store: SQLiteStore) -> None:
+def test_claim_by_name_reads_index_ranges_and_sorts_nothing(store: Store) -> None:
     for i in range(50):
         store.start_workflow(f"name{i % 5}", i)
     statements: list[str] = []
@@ -236,7 +236,7 @@ def test_claim_by_name_reads_index_ranges_and_sorts_nothing(store: SQLiteStore) 
         assert "TEMP B-TREE" not in plan, (sql, plan)
 
 
-def test_served_names_come_from_live_workers_only(store: SQLiteStore) -> None:
+def test_served_names_come_from_live_workers_only(store: Store) -> None:
     assert store.served_names() is None
     store.worker_started("h:1:a", host="h", pid=1, app="app", names={"x", "y"}, ttl=5.0)
     store.worker_started("h:2:b", host="h", pid=2, app="app2", names={"z"}, ttl=5.0)
@@ -266,7 +266,7 @@ def _rendered(widget: Any) -> str:
 async def test_the_console_says_a_pending_workflow_waits_for_a_worker_that_knows_its_name(db_path: Path) -> None:
     from textual.widgets import Static
 
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         wid = store.start_workflow("steps", 2)
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -274,7 +274,7 @@ async def test_the_console_says_a_pending_workflow_waits_for_a_worker_that_knows
         app.open_workflow(wid)
         await settle(pilot)
         assert "pending  no worker running" in _rendered(app.screen.query_one("#summary", Static))
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         store.worker_started("h:1:a", host="h", pid=1, app="sample_workflows", names={"shipping"}, ttl=5.0)
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:

@@ -7,10 +7,10 @@ from pathlib import Path
 from reference_refund import charge_card, fetch_invoice, refund
 from reference_refund import side_effects as effects
 
-from engine import run
 from engine.app import Registry
-from engine.store import SQLiteStore
+from engine.store import open_store
 from engine.worker import Worker
+from replaylog import run
 
 
 def test_reference_trace_through_the_store(db_path: Path) -> None:
@@ -21,17 +21,17 @@ def test_reference_trace_through_the_store(db_path: Path) -> None:
     def drain() -> None:
         Worker(db_path, registry, clock=lambda: 1001.0).run(until_idle=True)
 
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         wid = store.start_workflow("refund", 7)
     drain()  # run 1: 700 recorded, blocked on approval, nothing charged
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         row = store.get_workflow(wid)
         assert (row.status, row.blocked_on) == ("blocked", "approval")
         assert [(c.name, c.value) for c in store.list_commands(wid)] == [("fetch_invoice", 700)]
         assert effects == {"charges": 0, "invoices": 1}
         store.send_signal(wid, "approval", {"approved": True})
     drain()  # run 2: slot 0 replays, now() records 1001, charge_card runs once
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         row = store.get_workflow(wid)
         assert row.status == "completed"
         assert row.result == {"amount": 700, "approval": {"approved": True}, "at": 1001.0, "receipt": {"charged": -700}}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -14,29 +16,30 @@ from engine.errors import (
     PayloadTooLargeError,
     ReadOnlyError,
     SchemaVersionError,
+    StoreError,
     UnknownWorkflowIdError,
     WorkflowClosedError,
 )
-from engine.store import Claim, PendingRecord, SQLiteStore
+from engine.store import Claim, PendingRecord, Store, database_path, open_store
 
 
 def rec(name: str, value: object = None) -> CommandRecord:
     return CommandRecord("activity", name, True, value)
 
 
-def claim_one(store: SQLiteStore, owner: str = "w1", ttl: float = 30) -> Claim:
+def claim_one(store: Store, owner: str = "w1", ttl: float = 30) -> Claim:
     (claim,) = store.claim(owner, ttl=ttl)
     return claim
 
 
-def test_settings_are_wal_and_synchronous_full(store: SQLiteStore) -> None:
+def test_settings_are_wal_and_synchronous_full(store: Store) -> None:
     conn = store._conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
 
 
-def test_resume_loads_history_with_one_query_per_table(store: SQLiteStore) -> None:
+def test_resume_loads_history_with_one_query_per_table(store: Store) -> None:
     wid = store.start_workflow("wf", 1)
     claim = claim_one(store)
     written, _ = store.commit_batch([PendingRecord(claim, i, rec("a", i)) for i in range(500)], ttl=30)
@@ -52,7 +55,7 @@ def test_resume_loads_history_with_one_query_per_table(store: SQLiteStore) -> No
     assert len(selects) == 3  # the workflow row, its commands, its signals: never one per slot
 
 
-def test_a_lapsed_lease_of_a_dead_owner_is_claimed_once(store: SQLiteStore) -> None:
+def test_a_lapsed_lease_of_a_dead_owner_is_claimed_once(store: Store) -> None:
     """Both lapsed and owned by a dead worker: one claim, one epoch bump, not two runs."""
     store.start_workflow("wf", None, workflow_id="x")
     store.start_workflow("wf", None, workflow_id="y")
@@ -64,7 +67,7 @@ def test_a_lapsed_lease_of_a_dead_owner_is_claimed_once(store: SQLiteStore) -> N
     assert store.claim("other", ttl=30, limit=10, dead_owners=["dead"]) == []
 
 
-def test_a_new_claim_fences_out_the_old_owner(store: SQLiteStore) -> None:
+def test_a_new_claim_fences_out_the_old_owner(store: Store) -> None:
     store.start_workflow("wf", None, workflow_id="x")
     old = claim_one(store, "old", ttl=0.0)  # already lapsed
     new = claim_one(store, "new")
@@ -76,7 +79,7 @@ def test_a_new_claim_fences_out_the_old_owner(store: SQLiteStore) -> None:
     assert store.get_workflow("x").slots == 1 and store.get_workflow("x").status == "running"
 
 
-def test_a_slot_is_written_only_in_order_and_only_once(store: SQLiteStore) -> None:
+def test_a_slot_is_written_only_in_order_and_only_once(store: Store) -> None:
     store.start_workflow("wf", None, workflow_id="x")
     claim = claim_one(store)
     assert store.commit_batch([PendingRecord(claim, 1, rec("skip"))], ttl=30)[0] == [False]
@@ -85,7 +88,7 @@ def test_a_slot_is_written_only_in_order_and_only_once(store: SQLiteStore) -> No
     assert [c.name for c in store.list_commands("x")] == ["a"]
 
 
-def test_blocked_workflow_becomes_pending_when_its_signal_arrives(store: SQLiteStore) -> None:
+def test_blocked_workflow_becomes_pending_when_its_signal_arrives(store: Store) -> None:
     store.start_workflow("wf", None, workflow_id="x")
     claim = claim_one(store)
     store.commit_batch(finishes=[(claim, Outcome(status="blocked", blocked_on="go"))], ttl=30)
@@ -97,7 +100,7 @@ def test_blocked_workflow_becomes_pending_when_its_signal_arrives(store: SQLiteS
     assert (store.get_workflow("x").status, store.get_workflow("x").blocked_on) == ("pending", None)
 
 
-def test_signals_are_refused_for_unknown_and_closed_workflows(store: SQLiteStore) -> None:
+def test_signals_are_refused_for_unknown_and_closed_workflows(store: Store) -> None:
     with pytest.raises(UnknownWorkflowIdError):
         store.send_signal("nope", "go")
     store.start_workflow("wf", None, workflow_id="x")
@@ -108,8 +111,8 @@ def test_signals_are_refused_for_unknown_and_closed_workflows(store: SQLiteStore
     assert store.list_signals("x") == []
 
 
-def test_payload_cap_and_duplicate_ids(db_path: Path) -> None:
-    with SQLiteStore(db_path, max_payload=10) as store:
+def test_payload_cap_and_duplicate_ids(store_url: str) -> None:
+    with open_store(store_url, max_payload=10) as store:
         store.start_workflow("wf", "12345678", workflow_id="x")  # 10 bytes with quotes
         with pytest.raises(PayloadTooLargeError):
             store.send_signal("x", "go", "123456789")
@@ -118,9 +121,9 @@ def test_payload_cap_and_duplicate_ids(db_path: Path) -> None:
         assert store.list_signals("x") == []
 
 
-def test_readonly_store_refuses_writes(db_path: Path) -> None:
-    SQLiteStore(db_path).close()
-    with SQLiteStore(db_path, readonly=True) as ro:
+def test_readonly_store_refuses_writes(store_url: str) -> None:
+    open_store(store_url).close()
+    with open_store(store_url, readonly=True) as ro:
         with pytest.raises(ReadOnlyError):
             ro.start_workflow("wf", None)
         assert ro.count_workflows() == 0
@@ -128,23 +131,23 @@ def test_readonly_store_refuses_writes(db_path: Path) -> None:
 
 def test_newer_schema_and_foreign_databases_are_refused(tmp_path: Path) -> None:
     newer = tmp_path / "newer.db"
-    SQLiteStore(newer).close()
+    open_store(newer).close()
     conn = sqlite3.connect(newer)
     conn.execute("PRAGMA user_version = 7")
     conn.close()
     with pytest.raises(SchemaVersionError, match="schema version 7"):
-        SQLiteStore(newer)
+        open_store(newer)
     foreign = tmp_path / "foreign.db"
     conn = sqlite3.connect(foreign)
     conn.execute("CREATE TABLE people (name TEXT)")
     conn.close()
     with pytest.raises(SchemaVersionError, match="not a replaylog one"):
-        SQLiteStore(foreign)
+        open_store(foreign)
     conn = sqlite3.connect(foreign)
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["people"]  # nothing added
 
 
-def test_list_pages_filters_and_sorts_in_sql(store: SQLiteStore) -> None:
+def test_list_pages_filters_and_sorts_in_sql(store: Store) -> None:
     for i in range(30):
         store.start_workflow("refund" if i % 2 else "agent", i, workflow_id=f"wf-{i:02d}")
     page = store.list_workflows(text="refund", sort="id", descending=False, limit=5, offset=5)
@@ -155,16 +158,16 @@ def test_list_pages_filters_and_sorts_in_sql(store: SQLiteStore) -> None:
     assert store.count_workflows(text="%") == 0  # LIKE wildcards in the filter are literal
 
 
-# -- slot commits that write only the command row (SQLiteStore._write_record)
+# -- slot commits that write only the command row (engine.store.commit, the fast path)
 
 
-def _wal_frames(store: SQLiteStore) -> int:
+def _wal_frames(store: Store) -> int:
     return int(store._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
 
 
 def test_a_lone_workflows_slot_commit_writes_about_one_page_and_counts_stay_exact(db_path: Path) -> None:
-    writer = SQLiteStore(db_path)
-    reader = SQLiteStore(db_path, readonly=True)
+    writer = open_store(db_path)
+    reader = open_store(db_path, readonly=True)
     try:
         writer.start_workflow("wf", None, workflow_id="x")
         claim = claim_one(writer)
@@ -189,8 +192,8 @@ def test_a_lone_workflows_slot_commit_writes_about_one_page_and_counts_stay_exac
         reader.close()
 
 
-def test_slots_written_without_the_row_are_still_fenced_in_order(db_path: Path) -> None:
-    store = SQLiteStore(db_path)
+def test_slots_written_without_the_row_are_still_fenced_in_order(store_url: str) -> None:
+    store = open_store(store_url)
     try:
         store.start_workflow("wf", None, workflow_id="x")
         claim = claim_one(store)
@@ -204,10 +207,10 @@ def test_slots_written_without_the_row_are_still_fenced_in_order(db_path: Path) 
         store.close()
 
 
-def test_a_claim_on_the_same_connection_fences_out_the_old_lease_at_once(db_path: Path) -> None:
+def test_a_claim_on_the_same_connection_fences_out_the_old_lease_at_once(store_url: str) -> None:
     # PRAGMA data_version does not change for a connection's own commits: a claim made
     # through the store that writes the slots must still end the old lease's writes.
-    store = SQLiteStore(db_path)
+    store = open_store(store_url)
     try:
         store.start_workflow("wf", None, workflow_id="x")
         old = claim_one(store, "old", ttl=0.0)  # lapses at once
@@ -222,8 +225,8 @@ def test_a_claim_on_the_same_connection_fences_out_the_old_lease_at_once(db_path
         store.close()
 
 
-def test_a_takeover_from_another_connection_fences_out_the_old_lease(db_path: Path) -> None:
-    mine, theirs = SQLiteStore(db_path), SQLiteStore(db_path)
+def test_a_takeover_from_another_connection_fences_out_the_old_lease(store_url: str) -> None:
+    mine, theirs = open_store(store_url), open_store(store_url)
     try:
         mine.start_workflow("wf", None, workflow_id="x")
         old = claim_one(mine, "old", ttl=0.0)
@@ -238,3 +241,52 @@ def test_a_takeover_from_another_connection_fences_out_the_old_lease(db_path: Pa
     finally:
         mine.close()
         theirs.close()
+
+
+# -- open_store: the one place a store is built
+
+
+def test_open_store_takes_a_path_or_a_sqlite_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_store(tmp_path / "a.db") as store:
+        store.start_workflow("wf", None, workflow_id="by-path")
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}", readonly=True) as store:  # absolute: four slashes
+        assert store.get_workflow("by-path").status == "pending"
+    monkeypatch.chdir(tmp_path)
+    with open_store("sqlite:///b.db") as store:  # three slashes: relative to the current folder
+        store.start_workflow("wf", None)
+    assert (tmp_path / "b.db").exists()
+    assert database_path("sqlite:///b.db") == Path("b.db")
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("postgresql://ops:s3cret@db.example/replaylog", "postgresql:// stores are not supported yet"),
+    ("postgres://db.example/replaylog", "postgres:// stores are not supported yet"),
+    ("mysql://db.example/replaylog", "unknown store URL scheme mysql://"),
+    ("sqlite:///", "sqlite:/// needs a file path"),
+])
+def test_open_store_refuses_other_urls_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str,
+                                                   message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match=re.escape(message)) as refused:
+        open_store(url)
+    assert "\n" not in str(refused.value) and "s3cret" not in str(refused.value)  # a URL's password stays out
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_callers_see_the_store_only_through_engine_store() -> None:
+    """The worker, the command line and the console import the protocols, never a backend module."""
+    root = Path(__file__).resolve().parent.parent
+    callers = [root / "engine" / name for name in ("worker.py", "app.py", "core.py")]
+    callers += [root / "replaylog" / name for name in ("cli.py", "demo.py")]
+    callers += sorted((root / "console").glob("*.py"))
+    offenders = []
+    for path in callers:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine.store."):
+                offenders.append(f"{path.relative_to(root)}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                offenders += [f"{path.relative_to(root)}: import {a.name}" for a in node.names
+                              if a.name.startswith("engine.store.")]
+            elif isinstance(node, ast.ImportFrom) and node.module == "engine.store":
+                offenders += [f"{path.relative_to(root)}: {a.name}" for a in node.names if a.name == "SQLiteStore"]
+    assert offenders == []

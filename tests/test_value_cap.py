@@ -21,7 +21,7 @@ import pytest
 from conftest import wait_for
 from engine.app import Registry
 from engine.errors import PayloadTooLargeError
-from engine.store import SQLiteStore
+from engine.store import Store, open_store
 from engine.worker import Worker
 
 Cli = Callable[..., CompletedProcess[str]]
@@ -50,7 +50,7 @@ def drain(db: Path, cap: int = CAP) -> None:
 
 
 def start(db: Path, workflow: str, value: Any) -> str:
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         return store.start_workflow(workflow, value)
 
 
@@ -74,7 +74,7 @@ def test_utf8_input_under_the_cap_is_stored_as_utf8_and_one_over_is_refused_nami
     assert accepted.returncode == 0, accepted.stderr
     wid = accepted.stdout.strip().splitlines()[-1]
     assert stored_input_bytes(db_path) == [750_002]  # stored as given: UTF-8, no \u escapes
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         assert store.get_workflow(wid).input == json.loads(under)
 
     refused = send(over)
@@ -85,9 +85,9 @@ def test_utf8_input_under_the_cap_is_stored_as_utf8_and_one_over_is_refused_nami
     assert stored_input_bytes(db_path) == [750_002]  # nothing written
 
 
-def test_signal_payload_is_measured_in_utf8_bytes(store: SQLiteStore, db_path: Path) -> None:
+def test_signal_payload_is_measured_in_utf8_bytes(store: Store, db_path: Path) -> None:
     wid = store.start_workflow("two_approvals", has_input=False)
-    with SQLiteStore(db_path, max_payload=4096) as capped:
+    with open_store(db_path, max_payload=4096) as capped:
         capped.send_signal(wid, "approval", json.loads(euro_document(4096)))
         with pytest.raises(PayloadTooLargeError, match="is 4097 bytes, over the cap of 4096 bytes"):
             capped.send_signal(wid, "approval", json.loads(euro_document(4097)))
@@ -100,7 +100,7 @@ def test_text_round_trips_exactly_through_every_stored_place(db_path: Path, valu
     # stored \u-escaped, and still reads back exactly.
     wid = start(db_path, "echoes", value)
     drain(db_path)
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         row = store.get_workflow(wid)
         assert (row.status, row.input, row.result) == ("completed", value, value)
         assert store.list_commands(wid)[0].value == value
@@ -113,7 +113,7 @@ def test_activity_result_over_the_cap_is_recorded_as_its_failure_once_and_replay
     cap_app.RUNS.clear()
     wid = start(db_path, "catches", CAP + 1)  # the JSON text is CAP + 3 bytes
     drain(db_path)
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         assert store.get_workflow(wid).status == "blocked"
         [slot] = store.list_commands(wid)
         assert (slot.name, slot.ok, slot.value, slot.attempts) == ("sized", False, None, 1)
@@ -121,7 +121,7 @@ def test_activity_result_over_the_cap_is_recorded_as_its_failure_once_and_replay
         assert slot.error and slot.error.startswith("PayloadTooLargeError:")
         store.send_signal(wid, "go")
     drain(db_path)  # the second run replays slot 0 from history
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         row = store.get_workflow(wid)
         assert row.status == "completed"
         # The workflow code caught an ActivityError, live and on replay alike.
@@ -132,7 +132,7 @@ def test_activity_result_over_the_cap_is_recorded_as_its_failure_once_and_replay
 def test_activity_result_at_the_cap_is_recorded(db_path: Path) -> None:
     wid = start(db_path, "catches", CAP - 2)
     drain(db_path)
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         [slot] = store.list_commands(wid)
         assert (slot.ok, slot.value) == (True, "x" * (CAP - 2))
 
@@ -140,7 +140,7 @@ def test_activity_result_at_the_cap_is_recorded(db_path: Path) -> None:
 def test_workflow_result_over_the_cap_fails_the_workflow_naming_size_and_cap(db_path: Path) -> None:
     over, at = start(db_path, "returns", CAP - 1), start(db_path, "returns", CAP - 2)
     drain(db_path)
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         failed = store.get_workflow(over)
         assert (failed.status, failed.result) == ("failed", None)
         assert failed.error == (f"PayloadTooLargeError: the workflow's result is {CAP + 1} bytes,"
@@ -170,7 +170,7 @@ def drain_in_thread(db: Path, until: Callable[[], bool]) -> bool:
 
 
 def status_of(db: Path, wid: str) -> str:
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         return store.get_workflow(wid).status
 
 
@@ -178,7 +178,7 @@ def test_activity_error_text_over_the_cap_is_cut_to_it_and_the_workflow_sees_wha
         db_path: Path) -> None:
     wid = start(db_path, "catches_error", "e" * 5000)
     assert drain_in_thread(db_path, lambda: status_of(db_path, wid) in ("completed", "failed"))
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         [slot] = store.list_commands(wid)
         row = store.get_workflow(wid)
     assert slot.error is not None and len(slot.error.encode()) <= CAP
@@ -193,7 +193,7 @@ def test_error_text_with_a_lone_surrogate_is_recorded_escaped(db_path: Path) -> 
     # and an exception about it carries them: storing that text failed every commit.
     wid = start(db_path, "catches_error", "no such file: b\udcff.txt")
     assert drain_in_thread(db_path, lambda: status_of(db_path, wid) in ("completed", "failed"))
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         [slot] = store.list_commands(wid)
         row = store.get_workflow(wid)
     assert slot.error == "RuntimeError: no such file: b\\udcff.txt"
@@ -203,7 +203,7 @@ def test_error_text_with_a_lone_surrogate_is_recorded_escaped(db_path: Path) -> 
 def test_workflow_error_text_over_the_cap_is_cut_to_it(db_path: Path) -> None:
     wid = start(db_path, "fails", "f" * 5000)
     drain(db_path)
-    with SQLiteStore(db_path) as store:
+    with open_store(db_path) as store:
         row = store.get_workflow(wid)
     assert row.status == "failed" and row.error is not None and len(row.error.encode()) <= CAP
     assert row.error.startswith("workflow code raised ValueError: fff")

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import cli_env, run_cli, start_worker, wait_for
-from engine.store import SQLiteStore
+from engine.store import open_store
 
 APP = "worker_app"
 
@@ -34,12 +34,12 @@ def start_many(db: Path, n: int, steps: int, env: dict[str, str]) -> list[str]:
 
 
 def recorded(db: Path) -> set[tuple[str, int]]:
-    with SQLiteStore(db, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         return set(s._conn.execute("SELECT workflow_id, slot FROM command_log").fetchall())
 
 
 def statuses(db: Path) -> dict[str, str]:
-    with SQLiteStore(db, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         return {r.id: r.status for r in s.list_workflows(limit=-1)}
 
 
@@ -102,7 +102,7 @@ def test_sigterm_finishes_the_current_slot_and_hands_the_workflow_back(db_path: 
     assert wait_for(lambda: len(recorded(db_path)) >= 2, timeout=60)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
-    with SQLiteStore(db_path, readonly=True) as s:
+    with open_store(db_path, readonly=True) as s:
         row = s.get_workflow(wid)
         assert (row.status, row.lease_owner) == ("pending", None)
     # The activity in flight at SIGTERM was finished and recorded: nothing ran unrecorded.

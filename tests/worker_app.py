@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from engine import Context, activity, current_activity, workflow
+from replaylog import Context, activity, current_activity, workflow
 
 
 def _ledger(event: str) -> None:

@@ -27,7 +27,17 @@ from rich.text import Text
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.check import check_workflow
 from engine.errors import ReplaylogError, StoreError
-from engine.store import STATUSES, SQLiteStore, WorkflowRow, default_max_payload, is_damaged, waiting_reason
+from engine.store import (
+    STATUSES,
+    OperatorStore,
+    ReaderStore,
+    WorkflowRow,
+    database_path,
+    default_max_payload,
+    is_damaged,
+    open_store,
+    waiting_reason,
+)
 from engine.text import preview, printable
 
 DEFAULT_DB = "replaylog.db"
@@ -59,8 +69,12 @@ class Settings:
 
     @property
     def db(self) -> Path:
-        """--db, else $REPLAYLOG_DB, else ./replaylog.db."""
-        return Path(self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB)
+        """--db, else $REPLAYLOG_DB, else ./replaylog.db: a file path or a sqlite:///path URL."""
+        try:
+            # Other store URLs (postgresql://) say in one line that they are not supported yet.
+            return database_path(self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB)
+        except StoreError as exc:
+            fail(str(exc))
 
     def set_db(self, db: str) -> None:
         """Take --db given after the subcommand."""
@@ -84,7 +98,7 @@ class Settings:
         except StoreError as exc:
             fail(str(exc))
 
-    def open(self, *, readonly: bool = False, create: bool = False) -> SQLiteStore:
+    def open(self, *, readonly: bool = False, create: bool = False) -> OperatorStore:
         """Open the store; a one-line error if it cannot be.
 
         Only `create` makes a database where there is none: reading, signalling or
@@ -94,7 +108,7 @@ class Settings:
         if not create and not self.db.exists():
             fail(f"no database at {self.db}")
         try:
-            return SQLiteStore(self.db, readonly=readonly, max_payload=self.max_payload)
+            return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
         except ReplaylogError as exc:
             fail(str(exc))
 
@@ -296,7 +310,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     settings.open(create=create).close()
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
-        base = [sys.executable, "-m", "engine.cli", "--db", str(settings.db),
+        base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
                 "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
@@ -322,8 +336,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         if w.stopping:
             os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
         w.stop()
-        for child in children:
-            child.send_signal(signum)
+        for proc in children:
+            proc.send_signal(signum)
 
     signal_mod.signal(signal_mod.SIGTERM, on_signal)
     signal_mod.signal(signal_mod.SIGINT, on_signal)
@@ -332,8 +346,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     except ReplaylogError as exc:
         fail(str(exc))
     finally:
-        for child in children:
-            child.wait()
+        for proc in children:  # not `child`: that is the --child flag
+            proc.wait()
     if w.left_unknown:
         names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
         click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
@@ -390,7 +404,7 @@ def _t(value: Any) -> Text:
     return Text(printable("" if value is None else str(value), oneline=True))
 
 
-def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
+def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     """The `show --json` object."""
     inflight = store.inflight(row.id)
     return {
@@ -414,7 +428,7 @@ def workflow_json(store: SQLiteStore, row: WorkflowRow) -> dict[str, Any]:
     }
 
 
-def _waiting(store: SQLiteStore, workflow: str, status: str,
+def _waiting(store: ReaderStore, workflow: str, status: str,
              served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
     """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
     if status != "pending":
@@ -585,7 +599,7 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
         sys.exit(1)
 
 
-def _check_all(store: SQLiteStore, registry: Registry) -> None:
+def _check_all(store: ReaderStore, registry: Registry) -> None:
     from rich.progress import Progress
 
     ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",
@@ -621,7 +635,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
     """Open the operator console (a terminal UI) on the database."""
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
-    from console.app import ReplaylogConsole  # the engine never imports textual until here
+    from console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
 
@@ -632,7 +646,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
 @pass_settings
 def demo(settings: Settings, no_console: bool) -> None:
     """Seed a demo database with workflows in every state, run a worker, open the console."""
-    from engine.demo import run_demo
+    from replaylog.demo import run_demo
 
     run_demo(settings.db, open_console=not no_console, echo=_echo_err)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engine.app import load_app
 from engine.marks import marks_dir
-from engine.store import SQLiteStore
+from engine.store import ReaderStore, open_store
 from engine.worker import Worker
 
 
@@ -33,11 +33,11 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     shutil.rmtree(marks_dir(db), ignore_errors=True)  # a killed worker's marks for the old database
     ids: dict[str, str] = {}
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         # A refund started under version 1 of the code, which looked the customer up first.
         ids["nondeterministic"] = store.start_workflow("refund", 8, workflow_id="refund-v1-8")
     _drain(db, "sample_workflows.legacy_v1")
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         store.send_signal(ids["nondeterministic"], "approval", {"approved": True, "by": "ops"})
         ids["completed"] = store.start_workflow("refund", 7, workflow_id="refund-7")
         ids["blocked"] = store.start_workflow("refund", 12, workflow_id="refund-12")
@@ -47,17 +47,17 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
         ids["two_approvals"] = store.start_workflow("two_approvals", None, has_input=False,
                                                     workflow_id="two-approvals-1")
     _drain(db, "sample_workflows")
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         store.send_signal(ids["completed"], "approval", {"approved": True, "by": "alice"})
         store.send_signal(ids["two_approvals"], "approval", "alice")
     _drain(db, "sample_workflows")
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         ids["running"] = store.start_workflow("report", 200, workflow_id="report-200")
         echo_states(store, echo)
     return ids
 
 
-def echo_states(store: SQLiteStore, echo: Callable[[str], None]) -> None:
+def echo_states(store: ReaderStore, echo: Callable[[str], None]) -> None:
     """Print one line per workflow: id, name, status, blocked-on or error."""
     for row in store.list_workflows(sort="created", descending=False, limit=-1):
         extra = row.blocked_on or row.error or ""
@@ -70,7 +70,7 @@ def run_demo(db: str | os.PathLike[str], *, open_console: bool, echo: Callable[[
     echo(f"Seeding demo database {db} …")
     ids = seed(db, echo)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "--db", str(db), "worker", "--quiet"],
+        [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet"],
         stdin=subprocess.DEVNULL,
     )
     try:
@@ -93,7 +93,7 @@ def _tour(db: Path, ids: dict[str, str], echo: Callable[[str], None]) -> None:
     """The refund tour in the terminal: approve the blocked refund and watch it complete."""
     blocked = ids["blocked"]
     echo(f"\nApproving {blocked} (blocked on 'approval') while the worker runs …")
-    with SQLiteStore(db) as store:
+    with open_store(db) as store:
         start = time.monotonic()
         store.send_signal(blocked, "approval", {"approved": True, "by": "demo"})
         while store.get_workflow(blocked).status != "completed" and time.monotonic() - start < 10:

@@ -1,0 +1,89 @@
+"""The log store: the only package that speaks SQL.
+
+Callers (the worker, the command line, the console) see the protocols of
+`engine.store.protocols`, the row types of `engine.store.rows`, and `open_store`, the
+one place a store is built. The SQLite implementation (`engine.store.sqlite`) is one
+backend behind them; a second one is a module beside it, chosen here by its URL.
+
+Modules, one concern each: `rows` (values and row types), `keys` (the command key
+encoding), `schema` (tables and migrations), `connection` (opening, transactions,
+upkeep), `reads`, `operations` (operator writes), `inflight` (start marks), `leases`,
+`fence` (the commit fence), `commit` (group commit), `workers` (which worker serves
+what), `sqlite` (the class made of them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from engine.errors import StoreError
+from engine.store.connection import is_damaged
+from engine.store.keys import SLOT_LIMIT, slot_key
+from engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
+from engine.store.rows import (
+    STATUSES,
+    Claim,
+    CommandRow,
+    InflightRow,
+    PendingRecord,
+    SignalRow,
+    WorkflowRow,
+    WorkflowSummary,
+    default_max_payload,
+    encode_value,
+    fit_text,
+    over_cap,
+)
+from engine.store.workers import waiting_reason
+
+__all__ = [
+    "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
+    "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
+    "database_path", "default_max_payload", "encode_value", "fit_text", "is_damaged", "open_store", "over_cap",
+    "slot_key", "waiting_reason",
+]
+
+_SQLITE_URL = "sqlite:///"
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def database_path(url_or_path: str | os.PathLike[str]) -> Path:
+    """The SQLite file a store location names: a path, or a `sqlite:///path` URL.
+
+    As in SQLAlchemy, `sqlite:///replaylog.db` is relative to the current folder and
+    `sqlite:////var/lib/replaylog.db` absolute. Any other URL raises StoreError with
+    one line: PostgreSQL is not supported yet, other schemes not at all.
+    """
+    if not isinstance(url_or_path, str):
+        return Path(url_or_path)
+    if url_or_path.startswith(_SQLITE_URL):
+        rest = url_or_path[len(_SQLITE_URL):]
+        if not rest:
+            raise StoreError(f"{_SQLITE_URL} needs a file path after it (sqlite:///replaylog.db)")
+        return Path(rest)
+    scheme = _URL.match(url_or_path)
+    if scheme is None:
+        return Path(url_or_path)
+    # Only the scheme goes into the message: the rest of a URL may hold a password.
+    name = scheme.group(1).lower()
+    if name in ("postgresql", "postgres"):
+        raise StoreError(f"{name}:// stores are not supported yet; give a SQLite file path or sqlite:///path")
+    raise StoreError(f"unknown store URL scheme {name}://; give a SQLite file path or sqlite:///path")
+
+
+def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
+               max_payload: int | None = None) -> Store:
+    """Open the log store at a file path or URL: the one place a store is built.
+
+    Args:
+        url_or_path: a SQLite file path, or `sqlite:///path` (see `database_path`).
+        readonly: reads only; every write raises ReadOnlyError.
+        max_payload: cap in bytes on a signal payload's or an input's JSON text
+            (default: $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).
+    """
+    path = database_path(url_or_path)
+    from engine.store.sqlite import SQLiteStore  # the backend: named only here
+
+    return SQLiteStore(path, readonly=readonly, max_payload=max_payload)

@@ -1,0 +1,208 @@
+"""One SQLite connection to a shared log file: opening it, and its read and write transactions.
+
+One database file is shared by worker processes, CLI invocations and the console.
+WAL journal, synchronous=FULL (a committed outcome survives power loss, or an activity
+would run twice), a busy timeout of seconds, BEGIN IMMEDIATE for every write (a
+deferred read-then-write transaction fails at once with "database is locked").
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, Self
+
+from engine.errors import NotADatabaseError, PayloadTooLargeError, ReadOnlyError, StoreError, ValueNotJSONError
+from engine.store.fence import CommitFence
+from engine.store.rows import default_max_payload, encode_value, over_cap
+from engine.store.schema import check_schema, refuse_foreign
+
+BUSY_TIMEOUT_S = 10.0
+# The size the WAL file is truncated back to after it restarts (SQLite's autocheckpoint
+# keeps it near 4 MiB while nothing pins it).
+WAL_SIZE_LIMIT = 8 * 1024 * 1024
+# SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB.
+_DAMAGE_CODES = (11, 26)
+
+
+def is_damaged(exc: BaseException) -> bool:
+    """Whether an error means the database file itself is damaged (corrupt, or not SQLite).
+
+    Such an error will not go away by retrying, unlike "database is locked".
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _DAMAGE_CODES
+
+
+class SQLiteConnection:
+    """The connection every part of the SQLite store works through.
+
+    Args:
+        path: the database file; created (mode 0600) unless `readonly`.
+        readonly: open with mode=ro; every write raises ReadOnlyError.
+        max_payload: cap in bytes on a signal payload's or an input's JSON text.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
+        # What this connection knows of the slots it wrote (the per-slot speed trick).
+        self._fence = CommitFence()
+        self._conn = self._connect()
+        # For the per-slot statements: conn.execute makes a new cursor on every call.
+        self._cur = self._conn.cursor()
+
+    # -- opening
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
+        if path.is_dir():
+            raise StoreError(f"database path {path} is a directory")
+        if self.readonly:
+            if not path.exists():
+                raise StoreError(f"no database at {path}")
+            uri = f"file:{path.resolve()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S,
+                                   check_same_thread=False)
+        else:
+            if not path.exists():
+                if not path.parent.exists():
+                    raise StoreError(f"cannot create database {path}: folder {path.parent} does not exist")
+                try:
+                    # Create it ourselves so it is 0600 from its first byte; SQLite gives
+                    # the -wal and -shm files the database file's permissions.
+                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+            elif not os.access(path, os.W_OK):
+                raise ReadOnlyError(f"database {path} is read-only (use --readonly to open it for reading)")
+            conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # Refuse another application's file (or a newer schema) before anything writes:
+            # switching to WAL rewrites the file header.
+            refuse_foreign(conn, path)
+            if not self.readonly:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() != "wal":
+                    raise StoreError(f"database {path} could not be switched to WAL (journal_mode={mode})")
+                conn.execute("PRAGMA synchronous = FULL")
+                # Once a checkpoint lets the WAL restart, cut the file back: a burst behind a
+                # long reader must not leave a WAL of that size on disk for good.
+                conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+            check_schema(conn, path, readonly=self.readonly)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise NotADatabaseError(f"{path} is not a usable SQLite database: {exc}") from None
+        except StoreError:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        conn = self._conn
+        # A write here may claim a workflow or drop a lease, and PRAGMA data_version does
+        # not change for this connection's own commits: the slots written since are no
+        # longer known to be fenced.
+        self._fence.clear()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from None
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise self._translate(exc) from None
+
+    def _translate(self, exc: sqlite3.OperationalError) -> StoreError:
+        msg = str(exc)
+        if "readonly" in msg or "read-only" in msg:
+            return ReadOnlyError(f"database {self.path} cannot be written: {msg}")
+        return StoreError(f"database {self.path}: {msg}")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        # One short read transaction: a consistent snapshot that does not hold back
+        # checkpoints for longer than the query itself.
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        except BaseException:
+            # End the snapshot without masking the error: on a damaged file COMMIT raises
+            # too, and that second error would hide the first.
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def encode_payload(self, value: Any, what: str) -> str:
+        """Encode a value as JSON text within the payload cap, or raise naming `what`."""
+        try:
+            text, size = encode_value(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
+        if size > self.max_payload:
+            raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
+        return text
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits to the database."""
+        version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        return version
+
+    # -- maintenance
+
+    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
+        """Fold the WAL back into the database file; return (busy, WAL frames, frames copied).
+
+        PASSIVE never waits. With `restart`, wait up to `wait` seconds for the readers
+        still using the WAL to finish, so the next write starts it from the beginning:
+        readers that keep overlapping otherwise pin it and it grows without bound (the
+        autocheckpoint copies frames but can never restart the log). A RESTART checkpoint
+        holds writers back while it waits, hence the short wait.
+        """
+        if not restart:
+            row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return int(row[0]), int(row[1]), int(row[2])
+        self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        try:
+            row = self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def wal_bytes(self) -> int:
+        """The size of the WAL file in bytes (0 if there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            return 0

@@ -1,0 +1,148 @@
+"""What each caller needs of a store, as typed protocols: the seam a second backend plugs into.
+
+- `ReaderStore`: what the console and the read-only commands read (`list`, `show`,
+  `check`, the console's screens).
+- `OperatorStore`: a reader that also starts workflows and sends signals (`start`,
+  `signal`, the console's signal dialog, the demo).
+- `WorkerStore`: what the worker needs to run workflows: claim, the lease-fenced
+  commits, renew, release, in-flight marks, history, and upkeep of the file.
+- `Store`: all of them; what `open_store` returns.
+
+A store object holds one connection and stays on the thread that opened it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Protocol, Self
+
+from engine.core import CommandRecord, Outcome, WorkflowState
+from engine.marks import Mark
+from engine.store.rows import Claim, CommandRow, InflightRow, PendingRecord, SignalRow, WorkflowRow, WorkflowSummary
+
+
+class _Closable(Protocol):
+    def close(self) -> None:
+        """Close the store's connection."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def data_version(self) -> int:
+        """A change token: it changes whenever another connection commits to the store."""
+
+
+class ReaderStore(_Closable, Protocol):
+    """Reads: workflows, their slots and signals, counts, what is in flight."""
+
+    def get_workflow(self, workflow_id: str) -> WorkflowRow:
+        """One workflow; UnknownWorkflowIdError if there is none."""
+
+    def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                       sort: str = "updated", descending: bool = True, limit: int = 100,
+                       offset: int = 0) -> list[WorkflowRow]:
+        """A page of workflows, filtered and sorted by the store."""
+
+    def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                                sort: str = "updated", descending: bool = True, limit: int = 100,
+                                offset: int = 0) -> list[WorkflowSummary]:
+        """Like `list_workflows`, without the payload columns."""
+
+    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
+        """How many workflows match a filter."""
+
+    def status_counts(self) -> dict[str, int]:
+        """Workflows per status (every status present, zero where none)."""
+
+    def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
+        """Recorded slots in order, optionally a page of them."""
+
+    def last_failed_command(self, workflow_id: str) -> CommandRow | None:
+        """The highest recorded slot whose outcome is an error, if any."""
+
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
+        """Delivered signals in delivery order, optionally a page of them."""
+
+    def count_signals(self, workflow_id: str) -> tuple[int, int]:
+        """(delivered, still waiting to be consumed) signals of a workflow."""
+
+    def inflight(self, workflow_id: str) -> InflightRow | None:
+        """The started activity with no recorded outcome, if any (it possibly ran)."""
+
+    def load_state(self, workflow_id: str) -> WorkflowState:
+        """The whole history of a workflow (for a dry replay)."""
+
+    def served_names(self) -> frozenset[str] | None:
+        """The workflow names live workers know; None when no worker is live."""
+
+
+class OperatorStore(ReaderStore, Protocol):
+    """A reader that also makes the operator's writes."""
+
+    def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
+                       workflow_id: str | None = None) -> str:
+        """Insert a pending workflow; return its id."""
+
+    def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
+        """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
+
+
+class WorkerStore(_Closable, Protocol):
+    """What a worker needs: leases, fenced commits, in-flight marks, history, upkeep."""
+
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
+              names: Collection[str] | None = None) -> list[Claim]:
+        """Take the lease of up to `limit` runnable workflows (of `names` only, unless None)."""
+
+    def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
+        """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
+
+    def has_runnable(self, names: Collection[str] | None = None) -> bool:
+        """Whether anything (of `names`) is pending or running."""
+
+    def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
+        """Pending workflows per name, of the names not in `names`."""
+
+    def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
+                       ttl: float) -> None:
+        """Say that a worker runs, and the workflow names its app knows."""
+
+    def worker_stopped(self, owner: str) -> None:
+        """A worker exits cleanly: it serves nothing any more."""
+
+    def running_owners(self) -> list[str]:
+        """The distinct lease owners of running workflows."""
+
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float) -> bool:
+        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next."""
+
+    def commit_batch(self, records: Sequence[PendingRecord] = (), *,
+                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+        """Commit outcomes and run verdicts of many workflows in one transaction; say which were written."""
+
+    def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+        """Extend leases still held; say which are. `worker`: stamp that worker as seen too."""
+
+    def release(self, claim: Claim) -> None:
+        """Give a workflow back: pending again, lease dropped."""
+
+    def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+        """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
+
+    def fold_marks(self, marks: Sequence[Mark]) -> int:
+        """Keep workers' start marks in the store; return how many were written."""
+
+    def load_state(self, workflow_id: str) -> WorkflowState:
+        """The whole history of a workflow."""
+
+    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
+        """Fold the write-ahead log back into the store; return (busy, log frames, frames copied)."""
+
+    def wal_bytes(self) -> int:
+        """The size of the write-ahead log in bytes."""
+
+
+class Store(WorkerStore, OperatorStore, Protocol):
+    """Every protocol at once: what `open_store` returns."""

@@ -1,0 +1,25 @@
+"""The SQLite log store: one class, composed of one part per concern.
+
+A `SQLiteStore` holds one connection and must stay on the thread that made it; open
+one per thread. The parts are mixins over one connection (`SQLiteConnection`), not
+objects that call each other: the per-slot path (`Commits`) reads the connection's
+attributes directly, as fast as when the store was one class.
+"""
+
+from __future__ import annotations
+
+from engine.store.commit import Commits
+from engine.store.leases import Leases
+from engine.store.operations import OperatorWrites
+from engine.store.reads import Reads
+from engine.store.workers import WorkerRegistry
+
+
+class SQLiteStore(Commits, Leases, WorkerRegistry, OperatorWrites, Reads):
+    """The log store on one SQLite file: every store protocol of `engine.store.protocols`.
+
+    Args:
+        path: the database file; created (mode 0600) unless `readonly`.
+        readonly: open with mode=ro; every write raises ReadOnlyError.
+        max_payload: cap in bytes on a signal payload's or an input's JSON text.
+    """
