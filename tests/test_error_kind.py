@@ -8,12 +8,14 @@ with "ActivityError".
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 from console_helpers import SIZE, async_test, make_app, settle
 from rich.console import Console
 from textual.widgets import Static
 
+from conftest import run_cli
 from console.workflow_screen import WorkflowScreen
 from engine.app import load_app
 from engine.core import CommandRecord, WorkflowState, dry_replay
@@ -88,6 +90,8 @@ def test_a_failed_workflow_records_what_failed_it_by_type(db_path: Path, tmp_pat
     assert rows["pay"].error is not None and rows["pay"].error.startswith("CardDeclined: ")
     assert {name: (row.status, row.error_kind) for name, row in rows.items()} == {
         "pay": ("failed", "activity"), "broken": ("failed", "code"), "fine": ("completed", None)}
+    shown = run_cli(db_path, "show", "--json", "pay-1")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["error_kind"] == "activity"
 
 
 def test_a_dry_replay_ending_on_a_recorded_activity_failure_replays_cleanly_whatever_the_error_is_called() -> None:
