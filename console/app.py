@@ -25,7 +25,7 @@ from textual.message import Message
 from textual.worker import get_current_worker
 
 from console.commands import WorkflowCommands
-from console.data import ConsoleData
+from console.data import ConsoleData, is_transient
 from console.goto_dialog import GoToDialog
 from console.help_screen import HelpScreen
 from console.live_screen import LiveScreen
@@ -149,8 +149,7 @@ class ReplaylogConsole(App[None]):
                     failures += 1
                     reason = printable(str(exc) or type(exc).__name__, oneline=True)
                     # A lock held by a writer clears by itself: say nothing unless it lasts.
-                    transient = "locked" in reason or "busy" in reason
-                    if reason != reported and (not transient or failures >= UNREADABLE_AFTER):
+                    if reason != reported and (not is_transient(exc) or failures >= UNREADABLE_AFTER):
                         reported = reason
                         self.post_message(self.DatabaseUnreadable(reason))
                     delay = min(self.poll_interval * 2 ** failures, MAX_RETRY_INTERVAL)

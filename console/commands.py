@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -60,10 +61,11 @@ class WorkflowCommands(Provider):
     async def search(self, query: str) -> Hits:
         """Matching commands, then workflows whose id or name contains the query."""
         matcher = self.matcher(query)
-        for label, status in [("Go to workflow id…", None), *self._status_commands()]:
+        commands: list[tuple[str, Callable[[], None]]] = [("Go to workflow id…", self._goto)]
+        commands += [(label, partial(self._show_status, status)) for label, status in self._status_commands()]
+        for label, command in commands:
             score = matcher.match(label)
             if score > 0:
-                command = self._goto if label.startswith("Go to") else partial(self._show_status, status)
                 yield Hit(score, matcher.highlight(label), command, text=label)
         data = self._data()
         if not query.strip() or data is None:

@@ -28,6 +28,7 @@ from engine.store import (
     SignalRow,
     WorkflowRow,
     WorkflowSummary,
+    is_busy,
     open_store,
     waiting_reason,
 )
@@ -454,6 +455,11 @@ class ConsoleData:
         return ChangeWatch(self.db_path)
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Whether a read failed only because a writer holds a lock (by the error's SQLite code, not its text)."""
+    return is_busy(exc)
+
+
 class ChangeWatch:
     """One read-only connection polling `PRAGMA data_version`, reopened when the file is replaced.
 
@@ -498,4 +504,4 @@ class ChangeWatch:
 
 __all__ = ["STATUSES", "AlignedRow", "ChangeWatch", "ConsoleData", "Diagnosis", "InFlight", "ListedWorkflow",
            "Signal", "SignalRefused", "Slot", "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery",
-           "diagnose", "fetch_detail", "fetch_workflows", "find_workflow_ids"]
+           "diagnose", "fetch_detail", "fetch_workflows", "find_workflow_ids", "is_transient"]

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 from pathlib import Path
 
+import pytest
 from console_helpers import SIZE, async_test, make_app, settle
 from rich.console import Console
 from textual.widgets import Static
 
 from conftest import run_cli
+from console.data import is_transient
 from console.workflow_screen import WorkflowScreen
 from engine.app import load_app
 from engine.core import CommandRecord, WorkflowState, dry_replay
@@ -121,3 +124,21 @@ async def test_the_console_diagnoses_an_activity_failure_by_its_type(db_path: Pa
             assert expected in summary and absent not in summary, summary
             await pilot.press("escape")
             await settle(pilot)
+
+
+def test_a_lock_held_by_a_writer_is_told_apart_by_its_code_not_its_text(db_path: Path) -> None:
+    # The console's watcher stays quiet about a lock that clears by itself, and says at once
+    # that the database cannot be read for anything else, whatever words the error uses.
+    with open_store(db_path):
+        pass  # a database to lock
+    writer = sqlite3.connect(db_path, isolation_level=None)
+    waiter = sqlite3.connect(db_path, timeout=0, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError) as locked:
+            waiter.execute("BEGIN IMMEDIATE")
+    finally:
+        writer.close()
+        waiter.close()
+    assert is_transient(locked.value)
+    assert not is_transient(FileNotFoundError(f"no database file at {db_path.parent / 'busy' / 'locked.db'}"))

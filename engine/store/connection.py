@@ -26,6 +26,14 @@ BUSY_TIMEOUT_S = 10.0
 WAL_SIZE_LIMIT = 8 * 1024 * 1024
 # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB.
 _DAMAGE_CODES = (11, 26)
+# ... and for a lock another connection holds: SQLITE_BUSY and SQLITE_LOCKED.
+_BUSY_CODES = (5, 6)
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether an error means another connection holds a lock ("database is locked"): it clears by itself."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in _BUSY_CODES
 
 
 def is_damaged(exc: BaseException) -> bool:
