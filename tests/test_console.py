@@ -877,6 +877,25 @@ async def test_the_palette_goes_to_a_workflow_id(console_db: Path) -> None:
 
 
 @async_test
+async def test_the_palette_filters_the_list_by_status_from_a_workflow_screen(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_workflow(pilot, ROLES["blocked"])
+        await pilot.press("ctrl+p", *"show failed")
+
+        def first_hit() -> str:
+            hits = app.screen.query(CommandList)
+            return str(hits.first().get_option_at_index(0).prompt) if hits and hits.first().option_count else ""
+
+        assert await wait_until(pilot, lambda: "failed workflows" in first_hit())
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowsScreen)
+                                and app.screen.query_state.status == "failed")
+        await settle(pilot)
+        assert set(column(app.screen.query_one(PagedTable), "status")) == {"failed"}
+
+
+@async_test
 async def test_go_to_an_unknown_id_says_so_in_place(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
