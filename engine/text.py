@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.core import TIMER
+from engine.core import TIMER as TIMER  # re-exported: the console names a sleep by it
 
 # C0 controls except tab and newline, DEL, and the C1 range (\x9b is a one-byte CSI).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

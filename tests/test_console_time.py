@@ -65,7 +65,7 @@ async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_r
     app = make_app(db_path, clock=lambda: now[0])
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        app.push_screen(WorkflowScreen("nap-soon"))
+        app.open_workflow("nap-soon")
         await settle(pilot)
         summary = app.screen.query_one("#summary", Static)
         assert "on timer until " in _rendered(summary) and "· in 1m 30s" in _rendered(summary)
@@ -73,7 +73,7 @@ async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_r
         assert await wait_until(pilot, lambda: "· in 30s" in _rendered(summary))
 
         app.pop_screen()
-        app.push_screen(WorkflowScreen("versioned"))
+        app.open_workflow("versioned")
         await settle(pilot)
         assert isinstance(app.screen, WorkflowScreen)
         slots = app.screen.query_one("#slot-table", PagedTable)
@@ -108,3 +108,23 @@ async def test_the_signal_dialog_offers_no_name_for_a_sleeping_workflow_and_the_
             assert app.screen.query_one("#signal-name", Input).value == offered
             await pilot.press("escape")
             assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog))
+
+
+@async_test
+async def test_the_ticking_countdown_never_draws_the_last_page_over_a_read_failure(db_path: Path) -> None:
+    import asyncio
+
+    _seed(db_path)
+    app = make_app(db_path, readonly=True, poll_interval=0.05)
+    async with app.run_test(size=(200, 30)) as pilot:
+        await settle(pilot)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db_path}{suffix}").unlink(missing_ok=True)
+        assert await wait_until(pilot, lambda: app.database_problem is not None)
+        await pilot.press("0")  # the list reads again, and fails
+        await settle(pilot)
+        info = app.screen.query_one("#pageinfo", Static)
+        assert "no database at" in _rendered(info)
+        await asyncio.sleep(2.5)  # two ticks of the countdown
+        await pilot.pause()
+        assert "no database at" in _rendered(info)

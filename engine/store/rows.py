@@ -126,6 +126,8 @@ class WorkflowRow:
     worker_error: str | None = None
     # After such an error the workflow is pending again, but not claimed before this time.
     retry_at: float | None = None
+    # What failed a failed workflow (engine.core.ErrorKind): match on this, never on `error`'s text.
+    error_kind: str | None = None
     # A blocked workflow's recorded wake time (epoch seconds): its timer's, or its wait's
     # deadline; None when nothing but a signal wakes it (and whenever it is not blocked).
     wake_at: float | None = None

@@ -77,6 +77,8 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
     conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
     conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
+    # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
+    conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
     # Durable timers and wait deadlines: a blocked workflow's recorded wake time. A claim
     # takes the due ones from this partial index (one range, wake_at <= now) and a worker
     # sleeps until its first entry: 10,000 sleepers cost no scan, only a seek.
