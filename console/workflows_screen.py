@@ -192,7 +192,10 @@ class WorkflowsScreen(LiveScreen):
     def _redraw_ages(self) -> None:
         if self.page is not None and not self._load_failed:
             self._cells = row_cells(self.page, self.data.clock())
+            # Where the cursor goes on a page still on its way is that page's: a tick keeps it.
+            wanted, self._cursor_after = self._cursor_after, None
             self._redraw()
+            self._cursor_after = wanted
 
     def _redraw(self) -> None:
         page = self.page

@@ -128,3 +128,29 @@ async def test_the_ticking_countdown_never_draws_the_last_page_over_a_read_failu
         await asyncio.sleep(2.5)  # two ticks of the countdown
         await pilot.pause()
         assert "no database at" in _rendered(info)
+
+
+@async_test
+async def test_a_tick_while_the_previous_page_loads_keeps_the_cursor_for_that_page(db_path: Path) -> None:
+    from console.data import WORKFLOW_PAGE
+    from console.workflows_screen import WorkflowsScreen
+
+    with open_store(db_path) as store:
+        for i in range(WORKFLOW_PAGE + 20):
+            store.start_workflow("nap", 1, workflow_id=f"wf-{i:04d}")
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")  # by id, ascending
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        table.move_cursor(row=WORKFLOW_PAGE - 1)
+        await pilot.press("j")  # the next page
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, WorkflowsScreen)
+        screen.action_page(-1)  # back a page: the cursor is to land on its last row
+        screen._redraw_ages()  # the countdown ticks before that page is in
+        await settle(pilot)
+        assert column(table, "id")[-1] == f"wf-{WORKFLOW_PAGE - 1:04d}"
+        assert table.cursor_row == WORKFLOW_PAGE - 1
