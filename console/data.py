@@ -56,11 +56,12 @@ class ListedWorkflow:
     slots: int
     updated_at: float
     error: str | None  # the start of a failed workflow's error (the store's preview)
+    wake_at: float | None = None  # a blocked workflow's timer or deadline (epoch seconds)
 
     @classmethod
     def of(cls, r: WorkflowSummary) -> ListedWorkflow:
         """The view of a store summary."""
-        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error)
+        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at)
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,13 @@ class WorkflowView:
     slots: int
     created_at: float
     updated_at: float
+    wake_at: float | None = None  # a blocked workflow's timer or deadline (epoch seconds)
 
     @classmethod
     def of(cls, r: WorkflowRow) -> WorkflowView:
         """The view of a store row."""
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
-                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at)
+                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at, r.wake_at)
 
 
 @dataclass(frozen=True)

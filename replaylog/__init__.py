@@ -29,6 +29,7 @@ from engine.errors import (
     Diagnostic,
     NonDeterministicError,
     ReplaylogError,
+    SignalTimeout,
     UnknownActivityError,
     ValueNotJSONError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Outcome",
     "ReplaylogError",
     "RunResult",
+    "SignalTimeout",
     "UnknownActivityError",
     "ValueNotJSONError",
     "WorkflowState",

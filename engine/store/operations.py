@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Any
 
+from engine.core import TIMER
 from engine.errors import DuplicateWorkflowIdError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
 from engine.store.connection import SQLiteConnection
 
@@ -64,9 +65,11 @@ class OperatorWrites(SQLiteConnection):
                 "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
                 (workflow_id, seq, name, text, now),
             )
-            if status == "blocked" and blocked_on == name:
+            if status == "blocked" and blocked_on == name and name != TIMER:
+                # Under the write lock: a claim of its passed deadline cannot take it as well.
                 conn.execute(
-                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
+                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
+                    " WHERE id = ?",
                     (now, workflow_id),
                 )
             else:

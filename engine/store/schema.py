@@ -79,6 +79,12 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
     # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
     conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
+    # Durable timers and wait deadlines: a blocked workflow's recorded wake time. A claim
+    # takes the due ones from this partial index (one range, wake_at <= now) and a worker
+    # sleeps until its first entry: 10,000 sleepers cost no scan, only a seek.
+    conn.execute("ALTER TABLE workflows ADD COLUMN wake_at FLOAT")
+    conn.execute(
+        "CREATE INDEX workflows_wake ON workflows (wake_at) WHERE status = 'blocked' AND wake_at IS NOT NULL")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 
