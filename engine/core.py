@@ -20,11 +20,17 @@ from engine.errors import (
     ReplaylogError,
     UnknownActivityError,
     ValueNotJSONError,
+    WorkflowCancelled,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-Kind = Literal["activity", "now"]
+Kind = Literal["activity", "now", "cancel"]
+# The kind of the slot that records where a cancel request was delivered: its name is the
+# command it interrupted ("activity:charge", "now:now", "signal:approve"), its value the
+# reason. A replay raises WorkflowCancelled at that very command again, so code that
+# catches it (a saga's compensations) replays deterministically.
+CANCEL = "cancel"
 
 
 # ---------------------------------------------------------------- decorators
@@ -140,7 +146,7 @@ class WorkflowState:
 class Outcome:
     """What one run of a workflow came to."""
 
-    status: Literal["completed", "blocked", "failed"]
+    status: Literal["completed", "blocked", "failed", "cancelled"]
     result: Any = None
     blocked_on: str | None = None
     error: str | None = None
@@ -292,6 +298,8 @@ class Context:
         prior: (slot, attempts) of an activity that earlier runs started and recorded no
             outcome for (their worker died, or the run was interrupted): this run's
             attempts at that slot count on from there, and `max_retries` bounds the total.
+        cancel: the reason of an operator's cancel request already known ("" for none
+            given); the worker sets `cancel_requested` when it learns of one mid-run.
     """
 
     def __init__(
@@ -307,6 +315,7 @@ class Context:
         dry_run: bool = False,
         backoff: float = 0.05,
         prior: tuple[int, int] | None = None,
+        cancel: str | None = None,
     ) -> None:
         self._commands: Sequence[CommandRecord] = state.commands
         self._history_len = len(state.commands)
@@ -339,6 +348,10 @@ class Context:
         # workflow code catches it (`execute` raises it again).
         self.interrupted: BaseException | None = None
         self.interrupted_in = ""
+        # An operator asked to cancel (the reason, "" if none): the next live command
+        # records where it was delivered and raises WorkflowCancelled, once.
+        self.cancel_requested: str | None = cancel
+        self.cancel_delivered = False
 
     @property
     def workflow_id(self) -> str:
@@ -366,6 +379,10 @@ class Context:
         rec = self._commands[slot]
         if rec.kind != kind or rec.name != name:
             issued = f"{kind}:{name}"
+            if rec.kind == CANCEL and rec.name == issued:
+                self.replayed_commands += 1
+                self.cancel_delivered = True
+                raise WorkflowCancelled(rec.value or "")
             self.fatal = NonDeterministicError(
                 Diagnostic(
                     slot=slot,
@@ -385,6 +402,14 @@ class Context:
             self._record(slot, rec)
         else:
             self.new_commands.append(rec)
+
+    def _deliver_cancel(self, slot: int, issued: str) -> None:
+        """Record that the cancel request is delivered at `slot`, instead of `issued`, and raise it."""
+        reason = self.cancel_requested or ""
+        self.cancel_delivered = True
+        self.executed_commands += 1
+        self._append(slot, CommandRecord(CANCEL, issued, True, reason, None, 1))
+        raise WorkflowCancelled(reason)
 
     # -- commands
 
@@ -415,6 +440,8 @@ class Context:
                 if rec.ok:
                     return rec.value
                 raise ActivityError(slot, name, rec.error or "", rec.attempts)
+        if self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, f"activity:{name}")
         if fn is None:
             self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
             raise self.fatal
@@ -475,6 +502,8 @@ class Context:
             self.replayed_commands += 1
             recorded: float = rec.value  # a now() slot always holds the float it recorded
             return recorded
+        if self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, "now:now")
         self.executed_commands += 1
         value = float(self._clock())
         self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1)))
@@ -484,7 +513,22 @@ class Context:
         """Return the payload of the next undelivered signal of this name, or block on it.
 
         Blocking holds no thread: the run ends, and a later run replays up to here.
+
+        Raises:
+            WorkflowCancelled: an operator cancelled the workflow while (or before) it waited.
         """
+        slot = self._cmd_index
+        if slot < self._history_len:
+            rec = self._commands[slot]
+            if rec.kind == CANCEL and rec.name == f"signal:{name}":
+                # The cancel was delivered at this wait: it is again, whatever arrived since.
+                self._cmd_index = slot + 1
+                self.replayed_commands += 1
+                self.cancel_delivered = True
+                raise WorkflowCancelled(rec.value or "")
+        elif self.cancel_requested is not None and not self.cancel_delivered and not self._dry_run:
+            self._cmd_index = slot + 1
+            self._deliver_cancel(slot, f"signal:{name}")
         want = self._signal_cursor.get(name, 0)
         seen = 0
         for sig in self._signals:
@@ -555,6 +599,8 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
     except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
+        if isinstance(exc, WorkflowCancelled):
+            return _outcome(ctx, "cancelled", error=error_text(exc))
         if isinstance(exc, ReplaylogError):
             return _failed(ctx, exc)
         return _outcome(ctx, "failed", error=f"workflow code raised {error_text(exc)}")
@@ -624,7 +670,7 @@ def signal(state: WorkflowState, name: str, payload: Any = None) -> WorkflowStat
 
 # The verdicts of a dry replay, worded here once: `check`, the console and tests all read them
 # from DryReplay.text.
-FINISHED = ("completed", "failed")
+FINISHED = ("completed", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -641,6 +687,8 @@ class DryReplay:
     issued: tuple[str, ...]
     diagnostic: Diagnostic | None = None
     error: str | None = None
+    # The replay ends in an activity error that history holds: running it again fails again.
+    recorded_failure: bool = False
 
     @property
     def text(self) -> str:
@@ -717,6 +765,8 @@ def dry_replay(
             return _diverged(ctx, leftover.diagnostic)
     if outcome.status == "blocked":
         now = f"blocks on signal {outcome.blocked_on!r}"
+    elif outcome.status == "cancelled":
+        now = "ends cancelled"
     elif outcome.status == "completed":
         now = "completes"
     else:
@@ -724,6 +774,8 @@ def dry_replay(
     if finished:
         if status == "completed" and outcome.status == "completed":
             return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
+        if status == "cancelled" and outcome.status == "cancelled":
+            return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
         if status == "failed" and outcome.status == "failed" and outcome.error == recorded_error:
             return DryReplay(True, f"fails again the same way: {outcome.error}", ctx.replayed_commands, issued)
         verdict = f"ends differently: {ended}, the current code {now}"
@@ -732,8 +784,11 @@ def dry_replay(
         return DryReplay(True, f"{clean}; blocked on signal {outcome.blocked_on!r}", ctx.replayed_commands, issued)
     if outcome.status == "completed":
         return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
+    if outcome.status == "cancelled":
+        return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
     if outcome.error and outcome.error.startswith("ActivityError"):
-        return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued)
+        return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued,
+                         None, outcome.error, recorded_failure=True)
     verdict = outcome.error or "workflow code fails"
     return DryReplay(False, verdict, ctx.replayed_commands, issued, None, outcome.error)
 

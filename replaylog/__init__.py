@@ -31,6 +31,7 @@ from engine.errors import (
     ReplaylogError,
     UnknownActivityError,
     ValueNotJSONError,
+    WorkflowCancelled,
 )
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
@@ -49,6 +50,7 @@ __all__ = [
     "RunResult",
     "UnknownActivityError",
     "ValueNotJSONError",
+    "WorkflowCancelled",
     "WorkflowState",
     "activity",
     "current_activity",
