@@ -19,6 +19,8 @@ STATUS_STYLES = {
     "blocked": "bold yellow",
     "completed": "bold green",
     "failed": "bold red",
+    "cancelled": "bold magenta",
+    "terminated": "bold magenta",
 }
 
 
