@@ -814,7 +814,8 @@ async def test_the_help_is_made_from_the_bindings_of_every_screen(console_db: Pa
             for b in bindings:
                 if b.tooltip and not b.tooltip.startswith("check:"):
                     assert (b.tooltip in keys) != (readonly and b.action == "signal"), b
-            assert "0 1 2 3 4 5 6 7 show all, pending, running, blocked, completed, failed, cancelled, terminated" in keys
+            assert ("0 1 2 3 4 5 6 7 show all, pending, running, blocked, completed, failed, cancelled,"
+                    " terminated") in keys
             assert "^p command palette" in keys
 
 
