@@ -43,7 +43,7 @@ def retry_verdict(store: ReaderStore, registry: Registry, workflow_id: str) -> t
                          status="failed" if row.diagnostic is not None else None,
                          recorded_error=row.error, diverged=row.diagnostic is not None)
     if not verdict.ok:
-        return verdict, f"the current code does not replay {workflow_id!r}: {verdict.text}"
+        return verdict, f"{workflow_id!r} cannot be retried with the current code: {verdict.text}"
     if verdict.recorded_failure:
         failed = store.last_failed_command(workflow_id)
         at = failed.slot if failed is not None else 0

@@ -543,7 +543,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("worker error", Text(printable(row.worker_error, oneline=True), style="yellow"))
         if row.status == "pending" and row.retry_at is not None:
             head.add_row("runs again", _t(f"from {_when(row.retry_at)}"))
-    if row.cancel_requested is not None and row.status not in ("cancelled", "terminated"):
+    if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
         head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
                                                              else ""), oneline=True), style="yellow"))
     if row.forked_from is not None:

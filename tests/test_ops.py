@@ -202,7 +202,7 @@ def test_retry_replays_a_fixed_workflow_and_goes_on(ops: Cli, tmp_path: Path) ->
     wid = ok(ops("start", "buggy"))
     ok(ops("worker", "--until-idle", "--quiet"))
     assert shown(ops, wid)["status"] == "failed"
-    refused(ops("retry", wid), "does not replay", "ValueError: a bug")  # the code is not fixed yet
+    refused(ops("retry", wid), "cannot be retried", "ValueError: a bug")  # the code is not fixed yet
     (tmp_path / "bug").unlink()
     said = ok(ops("retry", wid))
     assert "pending again" in said and "slot 1 would run" in said
@@ -327,3 +327,17 @@ def test_operator_actions_refuse_bad_input_in_one_line_and_write_nothing(ops: Cl
     assert snapshot(db_path) == before
     ok(ops("cancel", running))
     refused(ops("cancel", running), "already asked to cancel")
+
+
+def test_retry_of_a_diverged_workflow_refuses_the_diagnostic_and_accepts_the_code_that_fits(cli: Cli) -> None:
+    wid = ok(cli("start", "refund", "8"))
+    legacy = ("--app", "sample_workflows.legacy_v1")
+    cli("worker", "--until-idle", "--quiet", *legacy)
+    cli("signal", wid, "approval", "true")
+    cli("worker", "--until-idle", "--quiet")
+    assert json.loads(ok(cli("show", wid, "--json")))["diagnostic"]["slot"] == 0
+    refused(cli("retry", wid), "cannot be retried", "non-determinism at slot 0", "activity:fetch_customer")
+    assert "no longer diverges" in ok(cli("retry", wid, *legacy))
+    ok(cli("worker", "--until-idle", "--quiet", *legacy))
+    data = json.loads(ok(cli("show", wid, "--json")))
+    assert (data["status"], data["diagnostic"], data["error"]) == ("completed", None, None)
