@@ -23,6 +23,7 @@ PUBLIC = [
     "RunResult",
     "UnknownActivityError",
     "ValueNotJSONError",
+    "WorkflowCancelled",
     "WorkflowState",
     "activity",
     "current_activity",
