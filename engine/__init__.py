@@ -32,6 +32,7 @@ from engine.errors import (
     UnknownActivityError,
     UnknownWorkflowError,
     ValueNotJSONError,
+    WorkflowCancelled,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "UnknownWorkflowError",
     "ValueNotJSONError",
     "WorkflowBlocked",
+    "WorkflowCancelled",
     "WorkflowState",
     "activity",
     "current_activity",
