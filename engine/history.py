@@ -35,6 +35,7 @@ class HistoryDocument:
     sent_at: tuple[float, ...]
     forked_from: str | None = None
     forked_slot: int | None = None
+    error_kind: str | None = None  # what failed a failed workflow (engine.core.ErrorKind)
 
     @property
     def state(self) -> WorkflowState:
@@ -46,7 +47,7 @@ class HistoryDocument:
         return {
             "format": FORMAT, "version": VERSION, "id": self.id, "workflow": self.workflow,
             "input": self.input, "has_input": self.has_input, "status": self.status, "result": self.result,
-            "error": self.error, "diagnostic": self.diagnostic,
+            "error": self.error, "error_kind": self.error_kind, "diagnostic": self.diagnostic,
             "origin": None if self.forked_from is None else {"id": self.forked_from, "slot": self.forked_slot},
             "slots": [{"slot": i, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
                        "attempts": c.attempts, "recorded_at": at}
@@ -97,9 +98,12 @@ def parse_document(data: Any, where: str) -> HistoryDocument:
     diagnostic = data.get("diagnostic")
     _need(diagnostic is None or isinstance(diagnostic, dict), where, "field 'diagnostic' is malformed")
     _need(data.get("error") is None or isinstance(data.get("error"), str), where, "field 'error' is malformed")
+    _need(data.get("error_kind") in (None, "activity", "nondeterministic", "code", "engine"), where,
+          "field 'error_kind' is malformed")
     return HistoryDocument(
         id=data["id"], workflow=data["workflow"], input=data.get("input"), has_input=data["has_input"],
         status=data["status"], result=data.get("result"), error=data.get("error"), diagnostic=diagnostic,
         commands=tuple(commands), recorded_at=tuple(recorded), signals=tuple(signals), sent_at=tuple(sent),
         forked_from=None if origin is None else origin["id"], forked_slot=None if origin is None else origin["slot"],
+        error_kind=data.get("error_kind"),
     )

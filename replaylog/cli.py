@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from console.format import clock_read, status_text, worker_error_line
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.check import check_workflow, retry_verdict
 from engine.core import dry_replay
@@ -388,12 +389,7 @@ def _when(ts: float | None, *, short: bool = False) -> str:
 
 def _clock_value(value: Any) -> str:
     """A recorded `now` slot as a UTC time; anything that is not a plausible time as its JSON."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return _when(value)
-        except (OverflowError, OSError, ValueError):
-            pass
-    return preview(value, 40)
+    return clock_read(value) or preview(value, 40)
 
 
 # Piped output is laid out this wide: wide enough that no line of ours wraps, so a script
@@ -422,7 +418,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
-        "worker_error": row.worker_error, "retry_at": row.retry_at, "cancel_requested": row.cancel_requested,
+        "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
+        "cancel_requested": row.cancel_requested,
         "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
         "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
                   for a in store.list_audit(row.id)],
@@ -488,16 +485,12 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
 
 
-_STATUS_STYLE = {"pending": "cyan", "running": "blue", "blocked": "yellow", "completed": "green", "failed": "red",
-                 "cancelled": "magenta", "terminated": "magenta"}
-
-
 def _waits(waiting: str | None) -> Text:
     return Text(printable(waiting or "", oneline=True), style="yellow")
 
 
 def _status(status: str, waiting: str | None = None) -> Text:
-    shown = Text(status, style=_STATUS_STYLE.get(status, ""))
+    shown = status_text(status)  # styled as the console styles it
     if waiting:
         shown.append(printable(f" — {waiting}", oneline=True), style="yellow")
     return shown
@@ -538,11 +531,10 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("diverged at", _t(f"slot {d['slot']}: recorded {d['recorded'] or '(nothing)'}, "
                                        f"issued {d['issued'] or '(nothing)'}"))
     if row.worker_error:
-        # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure):
-        # kept until a run completes or fails the workflow.
-        head.add_row("worker error", Text(printable(row.worker_error, oneline=True), style="yellow"))
-        if row.status == "pending" and row.retry_at is not None:
-            head.add_row("runs again", _t(f"from {_when(row.retry_at)}"))
+        # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure),
+        # said as the console's workflow screen says it.
+        line = worker_error_line(row.worker_error, row.status, row.retry_at)
+        head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
     if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
         head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
                                                              else ""), oneline=True), style="yellow"))
@@ -800,7 +792,8 @@ def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
         id=row.id, workflow=row.workflow, input=row.input, has_input=row.has_input, status=row.status,
         result=row.result, error=row.error, diagnostic=row.diagnostic, commands=state.commands[:n],
         recorded_at=tuple(c.recorded_at for c in commands[:n]), signals=state.signals[:m],
-        sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot)
+        sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot,
+        error_kind=row.error_kind)
 
 
 @cli.command(name="export")

@@ -57,17 +57,17 @@ def _check_id(wid: str) -> None:
 
 def _insert_workflow(conn: sqlite3.Connection, wid: str, workflow: str, input_text: str | None, now: float,
                      *, status: str = "pending", slots: int = 0, result: str | None = None,
-                     error: str | None = None, diagnostic: str | None = None, forked_from: str | None = None,
-                     forked_slot: int | None = None) -> int:
+                     error: str | None = None, diagnostic: str | None = None, error_kind: str | None = None,
+                     forked_from: str | None = None, forked_slot: int | None = None) -> int:
     """Insert a workflow row; return its seq. DuplicateWorkflowIdError if the id is taken."""
     try:
         # seq numbers workflows in start order (under the write lock): the newest
         # workflow's command rows sort last, where appending to them is cheapest.
         row = conn.execute(
-            "INSERT INTO workflows (id, workflow, status, input, result, error, diagnostic, slots, created_at,"
-            " updated_at, lease_epoch, seq, forked_from, forked_slot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0,"
-            " (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows), ?, ?) RETURNING seq",
-            (wid, workflow, status, input_text, result, error, diagnostic, slots, now, now, forked_from,
+            "INSERT INTO workflows (id, workflow, status, input, result, error, diagnostic, error_kind, slots,"
+            " created_at, updated_at, lease_epoch, seq, forked_from, forked_slot) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+            " ?, ?, ?, 0, (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows), ?, ?) RETURNING seq",
+            (wid, workflow, status, input_text, result, error, diagnostic, error_kind, slots, now, now, forked_from,
              forked_slot),
         ).fetchone()
     except sqlite3.IntegrityError:
@@ -188,8 +188,8 @@ class OperatorWrites(SQLiteConnection):
                                            " retried")
             conn.execute(
                 "UPDATE workflows SET status = 'pending', result = NULL, error = NULL, diagnostic = NULL,"
-                " worker_error = NULL, interruptions = 0, retry_at = NULL, updated_at = ? WHERE id = ?"
-                " AND status = 'failed'", (now, workflow_id))
+                " error_kind = NULL, worker_error = NULL, interruptions = 0, retry_at = NULL, updated_at = ?"
+                " WHERE id = ? AND status = 'failed'", (now, workflow_id))
             _audit(conn, workflow_id, "retry", now, reason)
 
     def fork_workflow(self, workflow_id: str, from_slot: int, *, new_id: str | None = None) -> str:
@@ -241,6 +241,7 @@ class OperatorWrites(SQLiteConnection):
             base = slot_key(_insert_workflow(
                 conn, wid, doc.workflow, input_text, now, status=status, slots=len(doc.commands), result=result,
                 error=doc.error, diagnostic=None if doc.diagnostic is None else dumps(doc.diagnostic),
+                error_kind=doc.error_kind if status == "failed" else None,
                 forked_from=doc.forked_from, forked_slot=doc.forked_slot))
             conn.executemany(
                 "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"

@@ -128,6 +128,8 @@ class WorkflowRow:
     worker_error: str | None = None
     # After such an error the workflow is pending again, but not claimed before this time.
     retry_at: float | None = None
+    # What failed a failed workflow (engine.core.ErrorKind): match on this, never on `error`'s text.
+    error_kind: str | None = None
     # An operator's cancel request: its reason ("" if none given); None while none was made.
     cancel_requested: str | None = None
     # A fork's origin: the workflow it copied, and the slot from which its code ran live.

@@ -77,6 +77,8 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
     conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
     conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
+    # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
+    conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
     # An operator's cancel request: its reason ("" if none given), NULL while none was
     # made. The worker learns of it at a claim, or through the commit fence mid-run.
     conn.execute("ALTER TABLE workflows ADD COLUMN cancel_requested TEXT")
