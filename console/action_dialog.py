@@ -15,11 +15,8 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
+from console.data import ActionRefused
 from engine.text import printable
-
-
-class ActionRefused(Exception):
-    """The action was not taken (the store refused it, or could not be reached); nothing was written."""
 
 
 class ActionDialog(ModalScreen[str | None]):
