@@ -172,6 +172,9 @@ class Outcome:
     executed_commands: int = 0
     consumed_signals: tuple[int, ...] = ()
     error_kind: ErrorKind | None = None  # what failed it (see error_kind), stored beside its error
+    # The run raised an operator's cancel request in the workflow's code (live or replayed):
+    # a wait after it blocks for good, it is not woken again for the same request.
+    cancel_delivered: bool = False
 
 
 @dataclass(frozen=True)
@@ -635,6 +638,7 @@ def _outcome(ctx: Context, status: Any, **kw: Any) -> Outcome:
         replayed_commands=ctx.replayed_commands,
         executed_commands=ctx.executed_commands,
         consumed_signals=ctx.consumed_signals,
+        cancel_delivered=ctx.cancel_delivered,
         **kw,
     )
 

@@ -97,3 +97,13 @@ def forgives(ctx: Context) -> str:
     except WorkflowCancelled as exc:
         return f"let go: {exc.reason}"
     return "went"
+
+
+@workflow
+def stubborn(ctx: Context) -> object:
+    """Waits for "go"; cancelled, it refunds and then waits for "really" instead."""
+    try:
+        return ctx.wait_signal("go")
+    except WorkflowCancelled:
+        ctx.call_activity(refund, 1)
+        return ctx.wait_signal("really")

@@ -341,3 +341,17 @@ def test_retry_of_a_diverged_workflow_refuses_the_diagnostic_and_accepts_the_cod
     ok(cli("worker", "--until-idle", "--quiet", *legacy))
     data = json.loads(ok(cli("show", wid, "--json")))
     assert (data["status"], data["diagnostic"], data["error"]) == ("completed", None, None)
+
+
+def test_a_workflow_that_caught_the_cancel_and_waits_again_stays_blocked(ops: Cli) -> None:
+    wid = ok(ops("start", "stubborn"))
+    ok(ops("worker", "--until-idle", "--quiet"))
+    ok(ops("cancel", wid))
+    # Delivered once: the wait after it blocks for good (it is not woken again for the same request).
+    ok(ops("worker", "--until-idle", "--quiet", timeout=60))
+    data = shown(ops, wid)
+    assert (data["status"], data["blocked_on"]) == ("blocked", "really")
+    assert [c["kind"] for c in data["commands"]] == ["cancel", "activity"]
+    ok(ops("signal", wid, "really", '"yes"'))
+    ok(ops("worker", "--until-idle", "--quiet"))
+    assert (shown(ops, wid)["status"], shown(ops, wid)["result"]) == ("completed", "yes")

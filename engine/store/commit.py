@@ -171,12 +171,13 @@ class Commits(SQLiteConnection):
         consumed = ",".join(map(str, outcome.consumed_signals))
         if status == "blocked":
             # A signal of this name that arrived during the run makes it runnable, not blocked;
-            # so does a cancel request (its wait is to raise WorkflowCancelled).
+            # so does a cancel request the run has not raised yet (its wait is to raise it).
             # (NOT IN (NULL) is never true in SQL, so leave the clause out when nothing was consumed.)
             unconsumed = f" AND seq NOT IN ({consumed})" if consumed else ""
+            cancel = "" if outcome.cancel_delivered else (
+                " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
             arrived = conn.execute(
-                f"SELECT (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed})"
-                " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)",
+                f"SELECT (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}){cancel}",
                 (claim.id, blocked_on),
             ).fetchone()[0]
             if arrived:
