@@ -7,6 +7,7 @@ whole (nothing written) on bad input.
 from __future__ import annotations
 
 import getpass
+import os
 import socket
 import sqlite3
 import time
@@ -33,7 +34,7 @@ def actor() -> str:
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container): its number says who
-        user = str(getattr(__import__("os"), "getuid", lambda: "?")())
+        user = f"uid {os.getuid()}"
     return f"{user}@{socket.gethostname()}"
 
 
