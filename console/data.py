@@ -84,12 +84,16 @@ class WorkflowView:
     slots: int
     created_at: float
     updated_at: float
+    # An operator's cancel request (its reason, "" if none given), and a fork's origin (id, slot).
+    cancel_requested: str | None = None
+    forked_from: tuple[str, int] | None = None
 
     @classmethod
     def of(cls, r: WorkflowRow) -> WorkflowView:
         """The view of a store row."""
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
-                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at)
+                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at,
+                   r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0))
 
 
 @dataclass(frozen=True)

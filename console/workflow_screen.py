@@ -247,6 +247,11 @@ class WorkflowScreen(LiveScreen):
             grid.add_row("result", Text(preview(row.result, 200), style="green", no_wrap=True))
         if row.error:
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
+        if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+            said = f"requested: {row.cancel_requested}" if row.cancel_requested else "requested"
+            grid.add_row("cancel", text(said, "bold magenta"))
+        if row.forked_from is not None:
+            grid.add_row("forked from", text(f"{row.forked_from[0]} at slot {row.forked_from[1]}"))
         if row.worker_error:
             # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))

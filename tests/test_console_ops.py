@@ -74,6 +74,8 @@ async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_th
             row = store.get_workflow(ROLES["blocked"])
             assert (row.status, row.cancel_requested) == ("pending", "customer asked")
             assert [a.action for a in store.list_audit(ROLES["blocked"])][-1] == "cancel"
+        summary = screen.query_one("#summary", Static)
+        assert await wait_until(pilot, lambda: "requested: customer asked" in rendered(summary))
 
 
 @async_test
@@ -150,6 +152,9 @@ async def test_fork_from_the_highlighted_slot_names_the_activities_that_run_agai
             forks = [r for r in store.list_workflows(limit=-1) if r.forked_from == wid]
             assert [(r.forked_slot, r.status, r.slots) for r in forks] == [(1, "pending", 1)]
             assert store.get_workflow(wid).status == "completed"
+        await pilot.press("escape")
+        forked = await open_workflow(pilot, forks[0].id)
+        assert f"forked from  {wid} at slot 1" in rendered(forked.query_one("#summary", Static))
 
 
 @async_test
