@@ -51,3 +51,18 @@ def pingpong(ctx: Context, n: int) -> int:
         ctx.wait_signal("ping")
         ctx.call_activity(tick, i)
     return n
+
+
+@activity
+def stamp() -> float:
+    """The wall time it ran at: when the timer before it fired, as the workflow saw it."""
+    import time
+
+    return time.time()
+
+
+@workflow
+def alarm(ctx: Context, at: float) -> float:
+    """Sleep durably until `at` (epoch seconds), then stamp the time."""
+    ctx.sleep_until(at)
+    return ctx.call_activity(stamp)

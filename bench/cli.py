@@ -17,12 +17,12 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import console_runs, peer_dbos, replaylog_runs
+from bench import console_runs, peer_dbos, replaylog_runs, timer_runs
 from bench.report import print_table, write_json
 from bench.sizes import FULL, SMOKE, Sizes
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = ("single", "group", "resume", "signal", "short", "console", "peer")
+WORKLOADS = ("single", "group", "resume", "signal", "short", "timers", "sleepers", "console", "peer")
 
 
 def machine() -> dict[str, Any]:
@@ -81,6 +81,8 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "resume": lambda: replaylog_runs.resume(workdir, sizes),
         "signal": lambda: replaylog_runs.signal_latency(workdir, sizes),
         "short": lambda: replaylog_runs.short(workdir, sizes),
+        "timers": lambda: timer_runs.precision(workdir, sizes),
+        "sleepers": lambda: timer_runs.sleepers(workdir, sizes),
         "console": lambda: console_runs.console_bench(
             workdir if args.smoke or not own_tmp else ROOT / "bench" / "results", sizes),
     }

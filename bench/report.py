@@ -80,6 +80,15 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f"1 proc {_f(sh.get('workflows_per_s_1p'))}/s, 2 procs {_f(sh.get('workflows_per_s_2p'))}/s; "
         f"starts {_f(sh.get('starts_per_s'))}/s", ">= 2,000/s, 1 proc",
         peer_cell("short", "workflows_per_s_1p", sh.get("workflows_per_s_1p")))
+    t = m.get("timers", {})
+    add("timers", f"7. {_f(t.get('timers'))} timers over {_f(t.get('spread_s'), ' s')}, worker running",
+        f"late: median {_f(t.get('median_late_ms'), ' ms', 1)}, p99 {_f(t.get('p99_late_ms'), ' ms', 1)}, "
+        f"{t.get('early', '—')} early", "median <= 50 ms, p99 <= 200 ms")
+    z = m.get("sleepers", {})
+    add("sleepers", f"8. {_f(z.get('sleepers'))} workflows asleep at once",
+        f"worker RSS {_f(z.get('worker_rss_mb'), ' MB')}, idle CPU {_f(z.get('idle_cpu_percent'), '%', 1)}; "
+        f"all woke in {_f(z.get('all_awake_after_s'), ' s', 1)} ({_f(z.get('wakeups_per_s'))}/s)",
+        "idle CPU < 5%")
     c = m.get("console", {})
     add("console", f"6. console, {_f(c.get('workflows'))} workflows",
         f"paint {_f(c.get('first_paint_s'), ' s', 2)}, RSS {_f(c.get('peak_rss_mb'), ' MB')}, "

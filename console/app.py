@@ -36,7 +36,7 @@ from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import Registry
-from engine.text import printable
+from engine.text import TIMER, printable
 
 # Well under the one second the issue allows, and a data_version read is a read of
 # shared memory, so polling this often costs nothing measurable.
@@ -213,6 +213,8 @@ class ReplaylogConsole(App[None]):
         """Ask for a signal to send, unless the console is read-only (then there is no write path)."""
         if self.data.readonly or self.exiting:
             return
+        if default_name == TIMER:
+            default_name = None  # a sleeping workflow waits on no signal: offer no name
         self.push_screen(SignalDialog(self.data, workflow_id, default_name or ""), self._signal_sent)
 
     def _signal_sent(self, result: tuple[str, str, int] | None) -> None:

@@ -57,11 +57,12 @@ class ListedWorkflow:
     slots: int
     updated_at: float
     error: str | None  # the start of a failed workflow's error (the store's preview)
+    wake_at: float | None = None  # a blocked workflow's timer or deadline (epoch seconds)
 
     @classmethod
     def of(cls, r: WorkflowSummary) -> ListedWorkflow:
         """The view of a store summary."""
-        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error)
+        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class WorkflowView:
     slots: int
     created_at: float
     updated_at: float
+    wake_at: float | None = None  # a blocked workflow's timer or deadline (epoch seconds)
     # An operator's cancel request (its reason, "" if none given), and a fork's origin (id, slot).
     cancel_requested: str | None = None
     forked_from: tuple[str, int] | None = None
@@ -92,7 +94,7 @@ class WorkflowView:
     def of(cls, r: WorkflowRow) -> WorkflowView:
         """The view of a store row."""
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
-                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at,
+                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at, r.wake_at,
                    r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0))
 
 

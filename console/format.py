@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.text import Text
 
-from engine.text import preview, printable
+from engine.text import countdown, preview, printable, waits_text
 
 STATUS_STYLES = {
     "pending": "bold cyan",
@@ -93,3 +93,21 @@ def worker_error_line(error: str, status: str, retry_at: float | None) -> str:
     if status == "pending" and retry_at is not None:
         return f"{error} — runs again from {utc(retry_at, clock=True)}"
     return error
+
+
+def waits_cell(blocked_on: str | None, wake_at: float | None, now: float, *, first: bool = False,
+               prefix: str = "", style: str = "") -> Text:
+    """What a workflow waits on, with the countdown to its timer or deadline: "timer until 21:05:03 · in 4m 2s".
+
+    `first` marks the one that fires next (▸, bold); stored names are text, never markup.
+    """
+    if blocked_on is None:
+        return Text("")
+    shown = Text(prefix, no_wrap=True, overflow="ellipsis")
+    if first:
+        shown.append("▸ ", style="bold magenta")
+    shown.append(printable(waits_text(blocked_on, wake_at, now), oneline=True),
+                 style="bold yellow" if first else style)
+    if wake_at is not None:
+        shown.append(f" · {countdown(wake_at, now)}", style="dim")
+    return shown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import ClassVar
 
 from rich.syntax import Syntax
@@ -40,6 +41,13 @@ class SlotScreen(ModalScreen[None]):
         facts = [("workflow", text(workflow_id)),
                  ("outcome", Text("ok", style="green") if cmd.ok else Text("failed", style="bold red")),
                  ("attempts", text(cmd.attempts)), ("recorded", text(utc(cmd.recorded_at)))]
+        when = _TIME_FACTS.get(cmd.kind)
+        if when is not None and isinstance(cmd.value, int | float) and not isinstance(cmd.value, bool):
+            # Not a time a datetime can hold: the value below shows the number.
+            with contextlib.suppress(OverflowError, OSError, ValueError):
+                facts.append((when, text(utc(cmd.value), "bold")))
+        elif cmd.kind == "patch":
+            facts.append(("marker", text(f"change {cmd.name!r}: replays take the patched code", "cyan")))
         body: Syntax | Text = (_json(cmd.value) if cmd.ok
                                else Text(printable(cmd.error or ""), style="red"))
         return cls(title, facts, body)
@@ -94,6 +102,10 @@ class SlotScreen(ModalScreen[None]):
             yield Static(Text("esc: close", style="dim"))
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
         yield Footer()
+
+# Slots whose value is a time (epoch seconds), and what that time is.
+_TIME_FACTS = {"timer": "wake time", "deadline": "deadline", "timeout": "timed out at"}
+
 
 def _title(lead: str, name: object) -> Text:
     """A dialog title: what it shows, then its stored name in bold (never parsed as markup)."""

@@ -26,11 +26,19 @@ from console.data import (
     WorkflowDetail,
 )
 from console.diagnosis_view import DiagnosisView
-from console.format import CELL_PREVIEW, clock_read, status_text, text, utc, value_preview, worker_error_line
+from console.format import (
+    CELL_PREVIEW,
+    status_text,
+    text,
+    utc,
+    value_preview,
+    waits_cell,
+    worker_error_line,
+)
 from console.live_screen import LiveScreen
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
-from engine.text import preview, printable
+from engine.text import TIMER, preview, printable
 
 if TYPE_CHECKING:
     from textual.timer import Timer
@@ -144,6 +152,12 @@ class WorkflowScreen(LiveScreen):
         self.query_one("#topbar", Static).update(self.topbar(where))
         self.reload()
         slots.focus()
+        # The countdown to a timer or a deadline ticks on screen (nothing in the database changes).
+        self.set_interval(1, self._tick, name="countdown")
+
+    def _tick(self) -> None:
+        if self.detail is not None and self.detail.row.wake_at is not None:
+            self._draw_summary(self.detail)
 
     # -- loading
 
@@ -237,8 +251,9 @@ class WorkflowScreen(LiveScreen):
         grid.add_row("workflow", text(row.workflow))
         status = status_text(row.status)
         if row.blocked_on:
-            status.append("  on signal ", style="")
-            status.append_text(text(row.blocked_on, "bold yellow"))
+            on = "  on " if row.blocked_on == TIMER else "  on signal "
+            status.append_text(waits_cell(row.blocked_on, row.wake_at, self.data.clock(), prefix=on,
+                                          style="bold yellow"))
         if detail.waiting:
             status.append_text(text(f"  {detail.waiting}", "yellow"))
         grid.add_row("status", status)
@@ -560,7 +575,16 @@ def _value_cell(c: Slot) -> Text:
     """A slot's value or error, one line; a clock read shows as a time (the raw number is in its detail)."""
     if not c.ok:
         return text(c.error or "", "red")
-    when = clock_read(c.value) if c.kind == "now" else None
-    if when is not None:  # else not a time a datetime can hold: show the number
-        return Text(f"{when}  (clock read)", no_wrap=True, overflow="ellipsis")
+    if c.kind in _TIMES and isinstance(c.value, int | float) and not isinstance(c.value, bool):
+        try:
+            return Text(f"{utc(c.value)}  ({_TIMES[c.kind]})", no_wrap=True, overflow="ellipsis")
+        except (OverflowError, OSError, ValueError):
+            pass  # not a time a datetime can hold: show the number
+    if c.kind == "patch":
+        return Text("marker: runs the patched code", style="cyan", no_wrap=True, overflow="ellipsis")
     return value_preview(c.value, CELL_PREVIEW)
+
+
+# Slots whose value is a time, and what that time is.
+_TIMES = {"now": "clock read", "timer": "wake time", "deadline": "deadline of the wait",
+          "timeout": "timed out: no signal by the deadline"}

@@ -15,7 +15,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
 from console.data import STATUSES, ConsoleData, WorkflowsPage, WorkflowsQuery
-from console.format import STATUS_STYLES, age, status_text, text
+from console.format import STATUS_STYLES, age, status_text, text, waits_cell
 from console.live_screen import LiveScreen
 from console.paged_table import PagedTable
 from engine.text import printable
@@ -23,7 +23,7 @@ from engine.text import printable
 # (key, label, width, narrowest): narrower on an 80-column terminal; the error takes the room
 # a wide terminal has left.
 COLUMNS = (("id", "id", 28, 11), ("workflow", "workflow", 18, 12), ("status", "status", 10, 9),
-           ("blocked_on", "blocked on", 16, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
+           ("blocked_on", "blocked on", 24, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
            ("error", "error", 30, 8))
 # The columns `o` steps through and a header click sorts by (the error is not indexed: no sort).
 SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
@@ -81,6 +81,7 @@ class WorkflowsScreen(LiveScreen):
         self._filter_pending = False
         self._open_when_shown = False
         self._cells: list[Row] = []
+        self._load_failed = False  # the last read failed: its reason is on screen
 
     def compose(self) -> ComposeResult:
         """The title bar, the status counts, the filter, the table and the page line."""
@@ -100,7 +101,8 @@ class WorkflowsScreen(LiveScreen):
         self._draw_topbar()
         self.reload()
         # Ages ("4s ago") move without a commit; redraw them from the cached page.
-        self.set_interval(5, self._redraw_ages, name="ages")
+        # Ages and the countdowns to timers and deadlines tick on screen.
+        self.set_interval(1, self._redraw_ages, name="ages")
         table.focus()
 
     # -- loading
@@ -156,6 +158,7 @@ class WorkflowsScreen(LiveScreen):
                 self._redraw()
             return
         if message.asked == self.query_state:
+            self._load_failed = False
             self.query_state = message.page.query  # the store may have clamped the offset
             self.page = message.page
             self._cells = message.cells
@@ -170,6 +173,7 @@ class WorkflowsScreen(LiveScreen):
     def on_live_screen_load_failed(self, message: LiveScreen.LoadFailed) -> None:
         """Say why the list could not be read; the next change or key tries again."""
         self._open_when_shown = False
+        self._load_failed = True  # the ticking ages must not draw the last good page over the reason
         reason = printable(f"cannot read the database: {message.reason}", oneline=True)
         self.query_one("#pageinfo", Static).update(Text(reason, "red"))
         self.read_done()
@@ -186,9 +190,12 @@ class WorkflowsScreen(LiveScreen):
         self.query_one("#topbar", Static).update(self.topbar(Text("  workflows")))
 
     def _redraw_ages(self) -> None:
-        if self.page is not None:
+        if self.page is not None and not self._load_failed:
             self._cells = row_cells(self.page, self.data.clock())
+            # Where the cursor goes on a page still on its way is that page's: a tick keeps it.
+            wanted, self._cursor_after = self._cursor_after, None
             self._redraw()
+            self._cursor_after = wanted
 
     def _redraw(self) -> None:
         page = self.page
@@ -345,8 +352,11 @@ class WorkflowsScreen(LiveScreen):
 
 def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
     """The table's cells for a page, built where the page is read (a worker thread)."""
+    # The soonest timer or deadline on the page is marked: it fires next.
+    soonest = min((r.wake_at for r in page.rows if r.wake_at is not None), default=None)
     return [
-        (r.id, [text(r.id), text(r.workflow), status_text(r.status), text(r.blocked_on or ""),
+        (r.id, [text(r.id), text(r.workflow), status_text(r.status),
+                waits_cell(r.blocked_on, r.wake_at, now, first=r.wake_at is not None and r.wake_at == soonest),
                 Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim"),
                 # Stored text: one line, never markup; the column cuts it with `…`.
                 text(r.error or "", "red")])

@@ -9,8 +9,11 @@ from __future__ import annotations
 import contextvars
 import json
 import math
+import random
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from engine.errors import (
@@ -18,6 +21,7 @@ from engine.errors import (
     Diagnostic,
     NonDeterministicError,
     ReplaylogError,
+    SignalTimeout,
     UnknownActivityError,
     ValueNotJSONError,
     WorkflowCancelled,
@@ -25,7 +29,13 @@ from engine.errors import (
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-Kind = Literal["activity", "now", "cancel"]
+Kind = Literal["activity", "now", "timer", "deadline", "timeout", "uuid", "random", "patch", "cancel"]
+
+# What `blocked_on` says for a workflow sleeping on a durable timer (a wait says the signal name).
+TIMER = "timer"
+# The latest wake time a timer or a deadline may have: the end of year 9999 (datetime's range).
+MAX_EPOCH = 253402300799.0
+
 # The kind of the slot that records where a cancel request was delivered: its name is the
 # command it interrupted ("activity:charge", "now:now", "signal:approve"), its value the
 # reason. A replay raises WorkflowCancelled at that very command again, so code that
@@ -175,6 +185,8 @@ class Outcome:
     # The run raised an operator's cancel request in the workflow's code (live or replayed):
     # a wait after it blocks for good, it is not woken again for the same request.
     cancel_delivered: bool = False
+    # A blocked run's recorded wake time (epoch seconds): a timer's, or a wait's deadline.
+    wake_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -222,14 +234,17 @@ def idempotency_key(workflow_id: str, slot: int) -> str:
 
 
 class WorkflowBlocked(BaseException):
-    """Raised inside workflow code when it waits on a signal that has not arrived.
+    """Raised inside workflow code when it waits on a signal that has not arrived, or sleeps.
 
-    A BaseException so that `except Exception` in workflow code cannot swallow it.
+    `name` is the signal name (TIMER for a sleep); `wake_at` the recorded wake time or
+    deadline, None for a wait without one. A BaseException so that `except Exception` in
+    workflow code cannot swallow it.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, wake_at: float | None = None) -> None:
         super().__init__(name)
         self.name = name
+        self.wake_at = wake_at
 
 
 class _Interrupted(ReplaylogError):
@@ -297,6 +312,60 @@ def error_text(exc: BaseException) -> str:
 
 # ---------------------------------------------------------------- the Context
 
+# What `_next_signal` answers when no signal has arrived (None is a valid payload).
+_NONE: Any = object()
+# The live source of ctx.random(); its values are recorded, so its seed does not matter.
+_random = random.Random()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _seconds(value: Any, what: str) -> float:
+    """A duration of workflow code, checked before anything is recorded."""
+    if not _is_number(value):
+        raise TypeError(f"{what}: seconds must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what}: seconds must be finite and at least 0, got {value!r}")
+    if value > MAX_EPOCH:
+        raise ValueError(f"{what}: {value!r} seconds is past the year 9999")
+    return float(value)
+
+
+def _epoch(value: Any, what: str) -> float:
+    """A wall-clock time of workflow code (epoch seconds), checked before anything is recorded."""
+    if not _is_number(value):
+        raise TypeError(f"{what}: the time must be a number of epoch seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value > MAX_EPOCH:
+        raise ValueError(f"{what}: the time must be finite and before the year 10000, got {value!r}")
+    return float(value)
+
+
+def _change_id(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what}: the change id must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{what}: the change id must not be empty")
+    return value
+
+
+def utc_text(epoch: float) -> str:
+    """An epoch time as "2026-12-04 09:00:00 UTC" (the wording of verdicts and operators' screens)."""
+    try:
+        return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch} (epoch seconds)"
+
+
+def blocked_text(blocked_on: str | None, wake_at: float | None) -> str:
+    """What a blocked run waits on, in words: "timer until …" or "signal 'x' (until …)"."""
+    if blocked_on == TIMER:
+        return f"timer until {utc_text(wake_at)}" if wake_at is not None else "timer"
+    deadline = f" (until {utc_text(wake_at)})" if wake_at is not None else ""
+    return f"signal {blocked_on!r}{deadline}"
+
+
 RecordFn = Callable[[int, CommandRecord], None]
 StartFn = Callable[[int, str, int], None]
 
@@ -321,6 +390,8 @@ class Context:
             attempts at that slot count on from there, and `max_retries` bounds the total.
         cancel: the reason of an operator's cancel request already known ("" for none
             given); the worker sets `cancel_requested` when it learns of one mid-run.
+        finished: the history is a finished workflow's (dry runs only): every timer in it
+            has fired, and a `patched` call at its end ran under code from before the patch.
     """
 
     def __init__(
@@ -337,6 +408,7 @@ class Context:
         backoff: float = 0.05,
         prior: tuple[int, int] | None = None,
         cancel: str | None = None,
+        finished: bool = False,
     ) -> None:
         self._commands: Sequence[CommandRecord] = state.commands
         self._history_len = len(state.commands)
@@ -350,6 +422,7 @@ class Context:
         self._dry_run = dry_run
         self._backoff = backoff
         self._prior_slot, self._prior_attempts = prior if prior is not None else (-1, 0)
+        self._finished = finished
         self._cmd_index = 0
         self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
@@ -418,6 +491,27 @@ class Context:
             self._record(slot, rec)
         else:
             self.new_commands.append(rec)
+
+    def _cancelled_here(self, label: str) -> None:
+        """Where the code would block (a wait, a sleep): raise a cancel delivered or requested here.
+
+        A cancel slot for `label` at the cursor was delivered here: it is raised again,
+        whatever arrived or came due since. Live, a request not yet delivered is recorded
+        here and raised.
+        """
+        slot = self._cmd_index
+        if slot < self._history_len:
+            rec = self._commands[slot]
+            if rec.kind == CANCEL and rec.name == label:
+                self._cmd_index = slot + 1
+                self.replayed_commands += 1
+                self.cancel_delivered = True
+                if self._dry_run:
+                    self.issued.append(rec.label)
+                raise WorkflowCancelled(rec.value or "")
+        elif self.cancel_requested is not None and not self.cancel_delivered and not self._dry_run:
+            self._cmd_index = slot + 1
+            self._deliver_cancel(slot, label)
 
     def _deliver_cancel(self, slot: int, issued: str) -> None:
         """Record that the cancel request is delivered at `slot`, instead of `issued`, and raise it."""
@@ -525,26 +619,156 @@ class Context:
         self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1)))
         return value
 
-    def wait_signal(self, name: str) -> Any:
+    def _recorded(self, kind: str, name: str, make: Callable[[], Any]) -> Any:
+        """A command whose value is made once, live, and replayed from its slot ever after."""
+        slot = self._cmd_index
+        self._cmd_index += 1
+        rec = self._guard(slot, kind, name)
+        if rec is not None:
+            self.replayed_commands += 1
+            return rec.value
+        self.executed_commands += 1
+        value = make()
+        self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1)))
+        return value
+
+    def uuid4(self) -> str:
+        """A random UUID (as text), generated once and recorded: the same on every replay."""
+        value: str = self._recorded("uuid", "uuid4", lambda: str(uuid.uuid4()))
+        return value
+
+    def random(self) -> float:
+        """A random float in [0, 1), generated once and recorded: the same on every replay."""
+        value: float = self._recorded("random", "random", _random.random)
+        return value
+
+    # -- durable time
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep durably: the wake time (now + seconds) is recorded in a timer slot when first reached.
+
+        Until it passes, the run ends blocked on TIMER, holding no thread; a later run replays
+        up to here and returns once the recorded time has come. Replays never move it.
+
+        Raises:
+            TypeError: `seconds` is not a number. ValueError: it is negative or not finite.
+        """
+        seconds = _seconds(seconds, "ctx.sleep(seconds)")
+        self._timer(lambda now: now + seconds)
+
+    def sleep_until(self, epoch_seconds: float) -> None:
+        """Sleep durably until a wall-clock time (epoch seconds); a time already past fires at once.
+
+        Raises:
+            TypeError: not a number. ValueError: not finite, or past the year 9999.
+        """
+        wake_at = _epoch(epoch_seconds, "ctx.sleep_until(epoch_seconds)")
+        self._timer(lambda _now: wake_at)
+
+    def _timer(self, wake_from: Callable[[float], float]) -> None:
+        slot = self._cmd_index
+        self._cmd_index += 1
+        rec = self._guard(slot, "timer", "sleep")
+        if rec is not None:
+            self.replayed_commands += 1
+            wake_at = float(rec.value)
+            self._cancelled_here("timer:sleep")  # a cancel ends a sleep
+            if not self._passed(slot, wake_at):
+                raise WorkflowBlocked(TIMER, wake_at)
+            return
+        self.executed_commands += 1
+        now = float(self._clock())
+        wake_at = float(wake_from(now))
+        self._append(slot, new_record(CommandRecord, ("timer", "sleep", True, wake_at, None, 1)))
+        self._cancelled_here("timer:sleep")
+        if now < wake_at:
+            raise WorkflowBlocked(TIMER, wake_at)
+
+    def _passed(self, slot: int, wake_at: float) -> bool:
+        """Whether the recorded time of a timer (or deadline) at `slot` has come.
+
+        History that goes on past the slot says so without a clock (a replay of a long
+        history reads none); at the end of history the clock decides, and a dry run, which
+        reads no clock, knows only that a finished workflow's timers all fired.
+        """
+        if slot + 1 < self._history_len:
+            return True
+        if self._dry_run:
+            return self._finished
+        return float(self._clock()) >= wake_at
+
+    def wait_signal(self, name: str, timeout: float | None = None) -> Any:
         """Return the payload of the next undelivered signal of this name, or block on it.
 
         Blocking holds no thread: the run ends, and a later run replays up to here.
 
+        With a `timeout` (seconds), the wait takes a slot: its deadline is recorded when the
+        wait is first reached, so replays and restarts never move it. When the deadline has
+        passed with no signal, the timeout is recorded in the next slot and SignalTimeout is
+        raised; a replay raises it again there, and a signal that arrives after it stays for
+        the next wait of that name.
+
         Raises:
             WorkflowCancelled: an operator cancelled the workflow while (or before) it waited.
+            SignalTimeout: no signal of that name arrived before the deadline.
+            TypeError: `timeout` is not a number. ValueError: it is negative or not finite,
+                or the name is "timer" (reserved: `blocked_on` says it for a sleep).
         """
+        if name == TIMER:
+            # `blocked_on` says "timer" for a sleep: a signal of that name would be mistaken for one.
+            raise ValueError(f"ctx.wait_signal: the signal name {TIMER!r} is reserved for durable timers")
+        if timeout is None:
+            self._cancelled_here(f"signal:{name}")
+            payload = self._next_signal(name)
+            if payload is _NONE:
+                raise WorkflowBlocked(name)
+            return payload
+        seconds = _seconds(timeout, f"ctx.wait_signal({name!r}, timeout=...)")
         slot = self._cmd_index
-        if slot < self._history_len:
-            rec = self._commands[slot]
-            if rec.kind == CANCEL and rec.name == f"signal:{name}":
-                # The cancel was delivered at this wait: it is again, whatever arrived since.
-                self._cmd_index = slot + 1
+        self._cmd_index += 1
+        rec = self._guard(slot, "deadline", name)
+        now: float | None = None
+        if rec is not None:
+            self.replayed_commands += 1
+            deadline = float(rec.value)
+            after = self._commands[slot + 1] if slot + 1 < self._history_len else None
+            self._cancelled_here(f"signal:{name}")  # a cancel delivered at this wait, before any timeout
+            if after is not None and after.kind == "timeout" and after.name == name:
+                # Decided before: time ran out, whatever signals arrived since.
+                self._cmd_index += 1
                 self.replayed_commands += 1
-                self.cancel_delivered = True
-                raise WorkflowCancelled(rec.value or "")
-        elif self.cancel_requested is not None and not self.cancel_delivered and not self._dry_run:
-            self._cmd_index = slot + 1
-            self._deliver_cancel(slot, f"signal:{name}")
+                if self._dry_run:
+                    self.issued.append(after.label)
+                raise SignalTimeout(name, deadline, slot)
+        else:
+            self.executed_commands += 1
+            now = float(self._clock())
+            deadline = now + seconds
+            self._append(slot, new_record(CommandRecord, ("deadline", name, True, deadline, None, 1)))
+        self._cancelled_here(f"signal:{name}")
+        payload = self._next_signal(name)
+        if payload is not _NONE:
+            return payload
+        if slot + 1 < self._history_len:
+            # History went on past this wait, and neither with a signal nor with a timeout:
+            # the guard names the slot the code now disagrees with.
+            self._cmd_index += 1
+            self._guard(slot + 1, "timeout", name)
+        if self._dry_run and not self._finished:
+            raise WorkflowBlocked(name, deadline)  # a dry run reads no clock
+        if now is None:
+            now = float(self._clock()) if not self._dry_run else math.inf
+        if now < deadline:
+            raise WorkflowBlocked(name, deadline)
+        tslot = self._cmd_index
+        self._cmd_index += 1
+        self._guard(tslot, "timeout", name)  # a dry run stops here: the timeout would be recorded live
+        self.executed_commands += 1
+        self._append(tslot, new_record(CommandRecord, ("timeout", name, True, now, None, 1)))
+        raise SignalTimeout(name, deadline, slot)
+
+    def _next_signal(self, name: str) -> Any:
+        """Consume the next signal of this name by its cursor; _NONE if none has arrived."""
         want = self._signal_cursor.get(name, 0)
         seen = 0
         for sig in self._signals:
@@ -554,7 +778,56 @@ class Context:
                     self._consumed.append(sig.seq)
                     return sig.payload
                 seen += 1
-        raise WorkflowBlocked(name)
+        return _NONE
+
+    # -- versioning
+
+    def patched(self, change_id: str) -> bool:
+        """Whether to take the new code path of a change: versioning without breaking running workflows.
+
+        Live, a marker slot is recorded and the answer is True. A replay of a history that has
+        this marker here answers True; one recorded by code from before the change (something
+        else at this slot, or a finished history's end) answers False and consumes nothing, so
+        the old path replays. A marker of another change here is a NonDeterministicError.
+
+        Raises:
+            TypeError: the change id is not a string. ValueError: it is empty.
+        """
+        change_id = _change_id(change_id, "ctx.patched(change_id)")
+        slot = self._cmd_index
+        if self.fatal is None and (slot < self._history_len or (self._dry_run and self._finished)):
+            rec = self._commands[slot] if slot < self._history_len else None
+            if rec is None or rec.kind != "patch":
+                return False  # recorded by the old code: take the old path, consume nothing
+        self._cmd_index = slot + 1
+        rec = self._guard(slot, "patch", change_id)
+        if rec is not None:
+            self.replayed_commands += 1
+            return True
+        self.executed_commands += 1
+        self._append(slot, new_record(CommandRecord, ("patch", change_id, True, None, None, 1)))
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Retire a patch whose old path is gone: replay its marker where history has one, record none.
+
+        Step two of retiring `patched(change_id)` (see README): new runs record nothing here,
+        and histories that hold the marker still replay. Once none of them is left, delete the call.
+
+        Raises:
+            TypeError: the change id is not a string. ValueError: it is empty.
+        """
+        change_id = _change_id(change_id, "ctx.deprecate_patch(change_id)")
+        if self.fatal is not None:
+            raise self.fatal
+        slot = self._cmd_index
+        if slot < self._history_len:
+            rec = self._commands[slot]
+            if rec.kind == "patch" and rec.name == change_id:
+                self._cmd_index = slot + 1
+                self.replayed_commands += 1
+                if self._dry_run:
+                    self.issued.append(rec.label)
 
     # -- after the run
 
@@ -611,7 +884,7 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
     except WorkflowBlocked as blocked:
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
-        return _outcome(ctx, "blocked", blocked_on=blocked.name)
+        return _outcome(ctx, "blocked", blocked_on=blocked.name, wake_at=blocked.wake_at)
     except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
@@ -747,8 +1020,8 @@ def dry_replay(
     def no_clock() -> float:  # pragma: no cover - the dry run stops before any live read
         raise AssertionError("dry replay read the clock")
 
-    ctx = Context(state, workflow_id=workflow_id, clock=no_clock, dry_run=True)
     finished = status in FINISHED and not diverged
+    ctx = Context(state, workflow_id=workflow_id, clock=no_clock, dry_run=True, finished=finished)
     # Where a clean replay's verdict starts: a fixed divergence says it is fixed.
     clean = "no longer diverges" if status == "failed" and diverged else "replays cleanly"
     ended = f"the workflow {status}" + (f" ({recorded_error})" if status == "failed" and recorded_error else "")
@@ -775,13 +1048,14 @@ def dry_replay(
     if outcome.status != "completed":
         # Blocked or failed before the end of history: the recorded run went further with
         # the same inputs (signals only ever arrive), so the code has changed its path.
-        instead = (f"waited on signal {outcome.blocked_on!r} instead" if outcome.status == "blocked"
+        instead = (f"waited on {blocked_text(outcome.blocked_on, outcome.wake_at)} instead"
+                   if outcome.status == "blocked"
                    else f"failed before issuing it: {outcome.error}")
         leftover = ctx.unconsumed_divergence(instead)
         if leftover is not None:
             return _diverged(ctx, leftover.diagnostic)
     if outcome.status == "blocked":
-        now = f"blocks on signal {outcome.blocked_on!r}"
+        now = f"blocks on {blocked_text(outcome.blocked_on, outcome.wake_at)}"
     elif outcome.status == "cancelled":
         now = "ends cancelled"
     elif outcome.status == "completed":
@@ -798,7 +1072,8 @@ def dry_replay(
         verdict = f"ends differently: {ended}, the current code {now}"
         return DryReplay(False, verdict, ctx.replayed_commands, issued, None, verdict)
     if outcome.status == "blocked":
-        return DryReplay(True, f"{clean}; blocked on signal {outcome.blocked_on!r}", ctx.replayed_commands, issued)
+        return DryReplay(True, f"{clean}; blocked on {blocked_text(outcome.blocked_on, outcome.wake_at)}",
+                         ctx.replayed_commands, issued)
     if outcome.status == "completed":
         return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
     if outcome.status == "cancelled":

@@ -60,6 +60,25 @@ class NonDeterministicError(ReplaylogError):
         self.issued = diagnostic.issued
 
 
+class SignalTimeout(ReplaylogError):
+    """No signal of that name arrived before the deadline of `ctx.wait_signal(name, timeout=...)`.
+
+    The timeout is an outcome recorded in history: a replay raises it again at the same point,
+    and a signal that arrives later stays for the next wait of that name.
+
+    Attributes:
+        name: the signal name the workflow waited on.
+        deadline: the recorded deadline (epoch seconds).
+        slot: the slot holding the wait's recorded deadline.
+    """
+
+    def __init__(self, name: str, deadline: float, slot: int) -> None:
+        super().__init__(f"no signal {name!r} arrived before the deadline of the wait at slot {slot}")
+        self.name = name
+        self.deadline = deadline
+        self.slot = slot
+
+
 class UnknownActivityError(ReplaylogError):
     """Workflow code called an activity name the app does not define."""
 

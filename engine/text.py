@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from typing import Any
+
+from engine.core import TIMER as TIMER  # re-exported: the console names a sleep by it
 
 # C0 controls except tab and newline, DEL, and the C1 range (\x9b is a one-byte CSI).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -31,3 +34,41 @@ def preview(value: Any, width: int = 60) -> str:
 def pretty_json(value: Any) -> str:
     """A JSON value pretty-printed, with control characters escaped by the encoder."""
     return printable(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _clock_text(epoch: float, now: float) -> str:
+    """A wake time: "21:05:03" within a day of `now`, else "2026-12-04 09:00 UTC" (always UTC)."""
+    try:
+        when = datetime.fromtimestamp(epoch, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch} (epoch seconds)"
+    return when.strftime("%H:%M:%S") if abs(epoch - now) < 86400 else when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def countdown(epoch: float, now: float) -> str:
+    """How long until `epoch`, coarse: "in 4m 12s", "in 2d 3h", "due" once it has passed."""
+    left = epoch - now
+    if left <= 0:
+        return "due"
+    if left < 60:
+        return f"in {left:.0f}s" if left >= 1 else "in <1s"
+    if left < 3600:
+        return f"in {int(left // 60)}m {int(left % 60)}s"
+    if left < 86400:
+        return f"in {int(left // 3600)}h {int(left % 3600 // 60)}m"
+    return f"in {int(left // 86400)}d {int(left % 86400 // 3600)}h"
+
+
+def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str:
+    """What a blocked workflow waits on, for operators: "timer until 21:05:03", "approval (until …)".
+
+    `blocked_on` is "timer" for a durable sleep, else the signal name; `wake_at` the timer's
+    wake time or the wait's deadline (None: only a signal wakes it).
+    """
+    if blocked_on is None:
+        return ""
+    if wake_at is None:
+        return blocked_on
+    if blocked_on == TIMER:
+        return f"timer until {_clock_text(wake_at, now)}"
+    return f"{blocked_on} (until {_clock_text(wake_at, now)})"

@@ -493,10 +493,17 @@ class Worker:
         next_wal_check = 0.0
         next_small_claim = 0.0
         dead: list[str] = []
+        # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
+        # store's wake index whenever we look, so the loop wakes at that time and never asks
+        # after each sleeper. None: nobody sleeps on a timer or a deadline.
+        next_wake: float | None = None
         while not self._stopping.is_set():
             now = time.monotonic()
             version = store.data_version()
-            look = version != last_version or now >= next_lapse_check
+            due = next_wake is not None and time.time() >= next_wake
+            look = version != last_version or now >= next_lapse_check or due
+            if look:
+                next_wake = store.next_wake(self.names)
             if now >= next_dead_check:
                 self._fold_dead_boards(store)
                 dead = self._dead_owners(store)

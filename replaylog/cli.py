@@ -14,6 +14,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +43,7 @@ from engine.store import (
     open_store,
     waiting_reason,
 )
-from engine.text import preview, printable
+from engine.text import countdown, preview, printable, waits_text
 
 DEFAULT_DB = "replaylog.db"
 
@@ -415,7 +416,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     inflight = store.inflight(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
-        "waiting_for_worker": _waiting(store, row.workflow, row.status),
+        "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
@@ -464,18 +465,20 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
     if as_json:
         click.echo(json.dumps([
-            {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on, "slots": r.slots,
+            {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
+             "wake_at": r.wake_at, "slots": r.slots,
              "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id]} for r in rows
         ]))
         return
     table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
+    now = time.time()
     for col in ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)"):
         # Ids are what operators copy into the next command: never cut them short.
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
                          no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
     for r in rows:
         # A pending workflow no live worker can run says so where a blocked one names its signal.
-        waits = _t(r.blocked_on) if r.blocked_on else _waits(waiting[r.id])
+        waits = _t(waits_text(r.blocked_on, r.wake_at, now)) if r.blocked_on else _waits(waiting[r.id])
         if r.status in ("cancelled", "terminated"):
             waits = _t(preview(r.error or "", 60))  # why: the operator's reason
         table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
@@ -520,7 +523,9 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     head.add_row("workflow", _t(row.workflow))
     head.add_row("status", _status(row.status, data["waiting_for_worker"]))
     if row.blocked_on:
-        head.add_row("blocked on", _t(row.blocked_on))
+        now = time.time()
+        until = f" ({countdown(row.wake_at, now)})" if row.wake_at is not None else ""
+        head.add_row("blocked on", _t(waits_text(row.blocked_on, row.wake_at, now) + until))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
     if row.status == "completed":
         head.add_row("result", _t(preview(row.result, 200)))
@@ -578,8 +583,11 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
 def _slot_value(c: dict[str, Any]) -> str:
     if not c["ok"]:
         return preview(c["error"], 40)
-    # A clock read is a time to the reader, not an epoch number (JSON keeps the number).
-    return _clock_value(c["value"]) if c["kind"] == "now" else preview(c["value"], 40)
+    # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
+    # (JSON keeps the number); a patch marker holds no value.
+    if c["kind"] in ("now", "timer", "deadline", "timeout"):
+        return _clock_value(c["value"])
+    return "(marker)" if c["kind"] == "patch" else preview(c["value"], 40)
 
 
 # ---------------------------------------------------------------- check

@@ -19,6 +19,7 @@ from pathlib import Path
 from engine.app import load_app
 from engine.marks import marks_dir
 from engine.store import ReaderStore, open_store
+from engine.text import waits_text
 from engine.worker import Worker
 
 
@@ -46,6 +47,9 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
         ids["activity_failure"] = store.start_workflow("express_shipping", "B-2", workflow_id="express-B-2")
         ids["two_approvals"] = store.start_workflow("two_approvals", None, has_input=False,
                                                     workflow_id="two-approvals-1")
+        # Durable time: a reminder asleep until tomorrow, a refund whose approval expires in two days.
+        ids["sleeping"] = store.start_workflow("reminder", "ann@example.com", workflow_id="reminder-ann")
+        ids["deadline"] = store.start_workflow("refund_with_deadline", 21, workflow_id="refund-deadline-21")
     _drain(db, "sample_workflows")
     with open_store(db) as store:
         store.send_signal(ids["completed"], "approval", {"approved": True, "by": "alice"})
@@ -60,7 +64,7 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
 def echo_states(store: ReaderStore, echo: Callable[[str], None]) -> None:
     """Print one line per workflow: id, name, status, blocked-on or error."""
     for row in store.list_workflows(sort="created", descending=False, limit=-1):
-        extra = row.blocked_on or row.error or ""
+        extra = waits_text(row.blocked_on, row.wake_at, time.time()) or row.error or ""
         echo(f"  {row.id:<18} {row.workflow:<17} {row.status:<10} {extra}")
 
 

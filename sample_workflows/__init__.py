@@ -1,4 +1,4 @@
-"""Sample workflows: the reference refund, retries, repeated signals and an agent loop.
+"""Sample workflows: the reference refund, retries, repeated signals, an agent loop, durable time.
 
 Activities are deterministic stand-ins for real systems so that the tour and the
 tests give the same figures every time. `replaylog start refund` uses these by default.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaylog import ActivityError, Context, activity, current_activity, workflow
+from replaylog import ActivityError, Context, SignalTimeout, activity, current_activity, workflow
 
 # -------------------------------------------------------------- the reference refund
 
@@ -166,3 +166,51 @@ def crunch(step: int) -> int:
 def report(ctx: Context, steps: int = 200) -> int:
     """Many slow steps: shows a workflow in the running state."""
     return sum(ctx.call_activity(crunch, i) for i in range(int(steps)))
+
+
+# -------------------------------------------------------------- time, randomness, versions
+
+
+@activity
+def notify_customer(invoice_id: int, message: str) -> str:
+    """Stand-in for an e-mail to the customer."""
+    return f"told the customer of invoice {invoice_id}: {message}"
+
+
+@workflow
+def refund_with_deadline(ctx: Context, invoice_id: int = 21) -> dict[str, Any]:
+    """The refund whose approval expires: fetch_invoice → "approval" within two days → charge.
+
+    The deadline is recorded when the wait is first reached; if it passes first, the
+    timeout is recorded and the customer is told instead. A later change gave refunds a
+    refund number: `patched` keeps the refunds started before it on their old path.
+    """
+    amount = ctx.call_activity(fetch_invoice, invoice_id)
+    try:
+        approval = ctx.wait_signal("approval", timeout=2 * 86400)
+    except SignalTimeout:
+        note = ctx.call_activity(notify_customer, invoice_id, "the refund request expired unapproved")
+        return {"status": "expired", "amount": amount, "note": note}
+    if isinstance(approval, dict) and approval.get("approved") is False:
+        return {"status": "rejected", "amount": amount}
+    receipt = ctx.call_activity(charge_card, -amount)
+    if ctx.patched("refund-number"):
+        receipt = {**receipt, "refund_number": ctx.uuid4()}
+    return {"status": "refunded", "amount": amount, "receipt": receipt}
+
+
+@activity
+def send_reminder(to: str, attempt: int) -> str:
+    """Stand-in for sending a reminder."""
+    return f"reminder {attempt} sent to {to}"
+
+
+@workflow
+def reminder(ctx: Context, to: str = "ann@example.com") -> list[str]:
+    """Remind someone tomorrow, then again a few hours later (jittered, recorded once)."""
+    sent = []
+    ctx.sleep(86400)
+    sent.append(ctx.call_activity(send_reminder, to, 1))
+    ctx.sleep(3 * 3600 + ctx.random() * 3600)
+    sent.append(ctx.call_activity(send_reminder, to, 2))
+    return sent

@@ -107,3 +107,23 @@ def stubborn(ctx: Context) -> object:
     except WorkflowCancelled:
         ctx.call_activity(refund, 1)
         return ctx.wait_signal("really")
+
+
+@workflow
+def napper(ctx: Context) -> str:
+    """Sleeps an hour; cancelled meanwhile, refunds and lets the cancel end it."""
+    try:
+        ctx.sleep(3600)
+    except WorkflowCancelled:
+        ctx.call_activity(refund, 5)
+        raise
+    return "rested"
+
+
+@workflow
+def waits_an_hour(ctx: Context) -> object:
+    """Waits for "go" at most an hour; cancelled meanwhile, says so and completes."""
+    try:
+        return ctx.wait_signal("go", timeout=3600)
+    except WorkflowCancelled as exc:
+        return f"cancelled while waiting: {exc.reason}"

@@ -22,6 +22,8 @@ FIELDS = {
     "resume": ("slots", "load_ms", "replay_ms", "replay_slots_per_s", "activities_reexecuted", "met"),
     "signal": ("samples", "median_ms", "p99_ms", "met"),
     "short": ("workflows", "workflows_per_s_1p", "workflows_per_s_2p", "starts_per_s", "met"),
+    "timers": ("timers", "median_late_ms", "p99_late_ms", "early", "met"),
+    "sleepers": ("sleepers", "worker_rss_mb", "idle_cpu_percent", "wakeups_per_s", "met"),
 }
 CONSOLE_FIELDS = ("first_paint_s", "counted_s", "peak_rss_mb", "open_workflow_s", "max_stall_ms", "met")
 PEER_FIELDS = {"single": "slots_per_s", "group": "slots_per_s", "resume": "replay_slots_per_s",

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import ROOT, cli_env, run_cli
@@ -27,6 +28,11 @@ def test_demo_seed_has_every_state(tmp_path: Path) -> None:
     assert (nd.diagnostic["slot"], nd.diagnostic["recorded"], nd.diagnostic["issued"]) == (
         0, "activity:fetch_customer", "activity:fetch_invoice")
     assert rows["running"].status == "pending"  # the demo's background worker picks it up
+    sleeping, deadline = rows["sleeping"], rows["deadline"]
+    assert (sleeping.status, sleeping.blocked_on) == ("blocked", "timer")
+    assert sleeping.wake_at is not None and sleeping.wake_at > time.time() + 86000
+    assert (deadline.status, deadline.blocked_on) == ("blocked", "approval")
+    assert deadline.wake_at is not None and deadline.wake_at > time.time() + 2 * 86400 - 400
 
 
 def test_demo_without_a_terminal_prints_the_tour(tmp_path: Path) -> None:

@@ -355,3 +355,45 @@ def test_a_workflow_that_caught_the_cancel_and_waits_again_stays_blocked(ops: Cl
     ok(ops("signal", wid, "really", '"yes"'))
     ok(ops("worker", "--until-idle", "--quiet"))
     assert (shown(ops, wid)["status"], shown(ops, wid)["result"]) == ("completed", "yes")
+
+
+# ---------------------------------------------------------------- cancel ends durable waits (issue 16's)
+
+
+def test_cancel_ends_a_durable_sleep_and_replays_there() -> None:
+    import ops_app
+
+    asleep = WorkflowState(has_input=False, commands=(CommandRecord("timer", "sleep", True, 5000.0),))
+    ctx = Context(asleep, clock=clock, cancel="wake up")
+    outcome = execute(ops_app.napper, ctx, asleep)
+    assert (outcome.status, outcome.error) == ("cancelled", "WorkflowCancelled: wake up")
+    assert [(c.kind, c.name) for c in ctx.new_commands] == [("cancel", "timer:sleep"), ("activity", "refund")]
+    # Replayed after the wake time has passed, the cancel is raised at the sleep again.
+    done = WorkflowState(has_input=False, commands=(*asleep.commands, *ctx.new_commands))
+    again = Context(done, clock=lambda: 9999.0)
+    assert execute(ops_app.napper, again, done).status == "cancelled" and again.new_commands == []
+
+
+def test_cancel_ends_a_wait_with_a_deadline_and_wins_over_a_later_signal() -> None:
+    import ops_app
+
+    waiting = WorkflowState(has_input=False, commands=(CommandRecord("deadline", "go", True, 5000.0),))
+    ctx = Context(waiting, clock=clock, cancel="no")
+    outcome = execute(ops_app.waits_an_hour, ctx, waiting)
+    assert (outcome.status, outcome.result) == ("completed", "cancelled while waiting: no")
+    assert [(c.kind, c.name) for c in ctx.new_commands] == [("cancel", "signal:go")]
+    late = WorkflowState(has_input=False, commands=(*waiting.commands, *ctx.new_commands),
+                         signals=(SignalRecord(1, "go", "yes"),))
+    again = Context(late, clock=clock)
+    assert execute(ops_app.waits_an_hour, again, late).result == "cancelled while waiting: no"
+
+
+def test_cancel_wakes_a_sleeping_workflow_through_the_worker(ops: Cli) -> None:
+    wid = ok(ops("start", "napper"))
+    ok(ops("worker", "--until-idle", "--quiet"))
+    assert (shown(ops, wid)["status"], shown(ops, wid)["blocked_on"]) == ("blocked", "timer")
+    ok(ops("cancel", wid, "--reason", "enough"))
+    ok(ops("worker", "--until-idle", "--quiet"))
+    data = shown(ops, wid)
+    assert (data["status"], data["error"]) == ("cancelled", "WorkflowCancelled: enough")
+    assert [c["kind"] for c in data["commands"]] == ["timer", "cancel", "activity"]

@@ -21,6 +21,7 @@ PUBLIC = [
     "Outcome",
     "ReplaylogError",
     "RunResult",
+    "SignalTimeout",
     "UnknownActivityError",
     "ValueNotJSONError",
     "WorkflowCancelled",

@@ -11,7 +11,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
-from engine.core import CommandRecord, Outcome
+from engine.core import TIMER, CommandRecord, Outcome
 from engine.errors import ReadOnlyError, StoreError
 from engine.store.connection import SQLiteConnection
 from engine.store.fence import FAST, REFUSE
@@ -167,31 +167,34 @@ class Commits(SQLiteConnection):
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
         status: str = outcome.status  # may become "pending" below
-        blocked_on = outcome.blocked_on
+        blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
         consumed = ",".join(map(str, outcome.consumed_signals))
         if status == "blocked":
-            # A signal of this name that arrived during the run makes it runnable, not blocked;
-            # so does a cancel request the run has not raised yet (its wait is to raise it).
+            # A signal of this name that arrived during the run makes a wait runnable, not
+            # blocked; so does a cancel request the run has not raised yet, for a wait or a
+            # sleep (its wait is to raise it).
             # (NOT IN (NULL) is never true in SQL, so leave the clause out when nothing was consumed.)
             unconsumed = f" AND seq NOT IN ({consumed})" if consumed else ""
+            # A signal named "timer" wakes no sleeper.
+            signals = (f"CASE WHEN ?2 = '{TIMER}' THEN 0 ELSE"
+                       f" (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}) END")
             cancel = "" if outcome.cancel_delivered else (
                 " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
-            arrived = conn.execute(
-                f"SELECT (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}){cancel}",
-                (claim.id, blocked_on),
-            ).fetchone()[0]
+            arrived = conn.execute(f"SELECT {signals}{cancel}", (claim.id, blocked_on)).fetchone()[0]
             if arrived:
-                status, blocked_on = "pending", None
+                status, blocked_on, wake_at = "pending", None, None
         cur = conn.execute(
-            "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?, error_kind = ?,"
+            "UPDATE workflows SET status = ?, blocked_on = ?, wake_at = ?, result = ?, error = ?, diagnostic = ?,"
+            " error_kind = ?,"
             f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {SLOTS_NOW},"
             # A run that came to a verdict was not interrupted; one that ended the workflow
             # makes the last worker error history.
             " interruptions = 0, retry_at = NULL,"
-            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 8-10.
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 9-11.
             " worker_error = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
-            (status, blocked_on, dumps(outcome.result) if status == "completed" else None, outcome.error,
+            (status, blocked_on, wake_at if status == "blocked" else None,
+             dumps(outcome.result) if status == "completed" else None, outcome.error,
              dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
              outcome.error_kind if status == "failed" else None, now, claim.id, claim.owner, claim.epoch),
         )

@@ -26,6 +26,8 @@ CLAIM_LOAD_SLOTS = 256
 # AND workflow IN (...)` and walks every pending row, those of other names included (a
 # worker that lacks their code leaves them there): name the partial index instead.
 _BY_NAME = " INDEXED BY workflows_pending"
+# Named for the same reason: the due range of blocked workflows, whatever the statistics say.
+_BY_WAKE = " INDEXED BY workflows_wake"
 
 
 def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
@@ -43,20 +45,27 @@ class Leases(InflightMarks):
               names: Collection[str] | None = None) -> list[Claim]:
         """Take the lease of up to `limit` runnable workflows (of `names` only, unless None).
 
-        Runnable: pending, or running under a lease that has lapsed or whose owner is
-        known dead. Each claim bumps the lease epoch, which fences out the old owner.
+        Runnable: blocked past its recorded wake time (a timer or a wait's deadline), pending,
+        or running under a lease that has lapsed or whose owner is known dead. Each claim
+        bumps the lease epoch, which fences out the old owner.
         A workflow whose name the worker's app lacks is left alone: it would only fail there.
         """
         now = time.time()
         claims: list[Claim] = []
         only, named = _names_clause(names)
         with self._write() as conn:
-            if names is None:
-                rows = conn.execute(
+            # Blocked workflows whose timer or deadline has come, first and earliest first: they
+            # are waited for at a time. One range of workflows_wake, the due entries only; taken
+            # under the write lock, so a signal that wakes the same workflow is taken once.
+            rows: list[tuple[str, str | None]] = conn.execute(
+                f"SELECT id, NULL FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only}"
+                " ORDER BY wake_at LIMIT ?", (now, *named, limit)).fetchall()
+            if len(rows) < limit and names is None:
+                rows += conn.execute(
                     "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
-                    " ORDER BY updated_at LIMIT ?", (now, limit)
+                    " ORDER BY updated_at LIMIT ?", (now, limit - len(rows))
                 ).fetchall()
-            else:
+            elif len(rows) < limit and names is not None:
                 # One ordered range of workflows_pending per name, merged here: a single
                 # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
                 oldest: list[tuple[float, int, str]] = []
@@ -66,7 +75,7 @@ class Leases(InflightMarks):
                         " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
                         " ORDER BY updated_at LIMIT ?",
                         (name, now, limit)).fetchall()
-                rows = [(wid, None) for _, _, wid in sorted(oldest)[:limit]]
+                rows += [(wid, None) for _, _, wid in sorted(oldest)[:limit - len(rows)]]
             if len(rows) < limit:
                 rows += conn.execute(
                     f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ?{only}"
@@ -96,7 +105,7 @@ class Leases(InflightMarks):
             for wid, _ in rows:
                 row = conn.execute(
                     "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = lease_epoch + 1,"
-                    f" lease_expires = ?, updated_at = ?, slots = {SLOTS_NOW}"
+                    f" lease_expires = ?, updated_at = ?, slots = {SLOTS_NOW}, blocked_on = NULL, wake_at = NULL"
                     " WHERE id = ? RETURNING workflow, lease_epoch, input, slots, seq, cancel_requested",
                     (owner, now + ttl, now, wid),
                 ).fetchone()
@@ -159,17 +168,33 @@ class Leases(InflightMarks):
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only}"
             " AND (retry_at IS NULL OR retry_at <= ?))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})",
-            (*named, now, now, *named, *dead_owners, *named),
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})"
+            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
+            (*named, now, now, *named, *dead_owners, *named, now, *named),
         ).fetchone()[0]
         return found == 1
 
+    def next_wake(self, names: Collection[str] | None = None) -> float | None:
+        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+
+        A seek to the first entry of workflows_wake: the worker's idle loop sleeps until then.
+        (With `names`, due entries of other names come first in the range and are stepped over;
+        the workers that serve them claim them.)
+        """
+        only, named = _names_clause(names)
+        row = self._conn.execute(
+            f"SELECT wake_at FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            " ORDER BY wake_at LIMIT 1", named).fetchone()
+        return None if row is None else float(row[0])
+
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is pending or running: what `--until-idle` waits out."""
+        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
         only, named = _names_clause(names)
         found: int = self._conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})", (*named, *named),
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
+            (*named, *named, time.time(), *named),
         ).fetchone()[0]
         return found == 1
 

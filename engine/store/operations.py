@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from engine.core import TIMER
 from engine.errors import (
     DuplicateWorkflowIdError,
     OperatorRefusedError,
@@ -120,9 +121,11 @@ class OperatorWrites(SQLiteConnection):
                 "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
                 (workflow_id, seq, name, text, now),
             )
-            if status == "blocked" and blocked_on == name:
+            if status == "blocked" and blocked_on == name and name != TIMER:
+                # Under the write lock: a claim of its passed deadline cannot take it as well.
                 conn.execute(
-                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
+                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
+                    " WHERE id = ?",
                     (now, workflow_id),
                 )
             else:
@@ -149,7 +152,8 @@ class OperatorWrites(SQLiteConnection):
             conn.execute(
                 "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
                 " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
-                " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END WHERE id = ?",
+                " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
+                " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = ?",
                 (reason or "", now, workflow_id))
             _audit(conn, workflow_id, "cancel", now, reason)
         return status
@@ -170,9 +174,9 @@ class OperatorWrites(SQLiteConnection):
                                            " blocked workflow can be terminated")
             # slots: a running workflow's column may lag its last slot (commit fence); take the true count.
             conn.execute(
-                "UPDATE workflows SET status = 'terminated', error = ?, blocked_on = NULL, lease_owner = NULL,"
-                f" lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL, slots = {SLOTS_NOW},"
-                " updated_at = ? WHERE id = ?", (error, now, workflow_id))
+                "UPDATE workflows SET status = 'terminated', error = ?, blocked_on = NULL, wake_at = NULL,"
+                " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
+                f" slots = {SLOTS_NOW}, updated_at = ? WHERE id = ?", (error, now, workflow_id))
             _audit(conn, workflow_id, "terminate", now, reason)
         return status
 

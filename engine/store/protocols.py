@@ -127,7 +127,10 @@ class WorkerStore(_Closable, Protocol):
         """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is pending or running."""
+        """Whether anything (of `names`) is pending, running or past its wake time."""
+
+    def next_wake(self, names: Collection[str] | None = None) -> float | None:
+        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps."""
 
     def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
         """Pending workflows per name, of the names not in `names`."""

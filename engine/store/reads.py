@@ -25,9 +25,12 @@ from engine.store.rows import (
 # Characters of a workflow's error a list row carries: a line on any terminal, while a page
 # stays small whatever a stored error (a traceback) holds.
 ERROR_PREVIEW = 400
+# The wake time is only meaningful while blocked (a claim or a signal leaves it behind).
+_WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + SLOTS_SHOWN + ", "
                "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
-               "cancel_requested, forked_from, forked_slot")
+               "cancel_requested, forked_from, forked_slot, "
+               + _WAKE_SHOWN)
 
 
 def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
@@ -35,7 +38,7 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=loads(r[4]), has_input=r[4] is not None,
         result=loads(r[5]), error=r[6], diagnostic=loads(r[7]), slots=r[8], created_at=r[9],
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
-        error_kind=r[15], cancel_requested=r[16], forked_from=r[17], forked_slot=r[18],
+        error_kind=r[15], cancel_requested=r[16], forked_from=r[17], forked_slot=r[18], wake_at=r[19],
     )
 
 
@@ -83,7 +86,8 @@ class Reads(SQLiteConnection):
                                 offset: int = 0) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
         cursor = self._page(f"id, workflow, status, blocked_on, {SLOTS_SHOWN}, created_at, updated_at,"
-                            f" substr(error, 1, {ERROR_PREVIEW})", status, text, sort, descending, limit, offset)
+                            f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}",
+                            status, text, sort, descending, limit, offset)
         return [WorkflowSummary(*r) for r in cursor]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:

@@ -130,6 +130,9 @@ class WorkflowRow:
     retry_at: float | None = None
     # What failed a failed workflow (engine.core.ErrorKind): match on this, never on `error`'s text.
     error_kind: str | None = None
+    # A blocked workflow's recorded wake time (epoch seconds): its timer's, or its wait's
+    # deadline; None when nothing but a signal wakes it (and whenever it is not blocked).
+    wake_at: float | None = None
     # An operator's cancel request: its reason ("" if none given); None while none was made.
     cancel_requested: str | None = None
     # A fork's origin: the workflow it copied, and the slot from which its code ran live.
@@ -149,6 +152,7 @@ class WorkflowSummary:
     created_at: float
     updated_at: float
     error: str | None = None  # the start of a failed workflow's error (reads.ERROR_PREVIEW characters)
+    wake_at: float | None = None  # as WorkflowRow.wake_at
 
 
 @dataclass(frozen=True)

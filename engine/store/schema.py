@@ -79,6 +79,12 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
     # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
     conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
+    # Durable timers and wait deadlines: a blocked workflow's recorded wake time. A claim
+    # takes the due ones from this partial index (one range, wake_at <= now) and a worker
+    # sleeps until its first entry: 10,000 sleepers cost no scan, only a seek.
+    conn.execute("ALTER TABLE workflows ADD COLUMN wake_at FLOAT")
+    conn.execute(
+        "CREATE INDEX workflows_wake ON workflows (wake_at) WHERE status = 'blocked' AND wake_at IS NOT NULL")
     # An operator's cancel request: its reason ("" if none given), NULL while none was
     # made. The worker learns of it at a claim, or through the commit fence mid-run.
     conn.execute("ALTER TABLE workflows ADD COLUMN cancel_requested TEXT")
