@@ -24,6 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from console.action_dialog import ActionDialog
 from console.commands import WorkflowCommands
 from console.data import ConsoleData, is_transient
 from console.goto_dialog import GoToDialog
@@ -251,7 +252,7 @@ class ReplaylogConsole(App[None]):
             sections = [("everywhere", [*self.BINDINGS, palette, *PagedTable.BINDINGS]),
                         ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
                         ("value view", SlotScreen.BINDINGS),
-                        ("signal dialog", SignalDialog.BINDINGS)]
+                        ("signal dialog", SignalDialog.BINDINGS), ("action dialog", ActionDialog.BINDINGS)]
             self.push_screen(HelpScreen(sections, readonly=self.data.readonly, code=self.data.code))
 
     def action_goto(self) -> None:

@@ -1,4 +1,4 @@
-"""The command palette's replaylog commands: go to a workflow id, filter by status."""
+"""The command palette's replaylog commands: go to a workflow id, filter by status, act on the workflow shown."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from textual.message import Message
 
 from console.data import STATUSES, ConsoleData
 from console.live_screen import LiveScreen
+from console.workflow_screen import WorkflowScreen
 from engine.text import printable
 
 
@@ -37,6 +38,19 @@ class WorkflowCommands(Provider):
 
         status: str | None
 
+    def _workflow_actions(self) -> list[tuple[str, Callable[[], object], str]]:
+        """On a workflow's screen of a writable console: its actions, as its keys take them."""
+        screen = self.screen
+        if not isinstance(screen, WorkflowScreen) or screen.data.readonly:
+            return []
+        wid = printable(screen.workflow_id, oneline=True)
+        return [(f"{label} workflow {wid}…", partial(screen.run_action, action), help)
+                for label, action, help in (
+                    ("Cancel", "cancel_workflow", "its code sees WorkflowCancelled; a reason, then confirm"),
+                    ("Terminate", "terminate_workflow", "no workflow code runs again; confirm"),
+                    ("Retry", "retry_workflow", "a failed workflow: the dry-replay verdict first, then confirm"),
+                    ("Fork", "fork_workflow", "from the highlighted slot; confirm"))]
+
     def _status_commands(self) -> list[tuple[str, str | None]]:
         return [("Show all workflows", None)] + [(f"Show {s} workflows", s) for s in STATUSES]
 
@@ -55,14 +69,17 @@ class WorkflowCommands(Provider):
     async def discover(self) -> Hits:
         """What the palette offers before anything is typed."""
         yield DiscoveryHit("Go to workflow id…", self._goto, help="type an id to open it")
+        for label, command, help in self._workflow_actions():
+            yield DiscoveryHit(label, command, help=help)
         for label, status in self._status_commands():
             yield DiscoveryHit(label, partial(self._show_status, status))
 
     async def search(self, query: str) -> Hits:
         """Matching commands, then workflows whose id or name contains the query."""
         matcher = self.matcher(query)
-        commands: list[tuple[str, Callable[[], None]]] = [("Go to workflow id…", self._goto)]
+        commands: list[tuple[str, Callable[[], object]]] = [("Go to workflow id…", self._goto)]
         commands += [(label, partial(self._show_status, status)) for label, status in self._status_commands()]
+        commands += [(label, command) for label, command, _ in self._workflow_actions()]
         for label, command in commands:
             score = matcher.match(label)
             if score > 0:

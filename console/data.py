@@ -1,4 +1,4 @@
-"""The console's one way to the database: what it reads, as plain frozen views, and the one write it makes.
+"""The console's one way to the database: what it reads, as plain frozen views, and the writes it makes.
 
 Screens never see the store: `ConsoleData` opens a connection on the calling thread (a
 sqlite3 connection must not cross threads; screens call it from their thread workers),
@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.app import Registry
-from engine.check import NoCode, check_workflow
+from engine.check import NoCode, check_workflow, retry_verdict
 from engine.core import DryReplay
 from engine.errors import ReplaylogError
 from engine.store import (
     STATUSES,
     CommandRow,
     InflightRow,
+    OperatorStore,
     ReaderStore,
     SignalRow,
     WorkflowRow,
@@ -85,12 +86,16 @@ class WorkflowView:
     created_at: float
     updated_at: float
     wake_at: float | None = None  # a blocked workflow's timer or deadline (epoch seconds)
+    # An operator's cancel request (its reason, "" if none given), and a fork's origin (id, slot).
+    cancel_requested: str | None = None
+    forked_from: tuple[str, int] | None = None
 
     @classmethod
     def of(cls, r: WorkflowRow) -> WorkflowView:
         """The view of a store row."""
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
-                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at, r.wake_at)
+                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at, r.wake_at,
+                   r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0))
 
 
 @dataclass(frozen=True)
@@ -387,6 +392,31 @@ class SignalRefused(Exception):
     """The signal was not sent (the store refused it, or could not be reached); nothing was written."""
 
 
+class ActionRefused(Exception):
+    """An operator action was not taken (the store refused it, or could not be reached); nothing was written."""
+
+
+# The screens' actions that write: a read-only console hides them and refuses them if invoked.
+WRITE_ACTIONS = frozenset({"signal", "cancel_workflow", "terminate_workflow", "retry_workflow", "fork_workflow"})
+
+
+@dataclass(frozen=True)
+class RetryPreview:
+    """What a retry would do: the dry replay's verdict, and why it is refused (None: it may go ahead)."""
+
+    verdict: str
+    refusal: str | None
+
+
+@dataclass(frozen=True)
+class ForkPreview:
+    """What a fork from `slot` would run again: the recorded activities from there, as "name (slot K)"."""
+
+    slot: int
+    slots: int
+    again: tuple[str, ...]
+
+
 class ConsoleData:
     """Every read and write the console makes, each on the calling thread's own connection.
 
@@ -452,6 +482,62 @@ class ConsoleData:
         except Exception as exc:  # any failure is a refusal to show, never a crash
             raise SignalRefused(f"could not send: {exc}") from exc
 
+    # -- the operator's actions: each the store's one write transaction, as the command line makes it
+
+    def _act(self, act: Callable[[OperatorStore], str]) -> str:
+        if self.readonly:
+            raise ActionRefused("the console is read-only: no write actions")
+        try:
+            with open_store(self.db_path) as store:
+                return act(store)
+        except ReplaylogError as exc:
+            raise ActionRefused(str(exc)) from exc
+        except Exception as exc:  # any failure is a refusal to show, never a crash
+            raise ActionRefused(f"could not act: {exc}") from exc
+
+    def cancel(self, workflow_id: str, reason: str) -> str:
+        """Ask the workflow to cancel (`replaylog cancel`); the line to show. ActionRefused if not."""
+        was = self._act(lambda s: s.cancel_workflow(workflow_id, reason or None))
+        return f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled at its next ctx call"
+
+    def terminate(self, workflow_id: str, reason: str) -> str:
+        """Terminate the workflow (`replaylog terminate`); the line to show. ActionRefused if not."""
+        was = self._act(lambda s: s.terminate_workflow(workflow_id, reason or None))
+        return f"{workflow_id} terminated (was {was})"
+
+    def retry_preview(self, workflow_id: str) -> RetryPreview:
+        """Dry-replay a failed workflow against the loaded code, as `replaylog retry` does first."""
+        if self.registry is None:
+            return RetryPreview("no workflow code loaded", "a retry dry-replays the history against the code"
+                                " first: open the console with --app")
+        with self._reader() as store:
+            row = store.get_workflow(workflow_id)
+            if row.status != "failed":
+                return RetryPreview(f"the workflow is {row.status}",
+                                    f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
+            verdict, refusal = retry_verdict(store, self.registry, workflow_id)
+        return RetryPreview(verdict.text, refusal)
+
+    def retry(self, workflow_id: str) -> str:
+        """Set a failed workflow pending again (after `retry_preview`); the line to show."""
+        def go(store: OperatorStore) -> str:
+            store.retry_workflow(workflow_id)
+            return f"{workflow_id} is pending again"
+        return self._act(go)
+
+    def fork_preview(self, workflow_id: str, slot: int) -> ForkPreview:
+        """Which recorded activities a fork from `slot` runs again."""
+        with self._reader() as store:
+            total = store.get_workflow(workflow_id).slots
+            again = tuple(f"{c.name} (slot {c.slot})" for c in store.list_commands(workflow_id, offset=slot)
+                          if c.kind == "activity")
+        return ForkPreview(slot, total, again)
+
+    def fork(self, workflow_id: str, slot: int) -> str:
+        """Fork the workflow from `slot` (`replaylog fork`); the line to show, naming the new id."""
+        new = self._act(lambda s: s.fork_workflow(workflow_id, slot))
+        return f"forked {workflow_id} at slot {slot} as {new}"
+
     def watch(self) -> ChangeWatch:
         """A new change detector on the database (for one thread)."""
         return ChangeWatch(self.db_path)
@@ -504,6 +590,7 @@ class ChangeWatch:
                 store.close()
 
 
-__all__ = ["STATUSES", "AlignedRow", "ChangeWatch", "ConsoleData", "Diagnosis", "InFlight", "ListedWorkflow",
-           "Signal", "SignalRefused", "Slot", "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery",
-           "diagnose", "fetch_detail", "fetch_workflows", "find_workflow_ids", "is_transient"]
+__all__ = ["STATUSES", "WRITE_ACTIONS", "ActionRefused", "AlignedRow", "ChangeWatch", "ConsoleData", "Diagnosis",
+           "ForkPreview", "InFlight", "ListedWorkflow", "RetryPreview", "Signal", "SignalRefused", "Slot",
+           "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery", "diagnose", "fetch_detail",
+           "fetch_workflows", "find_workflow_ids", "is_transient"]

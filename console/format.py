@@ -21,6 +21,8 @@ STATUS_STYLES = {
     "blocked": "bold yellow",
     "completed": "bold green",
     "failed": "bold red",
+    "cancelled": "bold magenta",
+    "terminated": "bold magenta",
 }
 
 

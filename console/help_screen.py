@@ -13,6 +13,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from console.data import WRITE_ACTIONS
+
 # (heading, bindings): a binding with a tooltip is a help row (the footer shows the same text
 # when the mouse rests on its key); bindings that share a tooltip share a row ("0 1 2 3 4 5").
 HelpSection = tuple[str, Sequence[BindingType]]
@@ -25,7 +27,7 @@ def help_rows(sections: Sequence[HelpSection], key_display: object, *, readonly:
     Args:
         sections: the bindings of each screen, under a heading.
         key_display: `App.get_key_display`, so keys read as the footer shows them.
-        readonly: leave out the signal action (a read-only console has none).
+        readonly: leave out the write actions (a read-only console has none).
         code: the workflow code `c` checks against (None: none loaded).
     """
     out: list[tuple[str, list[tuple[str, str]]]] = []
@@ -33,7 +35,7 @@ def help_rows(sections: Sequence[HelpSection], key_display: object, *, readonly:
         rows: dict[str, list[str]] = {}
         checks: set[str] = set()  # the tooltips of the check action
         for binding in Binding.make_bindings(bindings):
-            if not binding.tooltip or (readonly and binding.action == "signal"):
+            if not binding.tooltip or (readonly and binding.action in WRITE_ACTIONS):
                 continue
             if binding.action == "check":
                 checks.add(binding.tooltip)

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.screen import Screen
 
-from console.data import ConsoleData
+from console.data import WRITE_ACTIONS, ConsoleData
 
 
 class LiveScreen(Screen[None]):
@@ -79,8 +79,8 @@ class LiveScreen(Screen[None]):
             self.reload()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A read-only console has no signal action at all: hidden from the footer and inert."""
-        return not (action == "signal" and self.data.readonly)
+        """A read-only console has no write action at all (signal, cancel, …): hidden from the footer and inert."""
+        return not (action in WRITE_ACTIONS and self.data.readonly)
 
     def request_signal(self, workflow_id: str, default_name: str | None) -> None:
         """Ask the app for the send-signal dialog."""

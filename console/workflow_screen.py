@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -13,7 +14,17 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
-from console.data import SIGNAL_PAGE, SLOT_PAGE, ConsoleData, Diagnosis, Slot, WorkflowDetail
+from console.action_dialog import ActionDialog
+from console.data import (
+    SIGNAL_PAGE,
+    SLOT_PAGE,
+    ConsoleData,
+    Diagnosis,
+    ForkPreview,
+    RetryPreview,
+    Slot,
+    WorkflowDetail,
+)
 from console.diagnosis_view import DiagnosisView
 from console.format import (
     CELL_PREVIEW,
@@ -46,6 +57,13 @@ class WorkflowScreen(LiveScreen):
         # The help adds the code a check replays (see help_screen.help_rows).
         Binding("c", "check", "Check", tooltip="check: dry-replay the history against the code"),
         Binding("v", "values", "Values", tooltip="the workflow's input, result and error in full"),
+        # The operator's actions (as `replaylog cancel` … make them), each behind a confirmation.
+        Binding("x", "cancel_workflow", "Cancel",
+                tooltip="cancel: its code sees WorkflowCancelled (a reason, confirm)"),
+        Binding("T", "terminate_workflow", "Terminate", tooltip="terminate: no workflow code runs again (confirm)"),
+        Binding("r", "retry_workflow", "Retry",
+                tooltip="retry a failed workflow: the dry-replay verdict first, then confirm"),
+        Binding("f", "fork_workflow", "Fork", tooltip="fork from the highlighted slot: a new workflow, live from it"),
         # The tab titles name these keys; the footer has no room for them on 80 columns.
         Binding("1", "tab('slots')", "Slots", show=False, tooltip=TABS_HELP),
         Binding("2", "tab('signals')", "Signals", show=False, tooltip=TABS_HELP),
@@ -72,6 +90,25 @@ class WorkflowScreen(LiveScreen):
 
         reason: str
         checked: bool = False  # it was a `c` press that failed
+
+    @dataclass
+    class RetryPreviewed(Message):
+        """The dry replay a retry makes first is done."""
+
+        preview: RetryPreview
+
+    @dataclass
+    class ForkPreviewed(Message):
+        """What a fork would run again was read."""
+
+        preview: ForkPreview
+
+    @dataclass
+    class ActionFailed(Message):
+        """A preview could not be made (the database could not be read, the code raised)."""
+
+        title: str
+        reason: str
 
     def __init__(self, data: ConsoleData, workflow_id: str) -> None:
         super().__init__(data)
@@ -225,6 +262,11 @@ class WorkflowScreen(LiveScreen):
             grid.add_row("result", Text(preview(row.result, 200), style="green", no_wrap=True))
         if row.error:
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
+        if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+            said = f"requested: {row.cancel_requested}" if row.cancel_requested else "requested"
+            grid.add_row("cancel", text(said, "bold magenta"))
+        if row.forked_from is not None:
+            grid.add_row("forked from", text(f"{row.forked_from[0]} at slot {row.forked_from[1]}"))
         if row.worker_error:
             # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))
@@ -421,6 +463,112 @@ class WorkflowScreen(LiveScreen):
     def action_signal(self) -> None:
         """Send a signal to this workflow."""
         self.request_signal(self.workflow_id, self.detail.row.blocked_on if self.detail else None)
+
+    # -- the operator's actions
+
+    def _wid(self) -> Text:
+        return text(self.workflow_id, "bold")
+
+    def _acted(self, said: str | None) -> None:
+        if said is not None:
+            self.notify(printable(said), title="Done", markup=False)
+            self.reload()
+
+    def _refused_readonly(self) -> bool:
+        """Refuse a write action in a read-only console (hidden already by check_action, if invoked anyway)."""
+        if self.data.readonly:
+            self.notify("the console is read-only: no write actions", severity="error", markup=False)
+        return self.data.readonly
+
+    def _confirm(self, title: str, body: Text, confirm: str, act: Callable[[str], str], *,
+                 ask_reason: bool = False, allowed: bool = True) -> None:
+        if self._refused_readonly():
+            return
+        head = Text(f"{title} ")
+        head.append_text(self._wid())
+        self.app.push_screen(ActionDialog(head, body, confirm, act, ask_reason=ask_reason, allowed=allowed),
+                             self._acted)
+
+    def action_cancel_workflow(self) -> None:
+        """Ask this workflow to cancel: a reason, then confirm."""
+        body = Text("Its code sees WorkflowCancelled at its current or next ctx call and may run compensating"
+                    " activities; if the exception leaves it, it ends cancelled with the reason.")
+        self._confirm("Cancel workflow", body, "Cancel workflow", lambda reason: self.data.cancel(self.workflow_id,
+                                                                                                    reason),
+                      ask_reason=True)
+
+    def action_terminate_workflow(self) -> None:
+        """Terminate this workflow, once confirmed."""
+        body = Text("Terminate ")
+        body.append_text(self._wid())
+        body.append(" now? No workflow code runs again; an activity in flight may finish, but its outcome is not"
+                    " recorded. This cannot be undone.")
+        self._confirm("Terminate workflow", body, "Terminate", lambda reason: self.data.terminate(self.workflow_id,
+                                                                                                   reason),
+                      ask_reason=True)
+
+    def action_retry_workflow(self) -> None:
+        """Dry-replay this failed workflow against the code; show the verdict, then confirm the retry."""
+        if self._refused_readonly():
+            return
+        self._retry_preview()
+
+    @work(thread=True, group="action-preview", exit_on_error=False)
+    def _retry_preview(self) -> None:
+        try:
+            preview = self.data.retry_preview(self.workflow_id)
+        except Exception as exc:  # noqa: BLE001 - workflow code may raise anything during a dry replay
+            self.post_message(self.ActionFailed("Retry", f"the dry replay failed: {exc}"))
+            return
+        self.post_message(self.RetryPreviewed(preview))
+
+    def on_workflow_screen_retry_previewed(self, message: RetryPreviewed) -> None:
+        """The verdict first: the dialog offers the retry only when the verdict allows it."""
+        p = message.preview
+        body = Text("dry replay against the current code: ", style="bold")
+        body.append(printable(p.verdict), style="green" if p.refusal is None else "red")
+        if p.refusal is not None:
+            body.append("\n" + printable(p.refusal), style="bold red")
+        else:
+            body.append("\nRetry sets it pending again, history kept: a worker replays it and goes on.")
+        self._confirm("Retry workflow", body, "Retry", lambda _reason: self.data.retry(self.workflow_id),
+                      allowed=p.refusal is None)
+
+    def action_fork_workflow(self) -> None:
+        """Fork from the highlighted slot; the confirmation says which activities run again."""
+        if self._refused_readonly():
+            return
+        key = self.query_one("#slot-table", PagedTable).current_key
+        slot = int(key) if key is not None and key.isdigit() else (self.detail.row.slots if self.detail else 0)
+        self._fork_preview(slot)
+
+    @work(thread=True, group="action-preview", exit_on_error=False)
+    def _fork_preview(self, slot: int) -> None:
+        try:
+            preview = self.data.fork_preview(self.workflow_id, slot)
+        except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
+            self.post_message(self.ActionFailed("Fork", str(exc)))
+            return
+        self.post_message(self.ForkPreviewed(preview))
+
+    def on_workflow_screen_fork_previewed(self, message: ForkPreviewed) -> None:
+        """Confirm the fork, naming the activities that will run again."""
+        p = message.preview
+        body = Text(f"A new workflow with slots 0–{p.slot - 1} and every signal copied; from slot {p.slot} its code"
+                    " runs live. The original is untouched.\n" if p.slot else "A new workflow with every signal"
+                    " copied and no slot: its code runs live from slot 0. The original is untouched.\n")
+        if p.again:
+            shown = ", ".join(p.again[:8]) + (f", … ({len(p.again)} in all)" if len(p.again) > 8 else "")
+            body.append(f"{len(p.again)} recorded activit{'y' if len(p.again) == 1 else 'ies'} will run again,"
+                        f" with new idempotency keys: {printable(shown)}", style="bold yellow")
+        else:
+            body.append("No recorded activity runs again.")
+        self._confirm(f"Fork from slot {p.slot}:", body, "Fork", lambda _reason: self.data.fork(self.workflow_id,
+                                                                                                 p.slot))
+
+    def on_workflow_screen_action_failed(self, message: ActionFailed) -> None:
+        """Say why the action could not be prepared."""
+        self.notify(printable(message.reason), title=message.title, severity="error", markup=False)
 
 
 def _value_cell(c: Slot) -> Text:

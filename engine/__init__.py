@@ -33,6 +33,7 @@ from engine.errors import (
     UnknownActivityError,
     UnknownWorkflowError,
     ValueNotJSONError,
+    WorkflowCancelled,
 )
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "UnknownWorkflowError",
     "ValueNotJSONError",
     "WorkflowBlocked",
+    "WorkflowCancelled",
     "WorkflowState",
     "activity",
     "current_activity",

@@ -24,16 +24,23 @@ from engine.errors import (
     SignalTimeout,
     UnknownActivityError,
     ValueNotJSONError,
+    WorkflowCancelled,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-Kind = Literal["activity", "now", "timer", "deadline", "timeout", "uuid", "random", "patch"]
+Kind = Literal["activity", "now", "timer", "deadline", "timeout", "uuid", "random", "patch", "cancel"]
 
 # What `blocked_on` says for a workflow sleeping on a durable timer (a wait says the signal name).
 TIMER = "timer"
 # The latest wake time a timer or a deadline may have: the end of year 9999 (datetime's range).
 MAX_EPOCH = 253402300799.0
+
+# The kind of the slot that records where a cancel request was delivered: its name is the
+# command it interrupted ("activity:charge", "now:now", "signal:approve"), its value the
+# reason. A replay raises WorkflowCancelled at that very command again, so code that
+# catches it (a saga's compensations) replays deterministically.
+CANCEL = "cancel"
 
 
 # ---------------------------------------------------------------- decorators
@@ -166,7 +173,7 @@ def error_kind(exc: BaseException) -> ErrorKind:
 class Outcome:
     """What one run of a workflow came to."""
 
-    status: Literal["completed", "blocked", "failed"]
+    status: Literal["completed", "blocked", "failed", "cancelled"]
     result: Any = None
     blocked_on: str | None = None
     error: str | None = None
@@ -175,6 +182,9 @@ class Outcome:
     executed_commands: int = 0
     consumed_signals: tuple[int, ...] = ()
     error_kind: ErrorKind | None = None  # what failed it (see error_kind), stored beside its error
+    # The run raised an operator's cancel request in the workflow's code (live or replayed):
+    # a wait after it blocks for good, it is not woken again for the same request.
+    cancel_delivered: bool = False
     # A blocked run's recorded wake time (epoch seconds): a timer's, or a wait's deadline.
     wake_at: float | None = None
 
@@ -378,6 +388,8 @@ class Context:
         prior: (slot, attempts) of an activity that earlier runs started and recorded no
             outcome for (their worker died, or the run was interrupted): this run's
             attempts at that slot count on from there, and `max_retries` bounds the total.
+        cancel: the reason of an operator's cancel request already known ("" for none
+            given); the worker sets `cancel_requested` when it learns of one mid-run.
         finished: the history is a finished workflow's (dry runs only): every timer in it
             has fired, and a `patched` call at its end ran under code from before the patch.
     """
@@ -395,6 +407,7 @@ class Context:
         dry_run: bool = False,
         backoff: float = 0.05,
         prior: tuple[int, int] | None = None,
+        cancel: str | None = None,
         finished: bool = False,
     ) -> None:
         self._commands: Sequence[CommandRecord] = state.commands
@@ -429,6 +442,10 @@ class Context:
         # workflow code catches it (`execute` raises it again).
         self.interrupted: BaseException | None = None
         self.interrupted_in = ""
+        # An operator asked to cancel (the reason, "" if none): the next live command
+        # records where it was delivered and raises WorkflowCancelled, once.
+        self.cancel_requested: str | None = cancel
+        self.cancel_delivered = False
 
     @property
     def workflow_id(self) -> str:
@@ -451,6 +468,10 @@ class Context:
         rec = self._commands[slot]
         if rec.kind != kind or rec.name != name:
             issued = f"{kind}:{name}"
+            if rec.kind == CANCEL and rec.name == issued:
+                self.replayed_commands += 1
+                self.cancel_delivered = True
+                raise WorkflowCancelled(rec.value or "")
             self.fatal = NonDeterministicError(
                 Diagnostic(
                     slot=slot,
@@ -470,6 +491,35 @@ class Context:
             self._record(slot, rec)
         else:
             self.new_commands.append(rec)
+
+    def _cancelled_here(self, label: str) -> None:
+        """Where the code would block (a wait, a sleep): raise a cancel delivered or requested here.
+
+        A cancel slot for `label` at the cursor was delivered here: it is raised again,
+        whatever arrived or came due since. Live, a request not yet delivered is recorded
+        here and raised.
+        """
+        slot = self._cmd_index
+        if slot < self._history_len:
+            rec = self._commands[slot]
+            if rec.kind == CANCEL and rec.name == label:
+                self._cmd_index = slot + 1
+                self.replayed_commands += 1
+                self.cancel_delivered = True
+                if self._dry_run:
+                    self.issued.append(rec.label)
+                raise WorkflowCancelled(rec.value or "")
+        elif self.cancel_requested is not None and not self.cancel_delivered and not self._dry_run:
+            self._cmd_index = slot + 1
+            self._deliver_cancel(slot, label)
+
+    def _deliver_cancel(self, slot: int, issued: str) -> None:
+        """Record that the cancel request is delivered at `slot`, instead of `issued`, and raise it."""
+        reason = self.cancel_requested or ""
+        self.cancel_delivered = True
+        self.executed_commands += 1
+        self._append(slot, CommandRecord(CANCEL, issued, True, reason, None, 1))
+        raise WorkflowCancelled(reason)
 
     # -- commands
 
@@ -500,6 +550,8 @@ class Context:
                 if rec.ok:
                     return rec.value
                 raise ActivityError(slot, name, rec.error or "", rec.attempts)
+        if self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, f"activity:{name}")
         if fn is None:
             self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
             raise self.fatal
@@ -560,6 +612,8 @@ class Context:
             self.replayed_commands += 1
             recorded: float = rec.value  # a now() slot always holds the float it recorded
             return recorded
+        if self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, "now:now")
         self.executed_commands += 1
         value = float(self._clock())
         self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1)))
@@ -618,6 +672,7 @@ class Context:
         if rec is not None:
             self.replayed_commands += 1
             wake_at = float(rec.value)
+            self._cancelled_here("timer:sleep")  # a cancel ends a sleep
             if not self._passed(slot, wake_at):
                 raise WorkflowBlocked(TIMER, wake_at)
             return
@@ -625,6 +680,7 @@ class Context:
         now = float(self._clock())
         wake_at = float(wake_from(now))
         self._append(slot, new_record(CommandRecord, ("timer", "sleep", True, wake_at, None, 1)))
+        self._cancelled_here("timer:sleep")
         if now < wake_at:
             raise WorkflowBlocked(TIMER, wake_at)
 
@@ -653,6 +709,7 @@ class Context:
         the next wait of that name.
 
         Raises:
+            WorkflowCancelled: an operator cancelled the workflow while (or before) it waited.
             SignalTimeout: no signal of that name arrived before the deadline.
             TypeError: `timeout` is not a number. ValueError: it is negative or not finite,
                 or the name is "timer" (reserved: `blocked_on` says it for a sleep).
@@ -661,6 +718,7 @@ class Context:
             # `blocked_on` says "timer" for a sleep: a signal of that name would be mistaken for one.
             raise ValueError(f"ctx.wait_signal: the signal name {TIMER!r} is reserved for durable timers")
         if timeout is None:
+            self._cancelled_here(f"signal:{name}")
             payload = self._next_signal(name)
             if payload is _NONE:
                 raise WorkflowBlocked(name)
@@ -674,6 +732,7 @@ class Context:
             self.replayed_commands += 1
             deadline = float(rec.value)
             after = self._commands[slot + 1] if slot + 1 < self._history_len else None
+            self._cancelled_here(f"signal:{name}")  # a cancel delivered at this wait, before any timeout
             if after is not None and after.kind == "timeout" and after.name == name:
                 # Decided before: time ran out, whatever signals arrived since.
                 self._cmd_index += 1
@@ -686,6 +745,7 @@ class Context:
             now = float(self._clock())
             deadline = now + seconds
             self._append(slot, new_record(CommandRecord, ("deadline", name, True, deadline, None, 1)))
+        self._cancelled_here(f"signal:{name}")
         payload = self._next_signal(name)
         if payload is not _NONE:
             return payload
@@ -828,6 +888,8 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
     except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
+        if isinstance(exc, WorkflowCancelled):
+            return _outcome(ctx, "cancelled", error=error_text(exc))
         if isinstance(exc, ReplaylogError):
             return _failed(ctx, exc)
         return _outcome(ctx, "failed", error=f"workflow code raised {error_text(exc)}", error_kind="code")
@@ -849,6 +911,7 @@ def _outcome(ctx: Context, status: Any, **kw: Any) -> Outcome:
         replayed_commands=ctx.replayed_commands,
         executed_commands=ctx.executed_commands,
         consumed_signals=ctx.consumed_signals,
+        cancel_delivered=ctx.cancel_delivered,
         **kw,
     )
 
@@ -897,7 +960,7 @@ def signal(state: WorkflowState, name: str, payload: Any = None) -> WorkflowStat
 
 # The verdicts of a dry replay, worded here once: `check`, the console and tests all read them
 # from DryReplay.text.
-FINISHED = ("completed", "failed")
+FINISHED = ("completed", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -914,6 +977,8 @@ class DryReplay:
     issued: tuple[str, ...]
     diagnostic: Diagnostic | None = None
     error: str | None = None
+    # The replay ends in an activity error that history holds: running it again fails again.
+    recorded_failure: bool = False
 
     @property
     def text(self) -> str:
@@ -991,6 +1056,8 @@ def dry_replay(
             return _diverged(ctx, leftover.diagnostic)
     if outcome.status == "blocked":
         now = f"blocks on {blocked_text(outcome.blocked_on, outcome.wake_at)}"
+    elif outcome.status == "cancelled":
+        now = "ends cancelled"
     elif outcome.status == "completed":
         now = "completes"
     else:
@@ -998,6 +1065,8 @@ def dry_replay(
     if finished:
         if status == "completed" and outcome.status == "completed":
             return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
+        if status == "cancelled" and outcome.status == "cancelled":
+            return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
         if status == "failed" and outcome.status == "failed" and outcome.error == recorded_error:
             return DryReplay(True, f"fails again the same way: {outcome.error}", ctx.replayed_commands, issued)
         verdict = f"ends differently: {ended}, the current code {now}"
@@ -1007,8 +1076,11 @@ def dry_replay(
                          ctx.replayed_commands, issued)
     if outcome.status == "completed":
         return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
+    if outcome.status == "cancelled":
+        return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
     if outcome.error_kind == "activity":
-        return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued)
+        return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued,
+                         None, outcome.error, recorded_failure=True)
     verdict = outcome.error or "workflow code fails"
     return DryReplay(False, verdict, ctx.replayed_commands, issued, None, outcome.error)
 

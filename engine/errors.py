@@ -91,6 +91,19 @@ class ValueNotJSONError(ReplaylogError):
     """A value that must be stored cannot be represented as JSON."""
 
 
+class WorkflowCancelled(ReplaylogError):
+    """An operator cancelled the workflow: raised from its current or next ctx call.
+
+    Workflow code may catch it to run compensating activities (recorded like any other);
+    if it leaves the workflow, the workflow's status is `cancelled`. `reason` is the
+    operator's reason ("" if none was given).
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason or "cancelled by an operator")
+        self.reason = reason
+
+
 class StoreError(ReplaylogError):
     """Root of the log store's refusals."""
 
@@ -104,7 +117,15 @@ class UnknownWorkflowIdError(StoreError):
 
 
 class WorkflowClosedError(StoreError):
-    """The workflow has completed or failed and accepts no more signals."""
+    """The workflow has finished (completed, failed, cancelled or terminated) and accepts no more signals."""
+
+
+class OperatorRefusedError(StoreError):
+    """An operator action that does not apply to the workflow as it is (cancel a finished one, …)."""
+
+
+class HistoryFormatError(StoreError):
+    """An exported history document is malformed, or of another format or version."""
 
 
 class PayloadTooLargeError(StoreError):

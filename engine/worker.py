@@ -184,6 +184,7 @@ class Committer:
         self._leading = False
         self._store: WorkerStore | None = None
         self._stop_waiting = False
+        self.cancels: dict[str, str] = {}
         self.batches = 0
         self.commits = 0
         # Outcomes per commit, a moving average (updated by the committing thread only;
@@ -193,6 +194,9 @@ class Committer:
     def start(self) -> None:
         """Open the write connection."""
         self._store = open_store(self._path, max_payload=self._max_payload)
+        # The cancel requests its slot commits come upon (workflow id → reason): the
+        # workflow threads take theirs out after each commit.
+        self.cancels = self._store.cancels
 
     def stop(self) -> None:
         """Wait for the commit in progress and what is queued behind it, then close the connection."""
@@ -770,6 +774,8 @@ class Worker:
         clock = time.time
         focus = self.focus
         cap = self.max_payload
+        cancels = committer.cancels
+        wid = claim.id
 
         def record(slot: int, rec: CommandRecord) -> None:
             if focus is not None:
@@ -803,6 +809,11 @@ class Worker:
             if not commit(claim, slot, rec, text):
                 raise LeaseLostError(claim.id)
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
+            if cancels and wid in cancels:
+                # The commit came upon an operator's cancel request: the next ctx call raises it.
+                reason = cancels.pop(wid)
+                if ctx.cancel_requested is None:
+                    ctx.cancel_requested = reason
             if stopping.up:
                 raise WorkerStopping()  # the current slot is committed: stop here
             if refused is not None:
@@ -827,7 +838,7 @@ class Worker:
 
         ctx = Context(
             state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
-            sleep=sleep, record=record, on_start=on_start, prior=prior,
+            sleep=sleep, record=record, on_start=on_start, prior=prior, cancel=claim.cancel,
         )
         try:
             outcome = execute(fn, ctx, state)

@@ -32,6 +32,7 @@ from engine.errors import (
     SignalTimeout,
     UnknownActivityError,
     ValueNotJSONError,
+    WorkflowCancelled,
 )
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
@@ -51,6 +52,7 @@ __all__ = [
     "SignalTimeout",
     "UnknownActivityError",
     "ValueNotJSONError",
+    "WorkflowCancelled",
     "WorkflowState",
     "activity",
     "current_activity",

@@ -1,4 +1,5 @@
-"""The `replaylog` command line: start, worker, signal, list, show, check, console, demo.
+"""The `replaylog` command line: start, worker, signal, list, show, check, console, demo, and the
+operator's actions: cancel, terminate, retry, fork, export, import.
 
 Bad input exits non-zero with one line on stderr (no traceback) and writes nothing.
 """
@@ -27,8 +28,10 @@ from rich.text import Text
 
 from console.format import clock_read, status_text, worker_error_line
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from engine.check import check_workflow
-from engine.errors import ReplaylogError, StoreError
+from engine.check import check_workflow, retry_verdict
+from engine.core import dry_replay
+from engine.errors import DuplicateWorkflowIdError, ReplaylogError, StoreError
+from engine.history import HistoryDocument, parse_document
 from engine.store import (
     STATUSES,
     OperatorStore,
@@ -234,10 +237,13 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
 @click.argument("input_json", required=False, metavar="[INPUT_JSON]")
 @click.option("--id", "workflow_id", help="Use this id instead of a generated one.")
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@click.option("--if-exists", type=click.Choice(["fail", "return"]), default="fail", show_default=True,
+              help="With --id, when that workflow exists: refuse, or print its id and touch nothing"
+                   " (a client that retries a start gets the same workflow).")
 @global_options
 @pass_settings
 def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
-          app: str | None) -> None:
+          app: str | None, if_exists: str) -> None:
     """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
     registry = _app(app)
     if workflow_name not in registry.workflows:
@@ -250,6 +256,10 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
     with settings.open(create=True) as store:
         try:
             wid = store.start_workflow(workflow_name, value, has_input=given, workflow_id=workflow_id)
+        except DuplicateWorkflowIdError as exc:
+            if if_exists != "return" or workflow_id is None:
+                fail(str(exc))
+            wid = workflow_id
         except ReplaylogError as exc:
             fail(str(exc))
     click.echo(wid)
@@ -410,6 +420,10 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
+        "cancel_requested": row.cancel_requested,
+        "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
+        "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
+                  for a in store.list_audit(row.id)],
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
              "attempts": c.attempts, "recorded_at": c.recorded_at}
@@ -465,6 +479,8 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
     for r in rows:
         # A pending workflow no live worker can run says so where a blocked one names its signal.
         waits = _t(waits_text(r.blocked_on, r.wake_at, now)) if r.blocked_on else _waits(waiting[r.id])
+        if r.status in ("cancelled", "terminated"):
+            waits = _t(preview(r.error or "", 60))  # why: the operator's reason
         table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
                       _t(_when(r.updated_at, short=True)))
     _console().print(table)
@@ -524,6 +540,11 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         # said as the console's workflow screen says it.
         line = worker_error_line(row.worker_error, row.status, row.retry_at)
         head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
+    if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+        head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
+                                                             else ""), oneline=True), style="yellow"))
+    if row.forked_from is not None:
+        head.add_row("forked from", _t(f"{row.forked_from} at slot {row.forked_slot}"))
     head.add_row("updated", _t(_when(row.updated_at)))
     if data["inflight"]:
         i = data["inflight"]
@@ -549,6 +570,14 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
             sigs.add_row(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
                          _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"])))
         console.print(sigs)
+    if data["audit"]:
+        audit = Table(title=f"{len(data['audit'])} operator action(s)", title_justify="left", box=box.SIMPLE_HEAD)
+        for col in ("when (UTC)", "action", "by", "reason", "detail"):
+            audit.add_column(col)
+        for a in data["audit"]:
+            audit.add_row(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]),
+                          _t(a["detail"]))
+        console.print(audit)
 
 
 def _slot_value(c: dict[str, Any]) -> str:
@@ -569,14 +598,27 @@ def _slot_value(c: dict[str, Any]) -> str:
 @click.option("--all", "check_all", is_flag=True, help="Check every unfinished workflow.")
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict of one workflow as a JSON object.")
+@click.option("--history", "histories", multiple=True, metavar="FILE",
+              help="Dry-replay exported histories (`replaylog export`) instead, without a database; repeatable.")
+@click.argument("more_histories", nargs=-1, metavar="[FILE]...")
 @global_options
 @pass_settings
-def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str | None, as_json: bool) -> None:
+def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str | None, as_json: bool,
+          histories: tuple[str, ...], more_histories: tuple[str, ...]) -> None:
     """Dry-replay history against the current code, with no side effects: exit 1 if it diverges.
 
     A finished workflow replays cleanly only if the code ends as it ended: a completed
     history the code would extend has diverged; a failed one must fail the same way.
     """
+    if histories:
+        # `check --history a.json b.json`: the first file is the option's, the rest come as arguments.
+        files = [*histories, *([workflow_id] if workflow_id else []), *more_histories]
+        if check_all or as_json:
+            fail("--history checks exported files: not with --all or --json")
+        _check_histories(files, _app(app))
+        return
+    if more_histories:
+        fail(f"unexpected extra argument {more_histories[0]!r}")
     if bool(workflow_id) == check_all:
         fail("give one WORKFLOW_ID or --all")
     if as_json and check_all:
@@ -596,6 +638,27 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
         # Said once: on stdout when it replays cleanly, on stderr (with exit 1) when not.
         click.echo(printable(f"{workflow_id}: {verdict.text}", oneline=True), err=not verdict.ok)
     if not verdict.ok:
+        sys.exit(1)
+
+
+def _check_histories(files: list[str], registry: Registry) -> None:
+    """Dry-replay exported histories against the app's code: a replay corpus for CI. Exit 1 if any fails."""
+    docs = [_read_document(f) for f in files]  # every file is read first: a bad one is refused before any verdict
+    failures = 0
+    for path, doc in zip(files, docs, strict=True):
+        try:
+            fn = registry.workflow(doc.workflow)
+        except ReplaylogError as exc:
+            ok, text = False, str(exc)
+        else:
+            verdict = dry_replay(fn, doc.state, workflow_id=doc.id, status=doc.status, recorded_error=doc.error,
+                                 diverged=doc.diagnostic is not None)
+            ok, text = verdict.ok, verdict.text
+        failures += not ok
+        click.echo(_one(f"{path} ({doc.id}): {text}"), err=not ok)
+    click.echo(f"checked {len(docs)} exported history(ies): {len(docs) - failures} replay cleanly, "
+               f"{failures} diverge or fail")
+    if failures:
         sys.exit(1)
 
 
@@ -621,6 +684,184 @@ def _check_all(store: ReaderStore, registry: Registry) -> None:
     click.echo(summary)
     if failures:
         sys.exit(1)
+
+
+# ---------------------------------------------------------------- operator actions
+
+
+def _one(text: str) -> str:
+    return printable(text, oneline=True)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--reason", help="Why: kept with the request, shown by `show` and `list`.")
+@global_options
+@pass_settings
+def cancel(settings: Settings, workflow_id: str, reason: str | None) -> None:
+    """Ask a pending, running or blocked workflow to cancel.
+
+    Its code sees WorkflowCancelled at its current or next ctx call and may run
+    compensating activities; when the exception leaves it, its status is `cancelled`.
+    """
+    with settings.open() as store:
+        try:
+            was = store.cancel_workflow(workflow_id, reason)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    click.echo(_one(f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled"
+                    " at its next ctx call"))
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--reason", help="Why: kept with the workflow, shown by `show` and `list`.")
+@global_options
+@pass_settings
+def terminate(settings: Settings, workflow_id: str, reason: str | None) -> None:
+    """Stop a pending, running or blocked workflow at once: no workflow code runs again.
+
+    An activity in flight may still finish; its outcome is not recorded.
+    """
+    with settings.open() as store:
+        try:
+            was = store.terminate_workflow(workflow_id, reason)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    click.echo(_one(f"{workflow_id} terminated (was {was})"))
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@click.option("--force", is_flag=True, help="Skip the dry replay against the current code.")
+@click.option("--reason", help="Why: kept in the audit trail.")
+@global_options
+@pass_settings
+def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, reason: str | None) -> None:
+    """Set a failed workflow going again, history kept, once its history replays against the current code.
+
+    Refused if the dry replay diverges, or if it would end in the same recorded activity
+    failure (fork from that slot instead).
+    """
+    with settings.open() as store:
+        try:
+            row = store.get_workflow(workflow_id)
+            if row.status != "failed":
+                fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
+            verdict_text = "dry replay skipped (--force)"
+            if not force:
+                verdict, refusal = retry_verdict(store, _app(app), workflow_id)
+                if refusal is not None:
+                    fail(refusal)
+                verdict_text = verdict.text
+            store.retry_workflow(workflow_id, reason)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    click.echo(_one(f"{workflow_id} is pending again ({verdict_text})"))
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--from-slot", "from_slot", type=int, required=True, metavar="K",
+              help="Copy slots 0..K-1; from slot K the fork's code runs live.")
+@click.option("--id", "new_id", help="The fork's id (else a generated one).")
+@global_options
+@pass_settings
+def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | None) -> None:
+    """Start a new workflow from a copy of another's history up to slot K, and every signal it received.
+
+    The original is untouched. Activities from slot K run again, under the fork's own
+    idempotency keys.
+    """
+    with settings.open() as store:
+        try:
+            wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
+            again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
+        except ReplaylogError as exc:
+            fail(str(exc))
+    click.echo(wid)
+    names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
+    click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
+                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {from_slot}"
+                       f" will run again, with new idempotency keys: {names}" if again else
+                       "no recorded activity runs again")), err=True)
+
+
+def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
+    """A stored workflow's whole history as an export document."""
+    row = store.get_workflow(workflow_id)
+    state = store.load_state(workflow_id)
+    commands = store.list_commands(workflow_id)
+    signals = store.list_signals(workflow_id)
+    # Separate reads: a running workflow may have recorded more in between; keep the common prefix.
+    n, m = min(len(state.commands), len(commands)), min(len(state.signals), len(signals))
+    return HistoryDocument(
+        id=row.id, workflow=row.workflow, input=row.input, has_input=row.has_input, status=row.status,
+        result=row.result, error=row.error, diagnostic=row.diagnostic, commands=state.commands[:n],
+        recorded_at=tuple(c.recorded_at for c in commands[:n]), signals=state.signals[:m],
+        sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot,
+        error_kind=row.error_kind)
+
+
+@cli.command(name="export")
+@click.argument("workflow_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to FILE (else stdout).")
+@global_options
+@pass_settings
+def export_cmd(settings: Settings, workflow_id: str, output: str | None) -> None:
+    """Write a workflow's whole history as one versioned JSON document."""
+    with settings.open(readonly=True) as store:
+        try:
+            doc = history_document(store, workflow_id)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    text = json.dumps(doc.to_json(), ensure_ascii=False)
+    if output is None:
+        click.echo(text)
+        return
+    try:
+        Path(output).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+
+
+def _read_document(path: str) -> HistoryDocument:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        fail(f"{path}: not UTF-8 text")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except RecursionError:
+        fail(f"{path}: invalid JSON: nested too deeply")
+    try:
+        return parse_document(data, path)
+    except ReplaylogError as exc:
+        fail(str(exc))
+
+
+@cli.command(name="import")
+@click.argument("file", metavar="FILE")
+@click.option("--id", "new_id", help="Import under this id (else the exported one).")
+@global_options
+@pass_settings
+def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
+    """Write an exported history as a new workflow; print its id.
+
+    A workflow exported running or blocked is imported pending; a finished one keeps its status.
+    """
+    doc = _read_document(file)
+    with settings.open(create=True) as store:
+        try:
+            wid = store.import_history(doc, new_id=new_id)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    click.echo(wid)
 
 
 # ---------------------------------------------------------------- console and demo

@@ -19,7 +19,15 @@ from textual.widgets.data_table import ColumnKey
 
 from conftest import run_cli, start_worker
 from console.app import ReplaylogConsole
-from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, SignalRefused, WorkflowsQuery, fetch_workflows
+from console.data import (
+    SIGNAL_PAGE,
+    SLOT_PAGE,
+    WORKFLOW_PAGE,
+    WRITE_ACTIONS,
+    SignalRefused,
+    WorkflowsQuery,
+    fetch_workflows,
+)
 from console.diagnosis_view import DiagnosisView
 from console.help_screen import HelpScreen
 from console.paged_table import PagedTable
@@ -853,8 +861,9 @@ async def test_the_help_is_made_from_the_bindings_of_every_screen(console_db: Pa
             keys = " ".join(rendered(app.screen.query_one("#help-keys Static", Static)).split())
             for b in bindings:
                 if b.tooltip and not b.tooltip.startswith("check:"):
-                    assert (b.tooltip in keys) != (readonly and b.action == "signal"), b
-            assert "0 1 2 3 4 5 show all, pending, running, blocked, completed, failed" in keys
+                    assert (b.tooltip in keys) != (readonly and b.action in WRITE_ACTIONS), b
+            assert ("0 1 2 3 4 5 6 7 show all, pending, running, blocked, completed, failed, cancelled,"
+                    " terminated") in keys
             assert "^p command palette" in keys
 
 

@@ -24,6 +24,7 @@ PUBLIC = [
     "SignalTimeout",
     "UnknownActivityError",
     "ValueNotJSONError",
+    "WorkflowCancelled",
     "WorkflowState",
     "activity",
     "current_activity",

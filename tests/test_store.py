@@ -154,7 +154,8 @@ def test_list_pages_filters_and_sorts_in_sql(store: Store) -> None:
     assert [r.id for r in page] == ["wf-11", "wf-13", "wf-15", "wf-17", "wf-19"]
     assert store.count_workflows(text="agent") == 15
     assert store.count_workflows(text="wf-0") == 10
-    assert store.status_counts() == {"pending": 30, "running": 0, "blocked": 0, "completed": 0, "failed": 0}
+    assert store.status_counts() == {"pending": 30, "running": 0, "blocked": 0, "completed": 0, "failed": 0,
+                                     "cancelled": 0, "terminated": 0}
     assert store.count_workflows(text="%") == 0  # LIKE wildcards in the filter are literal
 
 

@@ -33,7 +33,19 @@ _INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, att
 
 
 class Commits(SQLiteConnection):
-    """The worker's lease-fenced writes of outcomes and run verdicts."""
+    """The worker's lease-fenced writes of outcomes and run verdicts.
+
+    `cancels` holds the cancel requests (workflow id → reason) the slot commits came upon;
+    the worker takes them out (see `_write_record`).
+    """
+
+    @property
+    def cancels(self) -> dict[str, str]:
+        """Cancel requests seen by this connection's slot commits, by workflow id (the reason, "" if none)."""
+        found: dict[str, str] | None = self.__dict__.get("_cancels")
+        if found is None:
+            found = self.__dict__["_cancels"] = {}
+        return found
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -56,8 +68,10 @@ class Commits(SQLiteConnection):
             conn.execute("ROLLBACK")
             raise
         self._end(conn)
+        cancels = self.cancels
         for claim, _ in finishes:
             self._fence.finished(claim.id)
+            cancels.pop(claim.id, None)
         return written, finished
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
@@ -113,21 +127,26 @@ class Commits(SQLiteConnection):
         if column != FAST:
             if fence.restamp_due(key, now):
                 # updated_at is in two indexes, so setting it rewrites two more pages: at most once a second.
-                cur = self._cur.execute(
+                fenced = self._cur.execute(
                     "UPDATE workflows SET slots = ?, updated_at = ?, lease_expires = ? "
-                    "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
+                    "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ? RETURNING cancel_requested",
                     (slot + 1, now, now + ttl, key, claim.owner, claim.epoch, column),
-                )
+                ).fetchone()
                 fence.stamped(key, now)
             else:
-                cur = self._cur.execute(
+                fenced = self._cur.execute(
                     "UPDATE workflows SET slots = ?, lease_expires = ? "
-                    "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ?",
+                    "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ? RETURNING cancel_requested",
                     (slot + 1, now + ttl, key, claim.owner, claim.epoch, column),
-                )
-            if cur.rowcount != 1:
+                ).fetchone()
+            if fenced is None:
                 fence.forget(key)
                 return False
+            if fenced[0] is not None:
+                # An operator asked to cancel. Any commit of another connection (a cancel
+                # request is one) takes this path, not FAST: so the worker learns of a
+                # cancel here, without a query of its own per slot.
+                self.cancels[key] = fenced[0]
             fence.note(claim, version, slot + 1)
         if slot >= SLOT_LIMIT:  # its key would be the next workflow's
             raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
@@ -150,14 +169,18 @@ class Commits(SQLiteConnection):
         status: str = outcome.status  # may become "pending" below
         blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
         consumed = ",".join(map(str, outcome.consumed_signals))
-        if status == "blocked" and blocked_on != TIMER:
-            # A signal of this name that arrived during the run makes it runnable, not blocked.
+        if status == "blocked":
+            # A signal of this name that arrived during the run makes a wait runnable, not
+            # blocked; so does a cancel request the run has not raised yet, for a wait or a
+            # sleep (its wait is to raise it).
             # (NOT IN (NULL) is never true in SQL, so leave the clause out when nothing was consumed.)
             unconsumed = f" AND seq NOT IN ({consumed})" if consumed else ""
-            arrived = conn.execute(
-                f"SELECT COUNT(*) FROM signals WHERE workflow_id = ? AND name = ?{unconsumed}",
-                (claim.id, blocked_on),
-            ).fetchone()[0]
+            # A signal named "timer" wakes no sleeper.
+            signals = (f"CASE WHEN ?2 = '{TIMER}' THEN 0 ELSE"
+                       f" (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}) END")
+            cancel = "" if outcome.cancel_delivered else (
+                " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
+            arrived = conn.execute(f"SELECT {signals}{cancel}", (claim.id, blocked_on)).fetchone()[0]
             if arrived:
                 status, blocked_on, wake_at = "pending", None, None
         cur = conn.execute(
@@ -168,7 +191,7 @@ class Commits(SQLiteConnection):
             # makes the last worker error history.
             " interruptions = 0, retry_at = NULL,"
             # ?1 is the status written (SET sees the old row's columns); the `?` after it are 9-11.
-            " worker_error = CASE WHEN ?1 IN ('completed', 'failed') THEN NULL ELSE worker_error END"
+            " worker_error = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
             (status, blocked_on, wake_at if status == "blocked" else None,
              dumps(outcome.result) if status == "completed" else None, outcome.error,

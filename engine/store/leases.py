@@ -106,7 +106,7 @@ class Leases(InflightMarks):
                 row = conn.execute(
                     "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = lease_epoch + 1,"
                     f" lease_expires = ?, updated_at = ?, slots = {SLOTS_NOW}, blocked_on = NULL, wake_at = NULL"
-                    " WHERE id = ? RETURNING workflow, lease_epoch, input, slots, seq",
+                    " WHERE id = ? RETURNING workflow, lease_epoch, input, slots, seq, cancel_requested",
                     (owner, now + ttl, now, wid),
                 ).fetchone()
                 taken.append((wid, row))
@@ -122,7 +122,8 @@ class Leases(InflightMarks):
                 if slot is not None and slot < row[3]:
                     slot, attempts = None, 0  # its outcome was recorded since
                 claims.append(
-                    Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state, slot, attempts))
+                    Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state, slot, attempts,
+                          row[5]))
         return claims
 
     @staticmethod

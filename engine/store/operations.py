@@ -1,15 +1,80 @@
-"""Operator writes: starting a workflow and sending it a signal (the CLI and the console)."""
+"""Operator writes: start, signal, cancel, terminate, retry, fork, import (the CLI and the console).
+
+Each is one write transaction that also appends the action to the audit table, refused
+whole (nothing written) on bad input.
+"""
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
 import sqlite3
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core import TIMER
-from engine.errors import DuplicateWorkflowIdError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
+from engine.errors import (
+    DuplicateWorkflowIdError,
+    OperatorRefusedError,
+    StoreError,
+    UnknownWorkflowIdError,
+    WorkflowClosedError,
+)
 from engine.store.connection import SQLiteConnection
+from engine.store.keys import SLOT_LIMIT, SLOTS_NOW, slot_key
+from engine.store.rows import FINISHED_STATUSES, dumps
+
+if TYPE_CHECKING:
+    from engine.history import HistoryDocument
+
+
+def actor() -> str:
+    """Who acts: user@host, as the audit trail records it."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): its number says who
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _audit(conn: sqlite3.Connection, workflow_id: str, action: str, now: float, reason: str | None = None,
+           detail: str | None = None) -> None:
+    conn.execute("INSERT INTO audit (workflow_id, action, at, actor, reason, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                 (workflow_id, action, now, actor(), reason, detail))
+
+
+def _status_of(conn: sqlite3.Connection, workflow_id: str) -> tuple[str, str | None]:
+    row = conn.execute("SELECT status, cancel_requested FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+    if row is None:
+        raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+    return row[0], row[1]
+
+
+def _check_id(wid: str) -> None:
+    if not wid or len(wid) > 200 or any(c.isspace() or not c.isprintable() for c in wid):
+        raise StoreError(f"workflow id {wid!r} is not valid: use 1-200 printable characters without spaces")
+
+
+def _insert_workflow(conn: sqlite3.Connection, wid: str, workflow: str, input_text: str | None, now: float,
+                     *, status: str = "pending", slots: int = 0, result: str | None = None,
+                     error: str | None = None, diagnostic: str | None = None, error_kind: str | None = None,
+                     forked_from: str | None = None, forked_slot: int | None = None) -> int:
+    """Insert a workflow row; return its seq. DuplicateWorkflowIdError if the id is taken."""
+    try:
+        # seq numbers workflows in start order (under the write lock): the newest
+        # workflow's command rows sort last, where appending to them is cheapest.
+        row = conn.execute(
+            "INSERT INTO workflows (id, workflow, status, input, result, error, diagnostic, error_kind, slots,"
+            " created_at, updated_at, lease_epoch, seq, forked_from, forked_slot) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+            " ?, ?, ?, 0, (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows), ?, ?) RETURNING seq",
+            (wid, workflow, status, input_text, result, error, diagnostic, error_kind, slots, now, now, forked_from,
+             forked_slot),
+        ).fetchone()
+    except sqlite3.IntegrityError:
+        raise DuplicateWorkflowIdError(f"a workflow with id {wid!r} already exists") from None
+    return int(row[0])
 
 
 def new_workflow_id() -> str:
@@ -25,20 +90,11 @@ class OperatorWrites(SQLiteConnection):
         """Insert a pending workflow; return its id."""
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
-        if not wid or len(wid) > 200 or any(c.isspace() or not c.isprintable() for c in wid):
-            raise StoreError(f"workflow id {wid!r} is not valid: use 1-200 printable characters without spaces")
+        _check_id(wid)
         now = time.time()
         with self._write() as conn:
-            try:
-                # seq numbers workflows in start order (under the write lock): the newest
-                # workflow's command rows sort last, where appending to them is cheapest.
-                conn.execute(
-                    "INSERT INTO workflows (id, workflow, status, input, slots, created_at, updated_at, lease_epoch,"
-                    " seq) VALUES (?, ?, 'pending', ?, 0, ?, ?, 0, (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows))",
-                    (wid, workflow, input_text, now, now),
-                )
-            except sqlite3.IntegrityError:
-                raise DuplicateWorkflowIdError(f"a workflow with id {wid!r} already exists") from None
+            _insert_workflow(conn, wid, workflow, input_text, now)
+            _audit(conn, wid, "start", now, detail=workflow)
         return wid
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
@@ -56,7 +112,7 @@ class OperatorWrites(SQLiteConnection):
             if row is None:
                 raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
             status, blocked_on = row
-            if status in ("completed", "failed"):
+            if status in FINISHED_STATUSES:
                 raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
             seq = conn.execute(
                 "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
@@ -74,4 +130,134 @@ class OperatorWrites(SQLiteConnection):
                 )
             else:
                 conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
+            _audit(conn, workflow_id, "signal", now, detail=f"{name} #{seq}")
         return int(seq)
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Ask a pending, running or blocked workflow to cancel; return the status it had.
+
+        Only a request: its code sees WorkflowCancelled at its current or next ctx call
+        (a running worker learns of it through the commit fence). A blocked workflow is
+        made runnable so that its wait raises it. The lease is untouched: nothing a
+        worker holding it writes is lost.
+        """
+        now = time.time()
+        with self._write() as conn:
+            status, requested = _status_of(conn, workflow_id)
+            if status in FINISHED_STATUSES:
+                raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
+                                           " blocked workflow can be cancelled")
+            if requested is not None:
+                raise OperatorRefusedError(f"workflow {workflow_id!r} was already asked to cancel")
+            conn.execute(
+                "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
+                " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
+                " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
+                " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = ?",
+                (reason or "", now, workflow_id))
+            _audit(conn, workflow_id, "cancel", now, reason)
+        return status
+
+    def terminate_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Stop a pending, running or blocked workflow at once; return the status it had.
+
+        Its status becomes `terminated` and its lease epoch moves on, so a worker running
+        it has every later write refused (fenced out): no workflow code runs again and an
+        activity in flight has its outcome dropped.
+        """
+        now = time.time()
+        error = f"terminated by an operator: {reason}" if reason else "terminated by an operator"
+        with self._write() as conn:
+            status, _ = _status_of(conn, workflow_id)
+            if status in FINISHED_STATUSES:
+                raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
+                                           " blocked workflow can be terminated")
+            # slots: a running workflow's column may lag its last slot (commit fence); take the true count.
+            conn.execute(
+                "UPDATE workflows SET status = 'terminated', error = ?, blocked_on = NULL, wake_at = NULL,"
+                " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
+                f" slots = {SLOTS_NOW}, updated_at = ? WHERE id = ?", (error, now, workflow_id))
+            _audit(conn, workflow_id, "terminate", now, reason)
+        return status
+
+    def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
+        """Make a failed workflow pending again, history kept: the worker replays it and goes on.
+
+        The caller dry-replays it against the current code first (engine.check.retry_verdict).
+        """
+        now = time.time()
+        with self._write() as conn:
+            status, _ = _status_of(conn, workflow_id)
+            if status != "failed":
+                raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a failed workflow can be"
+                                           " retried")
+            conn.execute(
+                "UPDATE workflows SET status = 'pending', result = NULL, error = NULL, diagnostic = NULL,"
+                " error_kind = NULL, worker_error = NULL, interruptions = 0, retry_at = NULL, updated_at = ?"
+                " WHERE id = ? AND status = 'failed'", (now, workflow_id))
+            _audit(conn, workflow_id, "retry", now, reason)
+
+    def fork_workflow(self, workflow_id: str, from_slot: int, *, new_id: str | None = None) -> str:
+        """A new pending workflow of the same name and input, with slots 0..from_slot-1 and every signal copied.
+
+        From slot `from_slot` its code runs live (under its own id, so with new
+        idempotency keys). The original is untouched. Returns the new id.
+        """
+        wid = new_id or new_workflow_id()
+        _check_id(wid)
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute("SELECT workflow, input, seq, status FROM workflows WHERE id = ?",
+                               (workflow_id,)).fetchone()
+            if row is None:
+                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+            workflow, input_text, seq, _ = row
+            old = slot_key(seq)
+            recorded = conn.execute("SELECT COUNT(*) FROM commands WHERE slot_key BETWEEN ? AND ?",
+                                    (old, old + SLOT_LIMIT - 1)).fetchone()[0]
+            if not 0 <= from_slot <= recorded:
+                raise OperatorRefusedError(f"--from-slot {from_slot} is outside 0..{recorded}: workflow"
+                                           f" {workflow_id!r} has {recorded} recorded slot(s)")
+            new = slot_key(_insert_workflow(conn, wid, workflow, input_text, now, slots=from_slot,
+                                            forked_from=workflow_id, forked_slot=from_slot))
+            conn.execute(
+                "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
+                " SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at FROM commands"
+                " WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
+            conn.execute(
+                "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
+                " SELECT ?, seq, name, payload, 0, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
+            _audit(conn, wid, "fork", now, detail=f"from {workflow_id} at slot {from_slot}")
+        return wid
+
+    def import_history(self, doc: HistoryDocument, *, new_id: str | None = None) -> str:
+        """Write an exported history as a new workflow; return its id.
+
+        A workflow that was running or blocked is imported pending (a worker replays it
+        and blocks it again if it still waits); a finished one keeps its status.
+        """
+        wid = new_id or doc.id
+        _check_id(wid)
+        status = "pending" if doc.status in ("running", "blocked") else doc.status
+        input_text = self.encode_payload(doc.input, "the workflow input") if doc.has_input else None
+        result = self.encode_payload(doc.result, "the workflow's result") if status == "completed" else None
+        now = time.time()
+        with self._write() as conn:
+            base = slot_key(_insert_workflow(
+                conn, wid, doc.workflow, input_text, now, status=status, slots=len(doc.commands), result=result,
+                error=doc.error, diagnostic=None if doc.diagnostic is None else dumps(doc.diagnostic),
+                error_kind=doc.error_kind if status == "failed" else None,
+                forked_from=doc.forked_from, forked_slot=doc.forked_slot))
+            conn.executemany(
+                "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(base + i, c.kind, c.name, int(c.ok), self.encode_payload(c.value, f"slot {i}'s value")
+                  if c.ok else None, c.error, c.attempts, at)
+                 for i, (c, at) in enumerate(zip(doc.commands, doc.recorded_at, strict=True))])
+            consumed = status != "pending"
+            conn.executemany(
+                "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, ?, ?)",
+                [(wid, s.seq, s.name, self.encode_payload(s.payload, f"the payload of signal {s.name!r}"),
+                  int(consumed), at) for s, at in zip(doc.signals, doc.sent_at, strict=True)])
+            _audit(conn, wid, "import", now, detail=f"from an export of {doc.id}")
+        return wid

@@ -17,8 +17,18 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol, Self
 
 from engine.core import CommandRecord, Outcome, WorkflowState
+from engine.history import HistoryDocument
 from engine.marks import Mark
-from engine.store.rows import Claim, CommandRow, InflightRow, PendingRecord, SignalRow, WorkflowRow, WorkflowSummary
+from engine.store.rows import (
+    AuditRow,
+    Claim,
+    CommandRow,
+    InflightRow,
+    PendingRecord,
+    SignalRow,
+    WorkflowRow,
+    WorkflowSummary,
+)
 
 
 class _Closable(Protocol):
@@ -76,6 +86,9 @@ class ReaderStore(_Closable, Protocol):
     def served_names(self) -> frozenset[str] | None:
         """The workflow names live workers know; None when no worker is live."""
 
+    def list_audit(self, workflow_id: str) -> list[AuditRow]:
+        """The operators' actions on a workflow, oldest first."""
+
 
 class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
@@ -86,6 +99,21 @@ class OperatorStore(ReaderStore, Protocol):
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Ask a pending, running or blocked workflow to cancel (WorkflowCancelled in its code); the old status."""
+
+    def terminate_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Stop an unfinished workflow at once, fencing out its worker; the old status."""
+
+    def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
+        """Make a failed workflow pending again, history kept."""
+
+    def fork_workflow(self, workflow_id: str, from_slot: int, *, new_id: str | None = None) -> str:
+        """A new workflow with slots 0..from_slot-1 and every signal copied; its id."""
+
+    def import_history(self, doc: HistoryDocument, *, new_id: str | None = None) -> str:
+        """Write an exported history as a new workflow; its id."""
 
 
 class WorkerStore(_Closable, Protocol):
@@ -124,6 +152,10 @@ class WorkerStore(_Closable, Protocol):
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of many workflows in one transaction; say which were written."""
+
+    @property
+    def cancels(self) -> dict[str, str]:
+        """Cancel requests the slot commits came upon (workflow id → reason); the worker takes them out."""
 
     def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
         """Extend leases still held; say which are. `worker`: stamp that worker as seen too."""

@@ -14,6 +14,7 @@ from engine.store.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, SLOTS_SHOWN, slot
 from engine.store.rows import (
     SORT_COLUMNS,
     STATUSES,
+    AuditRow,
     CommandRow,
     SignalRow,
     WorkflowRow,
@@ -28,6 +29,7 @@ ERROR_PREVIEW = 400
 _WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + SLOTS_SHOWN + ", "
                "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
+               "cancel_requested, forked_from, forked_slot, "
                + _WAKE_SHOWN)
 
 
@@ -36,7 +38,7 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=loads(r[4]), has_input=r[4] is not None,
         result=loads(r[5]), error=r[6], diagnostic=loads(r[7]), slots=r[8], created_at=r[9],
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
-        error_kind=r[15], wake_at=r[16],
+        error_kind=r[15], cancel_requested=r[16], forked_from=r[17], forked_slot=r[18], wake_at=r[19],
     )
 
 
@@ -128,6 +130,11 @@ class Reads(SQLiteConnection):
             (workflow_id, int(limit), int(offset)),
         )
         return [SignalRow(r[0], r[1], loads(r[2]), bool(r[3]), r[4]) for r in rows]
+
+    def list_audit(self, workflow_id: str) -> list[AuditRow]:
+        """The operators' actions on a workflow, oldest first."""
+        return [AuditRow(*r) for r in self._conn.execute(
+            "SELECT action, at, actor, reason, detail FROM audit WHERE workflow_id = ? ORDER BY seq", (workflow_id,))]
 
     def count_signals(self, workflow_id: str) -> tuple[int, int]:
         """(delivered, still waiting to be consumed) signals of a workflow."""

@@ -13,7 +13,9 @@ from typing import Any
 from engine.core import CommandRecord, WorkflowState
 from engine.errors import StoreError
 
-STATUSES = ("pending", "running", "blocked", "completed", "failed")
+STATUSES = ("pending", "running", "blocked", "completed", "failed", "cancelled", "terminated")
+# The statuses no run ever leaves: no signal, cancel or terminate applies to them.
+FINISHED_STATUSES = ("completed", "failed", "cancelled", "terminated")
 # The sort keys a list of workflows accepts, and the column each one sorts by.
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
                 "slots": "slots", "updated": "updated_at", "created": "created_at"}
@@ -131,6 +133,11 @@ class WorkflowRow:
     # A blocked workflow's recorded wake time (epoch seconds): its timer's, or its wait's
     # deadline; None when nothing but a signal wakes it (and whenever it is not blocked).
     wake_at: float | None = None
+    # An operator's cancel request: its reason ("" if none given); None while none was made.
+    cancel_requested: str | None = None
+    # A fork's origin: the workflow it copied, and the slot from which its code ran live.
+    forked_from: str | None = None
+    forked_slot: int | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +209,19 @@ class Claim:
     # how many times it was started, so that this run's attempts count on from there.
     inflight_slot: int | None = None
     inflight_attempts: int = 0
+    # An operator's cancel request known at the claim: its reason ("" if none given).
+    cancel: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One operator action on a workflow: what, when, by whom (user@host), and why."""
+
+    action: str
+    at: float
+    actor: str
+    reason: str | None
+    detail: str | None
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,19 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN wake_at FLOAT")
     conn.execute(
         "CREATE INDEX workflows_wake ON workflows (wake_at) WHERE status = 'blocked' AND wake_at IS NOT NULL")
+    # An operator's cancel request: its reason ("" if none given), NULL while none was
+    # made. The worker learns of it at a claim, or through the commit fence mid-run.
+    conn.execute("ALTER TABLE workflows ADD COLUMN cancel_requested TEXT")
+    # A fork's origin: the workflow it was copied from and the slot its code ran live from.
+    conn.execute("ALTER TABLE workflows ADD COLUMN forked_from TEXT")
+    conn.execute("ALTER TABLE workflows ADD COLUMN forked_slot INTEGER")
+    # The operators' actions (start, signal, cancel, terminate, retry, fork, import):
+    # when, by whom (user@host), why. Append-only; read by workflow id.
+    conn.execute(
+        "CREATE TABLE audit (seq INTEGER PRIMARY KEY, workflow_id TEXT NOT NULL, action TEXT NOT NULL,"
+        " at REAL NOT NULL, actor TEXT NOT NULL, reason TEXT, detail TEXT)"
+    )
+    conn.execute("CREATE INDEX audit_workflow ON audit (workflow_id, seq)")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 
