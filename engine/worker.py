@@ -416,6 +416,7 @@ class Worker:
         self._board: MarkBoard | None = None
         self.completed = 0
         self._wal_backoff = WAL_CHECK
+        self._stop_requested = False  # set by request_stop (a signal handler)
         self._busy_quiet_until = 0.0  # a busy database is logged at most once a minute
         # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
         self.left_unknown: dict[str, int] = {}
@@ -428,6 +429,20 @@ class Worker:
         """Ask the worker to stop: each workflow finishes its current slot and is handed back."""
         self._stopping.set()
         self._wake.set()
+
+    def request_stop(self) -> None:
+        """stop(), safe to call from a signal handler: it takes no lock.
+
+        A handler runs in the main thread between two bytecodes, possibly while that thread
+        holds the wake event's (non-reentrant) lock in the main loop; stop() would then wait
+        for it for ever. The main loop sees this flag within one poll and stops itself.
+        """
+        self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once request_stop() or stop() was called."""
+        return self._stop_requested or self._stopping.is_set()
 
     @property
     def stopping(self) -> bool:
@@ -498,6 +513,9 @@ class Worker:
         # after each sleeper. None: nobody sleeps on a timer or a deadline.
         next_wake: float | None = None
         while not self._stopping.is_set():
+            if self._stop_requested:
+                self.stop()
+                break
             now = time.monotonic()
             version = store.data_version()
             due = next_wake is not None and time.time() >= next_wake

@@ -345,9 +345,9 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
 
     def on_signal(signum: int, _frame: object) -> None:
-        if w.stopping:
+        if w.stop_requested:
             os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
-        w.stop()
+        w.request_stop()
         for proc in children:
             proc.send_signal(signum)
 
