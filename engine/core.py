@@ -7,6 +7,7 @@ outcomes go out through a `record` callback. Everything here can run in memory.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -73,13 +74,24 @@ def workflow(fn: F | None = None, *, name: str | None = None) -> F | Callable[[F
 
 
 @overload
-def activity(fn: F, *, name: str | None = None) -> F: ...
+def activity(fn: F, *, name: str | None = None, check_args: bool = True) -> F: ...
 @overload
-def activity(fn: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
-def activity(fn: F | None = None, *, name: str | None = None) -> F | Callable[[F], F]:
-    """Mark a function as an activity (a side effect). The name defaults to the function's."""
+def activity(fn: None = None, *, name: str | None = None, check_args: bool = True) -> Callable[[F], F]: ...
+def activity(fn: F | None = None, *, name: str | None = None, check_args: bool = True) -> F | Callable[[F], F]:
+    """Mark a function as an activity (a side effect). The name defaults to the function's.
+
+    `check_args=False` opts out of the argument guard: its slots record no arguments,
+    and a replay does not compare them (for arguments that legitimately vary, or that
+    JSON cannot hold).
+    """
     if fn is None:
-        return lambda f: _mark(f, "activity", name)
+        return lambda f: _mark_activity(f, name, check_args)
+    return _mark_activity(fn, name, check_args)
+
+
+def _mark_activity(fn: F, name: str | None, check_args: bool) -> F:
+    if not check_args:
+        fn._replaylog_check_args = False  # type: ignore[attr-defined]
     return _mark(fn, "activity", name)
 
 
@@ -92,7 +104,11 @@ def registered_name(fn: Callable[..., Any]) -> str:
 
 
 class CommandRecord(NamedTuple):
-    """The recorded outcome of one command slot: identity and result, never the arguments.
+    """The recorded outcome of one command slot: identity, result, and its arguments' key.
+
+    `args` is the argument guard's key of an activity's arguments (see `args_key`):
+    None for other kinds, for activities that opt out, and in histories recorded
+    before the guard existed (those slots replay without the check).
 
     Immutable. A named tuple rather than a frozen dataclass: one is built for every live
     slot and every replayed one, and a frozen dataclass took 0.7 us to build (a setattr
@@ -105,6 +121,7 @@ class CommandRecord(NamedTuple):
     value: Any = None
     error: str | None = None
     attempts: int = 1
+    args: str | None = None
 
     @property
     def label(self) -> str:
@@ -112,9 +129,46 @@ class CommandRecord(NamedTuple):
         return f"{self.kind}:{self.name}"
 
 
-# Builds a CommandRecord from a tuple of all six fields without the generated __new__ (a
+# Builds a CommandRecord from a tuple of all seven fields without the generated __new__ (a
 # Python function call): for the per-slot paths, which always pass every field.
-new_record: Callable[[type[CommandRecord], tuple[str, str, bool, Any, str | None, int]], CommandRecord] = tuple.__new__
+new_record: Callable[[type[CommandRecord], tuple[str, str, bool, Any, str | None, int, str | None]],
+                     CommandRecord] = tuple.__new__
+
+
+# ---------------------------------------------------------------- the argument guard
+
+# Arguments whose canonical text is longer than this are kept as a digest only: the
+# text itself makes the diagnostic and the transcript readable, but a long prompt
+# stored in every slot would double a history's size.
+ARGS_TEXT_LIMIT = 200
+DIGEST_PREFIX = "sha256:"
+# Canonical JSON: sorted keys, compact, ASCII (so the length is the size in bytes, and
+# a lone surrogate cannot make the text unstorable). Built once (see `_encode`).
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+
+
+def args_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+    """The argument guard's key of a call: its canonical JSON text, or a digest of a long one.
+
+    Positional arguments alone are a JSON array; with keyword arguments, an object
+    {"args": [...], "kwargs": {...}}. Raises TypeError or ValueError if JSON cannot
+    hold an argument.
+    """
+    if not kwargs:
+        # One int, the commonest call on the slot path, without the encoder's set-up.
+        text = "[" + int.__repr__(args[0]) + "]" if len(args) == 1 and type(args[0]) is int else _canonical(args)
+    else:
+        text = _canonical({"args": args, "kwargs": kwargs})
+    if len(text) <= ARGS_TEXT_LIMIT:
+        return text
+    return DIGEST_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def show_args(key: str) -> str:
+    """An argument key as a diagnostic shows it."""
+    if key.startswith(DIGEST_PREFIX):
+        return f"arguments too long to show (digest {key})"
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +310,14 @@ def _type_path(value: Any, exc: BaseException) -> str:
     if isinstance(exc, ValueError):
         return f"{type(value).__name__} (containing NaN or infinity)"
     return type(value).__name__
+
+
+def _not_json(value: Any) -> bool:
+    try:
+        _encode(value)
+    except (TypeError, ValueError, RecursionError):
+        return True
+    return False
 
 
 def error_text(exc: BaseException) -> str:
@@ -407,10 +469,13 @@ class Context:
             name, fn = registered_name(fn_or_name), fn_or_name
         slot = self._cmd_index
         self._cmd_index = slot + 1
+        checked = fn is None or getattr(fn, "_replaylog_check_args", True)
         # A live slot of a healthy run needs none of the guard: past history, no dry run.
         if slot < self._history_len or self._dry_run or self.fatal is not None:
             rec = self._guard(slot, "activity", name)
             if rec is not None:
+                if rec.args is not None and checked:
+                    self._guard_args(slot, name, rec.args, args, kwargs)
                 self.replayed_commands += 1
                 if rec.ok:
                     return rec.value
@@ -418,6 +483,48 @@ class Context:
         if fn is None:
             self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
             raise self.fatal
+        key = self._args_key(slot, name, args, kwargs) if checked else None
+        return self._run_activity(slot, name, fn, key, max_retries, args, kwargs)
+
+    def _args_key(self, slot: int, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        """The key of a live call's arguments; a fatal ValueNotJSONError if JSON cannot hold one."""
+        try:
+            return args_key(args, kwargs)
+        except (TypeError, ValueError, RecursionError) as exc:
+            bad = next((a for a in (*args, *kwargs.values()) if _not_json(a)), args)
+            self.fatal = ValueNotJSONError(
+                f"slot {slot}: an argument of activity {name!r} is of type {_type_path(bad, exc)}, which JSON "
+                "cannot hold (the argument guard records the arguments; use @activity(check_args=False) "
+                "to opt out)"
+            )
+            raise self.fatal from None
+
+    def _guard_args(self, slot: int, name: str, recorded: str, args: tuple[Any, ...],
+                    kwargs: Mapping[str, Any]) -> None:
+        """Raise a NonDeterministicError if a replayed activity was called with other arguments."""
+        try:
+            live = args_key(args, kwargs)
+        except (TypeError, ValueError, RecursionError):
+            live = "arguments JSON cannot hold"
+        if live == recorded:
+            return
+        label = f"activity:{name}"
+        self.fatal = NonDeterministicError(
+            Diagnostic(
+                slot=slot,
+                recorded=f"{label} {show_args(recorded)}",
+                issued=f"{label} {show_args(live)}",
+                message=(
+                    f"non-determinism at slot {slot}: activity {name!r} was called with different arguments: "
+                    f"history has {show_args(recorded)}, the workflow passed {show_args(live)}"
+                ),
+            )
+        )
+        raise self.fatal
+
+    def _run_activity(self, slot: int, name: str, fn: Callable[..., Any], key: str | None, max_retries: int,
+                      args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The live branch of an activity slot: its attempts, then its outcome recorded."""
         self.executed_commands += 1
         attempts = max(1, int(max_retries))
         first = 1
@@ -428,7 +535,7 @@ class Context:
                 # The last allowed attempt never ended (a poison activity would otherwise
                 # take down one worker after another): a failure, as if it had raised.
                 error = f"the worker died during attempt {done} of {attempts}"
-                self._append(slot, CommandRecord("activity", name, False, None, error, done))
+                self._append(slot, CommandRecord("activity", name, False, None, error, done, key))
                 raise ActivityError(slot, name, error, done)
             first = done + 1
         last_error = ""
@@ -461,9 +568,9 @@ class Context:
                 except ValueNotJSONError as exc:
                     self.fatal = exc
                     raise
-            self._append(slot, new_record(CommandRecord, ("activity", name, True, value, None, attempt)))
+            self._append(slot, new_record(CommandRecord, ("activity", name, True, value, None, attempt, key)))
             return value
-        self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts))
+        self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts, key))
         raise ActivityError(slot, name, last_error, attempts)
 
     def now(self) -> float:
@@ -477,7 +584,7 @@ class Context:
             return recorded
         self.executed_commands += 1
         value = float(self._clock())
-        self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1)))
+        self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1, None)))
         return value
 
     def wait_signal(self, name: str) -> Any:

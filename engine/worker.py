@@ -821,7 +821,7 @@ class Worker:
                     # Retrying would not make the value smaller: the failure is recorded at once.
                     refused = error_text(PayloadTooLargeError(
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
-                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts)
+                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts, rec.args)
                     text = None
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception

@@ -18,8 +18,8 @@ from engine.store.fence import FAST, REFUSE
 from engine.store.keys import SLOT_LIMIT, SLOTS_NOW
 from engine.store.rows import Claim, PendingRecord, dumps
 
-_INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 # A successful slot, the common case, binds no None and no bool: Python's sqlite3 binds
 # only exact int, float and str directly and sends anything else (None included) through
 # its adapter lookup, two failed attribute lookups with their exceptions: ~4,000 CPU
@@ -27,9 +27,13 @@ _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error
 _INSERT_OK = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
               " VALUES (?, ?, ?, 1, ?, ?, ?)")
 # The commonest of all: an activity that succeeded at its first attempt. Every parameter
-# bound costs ~500 instructions; these two are constants here.
-_INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
-                     " VALUES (?, 'activity', ?, 1, ?, 1, ?)")
+# bound costs ~500 instructions; these two are constants here. Its argument key is bound
+# (a str, never None: an activity that opts out of the guard takes _INSERT_OK).
+_INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at, args)"
+                     " VALUES (?, 'activity', ?, 1, ?, 1, ?, ?)")
+# _INSERT_OK with the argument key.
+_INSERT_OK_ARGS = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at, args)"
+                   " VALUES (?, ?, ?, 1, ?, ?, ?, ?)")
 
 
 class Commits(SQLiteConnection):
@@ -132,17 +136,19 @@ class Commits(SQLiteConnection):
         if slot >= SLOT_LIMIT:  # its key would be the next workflow's
             raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
         row_key = claim.base + slot
-        kind, name, ok, value, error, attempts = rec
+        kind, name, ok, value, error, attempts, args = rec
         if ok and error is None:
             if text is None:
                 text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
-            if attempts == 1 and kind == "activity":
-                self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now))
-            else:
+            if args is None:
                 self._cur.execute(_INSERT_OK, (row_key, kind, name, text, attempts, now))
+            elif attempts == 1 and kind == "activity":
+                self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
+            else:
+                self._cur.execute(_INSERT_OK_ARGS, (row_key, kind, name, text, attempts, now, args))
         else:
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
-                                                error, attempts, now))
+                                                error, attempts, now, args))
         return True
 
     @staticmethod

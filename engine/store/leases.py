@@ -127,15 +127,15 @@ class Leases(InflightMarks):
         for i in range(0, len(ids), IN_CHUNK):
             chunk = ids[i:i + IN_CHUNK]
             marks = ", ".join("?" * len(chunk))
-            for wid, kind, name, ok, value, error, attempts in conn.execute(
-                "SELECT w.id, kind, name, ok, value, c.error, attempts FROM workflows w JOIN commands c"
+            for wid, kind, name, ok, value, error, attempts, args in conn.execute(
+                "SELECT w.id, kind, name, ok, value, c.error, attempts, c.args FROM workflows w JOIN commands c"
                 f" ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY} WHERE w.id IN ({marks})"
                 " ORDER BY w.id, c.slot_key",
                 chunk,
             ):
                 out[wid][0].append(
                     new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error,
-                                     attempts)))
+                                     attempts, args)))
             for wid, seq, name, payload in conn.execute(
                 f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks})"
                 " ORDER BY workflow_id, seq",

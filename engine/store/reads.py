@@ -98,22 +98,22 @@ class Reads(SQLiteConnection):
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""
         rows = self._conn.execute(
-            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at"
+            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args"
             f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY}"
             " WHERE w.id = ? ORDER BY c.slot_key LIMIT ?",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, int(limit)),
         )
-        return [CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7]) for r in rows]
+        return [CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8]) for r in rows]
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""
         r = self._conn.execute(
-            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at"
+            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args"
             f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY}"
             " WHERE w.id = ? AND ok = 0 ORDER BY c.slot_key DESC LIMIT 1",
             (workflow_id,),
         ).fetchone()
-        return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7])
+        return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8])
 
     def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
         """Delivered signals in delivery order, optionally a page of them."""
@@ -153,9 +153,10 @@ class Reads(SQLiteConnection):
         rec = CommandRecord
         # Rows come back in key order, which is slot order; ORDER BY makes it explicit.
         return tuple(
-            new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts))
-            for kind, name, ok, value, error, attempts in conn.execute(
-                "SELECT kind, name, ok, value, error, attempts FROM commands WHERE slot_key BETWEEN ? AND ?"
+            new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts,
+                             args))
+            for kind, name, ok, value, error, attempts, args in conn.execute(
+                "SELECT kind, name, ok, value, error, attempts, args FROM commands WHERE slot_key BETWEEN ? AND ?"
                 " ORDER BY slot_key",
                 (base, base + SLOT_LIMIT - 1),
             )

@@ -154,6 +154,9 @@ class CommandRow:
     error: str | None
     attempts: int
     recorded_at: float
+    # The argument guard's key (engine.core.args_key): the canonical JSON of short
+    # arguments, a digest of long ones, None when nothing was checked.
+    args: str | None = None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,9 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
     conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
     conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
+    # The argument guard's key of an activity slot's arguments (engine.core.args_key):
+    # their canonical JSON when short, else a digest; NULL when nothing is checked.
+    conn.execute("ALTER TABLE commands ADD COLUMN args TEXT")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 
