@@ -7,6 +7,7 @@ outcomes go out through a `record` callback. Everything here can run in memory.
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
 import json
 import math
@@ -18,6 +19,7 @@ from engine.errors import (
     ActivityError,
     Diagnostic,
     NonDeterministicError,
+    ParallelError,
     ReplaylogError,
     UnknownActivityError,
     ValueNotJSONError,
@@ -135,6 +137,23 @@ new_record: Callable[[type[CommandRecord], tuple[str, str, bool, Any, str | None
                      CommandRecord] = tuple.__new__
 
 
+# A slot of a parallel group that history does not hold while a later slot of the group
+# is recorded (the worker died while the group ran): loaders fill the gap with this, and
+# the group runs it live again. Its kind is no command's, so anything else diverges on it.
+UNRECORDED = "unrecorded"
+HOLE = CommandRecord(UNRECORDED, "parallel task", False)
+
+
+def fill_holes(records: list[tuple[int, CommandRecord]]) -> tuple[CommandRecord, ...]:
+    """A history from (slot, record) pairs in slot order, HOLE at every slot missing."""
+    out: list[CommandRecord] = []
+    for slot, rec in records:
+        while len(out) < slot:
+            out.append(HOLE)
+        out.append(rec)
+    return tuple(out)
+
+
 # ---------------------------------------------------------------- the argument guard
 
 # Arguments whose canonical text is longer than this are kept as a digest only: the
@@ -229,10 +248,17 @@ _current_context: contextvars.ContextVar[Context | None] = contextvars.ContextVa
 )
 
 
+# (slot, name, attempt) of the activity a parallel task runs: each task runs in a copy of
+# the workflow's context, so tasks running at once do not see each other's.
+_task_running: contextvars.ContextVar[tuple[int, str, int] | None] = contextvars.ContextVar(
+    "replaylog_task_running", default=None
+)
+
+
 def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
     ctx = _current_context.get()
-    running = ctx._running if ctx is not None else None
+    running = _task_running.get() if ctx is not None and ctx._group else ctx._running if ctx is not None else None
     if ctx is None or running is None:
         raise RuntimeError("current_activity() called outside a running activity")
     slot, name, attempt = running
@@ -336,6 +362,40 @@ RecordFn = Callable[[int, CommandRecord], None]
 StartFn = Callable[[int, str, int], None]
 
 
+def _one_by_one(thunks: Sequence[Callable[[], None]], _max_concurrency: int) -> None:
+    for thunk in thunks:
+        thunk()
+
+
+@dataclass(frozen=True)
+class ParallelHooks:
+    """How a Context runs the live tasks of `parallel`: the runner of a process with threads.
+
+    Without hooks (the in-memory runner) the tasks run one after another, in order.
+
+    Args:
+        run: runs the thunks, at most `max_concurrency` at once, and returns when every
+            one has finished (the thunks never raise).
+        record: like the Context's `record`, but called from the task threads, for the
+            group's slots in the order they complete (not slot order).
+        on_start: like `on_start`, called from the task threads; may be None.
+    """
+
+    run: Callable[[Sequence[Callable[[], None]], int], None]
+    record: RecordFn
+    on_start: StartFn | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One activity call described by `ctx.task`, to be run by `ctx.parallel`."""
+
+    fn_or_name: Callable[..., Any] | str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    max_retries: int = 3
+
+
 class Context:
     """What workflow code talks to: one cursor for every command, a cursor per signal name.
 
@@ -354,6 +414,8 @@ class Context:
         prior: (slot, attempts) of an activity that earlier runs started and recorded no
             outcome for (their worker died, or the run was interrupted): this run's
             attempts at that slot count on from there, and `max_retries` bounds the total.
+        parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
+            it, one after another.
     """
 
     def __init__(
@@ -369,6 +431,7 @@ class Context:
         dry_run: bool = False,
         backoff: float = 0.05,
         prior: tuple[int, int] | None = None,
+        parallel: ParallelHooks | None = None,
     ) -> None:
         self._commands: Sequence[CommandRecord] = state.commands
         self._history_len = len(state.commands)
@@ -382,6 +445,8 @@ class Context:
         self._dry_run = dry_run
         self._backoff = backoff
         self._prior_slot, self._prior_attempts = prior if prior is not None else (-1, 0)
+        self._parallel = parallel
+        self._group = False  # a parallel group's tasks are running
         self._cmd_index = 0
         self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
@@ -543,7 +608,10 @@ class Context:
         for attempt in range(first, attempts + 1):
             if on_start is not None:
                 on_start(slot, name, attempt)
-            self._running = (slot, name, attempt)
+            if self._group:
+                _task_running.set((slot, name, attempt))
+            else:
+                self._running = (slot, name, attempt)
             try:
                 value = fn(*args, **kwargs) if kwargs else fn(*args)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
@@ -572,6 +640,100 @@ class Context:
             return value
         self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts, key))
         raise ActivityError(slot, name, last_error, attempts)
+
+    # -- parallel activities
+
+    def task(self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int = 3, **kwargs: Any) -> Task:
+        """Describe an activity call without running it, for `parallel`."""
+        return Task(fn_or_name, args, kwargs, max_retries)
+
+    def parallel(self, tasks: Sequence[Task], max_concurrency: int = 8) -> list[Any]:
+        """Run activity calls at once; their results in task order.
+
+        The tasks take consecutive slots in task order, whatever order they finish in,
+        so a replay is deterministic; each outcome is recorded as its task finishes. A
+        replay returns the recorded outcomes and runs only the tasks history does not
+        hold (a worker that died in the middle of the group left them unrecorded).
+
+        Raises:
+            ParallelError: a task failed permanently; raised after every task finished
+                and was recorded, carrying each task's outcome.
+            TypeError, ValueError: `tasks` is empty or holds something that is not a
+                Task; `max_concurrency` is not a positive int (nothing is recorded).
+        """
+        if not isinstance(tasks, (list, tuple)):
+            raise TypeError(f"parallel() takes a list of ctx.task(...), not {type(tasks).__name__}")
+        if not tasks:
+            raise ValueError("parallel() needs at least one task")
+        for i, t in enumerate(tasks):
+            if not isinstance(t, Task):
+                raise TypeError(f"parallel(): task {i} is a {type(t).__name__}, not a ctx.task(...)")
+        if type(max_concurrency) is not int or max_concurrency < 1:
+            raise ValueError(f"parallel(): max_concurrency must be a positive int, not {max_concurrency!r}")
+        base = self._cmd_index
+        self._cmd_index = base + len(tasks)
+        outcomes: list[Any] = [None] * len(tasks)
+        live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]] = []
+        for i, t in enumerate(tasks):
+            slot = base + i
+            if isinstance(t.fn_or_name, str):
+                name, fn = t.fn_or_name, self._activities.get(t.fn_or_name)
+            else:
+                name, fn = registered_name(t.fn_or_name), t.fn_or_name
+            checked = fn is None or getattr(fn, "_replaylog_check_args", True)
+            hole = slot < self._history_len and self._commands[slot] is HOLE
+            rec = None
+            if hole:
+                if self._dry_run:
+                    self.issued.append(f"activity:{name}")
+                    raise DryRunStop(slot, f"activity:{name}")
+            else:
+                rec = self._guard(slot, "activity", name)
+            if rec is not None:
+                if rec.args is not None and checked:
+                    self._guard_args(slot, name, rec.args, t.args, t.kwargs)
+                self.replayed_commands += 1
+                outcomes[i] = rec.value if rec.ok else ActivityError(slot, name, rec.error or "", rec.attempts)
+                continue
+            if fn is None:
+                self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
+                raise self.fatal
+            live.append((i, slot, name, fn, self._args_key(slot, name, t.args, t.kwargs) if checked else None, t))
+        if live:
+            self._run_group(live, outcomes, max_concurrency)
+        if any(isinstance(o, ActivityError) for o in outcomes):
+            raise ParallelError(outcomes)
+        return outcomes
+
+    def _run_group(self, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
+                   outcomes: list[Any], max_concurrency: int) -> None:
+        """Run a parallel group's live tasks; re-raise the first that did not end in an outcome."""
+        self.executed_commands += len(live)
+        raised: list[tuple[int, BaseException]] = []
+
+        def thunk(i: int, slot: int, name: str, fn: Callable[..., Any], key: str | None, t: Task) -> None:
+            try:
+                outcomes[i] = self._run_activity(slot, name, fn, key, t.max_retries, t.args, t.kwargs)
+            except ActivityError as exc:
+                outcomes[i] = exc
+            except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread below
+                raised.append((i, exc))
+
+        hooks = self._parallel
+        runner, record, on_start = (_one_by_one, self._record, self._on_start) if hooks is None else (
+            hooks.run, hooks.record, hooks.on_start)
+        # Each task runs in its own copy of this context (current_activity, _task_running).
+        thunks = [functools.partial(contextvars.copy_context().run, thunk, *item) for item in live]
+        saved = self._record, self._on_start
+        self._record, self._on_start, self._group = record, on_start, True
+        try:
+            runner(thunks, max_concurrency)
+        finally:
+            self._record, self._on_start = saved
+            self._group = False
+        if raised:
+            raised.sort(key=lambda r: r[0])
+            raise raised[0][1]
 
     def now(self) -> float:
         """A recorded clock read: the live clock once, the recorded value on every replay."""

@@ -27,6 +27,23 @@ class ActivityError(ReplaylogError):
         self.attempts = attempts
 
 
+class ParallelError(ReplaylogError):
+    """One or more tasks of `ctx.parallel` failed permanently.
+
+    Raised only after every task of the group finished and its outcome was recorded.
+
+    Attributes:
+        outcomes: one per task, in task order: its value, or its ActivityError.
+        errors: the failed tasks' ActivityErrors, by task index.
+    """
+
+    def __init__(self, outcomes: list[object]) -> None:
+        self.outcomes = outcomes
+        self.errors = {i: o for i, o in enumerate(outcomes) if isinstance(o, ActivityError)}
+        first = next(iter(self.errors.values()))
+        super().__init__(f"{len(self.errors)} of {len(outcomes)} parallel task(s) failed; the first: {first}")
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """Where and how a replay diverged from the recorded history.

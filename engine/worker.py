@@ -9,6 +9,7 @@ lease has its writes refused, so no slot is ever recorded twice.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -17,12 +18,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from engine.app import Registry
-from engine.core import CommandRecord, Context, Outcome, error_text, execute
+from engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
 from engine.errors import (
     ActivityError,
     LeaseLostError,
@@ -261,10 +263,12 @@ class Committer:
             raise req.error
         return req.ok
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None) -> bool:
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
+                      parallel: bool = False) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
 
-        `text` is the value's JSON text if the caller encoded it already.
+        `text` is the value's JSON text if the caller encoded it already; `parallel`
+        marks a task of a parallel group (written in completion order).
 
         The fast path of `submit` for a lone workflow: when no commit is in progress
         and nothing waits, this thread commits its outcome alone without building a
@@ -278,9 +282,9 @@ class Committer:
             self._leading = True
         lock.release()
         if not fast or store is None:
-            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text)))
+            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text, parallel)))
         try:
-            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl)
+            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel)
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1
@@ -802,8 +806,10 @@ class Worker:
         crowded = self.crowded_commit
         cap = self.max_payload
 
-        def record(slot: int, rec: CommandRecord) -> None:
-            if committer.crowd >= crowded and self._focus is not None and not me.focused:
+        def record(slot: int, rec: CommandRecord, parallel: bool = False) -> None:
+            if parallel:
+                pass  # called from a task thread: the workflow thread's CPU focus is not its to move
+            elif committer.crowd >= crowded and self._focus is not None and not me.focused:
                 self._refocus(me, True)
             # The value is encoded here, once: its size is checked against the cap before
             # anything is committed, and the store writes this text without encoding again.
@@ -831,9 +837,14 @@ class Worker:
                 if fitted is not error:
                     refused = fitted
                     rec = rec._replace(error=fitted)
-            if not commit(claim, slot, rec, text):
+            if not commit(claim, slot, rec, text, parallel):
                 raise LeaseLostError(claim.id)
-            me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
+            if not parallel:
+                me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
+            else:
+                with group_lock:
+                    if marked[0] == slot:
+                        me.inflight = False  # the thread's mark is this task's
             if stopping.up:
                 raise WorkerStopping()  # the current slot is committed: stop here
             if refused is not None:
@@ -856,9 +867,34 @@ class Worker:
             if self._stopping.wait(seconds):
                 raise WorkerStopping()
 
+        # A parallel group's tasks share the workflow thread's one mark record (engine.marks):
+        # it holds the latest task started, written under this lock so two tasks never tear
+        # it. After a crash that task counts its attempts on and shows as possibly run; the
+        # group's other unrecorded tasks run again from their first attempt.
+        group_lock = threading.Lock()
+        marked = [-1]  # the slot the thread's mark is of
+
+        def on_task_start(slot: int, name: str, attempt: int) -> None:
+            if stopping.up:
+                raise WorkerStopping()
+            if write_mark is not None:
+                with group_lock:
+                    write_mark(slot, name, attempt, clock())
+                    marked[0] = slot
+                    me.inflight = True
+
+        def run_group(thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
+            if me.focused:
+                self._refocus(me, False)  # the task threads inherit this thread's CPUs
+            with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
+                                    thread_name_prefix=f"replaylog-task-{me.index}") as pool:
+                for future in [pool.submit(thunk) for thunk in thunks]:
+                    future.result()
+
+        hooks = ParallelHooks(run_group, functools.partial(record, parallel=True), on_task_start)
         ctx = Context(
             state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
-            sleep=sleep, record=record, on_start=on_start, prior=prior,
+            sleep=sleep, record=record, on_start=on_start, prior=prior, parallel=hooks,
         )
         try:
             outcome = execute(fn, ctx, state)

@@ -51,8 +51,9 @@ class Commits(SQLiteConnection):
         conn = self._begin_immediate()
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
-            write_record = self._write_record
-            written = [write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
+            write_record, write_parallel = self._write_record, self._write_parallel
+            written = [write_parallel(item.claim, item.slot, item.record, now, ttl, item.text) if item.parallel
+                       else write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
                        for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
@@ -65,16 +66,20 @@ class Commits(SQLiteConnection):
         return written, finished
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float) -> bool:
+                      ttl: float, parallel: bool = False) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
 
         The same transaction and fencing, without the batch's lists; True if written.
-        `text` is the value's JSON text if the caller encoded it already.
+        `text` is the value's JSON text if the caller encoded it already; `parallel`
+        marks a task of a parallel group (see PendingRecord).
         """
         conn = self._begin_immediate()
         try:
-            version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-            written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
+            if parallel:
+                written = self._write_parallel(claim, slot, rec, time.time(), ttl, text)
+            else:
+                version = self._cur.execute("PRAGMA data_version").fetchone()[0]
+                written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
         except BaseException:
             self._fence.clear()
             conn.execute("ROLLBACK")
@@ -150,6 +155,41 @@ class Commits(SQLiteConnection):
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
                                                 error, attempts, now, args))
         return True
+
+    def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
+                        text: str | None) -> bool:
+        """Write a parallel task's outcome if the claim still holds the lease, whatever slot is next.
+
+        The tasks of a group complete in any order, and each outcome is committed as it
+        completes: a slow task must not hold back (or lose, in a crash) the others'
+        outcomes. So the group's slots are fenced by the lease alone, `slots` only ever
+        grows (to the highest slot written + 1), and the commit fence forgets the
+        workflow: the next slot after the group is fenced on the row again, which holds
+        the group's end only once every task is recorded. Exactly once still holds: a
+        slot's key is the primary key, so a slot already written is refused, never
+        written twice. A crash leaves gaps inside the group, which loaders fill with
+        engine.core.HOLE and the next run runs again.
+        """
+        key = claim.id
+        self._fence.forget(key)
+        cur = self._cur.execute(
+            "UPDATE workflows SET slots = MAX(slots, ?), lease_expires = ?"
+            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            (slot + 1, now + ttl, key, claim.owner, claim.epoch),
+        )
+        if cur.rowcount != 1:
+            return False
+        if slot >= SLOT_LIMIT:
+            raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
+        kind, name, ok, value, error, attempts, args = rec
+        if ok and text is None:
+            text = dumps(value)
+        cur = self._cur.execute(
+            "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args),
+        )
+        return cur.rowcount == 1
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:

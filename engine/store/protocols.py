@@ -115,8 +115,9 @@ class WorkerStore(_Closable, Protocol):
         """The distinct lease owners of running workflows."""
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float) -> bool:
-        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next."""
+                      ttl: float, parallel: bool = False) -> bool:
+        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
+        (any slot not yet written, for a task of a parallel group)."""
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.core import CommandRecord, SignalRecord, WorkflowState, new_record
+from engine.core import CommandRecord, SignalRecord, WorkflowState, fill_holes, new_record
 from engine.errors import StoreError, UnknownWorkflowIdError
 from engine.store.connection import SQLiteConnection
 from engine.store.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, SLOTS_SHOWN, slot_key
@@ -152,12 +152,17 @@ class Reads(SQLiteConnection):
         json_loads = json.loads
         rec = CommandRecord
         # Rows come back in key order, which is slot order; ORDER BY makes it explicit.
-        return tuple(
+        rows = conn.execute(
+            "SELECT slot_key, kind, name, ok, value, error, attempts, args FROM commands"
+            " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key",
+            (base, base + SLOT_LIMIT - 1),
+        ).fetchall()
+        records = tuple(
             new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts,
                              args))
-            for kind, name, ok, value, error, attempts, args in conn.execute(
-                "SELECT kind, name, ok, value, error, attempts, args FROM commands WHERE slot_key BETWEEN ? AND ?"
-                " ORDER BY slot_key",
-                (base, base + SLOT_LIMIT - 1),
-            )
+            for _key, kind, name, ok, value, error, attempts, args in rows
         )
+        if rows and rows[-1][0] - base + 1 != len(rows):
+            # A parallel group the worker died in the middle of left a gap (engine.core.HOLE).
+            return fill_holes([(row[0] - base, r) for row, r in zip(rows, records, strict=True)])
+        return records

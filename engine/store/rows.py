@@ -211,3 +211,6 @@ class PendingRecord:
     # The value's JSON text if the caller encoded it already (the worker does, to check
     # it against the cap): then it is not encoded a second time.
     text: str | None = None
+    # A task of a parallel group: written in the order the group's tasks complete (see
+    # Commits._write_parallel), not refused for not being the next slot.
+    parallel: bool = False
