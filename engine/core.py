@@ -472,11 +472,6 @@ class Context:
         """The id of the workflow this context runs."""
         return self._workflow_id
 
-    @property
-    def is_replaying(self) -> bool:
-        """True while the cursor is still inside recorded history."""
-        return self._cmd_index < self._history_len
-
     # -- the guard
 
     def _guard(self, slot: int, kind: str, name: str) -> CommandRecord | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from engine.cpu_focus import CpuFocus
 from engine.errors import (
     ActivityError,
     LeaseLostError,
@@ -72,52 +73,12 @@ WAL_RESTART_WAIT = 1.0
 # A reader that never lets go (a stuck console) makes every RESTART fail, and each try
 # holds writers back for WAL_RESTART_WAIT: after a failed try, wait longer before the next.
 WAL_RESTART_BACKOFF_MAX = 60.0
-# Outcomes per group commit (a moving average) from which workflow threads are kept on
-# one CPU while they run engine code (see CpuFocus). Measured on 2 vCPUs: at 8 workflows
-# (~4.5 per commit) focusing gained nothing, at 16 (~8.5) it gained 10-15%, at 50 (~25)
-# 20-35%; below the crowd it cost up to 30% (a lone thread's fsync wake-up then must come
-# to that one CPU).
-CROWDED_COMMIT = 8.0
 # A run stopped by a BaseException from workflow or activity code (KeyboardInterrupt,
 # SystemExit, …) or by a worker error hands its workflow back, claimable again after this
 # many seconds, doubled for each such run in a row up to the maximum: code that is
 # interrupted every time costs a claim and a replay a minute, not a spinning worker.
 INTERRUPTED_BACKOFF = 1.0
 INTERRUPTED_BACKOFF_MAX = 60.0
-
-
-class CpuFocus:
-    """Keeps workflow threads on one CPU while many of them take turns committing.
-
-    Only one thread runs Python at a time (the GIL). When dozens of workflow threads
-    wait on group commits, every slot hands the GIL to another thread, and when that
-    thread sleeps on the other CPU the hand-off (a cross-CPU wake-up, an idle CPU
-    brought back, caches gone cold) cost more CPU than the slot's own work: a 2 vCPU
-    machine spent ~50 us per slot, of which ~25 were hand-offs. So while commits are
-    crowded, a workflow thread moves itself to one CPU (os.sched_setaffinity) after
-    its activity returns, for the commit and the engine code up to its next activity,
-    and moves back to every CPU before that activity runs: activities, and any process
-    they start, are never confined. A lone workflow is never moved.
-    """
-
-    def __init__(self, index: int) -> None:
-        allowed = sorted(os.sched_getaffinity(0))
-        self.spread: set[int] = set(allowed)
-        # Worker processes on one machine (`--processes`, or several workers) should not
-        # all crowd onto the same CPU: pick by pid.
-        self.one: set[int] = {allowed[index % len(allowed)]}
-
-    @staticmethod
-    def create(enabled: bool) -> CpuFocus | None:
-        """A focus for this process, or None where it cannot work (one CPU, not Linux)."""
-        if not enabled or not hasattr(os, "sched_setaffinity"):
-            return None
-        try:
-            if len(os.sched_getaffinity(0)) < 2:
-                return None
-            return CpuFocus(os.getpid())
-        except OSError:
-            return None
 
 
 class _Thread:
@@ -227,7 +188,7 @@ class Committer:
         self.batches = 0
         self.commits = 0
         # Outcomes per commit, a moving average (updated by the committing thread only;
-        # others read it, and a stale read only delays CpuFocus by a commit).
+        # others read it, and a stale read only delays CpuFocus (engine.cpu_focus) by a commit).
         self.crowd = 0.0
 
     def start(self) -> None:
@@ -403,7 +364,7 @@ class Worker:
         concurrency: workflows run at once (one thread each).
         ttl: lease length in seconds; renewed while a workflow runs.
         track_inflight: record that an activity started before running it.
-        focus_cpu: while commits are crowded, run engine code on one CPU (CpuFocus).
+        focus_cpu: while commits are crowded, run engine code on one CPU (engine.cpu_focus).
         clock: the live clock for `ctx.now()`.
         max_payload: the cap in bytes on every value recorded (else $REPLAYLOG_MAX_PAYLOAD, else
             1 MiB): an activity result over it is recorded as that activity's failure, a
@@ -434,10 +395,8 @@ class Worker:
         self.ttl = ttl
         self.poll = poll
         self.track_inflight = track_inflight
-        self.focus_cpu = focus_cpu
-        # Outcomes per commit from which commits count as crowded (CpuFocus).
-        self.crowded_commit = CROWDED_COMMIT
-        self._focus: CpuFocus | None = None
+        # Engine code on one CPU while commits are crowded; None when off or not possible.
+        self.focus = CpuFocus.create(focus_cpu)
         self.clock = clock
         # The cap on every value recorded (activity results, the workflow's result), as on inputs.
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
@@ -455,7 +414,6 @@ class Worker:
         self.committer = Committer(self.path, ttl, self.max_payload)
         self._board: MarkBoard | None = None
         self.completed = 0
-        self.checkpoints = 0
         self._wal_backoff = WAL_CHECK
         # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
         self.left_unknown: dict[str, int] = {}
@@ -498,7 +456,6 @@ class Worker:
                 self._board.close(remove=True)
             store.close()
             raise
-        self._focus = CpuFocus.create(self.focus_cpu)
         self.committer.start()
         try:
             self._loop(store, until_idle)
@@ -620,7 +577,6 @@ class Worker:
             # Only a missed chance to shrink the WAL: a later look tries again.
             log.warning("WAL checkpoint failed: %s", exc)
             busy, frames, copied = 1, -1, -1
-        self.checkpoints += 1
         log.debug("WAL checkpoint: busy=%s frames=%s copied=%s", busy, frames, copied)
         if not busy:
             self._wal_backoff = WAL_CHECK
@@ -717,20 +673,6 @@ class Worker:
             if not finishing:
                 self._wake.set()
 
-    def _refocus(self, me: _Thread, one: bool) -> None:
-        """Move this workflow thread to the focus CPU (one=True) or back to all of them."""
-        focus = self._focus
-        if focus is None:
-            me.focused = False
-            return
-        try:
-            os.sched_setaffinity(0, focus.one if one else focus.spread)
-        except OSError as exc:  # the CPUs allowed changed under us (a cgroup, taskset): stop focusing
-            self._focus = None
-            log.warning("stopped moving workflow threads between CPUs: %s", exc)
-            return
-        me.focused = one
-
     def _keep_mark(self, store: WorkerStore, me: _Thread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
 
@@ -803,14 +745,13 @@ class Worker:
         write_mark = board.writer(me.index, claim.id, claim.epoch) if board is not None else None
         prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
         clock = time.time
-        crowded = self.crowded_commit
+        focus = self.focus
         cap = self.max_payload
 
         def record(slot: int, rec: CommandRecord, parallel: bool = False) -> None:
-            if parallel:
-                pass  # called from a task thread: the workflow thread's CPU focus is not its to move
-            elif committer.crowd >= crowded and self._focus is not None and not me.focused:
-                self._refocus(me, True)
+            # From a task thread (parallel) the workflow thread's CPU focus is not its to move.
+            if focus is not None and not parallel:
+                focus.engine_code(me, committer.crowd)
             # The value is encoded here, once: its size is checked against the cap before
             # anything is committed, and the store writes this text without encoding again.
             # (A clock read is a float: never near a cap, and the store encodes it.)
@@ -855,8 +796,8 @@ class Worker:
             # Stop between slots: the slot before this one is already committed.
             if stopping.up:
                 raise WorkerStopping()
-            if me.focused:
-                self._refocus(me, False)  # the activity, and whatever it starts, may use every CPU
+            if me.focused and focus is not None:
+                focus.activity(me)  # the activity, and whatever it starts, may use every CPU
             if write_mark is not None:
                 # Before the activity runs; `attempt` counts on from the starts of earlier
                 # runs (crashed workers included). No commit and no wait (engine.marks).
@@ -884,8 +825,8 @@ class Worker:
                     me.inflight = True
 
         def run_group(thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
-            if me.focused:
-                self._refocus(me, False)  # the task threads inherit this thread's CPUs
+            if me.focused and focus is not None:
+                focus.activity(me)  # the task threads inherit this thread's CPUs: all of them
             with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
                                     thread_name_prefix=f"replaylog-task-{me.index}") as pool:
                 for future in [pool.submit(thunk) for thunk in thunks]:
