@@ -154,6 +154,25 @@ def fill_holes(records: list[tuple[int, CommandRecord]]) -> tuple[CommandRecord,
     return tuple(out)
 
 
+# ---------------------------------------------------------------- approvals
+
+# An approval request waits on the signal named APPROVAL_PREFIX + its request id; the
+# plain `signal` command refuses such names, so only an answer checked against the
+# pending request (the store's answer_approval) can unlock it.
+APPROVAL_PREFIX = "approval:"
+
+
+def approval_request_id(slot: int) -> str:
+    """The id of the approval request recorded at `slot`: the same on every replay."""
+    return f"req-{slot}"
+
+
+def approval_slot(request_id: str) -> int | None:
+    """The slot an approval request id names, or None if it is not one."""
+    head, _, number = request_id.partition("-")
+    return int(number) if head == "req" and number.isdigit() else None
+
+
 # ---------------------------------------------------------------- the argument guard
 
 # Arguments whose canonical text is longer than this are kept as a digest only: the
@@ -729,6 +748,32 @@ class Context:
         if raised:
             raised.sort(key=lambda r: r[0])
             raise raised[0][1]
+
+    # -- approvals
+
+    def request_approval(self, action: str, details: Any = None) -> dict[str, Any]:
+        """Ask a person to approve `action`, and wait for the answer, holding no thread.
+
+        The request (action, details, and a request id) is recorded in a slot of its
+        own; the workflow then blocks until `replaylog approve ID` (or the console)
+        answers that request and only it. Returns {"approved": bool, "by": "user@host",
+        "note": text or None, "request": the request id}.
+        """
+        if not isinstance(action, str) or not action.strip():
+            raise ValueError(f"request_approval(): the action must be a non-empty str, not {action!r}")
+        slot = self._cmd_index
+        self._cmd_index = slot + 1
+        rid = approval_request_id(slot)
+        rec = self._guard(slot, "approval", action)
+        if rec is not None:
+            self.replayed_commands += 1
+        else:
+            details = to_json_value(details, f"slot {slot}: the details of approval {action!r}")
+            self.executed_commands += 1
+            self._append(slot, CommandRecord("approval", action, True,
+                                             {"request": rid, "action": action, "details": details}))
+        answer: dict[str, Any] = self.wait_signal(APPROVAL_PREFIX + rid)
+        return answer
 
     def now(self) -> float:
         """A recorded clock read: the live clock once, the recorded value on every replay."""

@@ -6,9 +6,11 @@ Bad input exits non-zero with one line on stderr (no traceback) and writes nothi
 from __future__ import annotations
 
 import functools
+import getpass
 import json
 import os
 import signal as signal_mod
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -26,6 +28,7 @@ from rich.text import Text
 
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.check import check_workflow
+from engine.core import APPROVAL_PREFIX
 from engine.errors import ReplaylogError, StoreError
 from engine.store import (
     STATUSES,
@@ -278,6 +281,35 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
     click.echo(f"signal {printable(name, oneline=True)!s} #{seq} sent to {printable(workflow_id, oneline=True)}")
 
 
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--reject", is_flag=True, help="Refuse the request (the default answer approves it).")
+@click.option("--note", help="A note the workflow receives with the answer.")
+@click.option("--request", "request", metavar="RID",
+              help="Answer only if this is the pending request (as `show` names it): a stale answer is refused.")
+@global_options
+@pass_settings
+def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None, request: str | None) -> None:
+    """Answer the approval request a workflow waits on (and only it, once)."""
+    with settings.open() as store:
+        try:
+            rid = store.answer_approval(workflow_id, approved=not reject, by=operator_name(), note=note,
+                                        request=request)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    verb = "rejected" if reject else "approved"
+    click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
+
+
+def operator_name() -> str:
+    """Who answers an approval: user@host."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name in this environment (a container, say)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
 # ---------------------------------------------------------------- worker
 
 
@@ -413,6 +445,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at,
+        "approval": store.pending_approval(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
              "attempts": c.attempts, "recorded_at": c.recorded_at}
@@ -452,6 +485,8 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         total = store.count_workflows(status=status) if limit and len(rows) == limit else len(rows)
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
+        approvals = {r.id: store.pending_approval(r.id) for r in rows
+                     if r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on, "slots": r.slots,
@@ -465,12 +500,19 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
                          no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
     for r in rows:
         # A pending workflow no live worker can run says so where a blocked one names its signal.
-        waits = _t(r.blocked_on) if r.blocked_on else _waits(waiting[r.id])
+        waits = _t(_blocked_text(r.blocked_on, approvals.get(r.id))) if r.blocked_on else _waits(waiting[r.id])
         table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
                       _t(_when(r.updated_at, short=True)))
     _console().print(table)
     if total != len(rows):
         click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
+
+
+def _blocked_text(blocked_on: str | None, approval: dict[str, Any] | None) -> str:
+    """What a blocked workflow waits on: a signal's name, or "approval: ACTION (request RID)"."""
+    if approval is not None:
+        return f"approval: {approval['action']} (request {approval['request']})"
+    return blocked_on or ""
 
 
 _STATUS_STYLE = {"pending": "cyan", "running": "blue", "blocked": "yellow", "completed": "green", "failed": "red"}
@@ -511,7 +553,9 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     head.add_row("workflow", _t(row.workflow))
     head.add_row("status", _status(row.status, data["waiting_for_worker"]))
     if row.blocked_on:
-        head.add_row("blocked on", _t(row.blocked_on))
+        head.add_row("blocked on", _t(_blocked_text(row.blocked_on, data["approval"])))
+        if data["approval"]:
+            head.add_row("details", _t(preview(data["approval"]["details"], 200)))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
     if row.status == "completed":
         head.add_row("result", _t(preview(row.result, 200)))

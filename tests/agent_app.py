@@ -83,3 +83,17 @@ def partly_broken(ctx: Context) -> dict[str, Any]:
     except ParallelError as exc:
         return {"outcomes": [str(o) for o in exc.outcomes], "failed": sorted(exc.errors)}
     return {}
+
+
+@workflow
+def guarded(ctx: Context) -> list[Any]:
+    """Two approvals in a row, each bound to its own request."""
+    first = ctx.request_approval("delete the backups", {"count": 3})
+    second = ctx.request_approval("send the email")
+    return [first, second]
+
+
+@workflow
+def waits_for_go(ctx: Context) -> Any:
+    """Waits for a plain signal, not an approval."""
+    return ctx.wait_signal("go")

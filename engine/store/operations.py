@@ -7,8 +7,13 @@ import time
 import uuid
 from typing import Any
 
+from engine.core import APPROVAL_PREFIX
 from engine.errors import DuplicateWorkflowIdError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
 from engine.store.connection import SQLiteConnection
+
+
+class ApprovalRefusedError(StoreError):
+    """An approval answer that does not fit: nothing is pending, or another request is."""
 
 
 def new_workflow_id() -> str:
@@ -48,27 +53,65 @@ class OperatorWrites(SQLiteConnection):
         """
         if not name:
             raise StoreError("the signal name must not be empty")
+        if name.startswith(APPROVAL_PREFIX):
+            raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
         text = self.encode_payload(payload, f"the payload of signal {name!r}")
         now = time.time()
         with self._write() as conn:
-            row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-            if row is None:
-                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
-            status, blocked_on = row
-            if status in ("completed", "failed"):
-                raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
-            seq = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
-            ).fetchone()[0]
+            status, blocked_on = self._open_workflow(conn, workflow_id)
+            return self._append_signal(conn, workflow_id, name, text, now, status, blocked_on)
+
+    def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
+                        request: str | None = None) -> str:
+        """Answer the approval request a workflow waits on, in one write transaction; return its id.
+
+        Refused (ApprovalRefusedError, nothing written) when the workflow waits on no
+        approval, or `request` names another request than the pending one: a stale
+        answer never unlocks a newer call. An answer is used once: it wakes the
+        workflow, which then no longer waits on that request.
+        """
+        now = time.time()
+        with self._write() as conn:
+            status, blocked_on = self._open_workflow(conn, workflow_id)
+            if status != "blocked" or not blocked_on or not blocked_on.startswith(APPROVAL_PREFIX):
+                waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
+                raise ApprovalRefusedError(f"workflow {workflow_id!r} has no pending approval request (it {waits})")
+            pending = blocked_on[len(APPROVAL_PREFIX):]
+            if request is not None and request != pending:
+                raise ApprovalRefusedError(
+                    f"request {request!r} is not the pending one: workflow {workflow_id!r} waits on {pending!r}")
+            payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
+            text = self.encode_payload(payload, "the approval's answer")
+            self._append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
+        return pending
+
+    @staticmethod
+    def _open_workflow(conn: sqlite3.Connection, workflow_id: str) -> tuple[str, str | None]:
+        """(status, blocked_on) of a workflow that accepts signals; refuse unknown and closed ones."""
+        row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None:
+            raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+        status, blocked_on = row
+        if status in ("completed", "failed"):
+            raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
+        return status, blocked_on
+
+    @staticmethod
+    def _append_signal(conn: sqlite3.Connection, workflow_id: str, name: str, text: str, now: float, status: str,
+                       blocked_on: str | None) -> int:
+        """Append a signal with the next sequence number; wake the workflow if it waits on `name`."""
+        seq = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
+            (workflow_id, seq, name, text, now),
+        )
+        if status == "blocked" and blocked_on == name:
             conn.execute(
-                "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
-                (workflow_id, seq, name, text, now),
+                "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
+                (now, workflow_id),
             )
-            if status == "blocked" and blocked_on == name:
-                conn.execute(
-                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
-                    (now, workflow_id),
-                )
-            else:
-                conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
+        else:
+            conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
         return int(seq)

@@ -58,6 +58,9 @@ class ReaderStore(_Closable, Protocol):
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""
 
+    def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
+        """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
+
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any."""
 
@@ -86,6 +89,10 @@ class OperatorStore(ReaderStore, Protocol):
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
+
+    def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
+                        request: str | None = None) -> str:
+        """Answer the pending approval request (only it, once); return its id."""
 
 
 class WorkerStore(_Closable, Protocol):

@@ -7,7 +7,15 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.core import CommandRecord, SignalRecord, WorkflowState, fill_holes, new_record
+from engine.core import (
+    APPROVAL_PREFIX,
+    CommandRecord,
+    SignalRecord,
+    WorkflowState,
+    approval_slot,
+    fill_holes,
+    new_record,
+)
 from engine.errors import StoreError, UnknownWorkflowIdError
 from engine.store.connection import SQLiteConnection
 from engine.store.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, SLOTS_SHOWN, slot_key
@@ -114,6 +122,21 @@ class Reads(SQLiteConnection):
             (workflow_id,),
         ).fetchone()
         return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8])
+
+    def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
+        """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
+        row = self._conn.execute(
+            "SELECT status, blocked_on, seq FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None or row[0] != "blocked" or not (row[1] or "").startswith(APPROVAL_PREFIX):
+            return None
+        rid = row[1][len(APPROVAL_PREFIX):]
+        slot = approval_slot(rid)
+        value = None if slot is None else self._conn.execute(
+            "SELECT value FROM commands WHERE slot_key = ? AND kind = 'approval'", (slot_key(row[2], slot),)).fetchone()
+        if value is None:
+            return {"request": rid, "action": "?", "details": None}
+        request: dict[str, Any] = loads(value[0])
+        return request
 
     def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
         """Delivered signals in delivery order, optionally a page of them."""
