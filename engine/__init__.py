@@ -25,6 +25,7 @@ from engine.core import (
 )
 from engine.errors import (
     ActivityError,
+    ChildWorkflowError,
     Diagnostic,
     LeaseLostError,
     NonDeterministicError,
@@ -39,6 +40,7 @@ from engine.errors import (
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "ChildWorkflowError",
     "CommandRecord",
     "Context",
     "Diagnostic",

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from engine.errors import (
     ActivityError,
+    ChildWorkflowError,
     Diagnostic,
     NonDeterministicError,
     ParallelError,
@@ -160,6 +161,9 @@ def fill_holes(records: list[tuple[int, CommandRecord]]) -> tuple[CommandRecord,
 # plain `signal` command refuses such names, so only an answer checked against the
 # pending request (the store's answer_approval) can unlock it.
 APPROVAL_PREFIX = "approval:"
+# A parent waits for its child on the signal CHILD_PREFIX + the child's id, which the store
+# sends when the child finishes ({"ok": bool, "result": …, "error": …}).
+CHILD_PREFIX = "child:"
 
 
 def approval_request_id(slot: int) -> str:
@@ -748,6 +752,53 @@ class Context:
         if raised:
             raised.sort(key=lambda r: r[0])
             raise raised[0][1]
+
+    # -- child workflows
+
+    def call_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None) -> Any:
+        """Start a child workflow and wait for its result, holding no thread.
+
+        The child's id is recorded in this slot (by default derived from this workflow's
+        id and the slot, so no replay ever starts a second child); the store starts the
+        child in the same transaction, and when the child finishes it delivers the
+        outcome to this workflow, which then returns the result.
+
+        Raises:
+            ChildWorkflowError: the child failed (its error text is carried).
+        """
+        name = workflow if isinstance(workflow, str) else registered_name(workflow)
+        slot = self._cmd_index
+        self._cmd_index = slot + 1
+        rec = self._guard(slot, "child", name)
+        if rec is not None:
+            if rec.args is not None:
+                self._guard_args(slot, name, rec.args, (input,), {})
+            self.replayed_commands += 1
+            child_id = str(rec.value["id"])
+        else:
+            child_id = self._child_id(slot, id)
+            input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
+            self.executed_commands += 1
+            try:
+                # The store starts the child in the transaction that records this slot.
+                self._append(slot, CommandRecord("child", name, True, {"id": child_id, "input": input}, None, 1,
+                                                 args_key((input,), {})))
+            except ReplaylogError as exc:  # an unknown workflow name, an id taken: nothing was recorded
+                self.fatal = exc
+                raise
+        outcome: dict[str, Any] = self.wait_signal(CHILD_PREFIX + child_id)
+        if outcome.get("ok"):
+            return outcome.get("result")
+        raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
+
+    def _child_id(self, slot: int, given: str | None) -> str:
+        if given is None:
+            return f"{self._workflow_id}.{slot}"
+        if not isinstance(given, str) or not given or len(given) > 200 or any(
+                c.isspace() or not c.isprintable() for c in given):
+            raise ValueError(f"call_workflow(): id {given!r} is not valid: use 1-200 printable characters "
+                             "without spaces")
+        return given
 
     # -- approvals
 

@@ -28,12 +28,14 @@ from engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_te
 from engine.cpu_focus import CpuFocus
 from engine.errors import (
     ActivityError,
+    DuplicateWorkflowIdError,
     LeaseLostError,
     NotADatabaseError,
     PayloadTooLargeError,
     ReplaylogError,
     StoreError,
     UnknownWorkflowError,
+    UnknownWorkflowIdError,
 )
 from engine.marks import MarkBoard, board_files, board_owner, read_board
 from engine.store import (
@@ -673,6 +675,16 @@ class Worker:
             if not finishing:
                 self._wake.set()
 
+    def _check_child(self, store: WorkerStore, slot: int, rec: CommandRecord) -> None:
+        """Refuse a child workflow this app does not know, or whose id another workflow has, before it is recorded."""
+        self.registry.workflow(rec.name)  # UnknownWorkflowError naming the known ones
+        child_id = rec.value["id"]
+        try:
+            store.get_workflow(child_id)
+        except UnknownWorkflowIdError:
+            return
+        raise DuplicateWorkflowIdError(f"slot {slot}: a workflow with id {child_id!r} already exists")
+
     def _keep_mark(self, store: WorkerStore, me: _Thread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
 
@@ -770,6 +782,8 @@ class Worker:
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
                     rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts, rec.args)
                     text = None
+            elif rec.kind == "child":
+                self._check_child(store, slot, rec)
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception
                 # may carry a lone surrogate, from a file name say), or the commit would fail.

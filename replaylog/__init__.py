@@ -27,6 +27,7 @@ from engine.core import (
 )
 from engine.errors import (
     ActivityError,
+    ChildWorkflowError,
     Diagnostic,
     NonDeterministicError,
     ParallelError,
@@ -43,6 +44,7 @@ from engine.errors import (
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "ChildWorkflowError",
     "Context",
     "Diagnostic",
     "NonDeterministicError",

@@ -446,6 +446,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at,
         "approval": store.pending_approval(row.id),
+        **store.family(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
              "attempts": c.attempts, "recorded_at": c.recorded_at}
@@ -556,6 +557,10 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("blocked on", _t(_blocked_text(row.blocked_on, data["approval"])))
         if data["approval"]:
             head.add_row("details", _t(preview(data["approval"]["details"], 200)))
+    if data["parent"]:
+        head.add_row("parent", _t(data["parent"]))
+    for child in data["children"]:
+        head.add_row("child", _t(f"{child['id']} ({child['workflow']}, {child['status']})"))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
     if row.status == "completed":
         head.add_row("result", _t(preview(row.result, 200)))

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from replaylog import Context, ParallelError, activity, workflow
+from replaylog import ChildWorkflowError, Context, ParallelError, activity, workflow
 
 
 def _ledger(event: str, tag: str) -> None:
@@ -97,3 +97,46 @@ def guarded(ctx: Context) -> list[Any]:
 def waits_for_go(ctx: Context) -> Any:
     """Waits for a plain signal, not an approval."""
     return ctx.wait_signal("go")
+
+
+@workflow
+def child_task(ctx: Context, input: dict[str, Any]) -> dict[str, Any]:
+    """A child: one activity."""
+    return {"done": ctx.call_activity(note, f"child {input['n']}")}
+
+
+@workflow
+def failing_child(ctx: Context) -> None:
+    """A child whose code fails."""
+    raise RuntimeError("child broke")
+
+
+@workflow
+def parent(ctx: Context) -> dict[str, Any]:
+    """A child that completes, then one that fails."""
+    result = ctx.call_workflow(child_task, {"n": 1})
+    try:
+        ctx.call_workflow("failing_child")
+    except ChildWorkflowError as exc:
+        return {"child": result, "error": exc.error, "failed": exc.child_id}
+    return {"child": result}
+
+
+@workflow
+def bad_parent(ctx: Context, child_id: str | None = None) -> Any:
+    """A child of an unknown workflow name, or with a given id."""
+    if child_id:
+        return ctx.call_workflow(child_task, {"n": 2}, id=child_id)
+    return ctx.call_workflow("no_such_workflow")
+
+
+@workflow
+def held_child(ctx: Context) -> Any:
+    """A child whose activity is held."""
+    return ctx.call_activity(held, "in child")
+
+
+@workflow
+def parent_of_held(ctx: Context) -> Any:
+    """Waits for a child whose activity is held."""
+    return {"from child": ctx.call_workflow(held_child)}

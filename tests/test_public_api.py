@@ -15,6 +15,7 @@ import replaylog
 PUBLIC = [
     "ActivityError",
     "ActivityInfo",
+    "ChildWorkflowError",
     "Context",
     "Diagnostic",
     "NonDeterministicError",

@@ -10,12 +10,14 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from engine.core import CommandRecord, Outcome
-from engine.errors import ReadOnlyError, StoreError
+from engine.core import CHILD_PREFIX, CommandRecord, Outcome
+from engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
 from engine.store.connection import SQLiteConnection
 from engine.store.fence import FAST, REFUSE
 from engine.store.keys import SLOT_LIMIT, SLOTS_NOW
+from engine.store.operations import append_signal
 from engine.store.rows import Claim, PendingRecord, dumps
 
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
@@ -151,10 +153,31 @@ class Commits(SQLiteConnection):
                 self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
             else:
                 self._cur.execute(_INSERT_OK_ARGS, (row_key, kind, name, text, attempts, now, args))
+                if kind == "child":
+                    self._start_child(claim, name, value, now)
         else:
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
                                                 error, attempts, now, args))
         return True
+
+    def _start_child(self, claim: Claim, workflow: str, value: dict[str, Any], now: float) -> None:
+        """Start the child workflow a parent's slot records, in the same transaction: never twice.
+
+        The worker checks the id before it commits; a workflow of that id that is not
+        this parent's child (started meanwhile) refuses the whole commit.
+        """
+        child_id = value["id"]
+        child_input = value.get("input")
+        cur = self._cur.execute(
+            "INSERT OR IGNORE INTO workflows (id, workflow, status, input, slots, created_at, updated_at,"
+            " lease_epoch, seq, parent) VALUES (?, ?, 'pending', ?, 0, ?, ?, 0,"
+            " (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows), ?)",
+            (child_id, workflow, None if child_input is None else dumps(child_input), now, now, claim.id),
+        )
+        if cur.rowcount == 0:
+            row = self._cur.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
+            if row is None or row[0] != claim.id:
+                raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
                         text: str | None) -> bool:
@@ -221,9 +244,24 @@ class Commits(SQLiteConnection):
         )
         if cur.rowcount != 1:
             return False
+        if status in ("completed", "failed"):
+            _tell_parent(conn, claim.id, outcome, now)
         if consumed:
             conn.execute(
                 f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",
                 (claim.id,),
             )
         return True
+
+
+def _tell_parent(conn: sqlite3.Connection, child_id: str, outcome: Outcome, now: float) -> None:
+    """A child workflow finished: deliver its outcome to its parent, if it has one still open."""
+    parent = conn.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
+    if parent is None or parent[0] is None:
+        return
+    row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (parent[0],)).fetchone()
+    if row is None or row[0] in ("completed", "failed"):
+        return
+    ok = outcome.status == "completed"
+    text = dumps({"ok": ok, "result": outcome.result if ok else None, "error": None if ok else outcome.error})
+    append_signal(conn, parent[0], CHILD_PREFIX + child_id, text, now, row[0], row[1])

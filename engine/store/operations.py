@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from engine.core import APPROVAL_PREFIX
+from engine.core import APPROVAL_PREFIX, CHILD_PREFIX
 from engine.errors import DuplicateWorkflowIdError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
 from engine.store.connection import SQLiteConnection
 
@@ -55,11 +55,13 @@ class OperatorWrites(SQLiteConnection):
             raise StoreError("the signal name must not be empty")
         if name.startswith(APPROVAL_PREFIX):
             raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
+        if name.startswith(CHILD_PREFIX):
+            raise StoreError(f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish")
         text = self.encode_payload(payload, f"the payload of signal {name!r}")
         now = time.time()
         with self._write() as conn:
             status, blocked_on = self._open_workflow(conn, workflow_id)
-            return self._append_signal(conn, workflow_id, name, text, now, status, blocked_on)
+            return append_signal(conn, workflow_id, name, text, now, status, blocked_on)
 
     def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
                         request: str | None = None) -> str:
@@ -82,7 +84,7 @@ class OperatorWrites(SQLiteConnection):
                     f"request {request!r} is not the pending one: workflow {workflow_id!r} waits on {pending!r}")
             payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
             text = self.encode_payload(payload, "the approval's answer")
-            self._append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
+            append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
         return pending
 
     @staticmethod
@@ -96,22 +98,22 @@ class OperatorWrites(SQLiteConnection):
             raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
         return status, blocked_on
 
-    @staticmethod
-    def _append_signal(conn: sqlite3.Connection, workflow_id: str, name: str, text: str, now: float, status: str,
-                       blocked_on: str | None) -> int:
-        """Append a signal with the next sequence number; wake the workflow if it waits on `name`."""
-        seq = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
-        ).fetchone()[0]
+
+def append_signal(conn: sqlite3.Connection, workflow_id: str, name: str, text: str, now: float, status: str,
+                   blocked_on: str | None) -> int:
+    """Append a signal with the next sequence number; wake the workflow if it waits on `name`."""
+    seq = conn.execute(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
+        (workflow_id, seq, name, text, now),
+    )
+    if status == "blocked" and blocked_on == name:
         conn.execute(
-            "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
-            (workflow_id, seq, name, text, now),
+            "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
+            (now, workflow_id),
         )
-        if status == "blocked" and blocked_on == name:
-            conn.execute(
-                "UPDATE workflows SET status = 'pending', blocked_on = NULL, updated_at = ? WHERE id = ?",
-                (now, workflow_id),
-            )
-        else:
-            conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
-        return int(seq)
+    else:
+        conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
+    return int(seq)

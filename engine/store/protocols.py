@@ -58,6 +58,9 @@ class ReaderStore(_Closable, Protocol):
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""
 
+    def family(self, workflow_id: str) -> dict[str, Any]:
+        """A workflow's parent and children: {"parent": id or None, "children": [{"id", "workflow", "status"}]}."""
+
     def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
         """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
 
@@ -97,6 +100,9 @@ class OperatorStore(ReaderStore, Protocol):
 
 class WorkerStore(_Closable, Protocol):
     """What a worker needs: leases, fenced commits, in-flight marks, history, upkeep."""
+
+    def get_workflow(self, workflow_id: str) -> WorkflowRow:
+        """One workflow; UnknownWorkflowIdError if there is none (a child's id is checked with it)."""
 
     def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
               names: Collection[str] | None = None) -> list[Claim]:

@@ -123,6 +123,13 @@ class Reads(SQLiteConnection):
         ).fetchone()
         return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8])
 
+    def family(self, workflow_id: str) -> dict[str, Any]:
+        """A workflow's parent (ctx.call_workflow) and children: {"parent": id or None, "children": [...]}."""
+        row = self._conn.execute("SELECT parent FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        children = [{"id": r[0], "workflow": r[1], "status": r[2]} for r in self._conn.execute(
+            "SELECT id, workflow, status FROM workflows WHERE parent = ? ORDER BY seq", (workflow_id,))]
+        return {"parent": None if row is None else row[0], "children": children}
+
     def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
         """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
         row = self._conn.execute(

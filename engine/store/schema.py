@@ -80,6 +80,9 @@ def _create(conn: sqlite3.Connection) -> None:
     # The argument guard's key of an activity slot's arguments (engine.core.args_key):
     # their canonical JSON when short, else a digest; NULL when nothing is checked.
     conn.execute("ALTER TABLE commands ADD COLUMN args TEXT")
+    # A child workflow's parent (ctx.call_workflow): the child's verdict is delivered to it.
+    conn.execute("ALTER TABLE workflows ADD COLUMN parent TEXT")
+    conn.execute("CREATE INDEX workflows_parent ON workflows (parent) WHERE parent IS NOT NULL")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 
