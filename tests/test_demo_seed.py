@@ -27,6 +27,11 @@ def test_demo_seed_has_every_state(tmp_path: Path) -> None:
     assert (nd.diagnostic["slot"], nd.diagnostic["recorded"], nd.diagnostic["issued"]) == (
         0, "activity:fetch_customer", "activity:fetch_invoice")
     assert rows["running"].status == "pending"  # the demo's background worker picks it up
+    # The agent ran its tools in parallel and its child, and now waits for a person.
+    assert (rows["approval"].status, rows["approval"].blocked_on) == ("blocked", "approval:req-4")
+    with open_store(db, readonly=True) as store:
+        assert store.pending_approval(ids["approval"])["action"] == "issue_refund"
+        assert store.family(ids["approval"])["children"][0]["status"] == "completed"
 
 
 def test_demo_without_a_terminal_prints_the_tour(tmp_path: Path) -> None:
