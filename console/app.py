@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.console import RenderableType
 from textual import work
@@ -24,6 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from console.approval_dialog import ApprovalDialog
 from console.commands import WorkflowCommands
 from console.goto_dialog import GoToDialog
 from console.help_screen import HelpScreen
@@ -227,6 +228,18 @@ class ReplaylogConsole(App[None]):
             return
         self.push_screen(SignalDialog(workflow_id, default_name or ""), self._signal_sent)
 
+    def open_approval_dialog(self, workflow_id: str, request: dict[str, Any], approve: bool) -> None:
+        """Ask for a note and answer the approval request, unless the console is read-only."""
+        if self.readonly or self.exiting:
+            return
+        self.push_screen(ApprovalDialog(workflow_id, request, approve), self._approval_answered)
+
+    def _approval_answered(self, result: tuple[str, str, bool] | None) -> None:
+        if result is not None:
+            workflow_id, request, approved = result
+            verb = "approved" if approved else "rejected"
+            self.notify(f"request {request} of {workflow_id} {verb}", title="Approval answered", markup=False)
+
     def _signal_sent(self, result: tuple[str, str, int] | None) -> None:
         if result is not None:
             workflow_id, name, seq = result
@@ -239,7 +252,7 @@ class ReplaylogConsole(App[None]):
             sections = [("everywhere", [*self.BINDINGS, palette, *PagedTable.BINDINGS]),
                         ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
                         ("value view", SlotScreen.BINDINGS),
-                        ("signal dialog", SignalDialog.BINDINGS)]
+                        ("signal dialog", SignalDialog.BINDINGS), ("approval dialog", ApprovalDialog.BINDINGS)]
             self.push_screen(HelpScreen(sections, readonly=self.readonly,
                                         code=self.registry.spec if self.registry else None))
 

@@ -18,6 +18,7 @@ from console.diagnosis_view import DiagnosisView
 from console.format import CELL_PREVIEW, status_text, text, utc, value_preview
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
+from console.transcript_screen import TranscriptScreen
 from engine.store import CommandRow
 from engine.text import preview, printable
 
@@ -40,6 +41,9 @@ class WorkflowScreen(Screen[None]):
         # The help adds the code a check replays (see help_screen.help_rows).
         Binding("c", "check", "Check", tooltip="check: dry-replay the history against the code"),
         Binding("v", "values", "Values", tooltip="the workflow's input, result and error in full"),
+        Binding("a", "answer(True)", "Approve", tooltip="approve the approval request it waits on"),
+        Binding("x", "answer(False)", "Reject", tooltip="reject the approval request it waits on"),
+        Binding("t", "transcript", "Transcript", tooltip="the slots as a conversation: calls, approvals, children"),
         # The tab titles name these keys; the footer has no room for them on 80 columns.
         Binding("1", "tab('slots')", "Slots", show=False, tooltip=TABS_HELP),
         Binding("2", "tab('signals')", "Signals", show=False, tooltip=TABS_HELP),
@@ -195,6 +199,7 @@ class WorkflowScreen(Screen[None]):
         if self.signal_offset is not None:
             self.signal_offset = detail.signal_offset  # the store may have clamped it
         self._draw_summary(detail)
+        self.refresh_bindings()  # approve and reject show only while a request is pending
         self._draw_slots(detail)
         self._draw_signals(detail)
         self._watch_lease(detail)
@@ -246,7 +251,11 @@ class WorkflowScreen(Screen[None]):
         grid.add_column(overflow="ellipsis")
         grid.add_row("workflow", text(row.workflow))
         status = status_text(row.status)
-        if row.blocked_on:
+        if detail.approval is not None:
+            status.append("  approval: ", style="")
+            status.append_text(text(f"{detail.approval['action']} (request {detail.approval['request']})",
+                                    "bold yellow"))
+        elif row.blocked_on:
             status.append("  on signal ", style="")
             status.append_text(text(row.blocked_on, "bold yellow"))
         if detail.waiting:
@@ -451,8 +460,25 @@ class WorkflowScreen(Screen[None]):
         self._diagnose(True)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A read-only console has no signal action at all: hidden from the footer and inert."""
-        return not (action == "signal" and self.console.readonly)
+        """A read-only console has no signal or answer action at all: hidden from the footer and inert.
+
+        Approve and reject show only while an approval request is pending.
+        """
+        if action in ("signal", "answer") and self.console.readonly:
+            return False
+        if action == "answer":
+            return self.detail is not None and self.detail.approval is not None
+        return True
+
+    def action_answer(self, approve: bool) -> None:
+        """Approve or reject the pending approval request (the one on screen, bound by its id)."""
+        if self.console.readonly or self.detail is None or self.detail.approval is None:
+            return
+        self.console.open_approval_dialog(self.workflow_id, self.detail.approval, approve)
+
+    def action_transcript(self) -> None:
+        """Show the slots as a conversation."""
+        self.app.push_screen(TranscriptScreen(self.workflow_id))
 
     def action_signal(self) -> None:
         """Send a signal to this workflow."""

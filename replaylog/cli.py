@@ -6,11 +6,9 @@ Bad input exits non-zero with one line on stderr (no traceback) and writes nothi
 from __future__ import annotations
 
 import functools
-import getpass
 import json
 import os
 import signal as signal_mod
-import socket
 import sqlite3
 import stat
 import subprocess
@@ -39,6 +37,7 @@ from engine.store import (
     default_max_payload,
     is_damaged,
     open_store,
+    operator_name,
     waiting_reason,
 )
 from engine.text import preview, printable
@@ -299,15 +298,6 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
             fail(str(exc))
     verb = "rejected" if reject else "approved"
     click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
-
-
-def operator_name() -> str:
-    """Who answers an approval: user@host."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no login name in this environment (a container, say)
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
 
 
 # ---------------------------------------------------------------- worker

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
 import sqlite3
 import time
 import uuid
@@ -14,6 +17,15 @@ from engine.store.connection import SQLiteConnection
 
 class ApprovalRefusedError(StoreError):
     """An approval answer that does not fit: nothing is pending, or another request is."""
+
+
+def operator_name() -> str:
+    """Who answers an approval from this process: user@host."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name in this environment (a container, say)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
 
 
 def new_workflow_id() -> str:
