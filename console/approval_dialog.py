@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -13,17 +13,13 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
+from console.data import ApprovalRefused, ConsoleData
 from console.format import text
-from engine.errors import ReplaylogError
-from engine.store import open_store, operator_name
 from engine.text import preview, printable
-
-if TYPE_CHECKING:
-    from console.app import ReplaylogConsole
 
 
 class ApprovalDialog(ModalScreen[tuple[str, str, bool] | None]):
-    """Answer one approval request through the store's `answer_approval`, as `replaylog approve` does.
+    """Answer one approval request through the data layer (the store's `answer_approval`, as `replaylog approve`).
 
     The request id shown is bound to the answer: if the workflow has moved on to another
     request meanwhile, the store refuses it and the refusal is shown in place. Dismisses
@@ -45,8 +41,9 @@ class ApprovalDialog(ModalScreen[tuple[str, str, bool] | None]):
             super().__init__()
             self.reason = reason
 
-    def __init__(self, workflow_id: str, request: dict[str, Any], approve: bool) -> None:
+    def __init__(self, data: ConsoleData, workflow_id: str, request: dict[str, Any], approve: bool) -> None:
         super().__init__()
+        self.data = data
         self.workflow_id = workflow_id
         self.request = request
         self.approve = approve
@@ -101,16 +98,11 @@ class ApprovalDialog(ModalScreen[tuple[str, str, bool] | None]):
 
     @work(thread=True, group="approval", exit_on_error=False)
     def _send(self, note: str | None) -> None:
-        console = cast("ReplaylogConsole", self.app)
         try:
-            with open_store(console.db_path, readonly=console.readonly) as store:  # this thread's own
-                store.answer_approval(self.workflow_id, approved=self.approve, by=operator_name(), note=note,
-                                      request=str(self.request.get("request")))
-        except ReplaylogError as exc:
+            self.data.answer_approval(self.workflow_id, str(self.request.get("request")), approved=self.approve,
+                                      note=note)
+        except ApprovalRefused as exc:
             self.post_message(self.Refused(str(exc)))
-            return
-        except Exception as exc:  # noqa: BLE001 - any failure is shown in place, never a crash
-            self.post_message(self.Refused(f"could not answer: {exc}"))
             return
         self.post_message(self.Answered())
 

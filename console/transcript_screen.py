@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -14,12 +14,9 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.data import TRANSCRIPT_SLOTS, TranscriptEntry, fetch_transcript
+from console.data import TRANSCRIPT_SLOTS, ConsoleData, TranscriptEntry
 from console.format import text
 from engine.text import printable
-
-if TYPE_CHECKING:
-    from console.app import ReplaylogConsole
 
 _MARKS = {"call": "▸", "approval": "?", "child": "⇢", "clock": "◷", "other": "·"}
 
@@ -47,8 +44,9 @@ class TranscriptScreen(ModalScreen[None]):
             super().__init__()
             self.reason = reason
 
-    def __init__(self, workflow_id: str) -> None:
+    def __init__(self, data: ConsoleData, workflow_id: str) -> None:
         super().__init__()
+        self.data = data
         self.workflow_id = workflow_id
 
     def compose(self) -> ComposeResult:
@@ -67,10 +65,8 @@ class TranscriptScreen(ModalScreen[None]):
 
     @work(thread=True, group="transcript", exit_on_error=False)
     def _fetch(self) -> None:
-        console = cast("ReplaylogConsole", self.app)
         try:
-            with console.open_store() as store:
-                entries, total = fetch_transcript(store, self.workflow_id)
+            entries, total = self.data.transcript(self.workflow_id)
         except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
             self.post_message(self.Failed(str(exc)))
             return

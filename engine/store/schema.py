@@ -83,6 +83,8 @@ def _create(conn: sqlite3.Connection) -> None:
     # A child workflow's parent (ctx.call_workflow): the child's verdict is delivered to it.
     conn.execute("ALTER TABLE workflows ADD COLUMN parent TEXT")
     conn.execute("CREATE INDEX workflows_parent ON workflows (parent) WHERE parent IS NOT NULL")
+    # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
+    conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 
