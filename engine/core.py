@@ -584,7 +584,12 @@ class Context:
         if fn is None:
             self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
             raise self.fatal
-        key = self._args_key(slot, name, args, kwargs) if checked else None
+        key = None
+        if checked:
+            try:
+                key = args_key(args, kwargs)  # inline, not through _args_key: once per live slot
+            except (TypeError, ValueError, RecursionError):
+                self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
         return self._run_activity(slot, name, fn, key, max_retries, args, kwargs)
 
     def _args_key(self, slot: int, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
