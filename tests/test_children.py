@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, cli_env, run_cli, wait_for
+from conftest import cli_env, run_cli
 from engine import Context, WorkflowState, run, signal
 from engine.errors import ChildWorkflowError
 from engine.store import open_store
@@ -115,29 +113,3 @@ def test_a_child_of_an_unknown_workflow_or_a_taken_id_fails_the_parent_and_write
         assert second.status == "failed" and f"a workflow with id {unknown!r} already exists" in (second.error or "")
         assert store.list_commands(unknown) == [] and store.list_commands(taken) == []
     assert workflow_ids(db) == sorted([unknown, taken])
-
-
-def test_kill_9_while_a_child_runs_starts_no_second_child(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
-    env = env_for(tmp_path)
-    wid = run_cli(db, "start", "parent_of_held", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen([sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "agent_app"],
-                              env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    try:
-        started = tmp_path / "ledger.jsonl"
-        assert wait_for(lambda: started.exists() and "in child" in started.read_text(), timeout=60), (
-            tmp_path / "worker.log").read_text()
-    finally:
-        worker.kill()
-        worker.wait(30)
-        log.close()
-    assert workflow_ids(db) == sorted([wid, f"{wid}.0"])
-    (tmp_path / "release").touch()
-    done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    with open_store(db, readonly=True) as store:
-        row = store.get_workflow(wid)
-        assert (row.status, row.result) == ("completed", {"from child": "in child"}), row.error
-        assert [c.kind for c in store.list_commands(wid)] == ["child"]
-    assert workflow_ids(db) == sorted([wid, f"{wid}.0"]) and runs(tmp_path, "in child") == 1

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT, cli_env, run_cli, wait_for
+from conftest import cli_env, run_cli
 from engine import Context, WorkflowState, dry_replay, run
 from engine.core import HOLE, CommandRecord
 from engine.store import open_store
@@ -165,41 +162,6 @@ def test_a_worker_runs_the_tasks_at_once(tmp_path: Path) -> None:
     with open_store(db) as store:
         row = store.get_workflow(wid)
         assert (row.status, row.result) == ("completed", ["a", "b"]), row.error
-
-
-def test_kill_9_in_the_middle_of_a_group_reruns_only_the_unrecorded_task(tmp_path: Path) -> None:
-    db = tmp_path / "p.db"
-    env = agent_env(tmp_path)
-    wid = run_cli(db, "start", "held_group", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen([sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "agent_app"],
-                              env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    try:
-        # The held task (slot 1) is running; the two after it finish and are committed at once,
-        # before it: each outcome is committed as it completes, not in slot order.
-        def later_tasks_committed() -> bool:
-            with open_store(db, readonly=True) as store:
-                return [c.slot for c in store.list_commands(wid)] == [0, 2, 3]
-
-        assert wait_for(later_tasks_committed, timeout=60), (tmp_path / "worker.log").read_text()
-        assert {"event": "start", "tag": "slow"} in [{k: e[k] for k in ("event", "tag")} for e in ledger(tmp_path)]
-    finally:
-        worker.kill()
-        worker.wait(30)
-        log.close()
-    with open_store(db) as store:
-        commands = store.load_state(wid).commands
-        assert commands[1] is HOLE and [c.value for c in commands[2:]] == ["fast", "fast2"]
-    (tmp_path / "release").touch()
-    done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    with open_store(db) as store:
-        row = store.get_workflow(wid)
-        assert (row.status, row.result) == ("completed", ["slow", "fast", "fast2"]), row.error
-        assert [c.slot for c in store.list_commands(wid)] == [0, 1, 2, 3, 4]
-    runs = [e["tag"] for e in ledger(tmp_path) if e["event"] == "run"]
-    assert sorted(runs) == ["after", "before", "fast", "fast2", "slow"]  # no recorded task ran twice
-    assert os.path.exists(db)
 
 
 def test_parallel_error_carries_each_outcome_through_a_worker(tmp_path: Path) -> None:
