@@ -92,9 +92,16 @@ def activity(fn: F | None = None, *, name: str | None = None, check_args: bool =
     return _mark_activity(fn, name, check_args)
 
 
+# The activities that opted out of the argument guard. A set, not an attribute: the guard
+# asks once per slot, and a membership test costs less than getattr with a default.
+_UNCHECKED: set[Callable[..., Any]] = set()
+
+
 def _mark_activity(fn: F, name: str | None, check_args: bool) -> F:
-    if not check_args:
-        fn._replaylog_check_args = False  # type: ignore[attr-defined]
+    if check_args:
+        _UNCHECKED.discard(fn)
+    else:
+        _UNCHECKED.add(fn)
     return _mark(fn, "activity", name)
 
 
@@ -572,7 +579,7 @@ class Context:
             name, fn = registered_name(fn_or_name), fn_or_name
         slot = self._cmd_index
         self._cmd_index = slot + 1
-        checked = fn is None or getattr(fn, "_replaylog_check_args", True)
+        checked = fn not in _UNCHECKED
         # A live slot of a healthy run needs none of the guard: past history, no dry run.
         if slot < self._history_len or self._dry_run or self.fatal is not None:
             rec = self._guard(slot, "activity", name)
@@ -726,7 +733,7 @@ class Context:
                 name, fn = t.fn_or_name, self._activities.get(t.fn_or_name)
             else:
                 name, fn = registered_name(t.fn_or_name), t.fn_or_name
-            checked = fn is None or getattr(fn, "_replaylog_check_args", True)
+            checked = fn not in _UNCHECKED
             hole = slot < self._history_len and self._commands[slot] is HOLE
             rec = None
             if hole:
