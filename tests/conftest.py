@@ -8,10 +8,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.store import Store, open_store
+
+if TYPE_CHECKING:
+    from pg_server import PGServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,10 +68,25 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "replaylog.db"
 
 
-# The store backends the store-level tests run on. A second backend (PostgreSQL) adds its
-# name here and a branch in `store_url`; every test that takes `store` or `store_url` then
-# runs on both.
-STORE_BACKENDS = ["sqlite"]
+# The store backends the store-level tests run on: every test that takes `store`,
+# `store_url` or `db` runs on each.
+STORE_BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PGServer]:
+    """One real PostgreSQL server per test process (pgserver: no root, no system packages)."""
+    from pg_server import PGServer
+
+    server = PGServer(tmp_path_factory.mktemp("pg"), durable=False)
+    yield server
+    server.server.cleanup()
+
+
+@pytest.fixture
+def pg_url(pg_server: PGServer) -> str:
+    """The URL of a fresh, empty PostgreSQL database."""
+    return pg_server.fresh_database()
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -76,7 +95,16 @@ def store_url(request: pytest.FixtureRequest, db_path: Path) -> str:
     backend = request.param
     if backend == "sqlite":
         return f"sqlite:///{db_path}"  # db_path is absolute: sqlite:////tmp/...
+    if backend == "postgresql":
+        url: str = request.getfixturevalue("pg_url")
+        return url
     raise pytest.UsageError(f"no test set-up for store backend {backend!r}")
+
+
+@pytest.fixture
+def db(store_url: str, db_path: Path) -> Path | str:
+    """A fresh database as the CLI's --db takes it, once per backend: a file path, or a PostgreSQL URL."""
+    return db_path if store_url.startswith("sqlite:") else store_url
 
 
 @pytest.fixture
