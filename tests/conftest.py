@@ -41,7 +41,7 @@ def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeou
                                        proc.stderr.decode(errors="replace"))
 
 
-def start_worker(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_worker(db: Path | str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `replaylog worker` on DB as a background subprocess."""
     return subprocess.Popen(
         [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet", *args],

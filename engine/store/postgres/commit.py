@@ -39,11 +39,7 @@ def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, 
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     kind, name, ok, value, error, attempts = rec
-    stored: str | None
-    if ok and error is None:
-        stored = dumps(value) if text is None else text
-    else:
-        stored = dumps(value) if ok else None
+    stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot,
             claim.base + slot, kind, name, bool(ok), stored, error, attempts, now)
 

@@ -168,6 +168,8 @@ class PGConnection:
                 backoff = min(BACKOFF_MAX, backoff * 2)
                 attempt += 1
                 continue
+            except psycopg.Error as exc:  # a bad statement or value: one line, the URL's password hidden
+                raise StoreError(f"{self.where}: {redact_text(_first_line(exc), self.url)}") from None
             if attempt:
                 _Outage.back(self.where)
             return result
