@@ -23,7 +23,15 @@ class PGServer:
         import pgserver
 
         self._pg = pgserver
-        self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        # Two test processes starting servers at once on a loaded machine: pg_ctl's
+        # start can time out; a second try finds the server up or starts it.
+        for attempt in range(3):
+            try:
+                self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+                break
+            except Exception:
+                if attempt == 2:
+                    raise
         self.pgdata = Path(pgdata)
         self.admin_url = self.server.get_uri()
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
@@ -39,16 +47,17 @@ class PGServer:
         self._pg.pg_ctl(["-w", *args], pgdata=self.pgdata, user=self.server.system_user, timeout=60)
 
     def restart(self) -> None:
-        """Stop and start the server (pg_ctl restart, fast shutdown): every connection is dropped."""
-        self._ctl("-m", "fast", "restart")
+        """Stop and start the server (fast shutdown): every connection is dropped."""
+        self.stop()
+        self.start()
 
     def stop(self) -> None:
         """Stop the server (fast shutdown)."""
         self._ctl("-m", "fast", "stop")
 
     def start(self) -> None:
-        """Start it again after `stop`."""
-        self._ctl("start")
+        """Start it again after `stop` (with pgserver's socket options)."""
+        self.server.ensure_postgres_running()
 
     def url(self, database: str) -> str:
         """The URL of a database on this server."""

@@ -114,6 +114,9 @@ class PGConnection:
                 conn.execute("SET default_transaction_read_only = on")
             if first:
                 check_schema(conn, self.where, readonly=self.readonly)
+        except psycopg.Error as exc:  # lost again while setting the session up: a reconnect tries again
+            conn.close()
+            raise StoreError(f"cannot connect to {self.where}: {redact_text(_first_line(exc), self.url)}") from None
         except BaseException:
             conn.close()
             raise
