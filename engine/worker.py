@@ -23,12 +23,14 @@ from pathlib import Path
 
 from engine.app import Registry
 from engine.core import CommandRecord, Context, Outcome, error_text, execute
+from engine.cpu_focus import CpuFocus
 from engine.errors import (
     ActivityError,
     LeaseLostError,
     NotADatabaseError,
     PayloadTooLargeError,
     ReplaylogError,
+    StoreBusyError,
     StoreError,
     UnknownWorkflowError,
 )
@@ -72,52 +74,12 @@ WAL_RESTART_WAIT = 1.0
 # A reader that never lets go (a stuck console) makes every RESTART fail, and each try
 # holds writers back for WAL_RESTART_WAIT: after a failed try, wait longer before the next.
 WAL_RESTART_BACKOFF_MAX = 60.0
-# Outcomes per group commit (a moving average) from which workflow threads are kept on
-# one CPU while they run engine code (see CpuFocus). Measured on 2 vCPUs: at 8 workflows
-# (~4.5 per commit) focusing gained nothing, at 16 (~8.5) it gained 10-15%, at 50 (~25)
-# 20-35%; below the crowd it cost up to 30% (a lone thread's fsync wake-up then must come
-# to that one CPU).
-CROWDED_COMMIT = 8.0
 # A run stopped by a BaseException from workflow or activity code (KeyboardInterrupt,
 # SystemExit, …) or by a worker error hands its workflow back, claimable again after this
 # many seconds, doubled for each such run in a row up to the maximum: code that is
 # interrupted every time costs a claim and a replay a minute, not a spinning worker.
 INTERRUPTED_BACKOFF = 1.0
 INTERRUPTED_BACKOFF_MAX = 60.0
-
-
-class CpuFocus:
-    """Keeps workflow threads on one CPU while many of them take turns committing.
-
-    Only one thread runs Python at a time (the GIL). When dozens of workflow threads
-    wait on group commits, every slot hands the GIL to another thread, and when that
-    thread sleeps on the other CPU the hand-off (a cross-CPU wake-up, an idle CPU
-    brought back, caches gone cold) cost more CPU than the slot's own work: a 2 vCPU
-    machine spent ~50 us per slot, of which ~25 were hand-offs. So while commits are
-    crowded, a workflow thread moves itself to one CPU (os.sched_setaffinity) after
-    its activity returns, for the commit and the engine code up to its next activity,
-    and moves back to every CPU before that activity runs: activities, and any process
-    they start, are never confined. A lone workflow is never moved.
-    """
-
-    def __init__(self, index: int) -> None:
-        allowed = sorted(os.sched_getaffinity(0))
-        self.spread: set[int] = set(allowed)
-        # Worker processes on one machine (`--processes`, or several workers) should not
-        # all crowd onto the same CPU: pick by pid.
-        self.one: set[int] = {allowed[index % len(allowed)]}
-
-    @staticmethod
-    def create(enabled: bool) -> CpuFocus | None:
-        """A focus for this process, or None where it cannot work (one CPU, not Linux)."""
-        if not enabled or not hasattr(os, "sched_setaffinity"):
-            return None
-        try:
-            if len(os.sched_getaffinity(0)) < 2:
-                return None
-            return CpuFocus(os.getpid())
-        except OSError:
-            return None
 
 
 class _Thread:
@@ -227,7 +189,7 @@ class Committer:
         self.batches = 0
         self.commits = 0
         # Outcomes per commit, a moving average (updated by the committing thread only;
-        # others read it, and a stale read only delays CpuFocus by a commit).
+        # others read it, and a stale read only delays CpuFocus (engine.cpu_focus) by a commit).
         self.crowd = 0.0
 
     def start(self) -> None:
@@ -410,7 +372,7 @@ class Worker:
         concurrency: workflows run at once (one thread each).
         ttl: lease length in seconds; renewed while a workflow runs.
         track_inflight: record that an activity started before running it.
-        focus_cpu: while commits are crowded, run engine code on one CPU (CpuFocus).
+        focus_cpu: while commits are crowded, run engine code on one CPU (engine.cpu_focus).
         clock: the live clock for `ctx.now()`.
         max_payload: the cap in bytes on every value recorded (else $REPLAYLOG_MAX_PAYLOAD, else
             1 MiB): an activity result over it is recorded as that activity's failure, a
@@ -442,10 +404,8 @@ class Worker:
         self.ttl = ttl
         self.poll = poll
         self.track_inflight = track_inflight
-        self.focus_cpu = focus_cpu
-        # Outcomes per commit from which commits count as crowded (CpuFocus).
-        self.crowded_commit = CROWDED_COMMIT
-        self._focus: CpuFocus | None = None
+        # Engine code on one CPU while commits are crowded; None when off or not possible.
+        self.focus = CpuFocus.create(focus_cpu)
         self.clock = clock
         # The cap on every value recorded (activity results, the workflow's result), as on inputs.
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
@@ -466,8 +426,8 @@ class Worker:
         # in files beside it, dead owners by pid, WAL upkeep. None on a server's store.
         self._local: Path | None = None
         self.completed = 0
-        self.checkpoints = 0
         self._wal_backoff = WAL_CHECK
+        self._busy_quiet_until = 0.0  # a busy database is logged at most once a minute
         # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
         self.left_unknown: dict[str, int] = {}
         # Set when the database turns out to be damaged: run() raises it after stopping.
@@ -515,7 +475,6 @@ class Worker:
                 self._board.close(remove=True)
             store.close()
             raise
-        self._focus = CpuFocus.create(self.focus_cpu)
         self.committer.start()
         try:
             self._loop(store, until_idle)
@@ -573,12 +532,23 @@ class Worker:
                 next_lapse_check = now + LAPSE_CHECK
                 next_small_claim = now + CLAIM_COALESCE
                 if store.has_claimable(dead, self.names):
-                    for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
-                                             names=self.names):
+                    try:
+                        claims = store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
+                                             names=self.names)
+                    except StoreBusyError as exc:
+                        self._busy(exc)  # nothing was claimed: look again on a later pass
+                        claims, last_version = [], -1
+                    for claim in claims:
                         self._launch(claim)
             if now >= next_renew:
-                self._renew(store)
-                next_renew = now + self.ttl / 3
+                try:
+                    self._renew(store)
+                    next_renew = now + self.ttl / 3
+                except StoreBusyError as exc:
+                    # Commits kept the write lock past the busy timeout (a burst of them can
+                    # starve this connection): the leases stand until they lapse, try again soon.
+                    self._busy(exc)
+                    next_renew = now + min(self.ttl / 10, 1.0)
             if now >= next_wal_check and self._local is not None:
                 next_wal_check = now + self._bound_wal(store)
             if until_idle and not self._active and not store.has_runnable(self.names):
@@ -639,13 +609,19 @@ class Worker:
             # Only a missed chance to shrink the WAL: a later look tries again.
             log.warning("WAL checkpoint failed: %s", exc)
             busy, frames, copied = 1, -1, -1
-        self.checkpoints += 1
         log.debug("WAL checkpoint: busy=%s frames=%s copied=%s", busy, frames, copied)
         if not busy:
             self._wal_backoff = WAL_CHECK
             return WAL_CHECK
         self._wal_backoff = min(WAL_RESTART_BACKOFF_MAX, max(WAL_CHECK, self._wal_backoff) * 2)
         return self._wal_backoff
+
+    def _busy(self, exc: StoreBusyError) -> None:
+        """A claim or renewal found the database locked too long: say so once a streak, go on."""
+        now = time.monotonic()
+        if now >= self._busy_quiet_until:
+            log.warning("%s; the worker goes on and tries again", exc)
+        self._busy_quiet_until = now + 60.0
 
     def _renew(self, store: WorkerStore) -> None:
         with self._lock:
@@ -736,20 +712,6 @@ class Worker:
             if not finishing:
                 self._wake.set()
 
-    def _refocus(self, me: _Thread, one: bool) -> None:
-        """Move this workflow thread to the focus CPU (one=True) or back to all of them."""
-        focus = self._focus
-        if focus is None:
-            me.focused = False
-            return
-        try:
-            os.sched_setaffinity(0, focus.one if one else focus.spread)
-        except OSError as exc:  # the CPUs allowed changed under us (a cgroup, taskset): stop focusing
-            self._focus = None
-            log.warning("stopped moving workflow threads between CPUs: %s", exc)
-            return
-        me.focused = one
-
     def _keep_mark(self, store: WorkerStore, me: _Thread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
 
@@ -809,7 +771,7 @@ class Worker:
         try:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:
-            return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}")
+            return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}", error_kind="engine")
         # The claim loaded a short history along with its batch; a long one is loaded here.
         state = claim.state if claim.state is not None else store.load_state(claim.id)
         if self._stopping.is_set():
@@ -826,12 +788,12 @@ class Worker:
             write_mark = _store_marks(store, claim)  # a server's store: where every host sees it
         prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
         clock = time.time
-        crowded = self.crowded_commit
+        focus = self.focus
         cap = self.max_payload
 
         def record(slot: int, rec: CommandRecord) -> None:
-            if committer.crowd >= crowded and self._focus is not None and not me.focused:
-                self._refocus(me, True)
+            if focus is not None:
+                focus.engine_code(me, committer.crowd)
             # The value is encoded here, once: its size is checked against the cap before
             # anything is committed, and the store writes this text without encoding again.
             # (A clock read is a float: never near a cap, and the store encodes it.)
@@ -871,8 +833,8 @@ class Worker:
             # Stop between slots: the slot before this one is already committed.
             if stopping.up:
                 raise WorkerStopping()
-            if me.focused:
-                self._refocus(me, False)  # the activity, and whatever it starts, may use every CPU
+            if me.focused and focus is not None:
+                focus.activity(me)  # the activity, and whatever it starts, may use every CPU
             if write_mark is not None:
                 # Before the activity runs; `attempt` counts on from the starts of earlier
                 # runs (crashed workers included). No commit and no wait (engine.marks).
@@ -903,5 +865,5 @@ class Worker:
             size = encode_value(outcome.result)[1]
             if size > cap:
                 error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
-                return replace(outcome, status="failed", result=None, error=error)
+                return replace(outcome, status="failed", result=None, error=error, error_kind="engine")
         return outcome

@@ -50,8 +50,8 @@ def _run(db: Path, workflows: int, *, crowded_at: float | None = None, focus: bo
         for _ in range(workflows):
             store.start_workflow("hops", 6)
     worker = Worker(db, Registry.from_module(sys.modules[__name__]), focus_cpu=focus)
-    if crowded_at is not None:
-        worker.crowded_commit = crowded_at
+    if crowded_at is not None and worker.focus is not None:
+        worker.focus.crowded_at = crowded_at
     worker.run(until_idle=True)
     assert worker.completed == workflows
     assert len(SEEN["activity"]) == len(SEEN["engine"]) == 6 * workflows
@@ -72,11 +72,13 @@ def test_crowded_commits_keep_engine_code_on_one_cpu_and_activities_on_all(tmp_p
 def test_a_lone_workflow_is_never_moved(tmp_path: Path) -> None:
     every = frozenset(os.sched_getaffinity(0))
     worker = _run(tmp_path / "l.db", 1)
-    assert worker.committer.crowd < worker.crowded_commit  # one outcome per commit
+    assert worker.focus is not None
+    assert worker.committer.crowd < worker.focus.crowded_at  # one outcome per commit
     assert set(SEEN["engine"]) == set(SEEN["activity"]) == {every}
 
 
 def test_no_cpu_focus_never_moves_a_thread(tmp_path: Path) -> None:
     every = frozenset(os.sched_getaffinity(0))
-    _run(tmp_path / "n.db", 3, crowded_at=0.0, focus=False)
+    worker = _run(tmp_path / "n.db", 3, crowded_at=0.0, focus=False)
+    assert worker.focus is None
     assert set(SEEN["engine"]) == set(SEEN["activity"]) == {every}

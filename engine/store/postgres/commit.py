@@ -66,12 +66,13 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         if arrived and arrived[0]:
             status, blocked_on = "pending", None
     cur = conn.execute(
-        "UPDATE workflows SET status = %s, blocked_on = %s, result = %s, error = %s, diagnostic = %s,"
+        "UPDATE workflows SET status = %s, blocked_on = %s, result = %s, error = %s, diagnostic = %s, error_kind = %s,"
         " lease_owner = NULL, lease_expires = NULL, updated_at = %s, interruptions = 0, retry_at = NULL,"
         " worker_error = CASE WHEN %s IN ('completed', 'failed') THEN NULL ELSE worker_error END"
         " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
         (status, blocked_on, dumps(outcome.result) if status == "completed" else None, outcome.error,
-         dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None, now, status,
+         dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
+         outcome.error_kind if status == "failed" else None, now, status,
          claim.id, claim.owner, claim.epoch))
     # Refused: the lease is gone; or, after a lost answer, this very verdict was written
     # (nobody has claimed the workflow since: a claim bumps the epoch).
