@@ -636,6 +636,8 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
     """Open the operator console (a terminal UI) on the database."""
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
+    if isinstance(settings.db, str):  # its title bar and change watcher read a file (docs/postgres.md)
+        fail("the console does not run on PostgreSQL yet; use list, show and signal there")
     from console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
@@ -649,6 +651,8 @@ def demo(settings: Settings, no_console: bool) -> None:
     """Seed a demo database with workflows in every state, run a worker, open the console."""
     from replaylog.demo import run_demo
 
+    if isinstance(settings.db, str):
+        fail("the demo seeds a SQLite file; give --db a file path")
     run_demo(settings.db, open_console=not no_console, echo=_echo_err)
 
 

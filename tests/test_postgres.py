@@ -235,3 +235,9 @@ def test_store_errors_are_one_line(pg_url: str) -> None:
     with open_store(pg_url) as s, pytest.raises(StoreError) as err:
         s.list_workflows(sort="nope")
     assert "\n" not in str(err.value)
+
+
+def test_the_console_and_demo_refuse_postgresql_in_one_line_for_now(pg_url: str) -> None:
+    for command in ("console", "demo"):
+        proc = run_cli(pg_url, command)
+        assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
