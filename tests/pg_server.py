@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,19 @@ class PGServer:
         self._ctl("-m", "fast", "stop")
 
     def start(self) -> None:
-        """Start it again after `stop` (with pgserver's socket options)."""
-        self.server.ensure_postgres_running()
+        """Start it again after `stop` (with pgserver's socket options).
+
+        pgserver gives pg_ctl 10 s; on a loaded machine a start can take longer, and the
+        server may come up after pg_ctl gave up: look again rather than fail.
+        """
+        for attempt in range(5):
+            try:
+                self.server.ensure_postgres_running()
+                return
+            except Exception:
+                if attempt == 4:
+                    raise
+                time.sleep(2)
 
     def url(self, database: str) -> str:
         """The URL of a database on this server."""
