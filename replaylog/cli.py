@@ -636,8 +636,6 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
     """Open the operator console (a terminal UI) on the database."""
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
-    if isinstance(settings.db, str):  # its title bar and change watcher read a file (docs/postgres.md)
-        fail("the console does not run on PostgreSQL yet; use list, show and signal there")
     from console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()

@@ -11,9 +11,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
 from pg_server import PGServer
+from rich.text import Text
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
+from console.data import SignalRefused
+from console.paged_table import PagedTable
 from engine.core import CommandRecord, Outcome
 from engine.errors import ReadOnlyError, SchemaVersionError, StoreError
 from engine.store import PendingRecord, open_store, redact_url
@@ -237,7 +241,26 @@ def test_store_errors_are_one_line(pg_url: str) -> None:
     assert "\n" not in str(err.value)
 
 
-def test_the_console_and_demo_refuse_postgresql_in_one_line_for_now(pg_url: str) -> None:
-    for command in ("console", "demo"):
-        proc = run_cli(pg_url, command)
-        assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+def test_the_demo_refuses_postgresql_in_one_line(pg_url: str) -> None:
+    proc = run_cli(pg_url, "demo")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@async_test
+async def test_the_readonly_console_on_postgresql_refreshes_on_notification_and_hides_the_password(
+        pg_server: PGServer, pg_url: str) -> None:
+    url = with_password(pg_server, pg_url)
+    with open_store(url) as store:
+        store.start_workflow("refund", 1, workflow_id="first")
+    app = make_app(url, readonly=True, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        assert column(table, "id") == ["first"]
+        title = app.screen.topbar(Text("")).plain  # type: ignore[attr-defined]
+        assert "s3cret" not in title and "postgresql://ops:***@/" in title and "read-only" in title
+        with open_store(url) as store:  # another process starts one: NOTIFY, the console's token moves
+            store.start_workflow("refund", 2, workflow_id="second")
+        assert await wait_until(pilot, lambda: sorted(column(table, "id")) == ["first", "second"])
+        with pytest.raises(SignalRefused, match="read-only"):
+            app.data.send_signal("first", "go", 1)
