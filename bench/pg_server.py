@@ -33,6 +33,9 @@ class PGServer:
             except Exception:
                 if attempt == 2:
                     raise
+                # pgserver caches the handle per folder: a failed one must not be handed back.
+                pgserver.PostgresServer._instances.pop(Path(pgdata).expanduser().resolve(), None)
+                time.sleep(2)
         self.pgdata = Path(pgdata)
         self.admin_url = self.server.get_uri()
         with psycopg.connect(self.admin_url, autocommit=True) as conn:

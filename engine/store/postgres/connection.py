@@ -44,6 +44,10 @@ BACKOFF_MAX = 2.0
 _RETRY_IN_PLACE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
 
+class _LostDuringSetUp(StoreError):
+    """The connection was made, then lost before the session was set up: worth another try."""
+
+
 class _Outage:
     """Says once per outage that the connection was lost, and once that it is back (process-wide)."""
 
@@ -95,7 +99,21 @@ class PGConnection:
         self._version = 0
         self._listener: threading.Thread | None = None
         self._closing = threading.Event()
-        self._conn: Conn = self._connect(first=True)
+        self._conn: Conn = self._open()
+
+    def _open(self) -> Conn:
+        """The first connection. A server that cannot be reached fails at once (one line for the
+        command line); a session lost while it was being set up (a terminated backend) is tried again."""
+        deadline = time.monotonic() + RECONNECT_FOR
+        backoff = BACKOFF_FIRST
+        while True:
+            try:
+                return self._connect(first=True)
+            except _LostDuringSetUp:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(backoff)
+                backoff = min(BACKOFF_MAX, backoff * 2)
 
     # -- opening
 
@@ -115,8 +133,10 @@ class PGConnection:
             if first:
                 check_schema(conn, self.where, readonly=self.readonly)
         except psycopg.Error as exc:  # lost again while setting the session up: a reconnect tries again
+            lost = connection_lost(exc, conn)
             conn.close()
-            raise StoreError(f"cannot connect to {self.where}: {redact_text(_first_line(exc), self.url)}") from None
+            message = f"cannot connect to {self.where}: {redact_text(_first_line(exc), self.url)}"
+            raise (_LostDuringSetUp if lost else StoreError)(message) from None
         except BaseException:
             conn.close()
             raise
