@@ -60,19 +60,13 @@ class PGServer:
         self._ctl("-m", "fast", "stop")
 
     def start(self) -> None:
-        """Start it again after `stop` (with pgserver's socket options).
+        """Start it again after `stop`: pg_ctl with pgserver's options (no TCP, the socket in pgdata).
 
-        pgserver gives pg_ctl 10 s; on a loaded machine a start can take longer, and the
-        server may come up after pg_ctl gave up: look again rather than fail.
+        pg_ctl -w waits until the server accepts connections (pgserver's own start reads
+        postmaster.pid while the server writes it, and can fail on a loaded machine).
         """
-        for attempt in range(5):
-            try:
-                self.server.ensure_postgres_running()
-                return
-            except Exception:
-                if attempt == 4:
-                    raise
-                time.sleep(2)
+        socket_dir = self.admin_url.split("host=", 1)[1].split("&", 1)[0]
+        self._ctl("-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.pgdata / "log"), "start")
 
     def url(self, database: str) -> str:
         """The URL of a database on this server."""

@@ -193,9 +193,22 @@ class PGLeases(PGConnection):
     # -- start marks: in the database, where every host sees them
 
     def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
-        """Record, before an activity runs, that it started (if the claim still holds the lease)."""
-        self._run(lambda c, _: c.execute(
-            _MARK, (slot, name, attempts, started_at, claim.id, claim.owner, claim.epoch)), write=True)
+        """Record, before an activity runs, that it started (if the claim still holds the lease).
+
+        Committed without waiting for the WAL flush (synchronous_commit off for this one
+        transaction), in one round trip: a mark survives the worker's death, as the mmap
+        marks do on SQLite, and like them may be lost with a server crash (it only ever
+        says "possibly ran"). Waiting for the flush halved a lone workflow's slots/s
+        (107 against 397 slots/s with and without marks, measured on 2 vCPUs).
+        """
+        params = (slot, name, attempts, started_at, claim.id, claim.owner, claim.epoch)
+
+        def mark(conn: Conn, _: int) -> None:
+            with conn.pipeline(), conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit = off")
+                conn.execute(_MARK, params)
+
+        self._run(mark, write=True)
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep start marks in the inflight table where they still say something; return how many."""
