@@ -56,8 +56,19 @@ class PGServer:
         self.start()
 
     def stop(self) -> None:
-        """Stop the server (fast shutdown)."""
-        self._ctl("-m", "fast", "stop")
+        """Stop the server (fast shutdown); tried again while it still answers."""
+        for attempt in range(5):
+            try:
+                self._ctl("-m", "fast", "stop")
+                return
+            except Exception:
+                try:
+                    psycopg.connect(self.admin_url, connect_timeout=2).close()
+                except psycopg.OperationalError:
+                    return  # it is down
+                if attempt == 4:
+                    raise
+                time.sleep(1)
 
     def start(self) -> None:
         """Start it again after `stop`: pg_ctl with pgserver's options (no TCP, the socket in pgdata).

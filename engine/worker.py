@@ -125,6 +125,15 @@ class WorkerStopping(BaseException):
     """Raised in a workflow thread when the worker stops: the workflow is handed back."""
 
 
+class _CommitFailed(BaseException):
+    """A commit of an outcome raised (the store failed): a BaseException, so that workflow code
+    cannot catch it and the core cannot take it for the workflow's own failure."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
 class _RunInterrupted(BaseException):
     """A run stopped by a BaseException that is not the engine's own, and where it was raised."""
 
@@ -820,7 +829,11 @@ class Worker:
                 if fitted is not error:
                     refused = fitted
                     rec = rec._replace(error=fitted)
-            if not commit(claim, slot, rec, text):
+            try:
+                written = commit(claim, slot, rec, text)
+            except Exception as exc:  # the store failed: not the workflow's outcome
+                raise _CommitFailed(exc) from exc
+            if not written:
                 raise LeaseLostError(claim.id)
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
             if stopping.up:
@@ -851,6 +864,8 @@ class Worker:
         )
         try:
             outcome = execute(fn, ctx, state)
+        except _CommitFailed as failed:
+            raise failed.exc from None  # a worker error: the workflow is handed back (_run_one)
         except (WorkerStopping, LeaseLostError, Exception):
             raise
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back

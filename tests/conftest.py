@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,9 +80,14 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PGServer]:
     """One real PostgreSQL server per test process (pgserver: no root, no system packages)."""
     from pg_server import PGServer
 
-    server = PGServer(tmp_path_factory.mktemp("pg"), durable=False)
+    # A folder of our own, not pytest's: run as root, pgserver starts the server as another
+    # user, and pytest's 0700 temp folders (and its cleanup of old ones) get in its way.
+    base = Path(tempfile.mkdtemp(prefix="replaylog-pg-"))
+    base.chmod(0o755)
+    server = PGServer(base / "pg", durable=False)
     yield server
     server.server.cleanup()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -182,3 +182,36 @@ def test_signal_sent_while_running_is_not_lost(db: Path | str, tmp_path: Path) -
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
+
+
+def test_a_commit_the_store_refuses_hands_the_workflow_back_instead_of_failing_it(db_path: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A store error while committing an outcome is the worker's failure, not the workflow's outcome.
+
+    SQLite-only set-up: a trigger makes the database refuse slot 2 (on PostgreSQL the same
+    path is taken by a commit that fails after its connection could not be got back).
+    """
+    import sqlite3
+
+    env = env_for(tmp_path)
+    (wid,) = start_many(db_path, 1, 5, env)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON commands WHEN NEW.slot_key % 4294967296 = 2"
+                     " BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+    worker = start_worker(db_path, "--app", APP, env=env)
+    try:
+        def error() -> str:
+            with open_store(db_path, readonly=True) as s:
+                return s.get_workflow(wid).worker_error or ""
+
+        assert wait_for(lambda: "refused by the test" in error(), timeout=60)
+        with open_store(db_path, readonly=True) as s:
+            assert s.get_workflow(wid).status != "failed"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("DROP TRIGGER boom")
+    done = run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert statuses(db_path) == {wid: "completed"}

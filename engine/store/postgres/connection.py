@@ -78,7 +78,11 @@ def connection_lost(exc: BaseException, conn: Conn | None) -> bool:
     if isinstance(exc, pg_errors.AdminShutdown | pg_errors.CrashShutdown | pg_errors.CannotConnectNow):
         return True
     if isinstance(exc, psycopg.OperationalError):
-        return conn is None or conn.broken or conn.closed
+        # No SQLSTATE: the client lost the server (a closed socket, a pipeline cut short);
+        # class 08: a connection exception; 57P: the server is shutting down or restarting.
+        state = getattr(exc, "sqlstate", None)
+        return (conn is None or conn.broken or conn.closed or state is None
+                or state.startswith(("08", "57P")))
     return isinstance(exc, psycopg.InterfaceError) and (conn is None or conn.closed)
 
 
