@@ -26,7 +26,7 @@ from textual.worker import get_current_worker
 
 from console.commands import WorkflowCommands
 from console.goto_dialog import GoToDialog
-from console.help_screen import HelpScreen
+from console.help_screen import HelpScreen, HelpSection
 from console.paged_table import PagedTable
 from console.signal_dialog import SignalDialog
 from console.slot_screen import SlotScreen
@@ -232,15 +232,19 @@ class ReplaylogConsole(App[None]):
             workflow_id, name, seq = result
             self.notify(f"signal #{seq} {name!r} sent to {workflow_id}", title="Signal sent", markup=False)
 
+    @classmethod
+    def help_sections(cls) -> list[HelpSection]:
+        """Every screen's key bindings under a heading: the `?` help and docs/console.md are made from them."""
+        palette = Binding(cls.COMMAND_PALETTE_BINDING, "command_palette", tooltip=PALETTE_HELP)
+        return [("everywhere", [*cls.BINDINGS, palette, *PagedTable.BINDINGS]),
+                ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
+                ("value view", SlotScreen.BINDINGS),
+                ("signal dialog", SignalDialog.BINDINGS)]
+
     def action_help(self) -> None:
         """Show the key map."""
         if not isinstance(self.screen, HelpScreen) and not self.exiting:
-            palette = Binding(self.COMMAND_PALETTE_BINDING, "command_palette", tooltip=PALETTE_HELP)
-            sections = [("everywhere", [*self.BINDINGS, palette, *PagedTable.BINDINGS]),
-                        ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
-                        ("value view", SlotScreen.BINDINGS),
-                        ("signal dialog", SignalDialog.BINDINGS)]
-            self.push_screen(HelpScreen(sections, readonly=self.readonly,
+            self.push_screen(HelpScreen(self.help_sections(), readonly=self.readonly,
                                         code=self.registry.spec if self.registry else None))
 
     def action_goto(self) -> None:
