@@ -76,6 +76,10 @@ class StoreError(ReplaylogError):
     """Root of the log store's refusals."""
 
 
+class StoreBusyError(StoreError):
+    """Other writers held the database past the busy timeout; the same write may succeed later."""
+
+
 class UnknownWorkflowIdError(StoreError):
     """No workflow has that id."""
 

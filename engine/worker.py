@@ -30,6 +30,7 @@ from engine.errors import (
     NotADatabaseError,
     PayloadTooLargeError,
     ReplaylogError,
+    StoreBusyError,
     StoreError,
     UnknownWorkflowError,
 )
@@ -411,6 +412,7 @@ class Worker:
         self._board: MarkBoard | None = None
         self.completed = 0
         self._wal_backoff = WAL_CHECK
+        self._busy_quiet_until = 0.0  # a busy database is logged at most once a minute
         # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
         self.left_unknown: dict[str, int] = {}
         # Set when the database turns out to be damaged: run() raises it after stopping.
@@ -507,12 +509,23 @@ class Worker:
                 next_lapse_check = now + LAPSE_CHECK
                 next_small_claim = now + CLAIM_COALESCE
                 if store.has_claimable(dead, self.names):
-                    for claim in store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
-                                             names=self.names):
+                    try:
+                        claims = store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
+                                             names=self.names)
+                    except StoreBusyError as exc:
+                        self._busy(exc)  # nothing was claimed: look again on a later pass
+                        claims, last_version = [], -1
+                    for claim in claims:
                         self._launch(claim)
             if now >= next_renew:
-                self._renew(store)
-                next_renew = now + self.ttl / 3
+                try:
+                    self._renew(store)
+                    next_renew = now + self.ttl / 3
+                except StoreBusyError as exc:
+                    # Commits kept the write lock past the busy timeout (a burst of them can
+                    # starve this connection): the leases stand until they lapse, try again soon.
+                    self._busy(exc)
+                    next_renew = now + min(self.ttl / 10, 1.0)
             if now >= next_wal_check:
                 next_wal_check = now + self._bound_wal(store)
             if until_idle and not self._active and not store.has_runnable(self.names):
@@ -579,6 +592,13 @@ class Worker:
             return WAL_CHECK
         self._wal_backoff = min(WAL_RESTART_BACKOFF_MAX, max(WAL_CHECK, self._wal_backoff) * 2)
         return self._wal_backoff
+
+    def _busy(self, exc: StoreBusyError) -> None:
+        """A claim or renewal found the database locked too long: say so once a streak, go on."""
+        now = time.monotonic()
+        if now >= self._busy_quiet_until:
+            log.warning("%s; the worker goes on and tries again", exc)
+        self._busy_quiet_until = now + 60.0
 
     def _renew(self, store: WorkerStore) -> None:
         with self._lock:

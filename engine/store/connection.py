@@ -15,7 +15,14 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Self
 
-from engine.errors import NotADatabaseError, PayloadTooLargeError, ReadOnlyError, StoreError, ValueNotJSONError
+from engine.errors import (
+    NotADatabaseError,
+    PayloadTooLargeError,
+    ReadOnlyError,
+    StoreBusyError,
+    StoreError,
+    ValueNotJSONError,
+)
 from engine.store.fence import CommitFence
 from engine.store.rows import default_max_payload, encode_value, over_cap
 from engine.store.schema import check_schema, refuse_foreign
@@ -145,6 +152,8 @@ class SQLiteConnection:
         msg = str(exc)
         if "readonly" in msg or "read-only" in msg:
             return ReadOnlyError(f"database {self.path} cannot be written: {msg}")
+        if "locked" in msg or "busy" in msg:
+            return StoreBusyError(f"database {self.path}: {msg}")
         return StoreError(f"database {self.path}: {msg}")
 
     @contextmanager
