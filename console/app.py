@@ -1,19 +1,19 @@
 """ReplaylogConsole: the operator console's App.
 
-The app owns the database path and the change detector; screens own what they show.
-A single long-lived thread worker polls `PRAGMA data_version` on its own connection
-(the number is only comparable on one connection) and posts `DatabaseChanged`; the
-screen in view then re-queries only what it shows.
+The app owns the data layer (console.data) and the change detector; screens own what
+they show. A single long-lived thread worker polls `PRAGMA data_version` on its own
+connection (the number is only comparable on one connection) and posts
+`DatabaseChanged`; the screen in view then re-queries only what it shows. The app hands
+the data layer down to the screens it opens and answers the messages they post up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.console import RenderableType
@@ -25,15 +25,16 @@ from textual.message import Message
 from textual.worker import get_current_worker
 
 from console.commands import WorkflowCommands
+from console.data import ConsoleData, is_transient
 from console.goto_dialog import GoToDialog
 from console.help_screen import HelpScreen, HelpSection
+from console.live_screen import LiveScreen
 from console.paged_table import PagedTable
 from console.signal_dialog import SignalDialog
 from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import Registry
-from engine.store import ReaderStore, open_store
 from engine.text import printable
 
 # Well under the one second the issue allows, and a data_version read is a read of
@@ -74,12 +75,11 @@ class ReplaylogConsole(App[None]):
     class DatabaseChanged(Message):
         """Another connection committed to the database since the last look."""
 
+    @dataclass
     class DatabaseUnreadable(Message):
         """The watcher cannot read the database (it keeps retrying)."""
 
-        def __init__(self, reason: str) -> None:
-            super().__init__()
-            self.reason = reason
+        reason: str
 
     class DatabaseReadable(Message):
         """The watcher can read the database again after DatabaseUnreadable."""
@@ -94,27 +94,16 @@ class ReplaylogConsole(App[None]):
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         super().__init__()
-        self.db_path = Path(db_path)
-        self.readonly = readonly
-        self.registry = registry
-        self.clock = clock
+        self.data = ConsoleData(db_path, readonly=readonly, registry=registry, clock=clock)
         self.poll_interval = poll_interval
         self.changes_seen = 0
         self.exiting = False
         self.database_problem: str | None = None  # why the watcher cannot read the database, if it cannot
         self._heap_frozen = False
 
-    def open_store(self) -> ReaderStore:
-        """A new read-only store on this thread's own connection, for the screens' reads.
-
-        Read-only even when the console may write (signals open their own store): a read
-        must never create an empty database where the real one was moved away or deleted.
-        """
-        return open_store(self.db_path, readonly=True)
-
     def on_mount(self) -> None:
         """Show the workflow list and start watching the database."""
-        self.push_screen(WorkflowsScreen())
+        self.push_screen(WorkflowsScreen(self.data))
         self._watch_database()
         gc.freeze()  # the modules and the app (see on_workflows_screen_page_loaded)
 
@@ -148,7 +137,7 @@ class ReplaylogConsole(App[None]):
         # This thread is the console's only way of hearing about commits, so it must outlive
         # any error: it says once that the database cannot be read, and keeps trying.
         worker = get_current_worker()
-        watch = _Watch(self.db_path)
+        watch = self.data.watch()
         failures = 0
         reported: str | None = None
         try:
@@ -160,8 +149,7 @@ class ReplaylogConsole(App[None]):
                     failures += 1
                     reason = printable(str(exc) or type(exc).__name__, oneline=True)
                     # A lock held by a writer clears by itself: say nothing unless it lasts.
-                    transient = "locked" in reason or "busy" in reason
-                    if reason != reported and (not transient or failures >= UNREADABLE_AFTER):
+                    if reason != reported and (not is_transient(exc) or failures >= UNREADABLE_AFTER):
                         reported = reason
                         self.post_message(self.DatabaseUnreadable(reason))
                     delay = min(self.poll_interval * 2 ** failures, MAX_RETRY_INTERVAL)
@@ -199,15 +187,14 @@ class ReplaylogConsole(App[None]):
         self.changes_seen += 1
         top = self.screen
         for screen in self.screen_stack:
-            changed = getattr(screen, "database_changed", None)
-            if changed is not None:
+            if isinstance(screen, LiveScreen):
                 visible = screen is top or (top.is_modal and screen is self.screen_stack[-2])
-                changed(visible=visible)
+                screen.database_changed(visible=visible)
 
     @property
     def busy(self) -> bool:
         """Whether any screen is still loading what it shows (tests wait for this to clear)."""
-        return any(getattr(screen, "busy", False) for screen in self.screen_stack)
+        return any(screen.busy for screen in self.screen_stack if isinstance(screen, LiveScreen))
 
     def exit(self, result: None = None, return_code: int = 0, message: RenderableType | None = None) -> None:
         """Quit; from here on no key opens a screen (keys typed after `q` arrive while the app closes)."""
@@ -219,13 +206,13 @@ class ReplaylogConsole(App[None]):
     def open_workflow(self, workflow_id: str) -> None:
         """Show one workflow."""
         if not self.exiting:
-            self.push_screen(WorkflowScreen(workflow_id))
+            self.push_screen(WorkflowScreen(self.data, workflow_id))
 
     def open_signal_dialog(self, workflow_id: str, default_name: str | None) -> None:
         """Ask for a signal to send, unless the console is read-only (then there is no write path)."""
-        if self.readonly or self.exiting:
+        if self.data.readonly or self.exiting:
             return
-        self.push_screen(SignalDialog(workflow_id, default_name or ""), self._signal_sent)
+        self.push_screen(SignalDialog(self.data, workflow_id, default_name or ""), self._signal_sent)
 
     def _signal_sent(self, result: tuple[str, str, int] | None) -> None:
         if result is not None:
@@ -241,11 +228,33 @@ class ReplaylogConsole(App[None]):
                 ("value view", SlotScreen.BINDINGS),
                 ("signal dialog", SignalDialog.BINDINGS)]
 
+    def on_workflows_screen_workflow_chosen(self, message: WorkflowsScreen.WorkflowChosen) -> None:
+        """The list chose a workflow: show it."""
+        self.open_workflow(message.workflow_id)
+
+    def on_live_screen_signal_requested(self, message: LiveScreen.SignalRequested) -> None:
+        """A screen asked to send a signal: open the dialog."""
+        self.open_signal_dialog(message.workflow_id, message.default_name)
+
+    def on_workflow_commands_go_to_asked(self, _message: WorkflowCommands.GoToAsked) -> None:
+        """The palette's "Go to workflow id…"."""
+        self.action_goto()
+
+    def on_workflow_commands_workflow_chosen(self, message: WorkflowCommands.WorkflowChosen) -> None:
+        """The palette found a workflow and the operator chose it."""
+        self.open_workflow(message.workflow_id)
+
+    def on_workflow_commands_status_chosen(self, message: WorkflowCommands.StatusChosen) -> None:
+        """The palette's "Show <status> workflows": back to the list, filtered."""
+        while len(self.screen_stack) > 2 and not isinstance(self.screen, WorkflowsScreen):
+            self.pop_screen()
+        if isinstance(self.screen, WorkflowsScreen):
+            self.screen.action_status(message.status)
+
     def action_help(self) -> None:
         """Show the key map."""
         if not isinstance(self.screen, HelpScreen) and not self.exiting:
-            self.push_screen(HelpScreen(self.help_sections(), readonly=self.readonly,
-                                        code=self.registry.spec if self.registry else None))
+            self.push_screen(HelpScreen(self.help_sections(), readonly=self.data.readonly, code=self.data.code))
 
     def action_goto(self) -> None:
         """Ask for a workflow id and open it."""
@@ -256,44 +265,3 @@ class ReplaylogConsole(App[None]):
         if not self.exiting:
             self.push_screen(GoToDialog(), opened)
 
-
-class _Watch:
-    """One read-only connection polling `PRAGMA data_version`, reopened when the file is replaced.
-
-    A connection keeps reading the file it opened even after that file was deleted or
-    replaced (a restore from backup), and would then report "no change" for ever; so each
-    poll also compares the file's identity, and a new file counts as a change.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.store: ReaderStore | None = None
-        self.identity: tuple[int, int] | None = None
-        self.version: int | None = None
-
-    def poll(self) -> bool:
-        """Whether the database changed since the last poll; raises when it cannot be read."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no database file at {self.path}") from None
-        identity = (st.st_dev, st.st_ino)
-        if self.store is not None and identity != self.identity:
-            self.close()
-        if self.store is None:
-            # Read-only: the watcher must never create or touch the file it watches.
-            self.store = open_store(self.path, readonly=True)
-            self.identity = identity
-            first = self.version is None
-            self.version = self.store.data_version()
-            return not first  # a reopened (maybe replaced) file: re-query what is shown
-        version = self.store.data_version()
-        changed, self.version = version != self.version, version
-        return changed
-
-    def close(self) -> None:
-        """Drop the connection (the next poll reopens it)."""
-        if self.store is not None:
-            store, self.store = self.store, None
-            with contextlib.suppress(Exception):  # a broken connection is being dropped anyway
-                store.close()

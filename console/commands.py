@@ -3,66 +3,85 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.message import Message
 
-from console.data import STATUSES, find_workflow_ids
+from console.data import STATUSES, ConsoleData
+from console.live_screen import LiveScreen
 from engine.text import printable
-
-if TYPE_CHECKING:
-    from console.app import ReplaylogConsole
 
 
 class WorkflowCommands(Provider):
-    """"Go to workflow id" (searching ids as you type) and "show <status> workflows"."""
+    """"Go to workflow id" (searching ids as you type) and "show <status> workflows".
 
-    @property
-    def console(self) -> ReplaylogConsole:
-        """The app, typed."""
-        return cast("ReplaylogConsole", self.app)
+    What a command does is the app's to do: the provider posts a message to it.
+    """
+
+    class GoToAsked(Message):
+        """The operator chose "Go to workflow id…" (the app asks for the id)."""
+
+    @dataclass
+    class WorkflowChosen(Message):
+        """The operator chose a workflow the search found (the app opens it)."""
+
+        workflow_id: str
+
+    @dataclass
+    class StatusChosen(Message):
+        """The operator chose to list the workflows in one status (None: all)."""
+
+        status: str | None
 
     def _status_commands(self) -> list[tuple[str, str | None]]:
         return [("Show all workflows", None)] + [(f"Show {s} workflows", s) for s in STATUSES]
 
-    def _show_status(self, status: str | None) -> None:
-        from console.workflows_screen import WorkflowsScreen
+    def _post(self, message: Message) -> None:
+        self.app.post_message(message)
 
-        while len(self.app.screen_stack) > 2 and not isinstance(self.app.screen, WorkflowsScreen):
-            self.app.pop_screen()
-        if isinstance(self.app.screen, WorkflowsScreen):
-            self.app.screen.action_status(status)
+    def _goto(self) -> None:
+        self._post(self.GoToAsked())
+
+    def _open(self, workflow_id: str) -> None:
+        self._post(self.WorkflowChosen(workflow_id))
+
+    def _show_status(self, status: str | None) -> None:
+        self._post(self.StatusChosen(status))
 
     async def discover(self) -> Hits:
         """What the palette offers before anything is typed."""
-        yield DiscoveryHit("Go to workflow id…", self.console.action_goto, help="type an id to open it")
+        yield DiscoveryHit("Go to workflow id…", self._goto, help="type an id to open it")
         for label, status in self._status_commands():
             yield DiscoveryHit(label, partial(self._show_status, status))
 
     async def search(self, query: str) -> Hits:
         """Matching commands, then workflows whose id or name contains the query."""
         matcher = self.matcher(query)
-        for label, status in [("Go to workflow id…", None), *self._status_commands()]:
+        commands: list[tuple[str, Callable[[], None]]] = [("Go to workflow id…", self._goto)]
+        commands += [(label, partial(self._show_status, status)) for label, status in self._status_commands()]
+        for label, command in commands:
             score = matcher.match(label)
             if score > 0:
-                command = self.console.action_goto if label.startswith("Go to") else partial(self._show_status, status)
                 yield Hit(score, matcher.highlight(label), command, text=label)
-        if not query.strip():
+        data = self._data()
+        if not query.strip() or data is None:
             return
         # The DB read runs on a thread with its own connection, never on the UI loop.
         try:
-            found = await asyncio.to_thread(self._find, query.strip())
+            found = await asyncio.to_thread(data.find_workflow_ids, query.strip(), 10)
         except Exception:  # noqa: BLE001 - a failed lookup just offers no ids
             return
         for workflow_id, workflow, status in found:
             display = Text("Go to workflow ")
             display.append(printable(workflow_id, oneline=True), style="bold")
             display.append(f"  {printable(workflow, oneline=True)} · {status}", style="dim")
-            yield Hit(0.9, display, partial(self.console.open_workflow, workflow_id),
+            yield Hit(0.9, display, partial(self._open, workflow_id),
                       text=f"Go to workflow {workflow_id}")
 
-    def _find(self, text: str) -> list[tuple[str, str, str]]:
-        with self.console.open_store() as store:
-            return find_workflow_ids(store, text, limit=10)
+    def _data(self) -> ConsoleData | None:
+        # The data layer the screens were handed (the list is always at the bottom of the stack).
+        return next((s.data for s in reversed(self.app.screen_stack) if isinstance(s, LiveScreen)), None)

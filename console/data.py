@@ -1,15 +1,24 @@
-"""What the console reads, as plain frozen data: built on a worker thread, shown on the UI thread.
+"""The console's one way to the database: what it reads, as plain frozen views, and the one write it makes.
 
-Each function takes a store that the calling thread opened (a sqlite3 connection
-must not cross threads) and returns only dataclasses, never live objects.
+Screens never see the store: `ConsoleData` opens a connection on the calling thread (a
+sqlite3 connection must not cross threads; screens call it from their thread workers),
+reads or writes, closes it, and hands back only the view types below, built from the
+store's rows. The app watches for commits through `ChangeWatch`, also from here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from engine.app import Registry
-from engine.core import DryReplay, dry_replay
+from engine.check import NoCode, check_workflow
+from engine.core import DryReplay
 from engine.errors import ReplaylogError
 from engine.store import (
     STATUSES,
@@ -19,6 +28,8 @@ from engine.store import (
     SignalRow,
     WorkflowRow,
     WorkflowSummary,
+    is_busy,
+    open_store,
     waiting_reason,
 )
 
@@ -29,6 +40,110 @@ SLOT_PAGE = 200
 SIGNAL_PAGE = 200
 # Slots shown on each side of a divergence in the aligned view.
 ALIGN_CONTEXT = 8
+
+
+# -- the views: what the screens show, built here from the store's rows
+
+
+@dataclass(frozen=True)
+class ListedWorkflow:
+    """One row of the workflows list."""
+
+    id: str
+    workflow: str
+    status: str
+    blocked_on: str | None
+    slots: int
+    updated_at: float
+    error: str | None  # the start of a failed workflow's error (the store's preview)
+
+    @classmethod
+    def of(cls, r: WorkflowSummary) -> ListedWorkflow:
+        """The view of a store summary."""
+        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error)
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """One workflow as the workflow screen shows it."""
+
+    # In the order the summary shows them: what it is, where it stands, its values, its history.
+    id: str
+    workflow: str
+    status: str
+    blocked_on: str | None
+    lease_expires: float | None  # a running workflow's lease: past it, its in-flight activity is not running
+    # The last error that stopped a run without an outcome, and when a worker may run it again.
+    worker_error: str | None
+    retry_at: float | None
+    has_input: bool
+    input: Any
+    result: Any
+    error: str | None
+    slots: int
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, r: WorkflowRow) -> WorkflowView:
+        """The view of a store row."""
+        return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
+                   r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One recorded slot: the command, when it was recorded after how many attempts, and its outcome."""
+
+    slot: int
+    kind: str
+    name: str
+    recorded_at: float
+    attempts: int
+    ok: bool
+    value: Any
+    error: str | None
+
+    @property
+    def label(self) -> str:
+        """The command as the aligned view names it ("activity:charge")."""
+        return f"{self.kind}:{self.name}"
+
+    @classmethod
+    def of(cls, c: CommandRow) -> Slot:
+        """The view of a store command row."""
+        return cls(c.slot, c.kind, c.name, c.recorded_at, c.attempts, c.ok, c.value, c.error)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One delivered signal."""
+
+    seq: int
+    name: str
+    payload: Any
+    consumed: bool
+    sent_at: float
+
+    @classmethod
+    def of(cls, s: SignalRow) -> Signal:
+        """The view of a store signal row."""
+        return cls(s.seq, s.name, s.payload, s.consumed, s.sent_at)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An activity started with no recorded outcome (it possibly ran)."""
+
+    slot: int
+    name: str
+    attempts: int
+    started_at: float
+
+    @classmethod
+    def of(cls, i: InflightRow | None) -> InFlight | None:
+        """The view of a store in-flight row (None stays None)."""
+        return None if i is None else cls(i.slot, i.name, i.attempts, i.started_at)
 
 
 @dataclass(frozen=True)
@@ -48,7 +163,7 @@ class WorkflowsPage:
     """One page of workflows with the totals the header shows."""
 
     query: WorkflowsQuery
-    rows: tuple[WorkflowSummary, ...]
+    rows: tuple[ListedWorkflow, ...]
     total: int  # -1 while not counted yet
     counts: dict[str, int]
 
@@ -66,9 +181,7 @@ def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
             what the console paints first, before the counts' index scan.
     """
     if not count:
-        rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
-                                             descending=query.descending, limit=query.limit, offset=query.offset)
-        return WorkflowsPage(query, tuple(rows), -1, {})
+        return WorkflowsPage(query, _listed(store, query), -1, {})
     fresh = counts is None
     if counts is None:
         counts = store.status_counts()
@@ -81,20 +194,24 @@ def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
     offset = min(query.offset, max(0, (total - 1) // query.limit * query.limit))
     if offset != query.offset:
         query = WorkflowsQuery(query.status, query.text, query.sort, query.descending, offset, query.limit)
+    return WorkflowsPage(query, _listed(store, query), total, counts)
+
+
+def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, ...]:
     rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
                                          descending=query.descending, limit=query.limit, offset=query.offset)
-    return WorkflowsPage(query, tuple(rows), total, counts)
+    return tuple(map(ListedWorkflow.of, rows))
 
 
 @dataclass(frozen=True)
 class WorkflowDetail:
     """One workflow, a page of its slots, a page of its signals and its in-flight activity."""
 
-    row: WorkflowRow
+    row: WorkflowView
     offset: int
-    commands: tuple[CommandRow, ...]
-    signals: tuple[SignalRow, ...]
-    inflight: InflightRow | None
+    commands: tuple[Slot, ...]
+    signals: tuple[Signal, ...]
+    inflight: InFlight | None
     signal_total: int = 0
     signal_waiting: int = 0
     signal_offset: int = 0
@@ -115,14 +232,14 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     """
     row = store.get_workflow(workflow_id)
     offset = max(0, min(offset, max(0, (row.slots - 1) // limit * limit)))
-    commands = tuple(store.list_commands(workflow_id, offset=offset, limit=limit))
+    commands = tuple(map(Slot.of, store.list_commands(workflow_id, offset=offset, limit=limit)))
     total, waiting = store.count_signals(workflow_id)
     latest = max(0, total - SIGNAL_PAGE)
     signal_offset = latest if signal_offset is None else max(0, min(signal_offset, latest))
-    signals = tuple(store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE))
+    signals = tuple(map(Signal.of, store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE)))
     worker = waiting_reason(row.workflow, store.served_names()) if row.status == "pending" else None
-    return WorkflowDetail(row, offset, commands, signals, store.inflight(workflow_id), total, waiting, signal_offset,
-                          worker)
+    return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
+                          total, waiting, signal_offset, worker)
 
 
 @dataclass(frozen=True)
@@ -159,7 +276,7 @@ class Diagnosis:
     recorded: str | None = None
     issued: str | None = None
     aligned: tuple[AlignedRow, ...] = ()
-    failed_command: CommandRow | None = None
+    failed_command: Slot | None = None
     verdict: str | None = None
     verdict_ok: bool | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -170,7 +287,7 @@ class Diagnosis:
 
 
 def _labels(commands: list[CommandRow]) -> dict[int, str]:
-    return {c.slot: f"{c.kind}:{c.name}" for c in commands}
+    return {c.slot: Slot.of(c).label for c in commands}
 
 
 def _window(store: ReaderStore, workflow_id: str, slot: int) -> tuple[int, int, dict[int, str]]:
@@ -222,7 +339,8 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
     What was stored when the workflow failed and what the current code does now are kept
     apart: the summary's "when it failed" rows come from the stored diagnostic only, the
     verdict and the aligned view's marks from the dry replay only (or, with no code
-    loaded, the aligned view is the stored diagnostic's and says so).
+    loaded, the aligned view is the stored diagnostic's and says so). The verdict is
+    `check_workflow`'s, the one `replaylog check` gives: judged by the workflow's status.
     """
     row = store.get_workflow(workflow_id)
     verdict: str | None = None
@@ -230,15 +348,9 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
     replay: DryReplay | None = None
     code = registry.spec if registry is not None else None
     if registry is not None and (check or row.diagnostic):
-        try:
-            fn = registry.workflow(row.workflow)
-        except ReplaylogError as exc:
-            verdict, verdict_ok = str(exc), False
-        else:
-            replay = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id)
-            verdict_ok = replay.ok
-            verdict = (f"{replay.verdict} ({replay.replayed} slot(s) replayed)" if replay.ok
-                       else (replay.error or replay.verdict))
+        checked = check_workflow(store, registry, workflow_id)
+        verdict, verdict_ok = checked.text, checked.ok
+        replay = None if isinstance(checked, NoCode) else checked
     elif check:
         verdict, verdict_ok = "no workflow code loaded: start the console with --app to check", None
     current = replay.diagnostic.slot if replay is not None and replay.diagnostic is not None else None
@@ -256,10 +368,10 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
                          replay is not None, current, check)
     if row.status == "failed":
         failed = store.last_failed_command(workflow_id)
-        kind = "activity" if failed is not None and (row.error or "").startswith("ActivityError") else "other"
+        kind = "activity" if failed is not None and row.error_kind == "activity" else "other"
         return Diagnosis(workflow_id, kind, "the stored error", row.error or "", failed.slot if failed else None,
-                         failed_command=failed if kind == "activity" else None, verdict=verdict,
-                         verdict_ok=verdict_ok, code=code, current_slot=current, checked=check)
+                         failed_command=Slot.of(failed) if failed is not None and kind == "activity" else None,
+                         verdict=verdict, verdict_ok=verdict_ok, code=code, current_slot=current, checked=check)
     return Diagnosis(workflow_id, "none", "", verdict=verdict, verdict_ok=verdict_ok, code=code,
                      current_slot=current, checked=check)
 
@@ -269,5 +381,127 @@ def find_workflow_ids(store: ReaderStore, text: str, limit: int = 20) -> list[tu
     return [(r.id, r.workflow, r.status) for r in store.list_workflow_summaries(text=text or None, limit=limit)]
 
 
-__all__ = ["STATUSES", "AlignedRow", "Diagnosis", "WorkflowDetail", "WorkflowsPage", "WorkflowsQuery",
-           "diagnose", "fetch_detail", "fetch_workflows", "find_workflow_ids"]
+class SignalRefused(Exception):
+    """The signal was not sent (the store refused it, or could not be reached); nothing was written."""
+
+
+class ConsoleData:
+    """Every read and write the console makes, each on the calling thread's own connection.
+
+    Screens call these from thread workers (never the UI thread) and get back frozen views.
+
+    Args:
+        db_path: the SQLite file the worker writes.
+        readonly: the console may not write: `send_signal` opens the file mode=ro and is refused.
+        registry: the workflow code (from --app), for dry replays; None shows stored diagnostics only.
+        clock: the wall clock for "4s ago" and lease times; tests inject a fixed one.
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str], *, readonly: bool = False, registry: Registry | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.db_path = Path(db_path)
+        self.readonly = readonly
+        self.registry = registry
+        self.clock = clock
+
+    @property
+    def code(self) -> str | None:
+        """The app the workflow code was loaded from (None: none loaded)."""
+        return self.registry.spec if self.registry is not None else None
+
+    def _reader(self) -> ReaderStore:
+        # Read-only even when the console may write: a read must never create an empty
+        # database where the real one was moved away or deleted.
+        return open_store(self.db_path, readonly=True)
+
+    def workflows(self, query: WorkflowsQuery, counts: dict[str, int] | None = None, *,
+                  count: bool = True) -> WorkflowsPage:
+        """A page of workflows and the header's counts (see `fetch_workflows`)."""
+        with self._reader() as store:
+            return fetch_workflows(store, query, counts, count=count)
+
+    def detail(self, workflow_id: str, offset: int, signal_offset: int | None = None) -> WorkflowDetail:
+        """A workflow with a page of its slots and of its signals (see `fetch_detail`)."""
+        with self._reader() as store:
+            return fetch_detail(store, workflow_id, offset, signal_offset=signal_offset)
+
+    def diagnose(self, workflow_id: str, *, check: bool = False) -> Diagnosis:
+        """Why a workflow failed and what the current code does now (see `diagnose`)."""
+        with self._reader() as store:
+            return diagnose(store, workflow_id, self.registry, check=check)
+
+    def find_workflow_ids(self, text: str, limit: int = 20) -> list[tuple[str, str, str]]:
+        """(id, workflow, status) of workflows whose id or name contains `text`."""
+        with self._reader() as store:
+            return find_workflow_ids(store, text, limit)
+
+    def send_signal(self, workflow_id: str, name: str, payload: Any) -> int:
+        """Send a signal through the store's `send_signal` (what `replaylog signal` uses); its sequence number.
+
+        Raises:
+            SignalRefused: with the one line to show (a closed workflow, an unknown id, a
+                payload over the cap, a read-only console, an unreachable database).
+        """
+        try:
+            with open_store(self.db_path, readonly=self.readonly) as store:
+                return store.send_signal(workflow_id, name, payload)
+        except ReplaylogError as exc:
+            raise SignalRefused(str(exc)) from exc
+        except Exception as exc:  # any failure is a refusal to show, never a crash
+            raise SignalRefused(f"could not send: {exc}") from exc
+
+    def watch(self) -> ChangeWatch:
+        """A new change detector on the database (for one thread)."""
+        return ChangeWatch(self.db_path)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a read failed only because a writer holds a lock (by the error's SQLite code, not its text)."""
+    return is_busy(exc)
+
+
+class ChangeWatch:
+    """One read-only connection polling `PRAGMA data_version`, reopened when the file is replaced.
+
+    A connection keeps reading the file it opened even after that file was deleted or
+    replaced (a restore from backup), and would then report "no change" for ever; so each
+    poll also compares the file's identity, and a new file counts as a change.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.store: ReaderStore | None = None
+        self.identity: tuple[int, int] | None = None
+        self.version: int | None = None
+
+    def poll(self) -> bool:
+        """Whether the database changed since the last poll; raises when it cannot be read."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no database file at {self.path}") from None
+        identity = (st.st_dev, st.st_ino)
+        if self.store is not None and identity != self.identity:
+            self.close()
+        if self.store is None:
+            # Read-only: the watcher must never create or touch the file it watches.
+            self.store = open_store(self.path, readonly=True)
+            self.identity = identity
+            first = self.version is None
+            self.version = self.store.data_version()
+            return not first  # a reopened (maybe replaced) file: re-query what is shown
+        version = self.store.data_version()
+        changed, self.version = version != self.version, version
+        return changed
+
+    def close(self) -> None:
+        """Drop the connection (the next poll reopens it)."""
+        if self.store is not None:
+            store, self.store = self.store, None
+            with contextlib.suppress(Exception):  # a broken connection is being dropped anyway
+                store.close()
+
+
+__all__ = ["STATUSES", "AlignedRow", "ChangeWatch", "ConsoleData", "Diagnosis", "InFlight", "ListedWorkflow",
+           "Signal", "SignalRefused", "Slot", "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery",
+           "diagnose", "fetch_detail", "fetch_workflows", "find_workflow_ids", "is_transient"]

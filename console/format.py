@@ -1,7 +1,9 @@
-"""Turning stored values into safe, styled `Text` for widgets.
+"""Turning stored values into safe, styled `Text`: the console's, and the command line's.
 
 Every stored string goes through `engine.text.printable` and into a `Text`, never
-into markup: a name containing `[/bold]` or an escape sequence shows literally.
+into markup: a name containing `[/bold]` or an escape sequence shows literally. The
+command line imports what it shares with the console from here (status styles, clock
+reads, the worker error line), so that both say a thing the same way.
 """
 
 from __future__ import annotations
@@ -43,14 +45,20 @@ def value_preview(value: Any, width: int = 60) -> Text:
     return Text(preview(value, width), no_wrap=True, overflow="ellipsis")
 
 
-def utc(ts: float | None, *, millis: bool = False) -> str:
-    """A timestamp as UTC wall time; fixed stored timestamps give fixed text on every machine."""
+def utc(ts: float | None, *, millis: bool = False, clock: bool = False) -> str:
+    """A timestamp as UTC wall time; fixed stored timestamps give fixed text on every machine.
+
+    Args:
+        ts: seconds since the epoch (None: a dash).
+        millis: the time of day to the millisecond, for a table column that says it is UTC.
+        clock: the time of day alone, "HH:MM:SS UTC" (a moment minutes away).
+    """
     if ts is None:
         return "—"
     when = dt.datetime.fromtimestamp(ts, tz=dt.UTC)
     if millis:
         return when.strftime("%H:%M:%S.") + f"{when.microsecond // 1000:03d}"
-    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return when.strftime("%H:%M:%S UTC" if clock else "%Y-%m-%d %H:%M:%S UTC")
 
 
 def age(ts: float, now: float) -> str:
@@ -63,3 +71,23 @@ def age(ts: float, now: float) -> str:
     if seconds < 86400:
         return f"{int(seconds // 3600)}h ago"
     return f"{int(seconds // 86400)}d ago"
+
+
+def clock_read(value: Any) -> str | None:
+    """A recorded clock read (`now`) as a UTC time; None when the value is no time a datetime can hold."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return utc(value)
+        except (OverflowError, OSError, ValueError):
+            pass
+    return None
+
+
+def worker_error_line(error: str, status: str, retry_at: float | None) -> str:
+    """The last error that stopped a run without an outcome, and when a worker runs it again.
+
+    Kept until a run completes or fails the workflow; "runs again" only while it waits to.
+    """
+    if status == "pending" and retry_at is not None:
+        return f"{error} — runs again from {utc(retry_at, clock=True)}"
+    return error

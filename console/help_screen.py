@@ -31,16 +31,19 @@ def help_rows(sections: Sequence[HelpSection], key_display: object, *, readonly:
     out: list[tuple[str, list[tuple[str, str]]]] = []
     for heading, bindings in sections:
         rows: dict[str, list[str]] = {}
+        checks: set[str] = set()  # the tooltips of the check action
         for binding in Binding.make_bindings(bindings):
             if not binding.tooltip or (readonly and binding.action == "signal"):
                 continue
+            if binding.action == "check":
+                checks.add(binding.tooltip)
             keys = rows.setdefault(binding.tooltip, [])
             shown = key_display(binding)  # type: ignore[operator]
             if shown not in keys:
                 keys.append(shown)
         described = []
         for what, keys in rows.items():
-            if what.startswith("check:"):
+            if what in checks:
                 # Which code a check replays depends on how the console was started (--app, the demo's app).
                 what = f"{what} ({code})" if code else f"{what} (none loaded: use --app)"
             described.append((" ".join(keys), what))

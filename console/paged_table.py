@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar, cast
 
 from rich.console import RenderableType
@@ -52,13 +53,12 @@ class PagedTable(DataTable[Text]):
         Binding("end", "scroll_bottom", "Last row", show=False, tooltip="first / last row of the page"),
     ]
 
+    @dataclass
     class PageRequested(Message):
         """The cursor ran off one end of the page: the owner should load the page `delta` away."""
 
-        def __init__(self, table: PagedTable, delta: int) -> None:
-            super().__init__()
-            self.table = table
-            self.delta = delta
+        table: PagedTable
+        delta: int
 
         @property
         def control(self) -> PagedTable:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -14,22 +15,24 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
+from console.data import ConsoleData, SignalRefused
 from console.format import text
-from engine.errors import ReplaylogError
-from engine.store import open_store
 from engine.text import printable
-
-if TYPE_CHECKING:
-    from console.app import ReplaylogConsole
 
 DEFAULT_PAYLOAD = '{"approved": true, "by": "operator"}'
 
 
 class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
-    """Send one signal through the store's `send_signal`, the same function `replaylog signal` uses.
+    """Send one signal through `ConsoleData.send_signal` (the store's, as `replaylog signal` uses).
 
     Dismisses with (workflow id, name, sequence number) once the store accepted it; a
     refusal (closed workflow, unknown id, payload too large) is shown in place.
+
+    Args:
+        data: the console's data layer, which sends it.
+        workflow_id: the workflow to signal.
+        default_name: the name to start with (the signal it waits on, if any).
+        payload: the JSON text to start with.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -37,23 +40,23 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
         Binding("ctrl+s", "send", "Send", tooltip="send"),
     ]
 
+    @dataclass
     class Sent(Message):
         """The store appended the signal."""
 
-        def __init__(self, name: str, seq: int) -> None:
-            super().__init__()
-            self.name = name
-            self.seq = seq
+        name: str
+        seq: int
 
+    @dataclass
     class Refused(Message):
         """The store refused the signal, writing nothing."""
 
-        def __init__(self, reason: str) -> None:
-            super().__init__()
-            self.reason = reason
+        reason: str
 
-    def __init__(self, workflow_id: str, default_name: str = "", payload: str = DEFAULT_PAYLOAD) -> None:
+    def __init__(self, data: ConsoleData, workflow_id: str, default_name: str = "",
+                 payload: str = DEFAULT_PAYLOAD) -> None:
         super().__init__()
+        self.data = data
         self.workflow_id = workflow_id
         self.default_name = default_name
         self.initial_payload = payload
@@ -135,15 +138,10 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
 
     @work(thread=True, group="signal", exit_on_error=False)
     def _send(self, name: str, payload: Any) -> None:
-        console = cast("ReplaylogConsole", self.app)
         try:
-            with open_store(console.db_path, readonly=console.readonly) as store:  # this thread's own
-                seq = store.send_signal(self.workflow_id, name, payload)
-        except ReplaylogError as exc:
+            seq = self.data.send_signal(self.workflow_id, name, payload)  # on this thread's own connection
+        except SignalRefused as exc:
             self.post_message(self.Refused(str(exc)))
-            return
-        except Exception as exc:  # noqa: BLE001 - any failure is shown in place, never a crash
-            self.post_message(self.Refused(f"could not send: {exc}"))
             return
         self.post_message(self.Sent(name, seq))
 

@@ -13,8 +13,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from console.data import InFlight, Signal, Slot, WorkflowView
 from console.format import text, utc
-from engine.store import CommandRow, InflightRow, SignalRow, WorkflowRow
 from engine.text import pretty_json, printable
 
 
@@ -34,10 +34,9 @@ class SlotScreen(ModalScreen[None]):
         self._body = body
 
     @classmethod
-    def for_command(cls, workflow_id: str, cmd: CommandRow) -> SlotScreen:
+    def for_command(cls, workflow_id: str, cmd: Slot) -> SlotScreen:
         """A recorded slot: its value as JSON, or its error."""
-        title = Text(f"slot {cmd.slot}  ")
-        title.append_text(text(f"{cmd.kind}:{cmd.name}", "bold"))
+        title = _title(f"slot {cmd.slot}  ", cmd.label)
         facts = [("workflow", text(workflow_id)),
                  ("outcome", Text("ok", style="green") if cmd.ok else Text("failed", style="bold red")),
                  ("attempts", text(cmd.attempts)), ("recorded", text(utc(cmd.recorded_at)))]
@@ -46,10 +45,9 @@ class SlotScreen(ModalScreen[None]):
         return cls(title, facts, body)
 
     @classmethod
-    def for_inflight(cls, workflow_id: str, inflight: InflightRow) -> SlotScreen:
+    def for_inflight(cls, workflow_id: str, inflight: InFlight) -> SlotScreen:
         """The in-flight activity: started, no recorded outcome."""
-        title = Text(f"slot {inflight.slot}  ")
-        title.append_text(text(f"activity:{inflight.name}", "bold"))
+        title = _title(f"slot {inflight.slot}  ", f"activity:{inflight.name}")
         facts = [("workflow", text(workflow_id)), ("outcome", Text("in flight", style="bold yellow")),
                  ("attempts", text(inflight.attempts)), ("started", text(utc(inflight.started_at)))]
         body = Text("Started and no outcome recorded: the activity possibly ran. If the worker died, the next"
@@ -57,20 +55,18 @@ class SlotScreen(ModalScreen[None]):
         return cls(title, facts, body)
 
     @classmethod
-    def for_signal(cls, workflow_id: str, sig: SignalRow) -> SlotScreen:
+    def for_signal(cls, workflow_id: str, sig: Signal) -> SlotScreen:
         """A delivered signal: its payload as JSON."""
-        title = Text(f"signal #{sig.seq}  ")
-        title.append_text(text(sig.name, "bold"))
+        title = _title(f"signal #{sig.seq}  ", sig.name)
         facts = [("workflow", text(workflow_id)),
                  ("state", Text("consumed", style="green") if sig.consumed else Text("waiting", style="yellow")),
                  ("sent", text(utc(sig.sent_at)))]
         return cls(title, facts, _json(sig.payload))
 
     @classmethod
-    def for_workflow(cls, row: WorkflowRow) -> SlotScreen:
+    def for_workflow(cls, row: WorkflowView) -> SlotScreen:
         """A workflow's input, result and error in full (the summary shows one line of each)."""
-        title = Text("workflow ")
-        title.append_text(text(row.id, "bold"))
+        title = _title("workflow ", row.id)
         facts = [("workflow", text(row.workflow)), ("status", text(row.status))]
         body = Text()
         sections: list[tuple[str, str, str]] = [("input", pretty_json(row.input) if row.has_input else "(none)", "")]
@@ -98,6 +94,13 @@ class SlotScreen(ModalScreen[None]):
             yield Static(Text("esc: close", style="dim"))
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
         yield Footer()
+
+def _title(lead: str, name: object) -> Text:
+    """A dialog title: what it shows, then its stored name in bold (never parsed as markup)."""
+    title = Text(lead)
+    title.append_text(text(name, "bold"))
+    return title
+
 
 def _json(value: object) -> Syntax:
     # Syntax never parses markup, and pretty_json has escaped control characters.

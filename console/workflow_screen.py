@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -10,28 +11,25 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
 
-from console.data import SIGNAL_PAGE, SLOT_PAGE, Diagnosis, WorkflowDetail, diagnose, fetch_detail
+from console.data import SIGNAL_PAGE, SLOT_PAGE, ConsoleData, Diagnosis, Slot, WorkflowDetail
 from console.diagnosis_view import DiagnosisView
-from console.format import CELL_PREVIEW, status_text, text, utc, value_preview
+from console.format import CELL_PREVIEW, clock_read, status_text, text, utc, value_preview, worker_error_line
+from console.live_screen import LiveScreen
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
-from engine.store import CommandRow
 from engine.text import preview, printable
 
 if TYPE_CHECKING:
     from textual.timer import Timer
-
-    from console.app import ReplaylogConsole
 
 
 TABS_HELP = "slots, signals, diagnosis tab"
 PAGE_HELP = "next / previous page of the slots or signals in view"
 
 
-class WorkflowScreen(Screen[None]):
+class WorkflowScreen(LiveScreen):
     """Everything about one workflow; live like the list."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -48,55 +46,37 @@ class WorkflowScreen(Screen[None]):
         Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False, tooltip=PAGE_HELP),
     ]
 
+    @dataclass
     class DetailLoaded(Message):
         """The workflow and a page of its slots were read."""
 
-        def __init__(self, detail: WorkflowDetail) -> None:
-            super().__init__()
-            self.detail = detail
+        detail: WorkflowDetail
 
+    @dataclass
     class Diagnosed(Message):
         """A diagnosis (and maybe a dry replay) finished."""
 
-        def __init__(self, diagnosis: Diagnosis) -> None:
-            super().__init__()
-            self.diagnosis = diagnosis
+        diagnosis: Diagnosis
 
+    @dataclass
     class DiagnosisFailed(Message):
         """The diagnosis (or its dry replay) failed; the reason is shown in the diagnosis tab."""
 
-        def __init__(self, reason: str, checked: bool = False) -> None:
-            super().__init__()
-            self.reason = reason
-            self.checked = checked  # it was a `c` press that failed
+        reason: str
+        checked: bool = False  # it was a `c` press that failed
 
-    class LoadFailed(Message):
-        """A read failed; the reason is shown in place."""
-
-        def __init__(self, reason: str) -> None:
-            super().__init__()
-            self.reason = reason
-
-    def __init__(self, workflow_id: str) -> None:
-        super().__init__()
+    def __init__(self, data: ConsoleData, workflow_id: str) -> None:
+        super().__init__(data)
         self.workflow_id = workflow_id
         self.detail: WorkflowDetail | None = None
         self.diagnosis: Diagnosis | None = None
         self.slot_offset = 0
         self.signal_offset: int | None = None  # None: follow the latest page of signals
-        self._loading = False
-        self._dirty = False
         self._diagnosing = False
-        self._stale = False
         self._cursor_after: int | None = None
         self._signal_cursor_after: int | None = None
         self._shown_status: str | None = None
         self._lease_timer: Timer | None = None
-
-    @property
-    def console(self) -> ReplaylogConsole:
-        """The app, typed."""
-        return cast("ReplaylogConsole", self.app)
 
     def compose(self) -> ComposeResult:
         """Title, summary, then slots / signals / diagnosis tabs."""
@@ -122,13 +102,9 @@ class WorkflowScreen(Screen[None]):
         signals = self.query_one("#signal-table", PagedTable)
         signals.define_columns([("seq", "seq", 5, 4), ("name", "name", 20, 10), ("payload", "payload", 50, 14),
                                 ("state", "state", 9, 8), ("sent", "sent (UTC)", 13, 12)], grow=["payload"])
-        bar = Text("replaylog", style="bold")
-        bar.append("  workflow ")
-        bar.append_text(text(self.workflow_id, "bold"))
-        bar.append(f"   {self.console.db_path.name}", style="dim")
-        if self.console.readonly:
-            bar.append("  read-only", style="bold yellow")
-        self.query_one("#topbar", Static).update(bar)
+        where = Text("  workflow ")
+        where.append_text(text(self.workflow_id, "bold"))
+        self.query_one("#topbar", Static).update(self.topbar(where))
         self.reload()
         slots.focus()
 
@@ -137,21 +113,16 @@ class WorkflowScreen(Screen[None]):
     @property
     def busy(self) -> bool:
         """Whether a read is still on its way."""
-        return self._loading or self._dirty or self._diagnosing
+        return super().busy or self._diagnosing
 
-    def reload(self) -> None:
-        """Re-read the workflow and the slot page on screen; coalesce while one read runs."""
-        if self._loading:
-            self._dirty = True
-            return
-        self._loading, self._dirty = True, False
+    def read(self) -> None:
+        """Re-read the workflow and the slot and signal pages on screen."""
         self._fetch(self.slot_offset, self.signal_offset)
 
     @work(thread=True, group="detail", exit_on_error=False)
     def _fetch(self, offset: int, signal_offset: int | None) -> None:
         try:
-            with self.console.open_store() as store:  # this thread's own connection
-                detail = fetch_detail(store, self.workflow_id, offset, signal_offset=signal_offset)
+            detail = self.data.detail(self.workflow_id, offset, signal_offset)
         except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
             self.post_message(self.LoadFailed(str(exc)))
             return
@@ -160,36 +131,19 @@ class WorkflowScreen(Screen[None]):
     @work(thread=True, group="diagnosis", exit_on_error=False)
     def _diagnose(self, check: bool) -> None:
         try:
-            with self.console.open_store() as store:
-                diagnosis = diagnose(store, self.workflow_id, self.console.registry, check=check)
+            diagnosis = self.data.diagnose(self.workflow_id, check=check)
         except Exception as exc:  # noqa: BLE001 - workflow code may raise anything during a dry replay
             self.post_message(self.DiagnosisFailed(f"diagnosis failed: {exc}", check))
             return
         self.post_message(self.Diagnosed(diagnosis))
 
-    def database_changed(self, *, visible: bool) -> None:
-        """Re-read now if on screen, else when shown again."""
-        if visible:
-            self.reload()
-        else:
-            self._stale = True
-
-    def on_screen_resume(self) -> None:
-        """Catch up with changes made while a dialog or another screen was on top."""
-        if self._stale:
-            self._stale = False
-            self.reload()
-
-    def on_workflow_screen_load_failed(self, message: LoadFailed) -> None:
+    def on_live_screen_load_failed(self, message: LiveScreen.LoadFailed) -> None:
         """Show why the read failed, in place."""
-        self._loading = False
         self.query_one("#summary", Static).update(Text(printable(message.reason), style="bold red"))
-        if self._dirty:
-            self.reload()
+        self.read_done()
 
     def on_workflow_screen_detail_loaded(self, message: DetailLoaded) -> None:
         """Draw the summary, the slot page and the signals."""
-        self._loading = False
         detail = self.detail = message.detail
         self.slot_offset = detail.offset
         if self.signal_offset is not None:
@@ -210,8 +164,7 @@ class WorkflowScreen(Screen[None]):
                     self.call_after_refresh(self.action_tab, "diagnosis")
             elif self.diagnosis is None:
                 self.query_one(DiagnosisView).show(Diagnosis(self.workflow_id, "none", ""))
-        if self._dirty:
-            self.reload()
+        self.read_done()
 
     def on_workflow_screen_diagnosis_failed(self, message: DiagnosisFailed) -> None:
         """Say why the diagnosis could not be made, where it would have been."""
@@ -257,6 +210,9 @@ class WorkflowScreen(Screen[None]):
             grid.add_row("result", Text(preview(row.result, 200), style="green", no_wrap=True))
         if row.error:
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
+        if row.worker_error:
+            # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
+            grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))
         if detail.inflight is not None:
             i = detail.inflight
             if self._lease_live(detail):
@@ -282,12 +238,12 @@ class WorkflowScreen(Screen[None]):
             self._lease_timer = None
         expires = detail.row.lease_expires
         if detail.inflight is not None and expires is not None and self._lease_live(detail):
-            self._lease_timer = self.set_timer(max(0.05, expires - self.console.clock() + 0.1), self.reload)
+            self._lease_timer = self.set_timer(max(0.05, expires - self.data.clock() + 0.1), self.reload)
 
     def _lease_live(self, detail: WorkflowDetail) -> bool:
         """Whether a worker holds the workflow's lease now (its in-flight activity is running, not lost)."""
         row = detail.row
-        return row.status == "running" and row.lease_expires is not None and row.lease_expires > self.console.clock()
+        return row.status == "running" and row.lease_expires is not None and row.lease_expires > self.data.clock()
 
     def _draw_slots(self, detail: WorkflowDetail) -> None:
         table = self.query_one("#slot-table", PagedTable)
@@ -419,25 +375,22 @@ class WorkflowScreen(Screen[None]):
     def _signal_edge(self, event: PagedTable.PageRequested) -> None:
         self._page_signals(event.delta)
 
-    @on(DataTable.RowSelected, "#slot-table")
-    def _slot_selected(self, event: DataTable.RowSelected) -> None:
-        if self.detail is None:
+    @on(DataTable.RowSelected, "#slot-table, #signal-table")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        # The rows are keyed by slot, by signal sequence number, or "inflight".
+        detail = self.detail
+        key = self.query_one(f"#{event.data_table.id}", PagedTable).key_at(event.cursor_row)
+        if detail is None or key is None:
             return
-        key = self.query_one("#slot-table", PagedTable).key_at(event.cursor_row)
-        cmd = next((c for c in self.detail.commands if str(c.slot) == key), None)
-        if cmd is not None:
-            self.app.push_screen(SlotScreen.for_command(self.workflow_id, cmd))
-        elif key == "inflight" and self.detail.inflight is not None:
-            self.app.push_screen(SlotScreen.for_inflight(self.workflow_id, self.detail.inflight))
-
-    @on(DataTable.RowSelected, "#signal-table")
-    def _signal_selected(self, event: DataTable.RowSelected) -> None:
-        if self.detail is None:
-            return
-        key = self.query_one("#signal-table", PagedTable).key_at(event.cursor_row)
-        sig = next((s for s in self.detail.signals if str(s.seq) == key), None)
-        if sig is not None:
-            self.app.push_screen(SlotScreen.for_signal(self.workflow_id, sig))
+        wid = self.workflow_id
+        if event.data_table.id == "signal-table":
+            shown = [SlotScreen.for_signal(wid, s) for s in detail.signals if str(s.seq) == key]
+        elif key == "inflight":
+            shown = [SlotScreen.for_inflight(wid, detail.inflight)] if detail.inflight is not None else []
+        else:
+            shown = [SlotScreen.for_command(wid, c) for c in detail.commands if str(c.slot) == key]
+        if shown:
+            self.app.push_screen(shown[0])
 
     def action_values(self) -> None:
         """Show the workflow's input, result and error in full."""
@@ -450,22 +403,16 @@ class WorkflowScreen(Screen[None]):
         self._diagnosing = True
         self._diagnose(True)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A read-only console has no signal action at all: hidden from the footer and inert."""
-        return not (action == "signal" and self.console.readonly)
-
     def action_signal(self) -> None:
         """Send a signal to this workflow."""
-        self.console.open_signal_dialog(self.workflow_id, self.detail.row.blocked_on if self.detail else None)
+        self.request_signal(self.workflow_id, self.detail.row.blocked_on if self.detail else None)
 
 
-def _value_cell(c: CommandRow) -> Text:
+def _value_cell(c: Slot) -> Text:
     """A slot's value or error, one line; a clock read shows as a time (the raw number is in its detail)."""
     if not c.ok:
         return text(c.error or "", "red")
-    if c.kind == "now" and isinstance(c.value, int | float) and not isinstance(c.value, bool):
-        try:
-            return Text(f"{utc(c.value)}  (clock read)", no_wrap=True, overflow="ellipsis")
-        except (OverflowError, OSError, ValueError):
-            pass  # not a time a datetime can hold: show the number
+    when = clock_read(c.value) if c.kind == "now" else None
+    if when is not None:  # else not a time a datetime can hold: show the number
+        return Text(f"{when}  (clock read)", no_wrap=True, overflow="ellipsis")
     return value_preview(c.value, CELL_PREVIEW)

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, ClassVar, cast
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
-from console.data import STATUSES, WorkflowsPage, WorkflowsQuery, fetch_workflows
+from console.data import STATUSES, ConsoleData, WorkflowsPage, WorkflowsQuery
 from console.format import STATUS_STYLES, age, status_text, text
+from console.live_screen import LiveScreen
 from console.paged_table import PagedTable
 from engine.text import printable
-
-if TYPE_CHECKING:
-    from console.app import ReplaylogConsole
 
 # (key, label, width, narrowest): narrower on an 80-column terminal; the error takes the room
 # a wide terminal has left.
@@ -37,7 +34,7 @@ STATUS_HELP = "show " + ", ".join(["all", *STATUSES])
 Row = tuple[str, list[Text]]  # (workflow id, its cells)
 
 
-class WorkflowsScreen(Screen[None]):
+class WorkflowsScreen(LiveScreen):
     """Every workflow, one page at a time; updates within a second of a commit."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -57,32 +54,26 @@ class WorkflowsScreen(Screen[None]):
         Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
     ]
 
+    @dataclass
     class PageLoaded(Message):
         """A page of workflows was read (on a worker thread)."""
 
-        def __init__(self, asked: WorkflowsQuery, page: WorkflowsPage, cells: list[Row], *,
-                     partial: bool = False) -> None:
-            super().__init__()
-            self.asked = asked
-            self.page = page
-            self.cells = cells
-            # The rows without the counts: shown at once, the read goes on for the counts.
-            self.partial = partial
+        asked: WorkflowsQuery
+        page: WorkflowsPage
+        cells: list[Row]
+        # The rows without the counts: shown at once, the read goes on for the counts.
+        partial: bool = False
 
-    class LoadFailed(Message):
-        """Reading the page failed; the reason is shown in place."""
+    @dataclass
+    class WorkflowChosen(Message):
+        """The operator chose a workflow to open (the app shows it)."""
 
-        def __init__(self, reason: str) -> None:
-            super().__init__()
-            self.reason = reason
+        workflow_id: str
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, data: ConsoleData) -> None:
+        super().__init__(data)
         self.query_state = WorkflowsQuery()
         self.page: WorkflowsPage | None = None
-        self._loading = False
-        self._dirty = False
-        self._stale = False
         self._cursor_after: int | None = None
         self._counted_at = 0.0
         self._recount_due = False
@@ -90,11 +81,6 @@ class WorkflowsScreen(Screen[None]):
         self._filter_pending = False
         self._open_when_shown = False
         self._cells: list[Row] = []
-
-    @property
-    def console(self) -> ReplaylogConsole:
-        """The app, typed."""
-        return cast("ReplaylogConsole", self.app)
 
     def compose(self) -> ComposeResult:
         """The title bar, the status counts, the filter, the table and the page line."""
@@ -122,14 +108,10 @@ class WorkflowsScreen(Screen[None]):
     @property
     def busy(self) -> bool:
         """Whether a page is still on its way."""
-        return self._loading or self._dirty or self._filter_pending
+        return super().busy or self._filter_pending
 
-    def reload(self) -> None:
-        """Re-query the page on screen; coalesce requests while one read is running."""
-        if self._loading:
-            self._dirty = True
-            return
-        self._loading, self._dirty = True, False
+    def read(self) -> None:
+        """Re-query the page on screen."""
         # Status counts scan an index of every workflow: under a stream of commits, refresh
         # them every COUNTS_EVERY seconds and reuse them in between (the page is always fresh).
         now = time.monotonic()
@@ -151,16 +133,14 @@ class WorkflowsScreen(Screen[None]):
     @work(thread=True, group="workflows", exit_on_error=False)
     def _fetch(self, query: WorkflowsQuery, counts: dict[str, int] | None, first: bool = False) -> None:
         try:
-            with self.console.open_store() as store:  # this thread's own connection
-                if first:
-                    # The first paint does not wait for the status counts: they scan an
-                    # index of every workflow (0.15 s at a million, several times that
-                    # from a cold disk cache), the page is a few rows of another index.
-                    quick = fetch_workflows(store, query, count=False)
-                    self.post_message(self.PageLoaded(query, quick, row_cells(quick, self.console.clock()),
-                                                      partial=True))
-                page = fetch_workflows(store, query, counts)
-            cells = row_cells(page, self.console.clock())  # here, not on the UI thread
+            if first:
+                # The first paint does not wait for the status counts: they scan an
+                # index of every workflow (0.15 s at a million, several times that
+                # from a cold disk cache), the page is a few rows of another index.
+                quick = self.data.workflows(query, count=False)
+                self.post_message(self.PageLoaded(query, quick, row_cells(quick, self.data.clock()), partial=True))
+            page = self.data.workflows(query, counts)
+            cells = row_cells(page, self.data.clock())  # here, not on the UI thread
         except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
             self.post_message(self.LoadFailed(str(exc)))
             return
@@ -175,7 +155,6 @@ class WorkflowsScreen(Screen[None]):
                 self._cells = message.cells
                 self._redraw()
             return
-        self._loading = False
         if message.asked == self.query_state:
             self.query_state = message.page.query  # the store may have clamped the offset
             self.page = message.page
@@ -184,32 +163,16 @@ class WorkflowsScreen(Screen[None]):
             if self._open_when_shown and not self._filter_pending:
                 self._open_when_shown = False
                 self.action_open()
-        elif not self._dirty:
+        else:
             self._dirty = True
-        if self._dirty:
-            self.reload()
+        self.read_done()
 
-    def on_workflows_screen_load_failed(self, message: LoadFailed) -> None:
+    def on_live_screen_load_failed(self, message: LiveScreen.LoadFailed) -> None:
         """Say why the list could not be read; the next change or key tries again."""
-        self._loading = False
         self._open_when_shown = False
         reason = printable(f"cannot read the database: {message.reason}", oneline=True)
         self.query_one("#pageinfo", Static).update(Text(reason, "red"))
-        if self._dirty:
-            self.reload()
-
-    def database_changed(self, *, visible: bool) -> None:
-        """Re-query now if on screen, else when shown again."""
-        if visible:
-            self.reload()
-        else:
-            self._stale = True
-
-    def on_screen_resume(self) -> None:
-        """Catch up with changes made while another screen was on top."""
-        if self._stale:
-            self._stale = False
-            self.reload()
+        self.read_done()
 
     # -- drawing
 
@@ -220,17 +183,11 @@ class WorkflowsScreen(Screen[None]):
         return Text(label)
 
     def _draw_topbar(self) -> None:
-        app = self.console
-        bar = Text("replaylog", style="bold")
-        bar.append("  workflows", style="")
-        bar.append(f"   {app.db_path.name}", style="dim")
-        if app.readonly:
-            bar.append("  read-only", style="bold yellow")
-        self.query_one("#topbar", Static).update(bar)
+        self.query_one("#topbar", Static).update(self.topbar(Text("  workflows")))
 
     def _redraw_ages(self) -> None:
         if self.page is not None:
-            self._cells = row_cells(self.page, self.console.clock())
+            self._cells = row_cells(self.page, self.data.clock())
             self._redraw()
 
     def _redraw(self) -> None:
@@ -375,11 +332,7 @@ class WorkflowsScreen(Screen[None]):
             return
         key = self.query_one(PagedTable).current_key
         if key is not None:
-            self.console.open_workflow(key)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A read-only console has no signal action at all: hidden from the footer and inert."""
-        return not (action == "signal" and self.console.readonly)
+            self.post_message(self.WorkflowChosen(key))
 
     def action_signal(self) -> None:
         """Send a signal to the workflow under the cursor."""
@@ -387,7 +340,7 @@ class WorkflowsScreen(Screen[None]):
         if key is None or self.page is None:
             return
         row = next((r for r in self.page.rows if r.id == key), None)
-        self.console.open_signal_dialog(key, row.blocked_on if row else None)
+        self.request_signal(key, row.blocked_on if row else None)
 
 
 def row_cells(page: WorkflowsPage, now: float) -> list[Row]:

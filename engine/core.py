@@ -136,6 +136,23 @@ class WorkflowState:
     signals: tuple[SignalRecord, ...] = ()
 
 
+# What failed a workflow, recorded beside its error text so that readers (the console, check)
+# match on the kind, never on the text: "activity" an activity's recorded failure the code did
+# not handle, "nondeterministic" a divergence from history, "code" an exception of the
+# workflow code's own, "engine" any other refusal of ours (a value JSON cannot hold, an
+# unknown activity or workflow, a value over the cap).
+ErrorKind = Literal["activity", "nondeterministic", "code", "engine"]
+
+
+def error_kind(exc: BaseException) -> ErrorKind:
+    """The kind of failure an exception that failed a workflow is (by its type)."""
+    if isinstance(exc, ActivityError):
+        return "activity"
+    if isinstance(exc, NonDeterministicError):
+        return "nondeterministic"
+    return "engine" if isinstance(exc, ReplaylogError) else "code"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What one run of a workflow came to."""
@@ -148,6 +165,7 @@ class Outcome:
     replayed_commands: int = 0
     executed_commands: int = 0
     consumed_signals: tuple[int, ...] = ()
+    error_kind: ErrorKind | None = None  # what failed it (see error_kind), stored beside its error
 
 
 @dataclass(frozen=True)
@@ -552,7 +570,7 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
             return _failed(ctx, ctx.fatal)
         if isinstance(exc, ReplaylogError):
             return _failed(ctx, exc)
-        return _outcome(ctx, "failed", error=f"workflow code raised {error_text(exc)}")
+        return _outcome(ctx, "failed", error=f"workflow code raised {error_text(exc)}", error_kind="code")
     if ctx.fatal is not None:
         return _failed(ctx, ctx.fatal)
     leftover = ctx.unconsumed_divergence()
@@ -577,7 +595,7 @@ def _outcome(ctx: Context, status: Any, **kw: Any) -> Outcome:
 
 def _failed(ctx: Context, exc: ReplaylogError) -> Outcome:
     diagnostic = exc.diagnostic if isinstance(exc, NonDeterministicError) else None
-    return _outcome(ctx, "failed", error=error_text(exc), diagnostic=diagnostic)
+    return _outcome(ctx, "failed", error=error_text(exc), diagnostic=diagnostic, error_kind=error_kind(exc))
 
 
 @dataclass(frozen=True)
@@ -727,7 +745,7 @@ def dry_replay(
         return DryReplay(True, f"{clean}; blocked on signal {outcome.blocked_on!r}", ctx.replayed_commands, issued)
     if outcome.status == "completed":
         return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
-    if outcome.error and outcome.error.startswith("ActivityError"):
+    if outcome.error_kind == "activity":
         return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued)
     verdict = outcome.error or "workflow code fails"
     return DryReplay(False, verdict, ctx.replayed_commands, issued, None, outcome.error)

@@ -748,7 +748,7 @@ class Worker:
         try:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:
-            return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}")
+            return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}", error_kind="engine")
         # The claim loaded a short history along with its batch; a long one is loaded here.
         state = claim.state if claim.state is not None else store.load_state(claim.id)
         if self._stopping.is_set():
@@ -838,5 +838,5 @@ class Worker:
             size = encode_value(outcome.result)[1]
             if size > cap:
                 error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
-                return replace(outcome, status="failed", result=None, error=error)
+                return replace(outcome, status="failed", result=None, error=error, error_kind="engine")
         return outcome

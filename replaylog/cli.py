@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from console.format import clock_read, status_text, worker_error_line
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.check import check_workflow
 from engine.errors import ReplaylogError, StoreError
@@ -378,12 +379,7 @@ def _when(ts: float | None, *, short: bool = False) -> str:
 
 def _clock_value(value: Any) -> str:
     """A recorded `now` slot as a UTC time; anything that is not a plausible time as its JSON."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return _when(value)
-        except (OverflowError, OSError, ValueError):
-            pass
-    return preview(value, 40)
+    return clock_read(value) or preview(value, 40)
 
 
 # Piped output is laid out this wide: wide enough that no line of ours wraps, so a script
@@ -412,7 +408,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
-        "worker_error": row.worker_error, "retry_at": row.retry_at,
+        "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
              "attempts": c.attempts, "recorded_at": c.recorded_at}
@@ -473,15 +469,12 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
 
 
-_STATUS_STYLE = {"pending": "cyan", "running": "blue", "blocked": "yellow", "completed": "green", "failed": "red"}
-
-
 def _waits(waiting: str | None) -> Text:
     return Text(printable(waiting or "", oneline=True), style="yellow")
 
 
 def _status(status: str, waiting: str | None = None) -> Text:
-    shown = Text(status, style=_STATUS_STYLE.get(status, ""))
+    shown = status_text(status)  # styled as the console styles it
     if waiting:
         shown.append(printable(f" — {waiting}", oneline=True), style="yellow")
     return shown
@@ -522,11 +515,10 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("diverged at", _t(f"slot {d['slot']}: recorded {d['recorded'] or '(nothing)'}, "
                                        f"issued {d['issued'] or '(nothing)'}"))
     if row.worker_error:
-        # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure):
-        # kept until a run completes or fails the workflow.
-        head.add_row("worker error", Text(printable(row.worker_error, oneline=True), style="yellow"))
-        if row.status == "pending" and row.retry_at is not None:
-            head.add_row("runs again", _t(f"from {_when(row.retry_at)}"))
+        # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure),
+        # said as the console's workflow screen says it.
+        line = worker_error_line(row.worker_error, row.status, row.retry_at)
+        head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
     head.add_row("updated", _t(_when(row.updated_at)))
     if data["inflight"]:
         i = data["inflight"]

@@ -17,9 +17,9 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
 from textual.widgets.data_table import ColumnKey
 
-from conftest import start_worker
+from conftest import run_cli, start_worker
 from console.app import ReplaylogConsole
-from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, WorkflowsQuery, fetch_workflows
+from console.data import SIGNAL_PAGE, SLOT_PAGE, WORKFLOW_PAGE, SignalRefused, WorkflowsQuery, fetch_workflows
 from console.diagnosis_view import DiagnosisView
 from console.help_screen import HelpScreen
 from console.paged_table import PagedTable
@@ -29,7 +29,6 @@ from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import load_app
 from engine.core import CommandRecord
-from engine.errors import ReadOnlyError
 from engine.marks import MarkBoard
 from engine.store import PendingRecord, open_store
 
@@ -384,6 +383,21 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
 
 
 @async_test
+async def test_the_last_worker_error_shows_with_when_the_workflow_runs_again(db_path: Path) -> None:
+    # A run stopped by an error that is no outcome (here a KeyboardInterrupt) hands the
+    # workflow back: the screen says why it is pending again and when a worker takes it.
+    with frozen_time(), open_store(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="interrupted-1")
+        (claim,) = store.claim("otherhost:4194997:feedbeef", ttl=30)
+        assert store.hand_back(claim, "KeyboardInterrupt: [bold]stop[/bold]", backoff=30, backoff_max=60) == 30
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        summary = rendered((await open_workflow(pilot, "interrupted-1")).query_one("#summary", Static))
+        # 2026-01-01 00:00:00 UTC (the frozen time) plus the 30 s back-off; stored text, never markup.
+        assert "worker error  KeyboardInterrupt: [bold]stop[/bold] — runs again from 00:00:30 UTC" in summary
+
+
+@async_test
 async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_nothing_committed(
         db_path: Path) -> None:
     # A worker that dies commits nothing more: the screen itself must notice that its lease
@@ -560,8 +574,8 @@ async def test_readonly_offers_no_write_action(console_db: Path) -> None:
         app.open_signal_dialog(ROLES["blocked"], "approval")  # even asked directly, nothing opens
         await pilot.pause()
         assert app.screen is screen
-        with app.open_store() as store, pytest.raises(ReadOnlyError):
-            store.send_signal(ROLES["blocked"], "approval", True)  # the connection itself is mode=ro
+        with pytest.raises(SignalRefused, match="read-only"):
+            app.data.send_signal(ROLES["blocked"], "approval", True)  # the connection itself is mode=ro
 
 
 # ------------------------------------------------------------------ live
@@ -679,7 +693,7 @@ async def test_after_the_code_is_fixed_the_stored_failure_and_the_current_code_a
         assert "when it failed" in failed and "NonDeterministicError at slot 3" in failed
         assert "activity:weigh" in failed
         # ...and the current code's verdict says it replays, in its own row.
-        assert "replays cleanly" in now and "activity:weigh" in now and "diverge" not in now
+        assert "no longer diverges" in now and "activity:weigh" in now and "diverges at" not in now
         # The aligned view is the current code's: no divergence marked where the code now matches.
         aligned = screen.query_one("#aligned", PagedTable)
         assert header(aligned, "issued") == "issued by the current code"
@@ -706,6 +720,32 @@ async def test_c_on_a_failed_workflow_shows_the_verdict_in_a_notice(console_db: 
         await pilot.press("c")
         await settle(pilot)
         assert any(n.severity == "information" and "replays cleanly" in n.message for n in app._notifications)
+
+
+@async_test
+async def test_c_judges_a_finished_workflow_as_replaylog_check_does(db_path: Path, tmp_path: Path) -> None:
+    # A completed workflow whose code now issues one more command has diverged: its history
+    # ended where the code goes on. The console's verdict is the command line's, word for word.
+    head = "from replaylog import activity, workflow\n@activity\ndef a():\n    return 1\n@workflow\ndef steps(ctx):\n"
+    once = "    ctx.call_activity(a)\n"
+    (tmp_path / "steps_v1.py").write_text(head + once + "    return 'done'\n")
+    (tmp_path / "steps_v2.py").write_text(head + once * 2 + "    return 'done'\n")
+    with open_store(db_path) as store:
+        store.start_workflow("steps", has_input=False, workflow_id="steps-1")
+    assert run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", str(tmp_path / "steps_v1.py")).returncode == 0
+    v2 = str(tmp_path / "steps_v2.py")
+    cli = run_cli(db_path, "check", "steps-1", "--app", v2)
+    assert cli.returncode == 1 and cli.stderr.startswith("steps-1: ")
+    app = make_app(db_path, registry=load_app(v2))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        screen = await open_workflow(pilot, "steps-1")
+        assert screen.detail is not None and screen.detail.row.status == "completed"
+        await pilot.press("c")
+        await settle(pilot)
+        (notice,) = list(app._notifications)
+        assert notice.severity == "error"
+        assert notice.message == cli.stderr.strip().removeprefix("steps-1: ")
+        assert "history ends there (the workflow completed)" in notice.message
 
 
 @async_test
@@ -834,6 +874,25 @@ async def test_the_palette_goes_to_a_workflow_id(console_db: Path) -> None:
         await pilot.press("down", "enter")
         assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowScreen))
         assert app.screen.workflow_id == "ship-9"
+
+
+@async_test
+async def test_the_palette_filters_the_list_by_status_from_a_workflow_screen(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_workflow(pilot, ROLES["blocked"])
+        await pilot.press("ctrl+p", *"show failed")
+
+        def first_hit() -> str:
+            hits = app.screen.query(CommandList)
+            return str(hits.first().get_option_at_index(0).prompt) if hits and hits.first().option_count else ""
+
+        assert await wait_until(pilot, lambda: "failed workflows" in first_hit())
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowsScreen)
+                                and app.screen.query_state.status == "failed")
+        await settle(pilot)
+        assert set(column(app.screen.query_one(PagedTable), "status")) == {"failed"}
 
 
 @async_test

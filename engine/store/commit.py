@@ -161,17 +161,17 @@ class Commits(SQLiteConnection):
             if arrived:
                 status, blocked_on = "pending", None
         cur = conn.execute(
-            "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?,"
+            "UPDATE workflows SET status = ?, blocked_on = ?, result = ?, error = ?, diagnostic = ?, error_kind = ?,"
             f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {SLOTS_NOW},"
             # A run that came to a verdict was not interrupted; one that ended the workflow
             # makes the last worker error history.
             " interruptions = 0, retry_at = NULL,"
-            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 7-9.
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 8-10.
             " worker_error = CASE WHEN ?1 IN ('completed', 'failed') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
             (status, blocked_on, dumps(outcome.result) if status == "completed" else None, outcome.error,
              dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
-             now, claim.id, claim.owner, claim.epoch),
+             outcome.error_kind if status == "failed" else None, now, claim.id, claim.owner, claim.epoch),
         )
         if cur.rowcount != 1:
             return False

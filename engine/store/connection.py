@@ -33,6 +33,19 @@ BUSY_TIMEOUT_S = 10.0
 WAL_SIZE_LIMIT = 8 * 1024 * 1024
 # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB.
 _DAMAGE_CODES = (11, 26)
+# ... and for a lock another connection holds: SQLITE_BUSY and SQLITE_LOCKED.
+_BUSY_CODES = (5, 6)
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether an error means another connection holds a lock ("database is locked"): it clears by itself.
+
+    By the error's type and SQLite result code, never its text.
+    """
+    if isinstance(exc, StoreBusyError):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in _BUSY_CODES
 
 
 def is_damaged(exc: BaseException) -> bool:
@@ -152,7 +165,7 @@ class SQLiteConnection:
         msg = str(exc)
         if "readonly" in msg or "read-only" in msg:
             return ReadOnlyError(f"database {self.path} cannot be written: {msg}")
-        if "locked" in msg or "busy" in msg:
+        if is_busy(exc):
             return StoreBusyError(f"database {self.path}: {msg}")
         return StoreError(f"database {self.path}: {msg}")
 

@@ -25,7 +25,7 @@ from engine.store.rows import (
 # stays small whatever a stored error (a traceback) holds.
 ERROR_PREVIEW = 400
 _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + SLOTS_SHOWN + ", "
-               "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at")
+               "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind")
 
 
 def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
@@ -33,6 +33,7 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=loads(r[4]), has_input=r[4] is not None,
         result=loads(r[5]), error=r[6], diagnostic=loads(r[7]), slots=r[8], created_at=r[9],
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
+        error_kind=r[15],
     )
 
 

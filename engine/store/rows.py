@@ -126,6 +126,8 @@ class WorkflowRow:
     worker_error: str | None = None
     # After such an error the workflow is pending again, but not claimed before this time.
     retry_at: float | None = None
+    # What failed a failed workflow (engine.core.ErrorKind): match on this, never on `error`'s text.
+    error_kind: str | None = None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
     conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
     conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
+    # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
+    conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
     # New columns and tables of schema version 1 go here, at the end, until a release
     # ships it; after that, each change is a new step in STEPS.
 
