@@ -1,9 +1,11 @@
-"""The console's keys as a Markdown table, made from the same bindings as the `?` help.
+"""The console's keys, gathered for the `?` help and for docs/console.md.
 
-`python -m console.keys` prints the table; `python -m console.keys --write docs/console.md`
-puts it between the file's `<!-- keys:start -->` and `<!-- keys:end -->` markers.
-tests/test_docs_tables.py checks that docs/console.md holds what this prints, so the
-keys are typed once, in the bindings.
+Every key is typed once, in a binding: the screens' own, and the app's here
+(`APP_BINDINGS`). `help_sections()` gathers them under a heading per screen; the help
+screen shows them, and `python -m console.keys` prints them as a Markdown table
+(`--write docs/console.md` puts it between the file's `<!-- keys:start -->` and
+`<!-- keys:end -->` markers). tests/test_docs_tables.py checks that docs/console.md holds
+what this prints. This module does not import the app (no console module does).
 """
 
 from __future__ import annotations
@@ -12,12 +14,32 @@ import sys
 from pathlib import Path
 
 from textual.app import App
+from textual.binding import Binding, BindingType
 
-from console.app import ReplaylogConsole
-from console.help_screen import help_rows
+from console.help_screen import HelpSection, help_rows
+from console.paged_table import PagedTable
+from console.signal_dialog import SignalDialog
+from console.slot_screen import SlotScreen
+from console.workflow_screen import WorkflowScreen
+from console.workflows_screen import WorkflowsScreen
 
+APP_BINDINGS: list[BindingType] = [
+    Binding("q", "quit", "Quit", tooltip="quit"),
+    Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
+    Binding("g", "goto", "Go to id", tooltip="go to a workflow by id"),
+]
+PALETTE_HELP = "command palette: go to workflow id, filter by status, change theme"
 START = "<!-- keys:start -->"
 END = "<!-- keys:end -->"
+
+
+def help_sections(palette_key: str = App.COMMAND_PALETTE_BINDING) -> list[HelpSection]:
+    """Every screen's key bindings under a heading (the palette's key is the app's setting)."""
+    palette = Binding(palette_key, "command_palette", tooltip=PALETTE_HELP)
+    return [("everywhere", [*APP_BINDINGS, palette, *PagedTable.BINDINGS]),
+            ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
+            ("value view", SlotScreen.BINDINGS),
+            ("signal dialog", SignalDialog.BINDINGS)]
 
 
 def markdown() -> str:
@@ -25,7 +47,7 @@ def markdown() -> str:
     # get_key_display formats a binding as the footer shows it; the console does not change it.
     display = App[None]().get_key_display
     lines = ["| where | keys | does |", "| --- | --- | --- |"]
-    for heading, rows in help_rows(ReplaylogConsole.help_sections(), display, code="the code given with --app"):
+    for heading, rows in help_rows(help_sections(), display, code="the code given with --app"):
         for keys, what in rows:
             shown = " ".join(f"`{k}`" for k in keys.split(" "))
             cell = what.replace("|", r"\|")
