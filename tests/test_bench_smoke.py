@@ -18,7 +18,8 @@ from conftest import ROOT, cli_env
 
 FIELDS = {
     "single": ("slots", "slots_per_s", "floor_tx_per_s", "ratio_vs_floor", "no_inflight_ratio_vs_floor", "met"),
-    "group": ("workflows", "slots_per_s", "floor_tx_per_s", "ratio_vs_floor", "outcomes_per_commit", "met"),
+    "group": ("workflows", "slots_per_s", "floor_tx_per_s", "ratio_vs_floor", "outcomes_per_commit",
+              "no_cpu_focus_ratio_vs_floor", "cpu_focus_gain", "met"),
     "resume": ("slots", "load_ms", "replay_ms", "replay_slots_per_s", "activities_reexecuted", "met"),
     "signal": ("samples", "median_ms", "p99_ms", "met"),
     "short": ("workflows", "workflows_per_s_1p", "workflows_per_s_2p", "starts_per_s", "met"),
