@@ -1,0 +1,99 @@
+"""Tables in docs/ that are made from the code or from data: they must say what their source says."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from bench.report import markdown as bench_markdown
+from console import keys
+from replaylog.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def between(text: str, start: str, end: str) -> str:
+    """The text between two marker lines (exclusive)."""
+    assert start in text and end in text, f"markers {start} / {end} missing"
+    return text.split(start, 1)[1].split(end, 1)[0].strip()
+
+
+def test_console_doc_key_table_is_the_one_the_bindings_make() -> None:
+    """docs/console.md lists exactly the keys the `?` help is made from (regenerate: python -m console.keys --write)."""
+    doc = (ROOT / "docs/console.md").read_text(encoding="utf-8")
+    assert between(doc, keys.START, keys.END) == keys.markdown().strip(), (
+        "docs/console.md's key table is stale: run .venv/bin/python -m console.keys --write docs/console.md")
+
+
+def test_key_table_names_every_screen_and_a_key_of_each() -> None:
+    """The generated table is not empty: every help section shows up with its keys."""
+    table = keys.markdown()
+    for heading in ("everywhere", "workflows", "workflow", "value view", "signal dialog"):
+        assert f"| {heading} | `" in table
+    assert "| workflow | `c` | check:" in table
+
+
+def test_with_table_refuses_a_file_without_markers() -> None:
+    """Writing the table into a file without the markers fails loudly instead of appending somewhere."""
+    with pytest.raises(ValueError, match="markers"):
+        keys.with_table("no markers here", "| t |\n")
+
+
+def test_performance_doc_table_is_the_baselines() -> None:
+    """docs/performance.md shows the table bench.report makes from bench/baseline.json."""
+    doc = (ROOT / "docs/performance.md").read_text(encoding="utf-8")
+    baseline = json.loads((ROOT / "bench/baseline.json").read_text(encoding="utf-8"))
+    shown = between(doc, "<!-- bench-table:start -->", "<!-- bench-table:end -->")
+    assert shown == bench_markdown(baseline).strip(), (
+        "docs/performance.md differs from bench/baseline.json: paste python -m bench.report bench/baseline.json")
+
+
+def json_blocks(doc: str) -> list[Any]:
+    """Every ```json block of a document, parsed."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    return [json.loads(m) for m in re.findall(r"^```json\n(.*?)^```", text, flags=re.M | re.S)]
+
+
+def test_cli_doc_names_every_command_and_option() -> None:
+    """docs/cli.md names each command of the `replaylog` group and each of its visible options."""
+    doc = (ROOT / "docs/cli.md").read_text(encoding="utf-8")
+    missing = []
+    for name, command in cli.commands.items():
+        if f"## {name}" not in doc:
+            missing.append(f"command {name}")
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                missing += [f"{name} {opt}" for opt in param.opts if opt not in doc]
+    assert not missing, f"docs/cli.md does not mention: {missing}"
+
+
+def test_cli_doc_json_shapes_are_what_the_commands_print(tmp_path: Path) -> None:
+    """The keys of list --json, show --json and check --json in docs/cli.md are the keys the commands print."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYLOG_")}
+    env["REPLAYLOG_DB"] = str(tmp_path / "replaylog.db")
+
+    def cmd(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "replaylog", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    cmd("start", "refund", "7", "--id", "r-7")
+    cmd("signal", "r-7", "approval", '{"approved": true}')
+    cmd("worker", "--until-idle", "--quiet")
+    printed = {"list": json.loads(cmd("list", "--json")), "show": json.loads(cmd("show", "r-7", "--json")),
+               "check": json.loads(cmd("check", "r-7", "--json"))}
+    documented_list, documented_show, documented_check = json_blocks("docs/cli.md")
+    assert set(documented_list[0]) == set(printed["list"][0])
+    assert set(documented_show) == set(printed["show"])
+    assert set(documented_show["commands"][0]) == set(printed["show"]["commands"][0])
+    assert set(documented_show["signals"][0]) == set(printed["show"]["signals"][0])
+    assert set(documented_check) == set(printed["check"])
