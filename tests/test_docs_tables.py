@@ -100,3 +100,24 @@ def test_cli_doc_json_shapes_are_what_the_commands_print(tmp_path: Path) -> None
     assert set(documented_export) == set(printed["export"])
     for part in ("slots", "signals"):
         assert set(documented_export[part][0]) == set(printed["export"][part][0]), part
+
+
+# docs/screenshots/NAME.svg is a copy of the console snapshot test's SVG (tests/__snapshots__/…/TEST.svg).
+SCREENSHOTS = {
+    "workflows": "test_workflows_screen", "workflows-filtered": "test_workflows_screen_filtered",
+    "workflows-readonly": "test_workflows_screen_readonly", "workflow-slots": "test_workflow_screen_slots",
+    "workflow-signals": "test_workflow_screen_signals", "slot-value": "test_slot_value",
+    "signal-dialog": "test_signal_dialog_invalid_json", "help": "test_help_screen",
+    "diagnosis-activity-failure": "test_diagnosis_activity_failure",
+    "diagnosis-nondeterminism": "test_diagnosis_divergence_dry_replayed",
+}
+
+
+def test_docs_screenshots_are_the_snapshot_tests_pictures() -> None:
+    """Every screenshot the docs show is the console as its snapshot test last drew it, not an older picture."""
+    shots = ROOT / "docs/screenshots"
+    assert {p.stem for p in shots.glob("*.svg")} == set(SCREENSHOTS), "a screenshot without a snapshot test"
+    snapshots = ROOT / "tests/__snapshots__/test_console_snapshots"
+    stale = [name for name, test in SCREENSHOTS.items()
+             if (shots / f"{name}.svg").read_bytes() != (snapshots / f"{test}.svg").read_bytes()]
+    assert not stale, f"stale docs/screenshots (copy them from {snapshots.relative_to(ROOT)}): {stale}"
