@@ -121,3 +121,12 @@ def test_docs_screenshots_are_the_snapshot_tests_pictures() -> None:
     stale = [name for name, test in SCREENSHOTS.items()
              if (shots / f"{name}.svg").read_bytes() != (snapshots / f"{test}.svg").read_bytes()]
     assert not stale, f"stale docs/screenshots (copy them from {snapshots.relative_to(ROOT)}): {stale}"
+
+
+def test_readme_is_a_short_users_document() -> None:
+    """The README stays a first page (at most 250 lines); reference material lives in docs/."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move reference material to docs/"
+    for doc in ("tutorial", "workflows", "cli", "console", "guarantees", "performance", "architecture", "postgres"):
+        assert f"(docs/{doc}.md)" in "\n".join(lines), f"README.md does not link docs/{doc}.md"
+        assert (ROOT / "docs" / f"{doc}.md").is_file()
