@@ -1,4 +1,4 @@
-"""The report: one rich table for people, one JSON file for machines and for the README."""
+"""The report: one rich table for people, one JSON file for machines, and Markdown for docs/performance.md."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def write_json(results: dict[str, Any], path: Path) -> None:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The results table as Markdown (what the README's Performance section shows)."""
+    """The results table as Markdown (what docs/performance.md shows)."""
     peer = results["measurements"].get("peer", {})
     head = f"vs DBOS {peer['version']}" if peer.get("version") else "vs DBOS"
     lines = [f"| measurement | figure | target | verdict | {head} (replaylog ×; DBOS figure) |",

@@ -20,19 +20,17 @@ from rich.console import RenderableType
 from textual import work
 from textual.app import App
 from textual.await_complete import AwaitComplete
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from console.action_dialog import ActionDialog
 from console.commands import WorkflowCommands
 from console.data import ConsoleData, is_transient
 from console.goto_dialog import GoToDialog
 from console.help_screen import HelpScreen
+from console.keys import APP_BINDINGS, help_sections
 from console.live_screen import LiveScreen
-from console.paged_table import PagedTable
 from console.signal_dialog import SignalDialog
-from console.slot_screen import SlotScreen
 from console.workflow_screen import WorkflowScreen
 from console.workflows_screen import WorkflowsScreen
 from engine.app import Registry
@@ -46,7 +44,6 @@ DEFAULT_POLL_INTERVAL = 0.25
 UNREADABLE_AFTER = 3
 MAX_RETRY_INTERVAL = 2.0
 UNREADABLE_NOTICE_SECONDS = 3600  # stays up until the database is readable again
-PALETTE_HELP = "command palette: go to workflow id, filter by status, change theme"
 
 
 class ReplaylogConsole(App[None]):
@@ -67,11 +64,7 @@ class ReplaylogConsole(App[None]):
     # Textual 8 annotates App.VERTICAL_BREAKPOINTS as `ClassVar[...] | None`, which mypy reads as an
     # instance variable; like BINDINGS it is a class-level setting.
     VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]] | None] = [(0, "-short"), (32, "-tall")]  # type: ignore[misc]
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit", tooltip="quit"),
-        Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
-        Binding("g", "goto", "Go to id", tooltip="go to a workflow by id"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = APP_BINDINGS  # in console.keys, beside the other screens' for the help
 
     class DatabaseChanged(Message):
         """Another connection committed to the database since the last look."""
@@ -248,12 +241,8 @@ class ReplaylogConsole(App[None]):
     def action_help(self) -> None:
         """Show the key map."""
         if not isinstance(self.screen, HelpScreen) and not self.exiting:
-            palette = Binding(self.COMMAND_PALETTE_BINDING, "command_palette", tooltip=PALETTE_HELP)
-            sections = [("everywhere", [*self.BINDINGS, palette, *PagedTable.BINDINGS]),
-                        ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
-                        ("value view", SlotScreen.BINDINGS),
-                        ("signal dialog", SignalDialog.BINDINGS), ("action dialog", ActionDialog.BINDINGS)]
-            self.push_screen(HelpScreen(sections, readonly=self.data.readonly, code=self.data.code))
+            self.push_screen(HelpScreen(help_sections(self.COMMAND_PALETTE_BINDING), readonly=self.data.readonly,
+                                        code=self.data.code))
 
     def action_goto(self) -> None:
         """Ask for a workflow id and open it."""

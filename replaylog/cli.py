@@ -305,7 +305,7 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
               help="Lease length in seconds (renewed while a workflow runs).")
 @click.option("--no-inflight", is_flag=True, help="Do not record that an activity started before running it.")
 @click.option("--no-cpu-focus", is_flag=True,
-              help="Never move workflow threads onto one CPU while commits are crowded (README: Performance).")
+              help="Never move workflow threads onto one CPU while commits are crowded (docs/performance.md).")
 @click.option("--create", is_flag=True, help="Create the database if there is none (else a missing one is an error).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")

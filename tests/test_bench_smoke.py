@@ -1,7 +1,7 @@
 """The benchmark suite still runs: `python -m bench --smoke` produces every figure.
 
 No timing is asserted here, ever: these machines are shared and noisy. The test only
-checks that each measurement ran and wrote the fields the README table is built from.
+checks that each measurement ran and wrote the fields the table in docs/performance.md is built from.
 """
 
 from __future__ import annotations
