@@ -811,7 +811,7 @@ class Context:
     def deprecate_patch(self, change_id: str) -> None:
         """Retire a patch whose old path is gone: replay its marker where history has one, record none.
 
-        Step two of retiring `patched(change_id)` (see README): new runs record nothing here,
+        Step two of retiring `patched(change_id)` (see docs/workflows.md): new runs record nothing here,
         and histories that hold the marker still replay. Once none of them is left, delete the call.
 
         Raises:

@@ -37,12 +37,16 @@ def pretty_json(value: Any) -> str:
 
 
 def _clock_text(epoch: float, now: float) -> str:
-    """A wake time: "21:05:03" within a day of `now`, else "2026-12-04 09:00 UTC" (always UTC)."""
+    """A wake time: "21:05:03" on the same UTC day as `now`, else "2026-12-04 09:00 UTC".
+
+    A bare clock time for tomorrow would read as today, hence the date on any other day.
+    """
     try:
         when = datetime.fromtimestamp(epoch, UTC)
+        today = datetime.fromtimestamp(now, UTC).date()
     except (OverflowError, OSError, ValueError):
         return f"{epoch} (epoch seconds)"
-    return when.strftime("%H:%M:%S") if abs(epoch - now) < 86400 else when.strftime("%Y-%m-%d %H:%M UTC")
+    return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def countdown(epoch: float, now: float) -> str:

@@ -582,3 +582,13 @@ def test_the_sample_reminder_sleeps_a_day_then_a_recorded_jittered_while() -> No
     assert second.outcome.blocked_on == TIMER and kinds(second)[-2:] == [("random", "random"), ("timer", "sleep")]
     assert START + 86400 + 3 * 3600 <= (second.outcome.wake_at or 0) <= START + 86400 + 4 * 3600
     assert run(reminder, second.state, clock=clock).outcome.wake_at == second.outcome.wake_at
+
+
+def test_waits_text_dates_a_wake_time_on_another_utc_day_so_tomorrow_never_reads_as_today() -> None:
+    from engine.text import waits_text
+
+    now = 1_796_270_400.0  # 2026-12-03 04:00 UTC
+    assert waits_text(TIMER, now + 3600, now) == "timer until 05:00:00"
+    # 23h later is tomorrow: a bare "03:00:00" would read as an hour ago, today.
+    assert waits_text(TIMER, now + 23 * 3600, now) == "timer until 2026-12-04 03:00 UTC"
+    assert waits_text("approve", now - 5 * 3600, now) == "approve (until 2026-12-02 23:00 UTC)"
