@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from engine.core import TIMER
+from engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER
 from engine.errors import (
     DuplicateWorkflowIdError,
     OperatorRefusedError,
@@ -77,6 +77,15 @@ def _insert_workflow(conn: sqlite3.Connection, wid: str, workflow: str, input_te
     return int(row[0])
 
 
+class ApprovalRefusedError(OperatorRefusedError):
+    """An approval answer that does not fit: nothing is pending, or another request is."""
+
+
+def operator_name() -> str:
+    """Who answers an approval from this process: user@host."""
+    return actor()
+
+
 def new_workflow_id() -> str:
     """A fresh, unguessable workflow id."""
     return "wf-" + uuid.uuid4().hex[:16]
@@ -105,33 +114,17 @@ class OperatorWrites(SQLiteConnection):
         """
         if not name:
             raise StoreError("the signal name must not be empty")
+        if name.startswith(APPROVAL_PREFIX):
+            raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
+        if name.startswith(CHILD_PREFIX):
+            raise StoreError(f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish")
         text = self.encode_payload(payload, f"the payload of signal {name!r}")
         now = time.time()
         with self._write() as conn:
-            row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-            if row is None:
-                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
-            status, blocked_on = row
-            if status in FINISHED_STATUSES:
-                raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
-            seq = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
-            ).fetchone()[0]
-            conn.execute(
-                "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
-                (workflow_id, seq, name, text, now),
-            )
-            if status == "blocked" and blocked_on == name and name != TIMER:
-                # Under the write lock: a claim of its passed deadline cannot take it as well.
-                conn.execute(
-                    "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
-                    " WHERE id = ?",
-                    (now, workflow_id),
-                )
-            else:
-                conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
+            status, blocked_on = self._open_workflow(conn, workflow_id)
+            seq = append_signal(conn, workflow_id, name, text, now, status, blocked_on)
             _audit(conn, workflow_id, "signal", now, detail=f"{name} #{seq}")
-        return int(seq)
+        return seq
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
         """Ask a pending, running or blocked workflow to cancel; return the status it had.
@@ -261,3 +254,60 @@ class OperatorWrites(SQLiteConnection):
                   int(consumed), at) for s, at in zip(doc.signals, doc.sent_at, strict=True)])
             _audit(conn, wid, "import", now, detail=f"from an export of {doc.id}")
         return wid
+    def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
+                        request: str | None = None) -> str:
+        """Answer the approval request a workflow waits on, in one write transaction; return its id.
+
+        Refused (ApprovalRefusedError, nothing written) when the workflow waits on no
+        approval, or `request` names another request than the pending one: a stale
+        answer never unlocks a newer call. An answer is used once: it wakes the
+        workflow, which then no longer waits on that request.
+        """
+        now = time.time()
+        with self._write() as conn:
+            status, blocked_on = self._open_workflow(conn, workflow_id)
+            if status != "blocked" or not blocked_on or not blocked_on.startswith(APPROVAL_PREFIX):
+                waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
+                raise ApprovalRefusedError(f"workflow {workflow_id!r} has no pending approval request (it {waits})")
+            pending = blocked_on[len(APPROVAL_PREFIX):]
+            if request is not None and request != pending:
+                raise ApprovalRefusedError(
+                    f"request {request!r} is not the pending one: workflow {workflow_id!r} waits on {pending!r}")
+            payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
+            text = self.encode_payload(payload, "the approval's answer")
+            append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
+            _audit(conn, workflow_id, "approve" if approved else "reject", now, note, detail=pending)
+        return pending
+
+    @staticmethod
+    def _open_workflow(conn: sqlite3.Connection, workflow_id: str) -> tuple[str, str | None]:
+        """(status, blocked_on) of a workflow that accepts signals; refuse unknown and closed ones."""
+        row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None:
+            raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+        status, blocked_on = row
+        if status in FINISHED_STATUSES:
+            raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
+        return status, blocked_on
+
+
+def append_signal(conn: sqlite3.Connection, workflow_id: str, name: str, text: str, now: float, status: str,
+                   blocked_on: str | None) -> int:
+    """Append a signal with the next sequence number; wake the workflow if it waits on `name`."""
+    seq = conn.execute(
+        "SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE workflow_id = ?", (workflow_id,)
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at) VALUES (?, ?, ?, ?, 0, ?)",
+        (workflow_id, seq, name, text, now),
+    )
+    if status == "blocked" and blocked_on == name and name != TIMER:
+        # Under the write lock: a claim of its passed deadline cannot take it as well.
+        conn.execute(
+            "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
+            " WHERE id = ?",
+            (now, workflow_id),
+        )
+    else:
+        conn.execute("UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
+    return int(seq)

@@ -7,7 +7,15 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.core import CommandRecord, SignalRecord, WorkflowState, new_record
+from engine.core import (
+    APPROVAL_PREFIX,
+    CommandRecord,
+    SignalRecord,
+    WorkflowState,
+    approval_slot,
+    fill_holes,
+    new_record,
+)
 from engine.errors import StoreError, UnknownWorkflowIdError
 from engine.store.connection import SQLiteConnection
 from engine.store.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, SLOTS_SHOWN, slot_key
@@ -105,22 +113,44 @@ class Reads(SQLiteConnection):
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""
         rows = self._conn.execute(
-            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at"
+            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args"
             f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY}"
             " WHERE w.id = ? ORDER BY c.slot_key LIMIT ?",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, int(limit)),
         )
-        return [CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7]) for r in rows]
+        return [CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8]) for r in rows]
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""
         r = self._conn.execute(
-            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at"
+            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args"
             f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY}"
             " WHERE w.id = ? AND ok = 0 ORDER BY c.slot_key DESC LIMIT 1",
             (workflow_id,),
         ).fetchone()
-        return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7])
+        return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8])
+
+    def family(self, workflow_id: str) -> dict[str, Any]:
+        """A workflow's parent (ctx.call_workflow) and children: {"parent": id or None, "children": [...]}."""
+        row = self._conn.execute("SELECT parent FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        children = [{"id": r[0], "workflow": r[1], "status": r[2]} for r in self._conn.execute(
+            "SELECT id, workflow, status FROM workflows WHERE parent = ? ORDER BY seq", (workflow_id,))]
+        return {"parent": None if row is None else row[0], "children": children}
+
+    def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
+        """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
+        row = self._conn.execute(
+            "SELECT status, blocked_on, seq FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None or row[0] != "blocked" or not (row[1] or "").startswith(APPROVAL_PREFIX):
+            return None
+        rid = row[1][len(APPROVAL_PREFIX):]
+        slot = approval_slot(rid)
+        value = None if slot is None else self._conn.execute(
+            "SELECT value FROM commands WHERE slot_key = ? AND kind = 'approval'", (slot_key(row[2], slot),)).fetchone()
+        if value is None:
+            return {"request": rid, "action": "?", "details": None}
+        request: dict[str, Any] = loads(value[0])
+        return request
 
     def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
         """Delivered signals in delivery order, optionally a page of them."""
@@ -164,11 +194,17 @@ class Reads(SQLiteConnection):
         json_loads = json.loads
         rec = CommandRecord
         # Rows come back in key order, which is slot order; ORDER BY makes it explicit.
-        return tuple(
-            new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts))
-            for kind, name, ok, value, error, attempts in conn.execute(
-                "SELECT kind, name, ok, value, error, attempts FROM commands WHERE slot_key BETWEEN ? AND ?"
-                " ORDER BY slot_key",
-                (base, base + SLOT_LIMIT - 1),
-            )
+        rows = conn.execute(
+            "SELECT slot_key, kind, name, ok, value, error, attempts, args FROM commands"
+            " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key",
+            (base, base + SLOT_LIMIT - 1),
+        ).fetchall()
+        records = tuple(
+            new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts,
+                             args))
+            for _key, kind, name, ok, value, error, attempts, args in rows
         )
+        if rows and rows[-1][0] - base + 1 != len(rows):
+            # A parallel group the worker died in the middle of left a gap (engine.core.HOLE).
+            return fill_holes([(row[0] - base, r) for row, r in zip(rows, records, strict=True)])
+        return records

@@ -167,6 +167,9 @@ class CommandRow:
     error: str | None
     attempts: int
     recorded_at: float
+    # The argument guard's key (engine.core.args_key): the canonical JSON of short
+    # arguments, a digest of long ones, None when nothing was checked.
+    args: str | None = None
 
 
 @dataclass(frozen=True)
@@ -234,3 +237,6 @@ class PendingRecord:
     # The value's JSON text if the caller encoded it already (the worker does, to check
     # it against the cap): then it is not encoded a second time.
     text: str | None = None
+    # A task of a parallel group: written in the order the group's tasks complete (see
+    # Commits._write_parallel), not refused for not being the next slot.
+    parallel: bool = False

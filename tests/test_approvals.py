@@ -1,0 +1,122 @@
+"""Approvals bound to the request: recorded, answered once, and only by an answer to that request."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import cli_env, run_cli
+from engine import Context, WorkflowState, dry_replay, run, signal
+from engine.store import open_store
+
+
+def clock() -> float:
+    return 1.0
+
+
+def asks(ctx: Context, _input: Any) -> Any:
+    return ctx.request_approval("wire the money", {"amount": 10})
+
+
+def test_a_request_is_recorded_and_blocks_until_its_answer_arrives() -> None:
+    first = run(asks, WorkflowState(), clock=clock)
+    assert first.status == "blocked" and first.outcome.blocked_on == "approval:req-0"
+    (rec,) = first.state.commands
+    assert (rec.kind, rec.name, rec.value) == ("approval", "wire the money",
+                                               {"request": "req-0", "action": "wire the money",
+                                                "details": {"amount": 10}})
+    answer = {"approved": True, "by": "ann@host", "note": None, "request": "req-0"}
+    done = run(asks, signal(first.state, "approval:req-0", answer), clock=clock)
+    assert done.status == "completed" and done.outcome.result == answer
+    assert done.context.replayed_commands == 1 and done.context.executed_commands == 0
+    assert dry_replay(asks, first.state, status="blocked").ok
+
+
+def test_an_answer_to_another_request_does_not_unlock_this_one() -> None:
+    first = run(asks, WorkflowState(), clock=clock)
+    stale = run(asks, signal(first.state, "approval:req-7", {"approved": True}), clock=clock)
+    assert stale.status == "blocked"
+
+
+@pytest.mark.parametrize(("action", "details", "message"), [
+    ("", None, "the action must be a non-empty str"),
+    (None, None, "the action must be a non-empty str"),
+    ("go", {1, 2}, "slot 0: the details of approval 'go' is of type set"),
+])
+def test_bad_requests_are_clear_and_record_nothing(action: Any, details: Any, message: str) -> None:
+    def wf(ctx: Context, _input: Any) -> Any:
+        return ctx.request_approval(action, details)
+
+    result = run(wf, WorkflowState(), clock=clock)
+    assert result.status == "failed" and message in (result.outcome.error or "")
+    assert result.state.commands == ()
+
+
+# ------------------------------------------------------------------ the command line and a real worker
+
+
+def cli_for(db: Path, tmp_path: Path) -> Any:
+    env = cli_env(AGENT_LEDGER=str(tmp_path / "ledger.jsonl"))
+    return lambda *args: run_cli(db, *args, env=env)
+
+
+def one_line_refusal(proc: Any, *needles: str) -> None:
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr
+
+
+def signal_count(db: Path, wid: str) -> int:
+    with open_store(db, readonly=True) as store:
+        return store.count_signals(wid)[0]
+
+
+def test_approve_answers_the_pending_request_only_and_once(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    cli = cli_for(db, tmp_path)
+    wid = cli("start", "guarded", "--app", "agent_app").stdout.strip().splitlines()[-1]
+    assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
+    listed = cli("list")
+    assert "approval: delete the backups (request req-0)" in listed.stdout, listed.stdout
+    shown = json.loads(cli("show", wid, "--json").stdout)
+    assert shown["approval"] == {"request": "req-0", "action": "delete the backups", "details": {"count": 3}}
+    assert "approval: delete the backups (request req-0)" in cli("show", wid).stdout
+
+    one_line_refusal(cli("signal", wid, "approval:req-0", "{}"), "use `replaylog approve`")
+    one_line_refusal(cli("approve", wid, "--request", "req-5"), "request 'req-5' is not the pending one",
+                     "'req-0'")
+    assert signal_count(db, wid) == 0
+
+    approved = cli("approve", wid, "--note", "checked")
+    assert approved.returncode == 0 and "approved request req-0" in approved.stdout
+    one_line_refusal(cli("approve", wid), "has no pending approval request", "it is pending")  # used once
+    assert signal_count(db, wid) == 1
+
+    assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
+    assert "approval: send the email (request req-1)" in cli("list").stdout
+    one_line_refusal(cli("approve", wid, "--request", "req-0"), "not the pending one")  # a stale answer
+    rejected = cli("approve", wid, "--reject", "--request", "req-1", "--note", "not today")
+    assert rejected.returncode == 0 and "rejected request req-1" in rejected.stdout
+    assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
+    result = json.loads(cli("show", wid, "--json").stdout)
+    assert result["status"] == "completed", result
+    first, second = result["result"]
+    assert first["approved"] is True and first["note"] == "checked" and first["request"] == "req-0"
+    assert "@" in first["by"]
+    assert second == {"approved": False, "by": first["by"], "note": "not today", "request": "req-1"}
+    one_line_refusal(cli("approve", wid), "is completed")
+
+
+def test_approving_a_workflow_that_waits_for_a_signal_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    cli = cli_for(db, tmp_path)
+    wid = cli("start", "waits_for_go", "--app", "agent_app").stdout.strip().splitlines()[-1]
+    one_line_refusal(cli("approve", wid), "has no pending approval request", "it is pending")
+    assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
+    one_line_refusal(cli("approve", wid), "has no pending approval request", "waits for signal 'go'")
+    one_line_refusal(cli("approve", "wf-nope"), "no workflow with id 'wf-nope'")
+    assert signal_count(db, wid) == 0
