@@ -961,16 +961,28 @@ class Context:
 
     # -- approvals
 
-    def request_approval(self, action: str, details: Any = None) -> dict[str, Any]:
+    def request_approval(self, action: str, details: Any = None, timeout: float | None = None) -> dict[str, Any]:
         """Ask a person to approve `action`, and wait for the answer, holding no thread.
 
         The request (action, details, and a request id) is recorded in a slot of its
         own; the workflow then blocks until `replaylog approve ID` (or the console)
         answers that request and only it. Returns {"approved": bool, "by": "user@host",
         "note": text or None, "request": the request id}.
+
+        With a `timeout` (seconds) the wait is `wait_signal`'s timed wait: its deadline is
+        recorded in the next slot, and when it passes unanswered the timeout is recorded
+        and SignalTimeout raised (again on every replay). The request is then closed: a
+        late answer is refused, saying it timed out.
+
+        Raises:
+            SignalTimeout: no answer before the deadline.
+            WorkflowCancelled: an operator cancelled the workflow while it waited.
+            TypeError, ValueError: a bad action or timeout (nothing is recorded).
         """
         if not isinstance(action, str) or not action.strip():
             raise ValueError(f"request_approval(): the action must be a non-empty str, not {action!r}")
+        if timeout is not None:
+            _seconds(timeout, f"ctx.request_approval({action!r}, timeout=...)")  # refused before the slot
         slot = self._cmd_index
         self._cmd_index = slot + 1
         rid = approval_request_id(slot)
@@ -982,7 +994,7 @@ class Context:
             self.executed_commands += 1
             self._append(slot, CommandRecord("approval", action, True,
                                              {"request": rid, "action": action, "details": details}))
-        answer: dict[str, Any] = self.wait_signal(APPROVAL_PREFIX + rid)
+        answer: dict[str, Any] = self.wait_signal(APPROVAL_PREFIX + rid, timeout)
         return answer
 
     def now(self) -> float:

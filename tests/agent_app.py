@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from replaylog import ChildWorkflowError, Context, ParallelError, activity, workflow
+from replaylog import ChildWorkflowError, Context, ParallelError, SignalTimeout, activity, workflow
 
 
 def _ledger(event: str, tag: str) -> None:
@@ -91,6 +91,15 @@ def guarded(ctx: Context) -> list[Any]:
     first = ctx.request_approval("delete the backups", {"count": 3})
     second = ctx.request_approval("send the email")
     return [first, second]
+
+
+@workflow
+def guarded_for(ctx: Context, timeout: float) -> Any:
+    """One approval with a timeout: the answer, or "timed out" (then the code goes on)."""
+    try:
+        return ctx.request_approval("restart the cluster", {"nodes": 3}, timeout=timeout)
+    except SignalTimeout:
+        return "timed out"
 
 
 @workflow

@@ -254,6 +254,7 @@ class OperatorWrites(SQLiteConnection):
                   int(consumed), at) for s, at in zip(doc.signals, doc.sent_at, strict=True)])
             _audit(conn, wid, "import", now, detail=f"from an export of {doc.id}")
         return wid
+
     def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
                         request: str | None = None) -> str:
         """Answer the approval request a workflow waits on, in one write transaction; return its id.
@@ -261,18 +262,33 @@ class OperatorWrites(SQLiteConnection):
         Refused (ApprovalRefusedError, nothing written) when the workflow waits on no
         approval, or `request` names another request than the pending one: a stale
         answer never unlocks a newer call. An answer is used once: it wakes the
-        workflow, which then no longer waits on that request.
+        workflow, which then no longer waits on that request. A request with a timeout
+        is closed once its deadline has passed (decided here, under the write lock, so a
+        worker recording the timeout and an answer cannot both win): the refusal says
+        it timed out, and when.
         """
         now = time.time()
         with self._write() as conn:
-            status, blocked_on = self._open_workflow(conn, workflow_id)
-            if status != "blocked" or not blocked_on or not blocked_on.startswith(APPROVAL_PREFIX):
+            row = conn.execute("SELECT status, blocked_on, wake_at, seq FROM workflows WHERE id = ?",
+                               (workflow_id,)).fetchone()
+            if row is None:
+                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+            status, blocked_on, wake_at, seq = row
+            waiting = status == "blocked" and bool(blocked_on) and blocked_on.startswith(APPROVAL_PREFIX)
+            pending = blocked_on[len(APPROVAL_PREFIX):] if waiting else None
+            if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
+                raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
+                                           f" {_utc(wake_at)}: it is closed, the answer was not recorded")
+            if pending is None or (request is not None and request != pending):
+                timed_out = _approval_timeout(conn, seq, request)
+                late = "" if timed_out is None else (f"; request {timed_out[0]!r} timed out at {_utc(timed_out[1])}"
+                                                     " and is closed")
+                if pending is not None:
+                    raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
+                                               f" {workflow_id!r} waits on {pending!r}{late}")
                 waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
-                raise ApprovalRefusedError(f"workflow {workflow_id!r} has no pending approval request (it {waits})")
-            pending = blocked_on[len(APPROVAL_PREFIX):]
-            if request is not None and request != pending:
                 raise ApprovalRefusedError(
-                    f"request {request!r} is not the pending one: workflow {workflow_id!r} waits on {pending!r}")
+                    f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
             payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
             text = self.encode_payload(payload, "the approval's answer")
             append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
@@ -289,6 +305,28 @@ class OperatorWrites(SQLiteConnection):
         if status in FINISHED_STATUSES:
             raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
         return status, blocked_on
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+def _approval_timeout(conn: sqlite3.Connection, seq: int, request: str | None) -> tuple[str, float] | None:
+    """(request id, deadline) of the named approval request if it timed out, else of the latest that did; or None.
+
+    A timed-out approval leaves a `timeout` slot named "approval:RID" holding the time it
+    was decided, after the wait's `deadline` slot holding the deadline itself.
+    """
+    base = slot_key(seq)
+    name = "" if request is None else APPROVAL_PREFIX + request
+    row = conn.execute(
+        "SELECT t.name, d.value FROM commands t JOIN commands d ON d.slot_key = t.slot_key - 1"
+        " WHERE t.slot_key BETWEEN ? AND ? AND t.kind = 'timeout' AND d.kind = 'deadline'"
+        " AND (t.name = ? OR (? = '' AND substr(t.name, 1, ?) = ?)) ORDER BY t.slot_key DESC LIMIT 1",
+        (base, base + SLOT_LIMIT - 1, name, name, len(APPROVAL_PREFIX), APPROVAL_PREFIX)).fetchone()
+    if row is None:
+        return None
+    return row[0][len(APPROVAL_PREFIX):], float(row[1])
 
 
 def append_signal(conn: sqlite3.Connection, workflow_id: str, name: str, text: str, now: float, status: str,
