@@ -293,7 +293,7 @@ class OperatorWrites(SQLiteConnection):
             text = self.encode_payload(payload, "the approval's answer")
             append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
             _audit(conn, workflow_id, "approve" if approved else "reject", now, note, detail=pending)
-        return pending
+        return str(pending)
 
     @staticmethod
     def _open_workflow(conn: sqlite3.Connection, workflow_id: str) -> tuple[str, str | None]:
