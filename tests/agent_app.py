@@ -11,7 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from replaylog import ChildWorkflowError, Context, ParallelError, SignalTimeout, activity, workflow
+from replaylog import (
+    ChildWorkflowError,
+    Context,
+    ParallelError,
+    SignalTimeout,
+    WorkflowCancelled,
+    activity,
+    workflow,
+)
 
 
 def _ledger(event: str, tag: str) -> None:
@@ -143,6 +151,28 @@ def bad_parent(ctx: Context, child_id: str | None = None) -> Any:
 def held_child(ctx: Context) -> Any:
     """A child whose activity is held."""
     return ctx.call_activity(held, "in child")
+
+
+@workflow
+def grandchild_waits(ctx: Context) -> Any:
+    """The bottom of a family three deep: waits for "go"; a cancel is noted, then raised on."""
+    try:
+        return ctx.wait_signal("go")
+    except WorkflowCancelled:
+        ctx.call_activity(note, "grandchild compensates")
+        raise
+
+
+@workflow
+def child_waits(ctx: Context) -> Any:
+    """The middle of the family: waits for its own child."""
+    return {"grandchild": ctx.call_workflow(grandchild_waits)}
+
+
+@workflow
+def family(ctx: Context) -> Any:
+    """A parent, a child, a grandchild: the parent waits for the child, which waits for the grandchild."""
+    return {"child": ctx.call_workflow(child_waits)}
 
 
 @workflow

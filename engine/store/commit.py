@@ -12,12 +12,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from engine.core import CHILD_PREFIX, TIMER, CommandRecord, Outcome
+from engine.core import TIMER, CommandRecord, Outcome
 from engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
 from engine.store.connection import SQLiteConnection
 from engine.store.fence import FAST, REFUSE
 from engine.store.keys import SLOT_LIMIT, SLOTS_NOW
-from engine.store.operations import append_signal
+from engine.store.operations import tell_parent
 from engine.store.rows import Claim, PendingRecord, dumps
 
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
@@ -269,24 +269,13 @@ class Commits(SQLiteConnection):
         )
         if cur.rowcount != 1:
             return False
-        if status in ("completed", "failed"):
-            _tell_parent(conn, claim.id, outcome, now)
+        if status in ("completed", "failed", "cancelled"):
+            ok = status == "completed"
+            tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
+                                         "error": None if ok else outcome.error}, now)
         if consumed:
             conn.execute(
                 f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",
                 (claim.id,),
             )
         return True
-
-
-def _tell_parent(conn: sqlite3.Connection, child_id: str, outcome: Outcome, now: float) -> None:
-    """A child workflow finished: deliver its outcome to its parent, if it has one still open."""
-    parent = conn.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
-    if parent is None or parent[0] is None:
-        return
-    row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (parent[0],)).fetchone()
-    if row is None or row[0] in ("completed", "failed"):
-        return
-    ok = outcome.status == "completed"
-    text = dumps({"ok": ok, "result": outcome.result if ok else None, "error": None if ok else outcome.error})
-    append_signal(conn, parent[0], CHILD_PREFIX + child_id, text, now, row[0], row[1])

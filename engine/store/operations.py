@@ -52,6 +52,49 @@ def _status_of(conn: sqlite3.Connection, workflow_id: str) -> tuple[str, str | N
     return row[0], row[1]
 
 
+def _request_cancel(conn: sqlite3.Connection, workflow_id: str, reason: str | None, now: float,
+                    detail: str | None = None) -> None:
+    """Set an unfinished workflow's cancel request; a blocked one is made runnable so that its wait raises it."""
+    conn.execute(
+        "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
+        " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
+        " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
+        " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = ?",
+        (reason or "", now, workflow_id))
+    _audit(conn, workflow_id, "cancel", now, reason, detail)
+
+
+def _terminate(conn: sqlite3.Connection, workflow_id: str, error: str, reason: str | None, now: float,
+               detail: str | None = None) -> None:
+    """End an unfinished workflow `terminated`, its lease epoch moved on (its worker fenced out)."""
+    # slots: a running workflow's column may lag its last slot (commit fence); take the true count.
+    conn.execute(
+        "UPDATE workflows SET status = 'terminated', error = ?, blocked_on = NULL, wake_at = NULL,"
+        " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
+        f" slots = {SLOTS_NOW}, updated_at = ? WHERE id = ?", (error, now, workflow_id))
+    _audit(conn, workflow_id, "terminate", now, reason, detail)
+
+
+def _unfinished_descendants(conn: sqlite3.Connection, workflow_id: str) -> list[tuple[str, str, str | None]]:
+    """(id, status, cancel_requested) of a workflow's unfinished children, grandchildren, …, in start order."""
+    return [(r[0], r[1], r[2]) for r in conn.execute(
+        "WITH RECURSIVE tree(id) AS (SELECT id FROM workflows WHERE parent = ?"
+        " UNION SELECT w.id FROM workflows w JOIN tree ON w.parent = tree.id)"
+        " SELECT w.id, w.status, w.cancel_requested FROM workflows w JOIN tree ON w.id = tree.id"
+        " WHERE w.status IN ('pending', 'running', 'blocked') ORDER BY w.seq", (workflow_id,))]
+
+
+def tell_parent(conn: sqlite3.Connection, child_id: str, outcome: dict[str, Any], now: float) -> None:
+    """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
+    parent = conn.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
+    if parent is None or parent[0] is None:
+        return
+    row = conn.execute("SELECT status, blocked_on FROM workflows WHERE id = ?", (parent[0],)).fetchone()
+    if row is None or row[0] in FINISHED_STATUSES:
+        return
+    append_signal(conn, parent[0], CHILD_PREFIX + child_id, dumps(outcome), now, row[0], row[1])
+
+
 def _check_id(wid: str) -> None:
     if not wid or len(wid) > 200 or any(c.isspace() or not c.isprintable() for c in wid):
         raise StoreError(f"workflow id {wid!r} is not valid: use 1-200 printable characters without spaces")
@@ -132,7 +175,8 @@ class OperatorWrites(SQLiteConnection):
         Only a request: its code sees WorkflowCancelled at its current or next ctx call
         (a running worker learns of it through the commit fence). A blocked workflow is
         made runnable so that its wait raises it. The lease is untouched: nothing a
-        worker holding it writes is lost.
+        worker holding it writes is lost. Its unfinished child workflows (ctx.call_workflow,
+        at any depth) are asked to cancel in the same transaction, each with an audit row.
         """
         now = time.time()
         with self._write() as conn:
@@ -142,13 +186,10 @@ class OperatorWrites(SQLiteConnection):
                                            " blocked workflow can be cancelled")
             if requested is not None:
                 raise OperatorRefusedError(f"workflow {workflow_id!r} was already asked to cancel")
-            conn.execute(
-                "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
-                " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
-                " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
-                " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = ?",
-                (reason or "", now, workflow_id))
-            _audit(conn, workflow_id, "cancel", now, reason)
+            _request_cancel(conn, workflow_id, reason, now)
+            for child, _, child_requested in _unfinished_descendants(conn, workflow_id):
+                if child_requested is None:  # a child already asked keeps its own request
+                    _request_cancel(conn, child, reason, now, detail=f"with its parent, from {workflow_id}")
         return status
 
     def terminate_workflow(self, workflow_id: str, reason: str | None = None) -> str:
@@ -156,7 +197,9 @@ class OperatorWrites(SQLiteConnection):
 
         Its status becomes `terminated` and its lease epoch moves on, so a worker running
         it has every later write refused (fenced out): no workflow code runs again and an
-        activity in flight has its outcome dropped.
+        activity in flight has its outcome dropped. Its unfinished child workflows (at any
+        depth) are terminated with it, each with an audit row; a child terminated on its
+        own has its parent told (ChildWorkflowError there), as when a child fails.
         """
         now = time.time()
         error = f"terminated by an operator: {reason}" if reason else "terminated by an operator"
@@ -165,12 +208,11 @@ class OperatorWrites(SQLiteConnection):
             if status in FINISHED_STATUSES:
                 raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
                                            " blocked workflow can be terminated")
-            # slots: a running workflow's column may lag its last slot (commit fence); take the true count.
-            conn.execute(
-                "UPDATE workflows SET status = 'terminated', error = ?, blocked_on = NULL, wake_at = NULL,"
-                " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
-                f" slots = {SLOTS_NOW}, updated_at = ? WHERE id = ?", (error, now, workflow_id))
-            _audit(conn, workflow_id, "terminate", now, reason)
+            descendants = _unfinished_descendants(conn, workflow_id)
+            _terminate(conn, workflow_id, error, reason, now)
+            for child, _, _ in descendants:
+                _terminate(conn, child, error, reason, now, detail=f"with its parent, from {workflow_id}")
+            tell_parent(conn, workflow_id, {"ok": False, "result": None, "error": error}, now)
         return status
 
     def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
