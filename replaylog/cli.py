@@ -37,6 +37,7 @@ from engine.store import (
     OperatorStore,
     ReaderStore,
     WorkflowRow,
+    WorkflowSummary,
     database_path,
     default_max_payload,
     is_damaged,
@@ -474,15 +475,26 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="At most this many (default: all with --json, 200 in the table; 0 means all).")
+@click.option("--awaiting", type=click.Choice(["approval"]), default=None,
+              help="Only workflows waiting for this: 'approval' (ctx.request_approval; answer with `approve`).")
+@click.option("--tree", is_flag=True,
+              help="Child workflows (ctx.call_workflow) under their parent, indented: the filters and --limit"
+                   " choose the top-level workflows, each shown with all its children.")
 @global_options
 @pass_settings
-def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int | None) -> None:
+def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int | None, awaiting: str | None,
+             tree: bool) -> None:
     """List workflows, most recently updated first."""
     if limit is None:
         limit = 0 if as_json else 200
+    depth: dict[str, int] = {}
     with settings.open(readonly=True) as store:
-        rows = store.list_workflows(status=status, limit=limit or -1)
-        total = store.count_workflows(status=status) if limit and len(rows) == limit else len(rows)
+        top = store.list_workflows(status=status, limit=limit or -1, awaiting=awaiting, top_level=tree)
+        total = (store.count_workflows(status=status, awaiting=awaiting, top_level=tree) if limit and len(top) == limit
+                 else len(top))
+        rows: list[WorkflowRow | WorkflowSummary] = list(top)
+        if tree:
+            rows, depth = _as_tree(top, store.list_descendants([r.id for r in top]))
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
         approvals = {r.id: store.pending_approval(r.id) for r in rows
@@ -491,7 +503,8 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
              "wake_at": r.wake_at, "slots": r.slots,
-             "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id]} for r in rows
+             "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id],
+             "parent": r.parent} for r in rows
         ]))
         return
     table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
@@ -506,11 +519,33 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
                  else _waits(waiting[r.id]))
         if r.status in ("cancelled", "terminated"):
             waits = _t(preview(r.error or "", 60))  # why: the operator's reason
-        table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
+        # A child is indented under its parent; the id itself stays whole, to be copied.
+        shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
+        table.add_row(shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
                       _t(_when(r.updated_at, short=True)))
     _console().print(table)
     if total != len(rows):
         click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
+
+
+def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
+             ) -> tuple[list[WorkflowRow | WorkflowSummary], dict[str, int]]:
+    """Each top-level row followed by its children, depth first in start order; and each child's depth."""
+    children: dict[str, list[WorkflowSummary]] = {}
+    for d in descendants:
+        children.setdefault(d.parent or "", []).append(d)
+    ordered: list[WorkflowRow | WorkflowSummary] = []
+    depth: dict[str, int] = {}
+
+    def walk(row: WorkflowRow | WorkflowSummary, level: int) -> None:
+        ordered.append(row)
+        depth[row.id] = level
+        for child in children.get(row.id, []):
+            walk(child, level + 1)
+
+    for row in top:
+        walk(row, 0)
+    return ordered, depth
 
 
 def _blocked_text(blocked_on: str | None, wake_at: float | None, now: float,

@@ -51,15 +51,20 @@ class ReaderStore(_Closable, Protocol):
 
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
-                       offset: int = 0) -> list[WorkflowRow]:
-        """A page of workflows, filtered and sorted by the store."""
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False) -> list[WorkflowRow]:
+        """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent)."""
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
-                                offset: int = 0) -> list[WorkflowSummary]:
+                                offset: int = 0, awaiting: str | None = None,
+                                top_level: bool = False) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns."""
 
-    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
+    def list_descendants(self, workflow_ids: Sequence[str]) -> list[WorkflowSummary]:
+        """The children of these workflows at any depth (ctx.call_workflow), in start order."""
+
+    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                        awaiting: str | None = None, top_level: bool = False) -> int:
         """How many workflows match a filter."""
 
     def status_counts(self) -> dict[str, int]:

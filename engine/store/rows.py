@@ -138,6 +138,8 @@ class WorkflowRow:
     # A fork's origin: the workflow it copied, and the slot from which its code ran live.
     forked_from: str | None = None
     forked_slot: int | None = None
+    # The workflow that started this one with ctx.call_workflow (None: started by an operator).
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class WorkflowSummary:
     updated_at: float
     error: str | None = None  # the start of a failed workflow's error (reads.ERROR_PREVIEW characters)
     wake_at: float | None = None  # as WorkflowRow.wake_at
+    parent: str | None = None  # as WorkflowRow.parent
 
 
 @dataclass(frozen=True)
