@@ -12,7 +12,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,7 @@ class WorkflowsQuery:
     descending: bool = True
     offset: int = 0
     limit: int = WORKFLOW_PAGE
+    awaiting: str | None = None  # "approval": only workflows waiting for an answer to an approval request
 
 
 @dataclass(frozen=True)
@@ -194,21 +195,22 @@ def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
     fresh = counts is None
     if counts is None:
         counts = store.status_counts()
-    if query.text or not fresh:
-        total = store.count_workflows(status=query.status, text=query.text or None)
+    if query.text or query.awaiting or not fresh:
+        total = store.count_workflows(status=query.status, text=query.text or None, awaiting=query.awaiting)
     elif query.status:
         total = counts.get(query.status, 0)  # the counts already hold it: skip a second scan
     else:
         total = sum(counts.values())
     offset = min(query.offset, max(0, (total - 1) // query.limit * query.limit))
     if offset != query.offset:
-        query = WorkflowsQuery(query.status, query.text, query.sort, query.descending, offset, query.limit)
+        query = replace(query, offset=offset)
     return WorkflowsPage(query, _listed(store, query), total, counts)
 
 
 def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, ...]:
     rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
-                                         descending=query.descending, limit=query.limit, offset=query.offset)
+                                         descending=query.descending, limit=query.limit, offset=query.offset,
+                                         awaiting=query.awaiting)
     return tuple(map(ListedWorkflow.of, rows))
 
 

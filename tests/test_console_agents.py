@@ -6,13 +6,14 @@ import io
 from pathlib import Path
 from typing import Any
 
-from console_helpers import SIZE, async_test, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
 from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
 from console.action_dialog import ActionDialog
 from console.approval_dialog import ApprovalDialog
+from console.paged_table import PagedTable
 from console.transcript_screen import TranscriptScreen
 from console.workflow_screen import WorkflowScreen
 from engine.app import load_app
@@ -147,3 +148,23 @@ async def test_the_transcript_shows_calls_the_child_and_the_approval(tmp_path: P
         assert 'lookup_order("order-1")' in shown and 'check_policy("order-1")' in shown
         assert f"summarise {WID}.3" in shown and "completed" in shown
         assert "(request req-4)" in shown and "waiting for an answer" in shown
+
+
+@async_test
+async def test_the_list_filters_to_workflows_waiting_for_an_approval(tmp_path: Path) -> None:
+    db = seed(tmp_path / "replaylog.db")
+    with open_store(db) as store:
+        store.start_workflow("two_approvals", workflow_id="signal-waiter")  # waits for a plain signal
+    Worker(db, load_app("sample_workflows"), poll=0.002).run(until_idle=True)
+    app = make_app(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        assert {WID, "signal-waiter", f"{WID}.3"} <= set(column(table, "id"))
+        await pilot.press("a")
+        await settle(pilot)
+        assert column(table, "id") == [WID]
+        assert "awaiting approval" in rendered(app.screen.query_one("#pageinfo", Static))
+        await pilot.press("a")  # again: all of them
+        await settle(pilot)
+        assert {WID, "signal-waiter", f"{WID}.3"} <= set(column(table, "id"))
