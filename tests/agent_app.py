@@ -102,6 +102,16 @@ def guarded(ctx: Context) -> list[Any]:
 
 
 @workflow
+def bad_group(ctx: Context, kind: str) -> Any:
+    """A parallel group given bad input: an empty list, a function instead of a task, a non-JSON argument."""
+    if kind == "empty":
+        return ctx.parallel([])
+    if kind == "not a task":
+        return ctx.parallel([ctx.task(note, "fine"), note])
+    return ctx.parallel([ctx.task(note, "fine"), ctx.task(note, {"a set": {1, 2}})])
+
+
+@workflow
 def guarded_for(ctx: Context, timeout: float) -> Any:
     """One approval with a timeout: the answer, or "timed out" (then the code goes on)."""
     try:

@@ -174,3 +174,22 @@ def test_parallel_error_carries_each_outcome_through_a_worker(tmp_path: Path) ->
         assert row.status == "completed", row.error
         assert row.result["failed"] == [1] and row.result["outcomes"][0] == "ok"
         assert "bad is broken" in row.result["outcomes"][1]
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    ("empty", "ValueError: parallel() needs at least one task"),
+    ("not a task", "TypeError: parallel(): task 1 is a function, not a ctx.task(...)"),
+    ("non json", "an argument of activity 'note' is of type set"),
+])
+def test_bad_groups_fail_in_one_line_through_a_worker_and_write_no_slot(tmp_path: Path, kind: str,
+                                                                         message: str) -> None:
+    db = tmp_path / "p.db"
+    env = agent_env(tmp_path)
+    wid = run_cli(db, "start", "bad_group", json.dumps(kind), "--app", "agent_app", env=env).stdout.strip()
+    assert run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env).returncode == 0
+    with open_store(db) as store:
+        row = store.get_workflow(wid)
+        assert row.status == "failed" and message in (row.error or ""), row.error
+        assert "\n" not in (row.error or "")
+        assert store.list_commands(wid) == []  # nothing written: not even the good task's slot
+    assert ledger(tmp_path) == []  # and no activity ran
