@@ -225,3 +225,18 @@ def test_an_approval_within_its_timeout_is_delivered(tmp_path: Path) -> None:
     shown = json.loads(cli("show", wid, "--json").stdout)
     assert shown["status"] == "completed" and shown["result"]["approved"] is True
     assert kinds(db, wid) == ["approval", "deadline"]
+
+
+def test_a_workflow_waiting_for_an_approval_with_a_deadline_exports_and_imports(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    cli = cli_for(db, tmp_path)
+    wid = cli("start", "guarded_for", "3600", "--app", "agent_app").stdout.strip().splitlines()[-1]
+    assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
+    out = tmp_path / "waiting.json"
+    assert cli("export", wid, "-o", str(out)).returncode == 0
+    imported = cli("import", str(out), "--id", "copy")
+    assert imported.returncode == 0, imported.stderr  # approval and deadline slots are known kinds
+    assert kinds(db, "copy") == ["approval", "deadline"]
+    assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
+    assert "approval: restart the cluster (request req-0)" in cli("list", "--awaiting", "approval").stdout
+    assert cli("approve", "copy").returncode == 0

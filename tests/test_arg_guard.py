@@ -161,3 +161,22 @@ def test_the_store_keeps_the_key_and_check_reports_a_changed_prompt(cli: Cli, db
     verdict = json.loads(changed.stdout)
     assert changed.returncode == 1 and verdict["ok"] is False and verdict["diagnostic"]["slot"] == 0
     assert '["summarise the news"]' in verdict["verdict"] and '["summarise the weather"]' in verdict["verdict"]
+
+
+def test_export_import_and_fork_keep_the_argument_keys(cli: Cli, db_path: Path, tmp_path: Path) -> None:
+    v1, v2 = write_app(tmp_path, "v1", "summarise the news"), write_app(tmp_path, "v2", "summarise the weather")
+    wid = cli("start", "agent", "--app", v1).stdout.strip().splitlines()[-1]
+    assert cli("worker", "--until-idle", "--quiet", "--app", v1).returncode == 0
+    out = tmp_path / "agent.json"
+    assert cli("export", wid, "-o", str(out)).returncode == 0
+    assert json.loads(out.read_text())["slots"][0]["args"] == '["summarise the news"]'
+    assert cli("import", str(out), "--id", "imported").returncode == 0
+    forked = cli("fork", wid, "--from-slot", "1")
+    assert forked.returncode == 0, forked.stderr
+    fork_id = forked.stdout.strip().splitlines()[-1]
+    with open_store(db_path) as store:
+        for copy in ("imported", fork_id):
+            assert [c.args for c in store.list_commands(copy)] == ['["summarise the news"]'], copy
+    # The keys still guard the copies: a changed prompt is caught, not answered from the record.
+    assert cli("check", "imported", "--app", v2).returncode == 1
+    assert cli("check", "--history", str(out), "--app", v2).returncode == 1

@@ -256,8 +256,8 @@ class OperatorWrites(SQLiteConnection):
             new = slot_key(_insert_workflow(conn, wid, workflow, input_text, now, slots=from_slot,
                                             forked_from=workflow_id, forked_slot=from_slot))
             conn.execute(
-                "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
-                " SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at FROM commands"
+                "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+                " SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args FROM commands"
                 " WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
             conn.execute(
                 "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
@@ -284,10 +284,10 @@ class OperatorWrites(SQLiteConnection):
                 error_kind=doc.error_kind if status == "failed" else None,
                 forked_from=doc.forked_from, forked_slot=doc.forked_slot))
             conn.executemany(
-                "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(base + i, c.kind, c.name, int(c.ok), self.encode_payload(c.value, f"slot {i}'s value")
-                  if c.ok else None, c.error, c.attempts, at)
+                  if c.ok else None, c.error, c.attempts, at, c.args)
                  for i, (c, at) in enumerate(zip(doc.commands, doc.recorded_at, strict=True))])
             consumed = status != "pending"
             conn.executemany(
