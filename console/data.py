@@ -228,6 +228,9 @@ class WorkflowDetail:
     signal_offset: int = 0
     waiting: str | None = None  # a pending workflow's reason to wait for a worker (no live one knows it)
     approval: dict[str, Any] | None = None  # the approval request it waits on: request, action, details
+    # ctx.call_workflow's links: the parent that started it, and its children as (id, workflow, status).
+    parent: str | None = None
+    children: tuple[tuple[str, str, str], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -250,8 +253,11 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     signal_offset = latest if signal_offset is None else max(0, min(signal_offset, latest))
     signals = tuple(map(Signal.of, store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE)))
     worker = waiting_reason(row.workflow, store.served_names()) if row.status == "pending" else None
+    family = store.family(workflow_id)
+    children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
-                          total, waiting, signal_offset, worker, store.pending_approval(workflow_id))
+                          total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
+                          family["parent"], children)
 
 
 # The transcript shows at most this many slots: it is read whole, not paged.

@@ -284,6 +284,13 @@ class WorkflowScreen(LiveScreen):
             grid.add_row("cancel", text(said, "bold magenta"))
         if row.forked_from is not None:
             grid.add_row("forked from", text(f"{row.forked_from[0]} at slot {row.forked_from[1]}"))
+        # The links of ctx.call_workflow, both ways (g goes to an id).
+        if detail.parent is not None:
+            grid.add_row("parent", text(detail.parent))
+        if detail.children:
+            shown = ", ".join(f"{cid} ({status})" for cid, _, status in detail.children[:4])
+            more = f", … ({len(detail.children)} in all)" if len(detail.children) > 4 else ""
+            grid.add_row("children", text(shown + more))
         if row.worker_error:
             # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))

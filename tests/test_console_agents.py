@@ -168,3 +168,17 @@ async def test_the_list_filters_to_workflows_waiting_for_an_approval(tmp_path: P
         await pilot.press("a")  # again: all of them
         await settle(pilot)
         assert {WID, "signal-waiter", f"{WID}.3"} <= set(column(table, "id"))
+
+
+@async_test
+async def test_the_workflow_screen_links_parent_and_children(tmp_path: Path) -> None:
+    db = seed(tmp_path / "replaylog.db")
+    app = make_app(db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_agent(pilot)
+        assert f"children  {WID}.3 (completed)" in rendered(screen.query_one("#summary", Static))
+        app.open_workflow(f"{WID}.3")
+        await settle(pilot)
+        child = app.screen
+        assert isinstance(child, WorkflowScreen) and child.workflow_id == f"{WID}.3"
+        assert f"parent    {WID}" in rendered(child.query_one("#summary", Static))
