@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import cli_env, run_cli
-from engine import Context, WorkflowState, dry_replay, run
-from engine.core import HOLE, CommandRecord
+from engine import Context, WorkflowCancelled, WorkflowState, dry_replay, run
+from engine.core import HOLE, CommandRecord, execute
 from engine.store import open_store
 from replaylog import ParallelError, activity
 
@@ -193,3 +194,23 @@ def test_bad_groups_fail_in_one_line_through_a_worker_and_write_no_slot(tmp_path
         assert "\n" not in (row.error or "")
         assert store.list_commands(wid) == []  # nothing written: not even the good task's slot
     assert ledger(tmp_path) == []  # and no activity ran
+
+
+def test_a_cancel_requested_before_a_group_is_raised_there_and_no_task_runs() -> None:
+    def wf(ctx: Context, _input: Any) -> Any:
+        first = ctx.call_activity(echo, "first")
+        try:
+            return ctx.parallel([ctx.task(echo, "a"), ctx.task(echo, "b")])
+        except WorkflowCancelled:
+            return [first, ctx.call_activity(echo, "undo")]
+
+    state = WorkflowState(commands=(CommandRecord("activity", "echo", True, "FIRST", None, 1, '["first"]'),))
+    ctx = Context(state, clock=clock, cancel="stop")
+    outcome = execute(wf, ctx, state)
+    assert (outcome.status, outcome.result) == ("completed", ["FIRST", "UNDO"])
+    assert RAN == ["undo"]  # neither task ran
+    assert [(c.kind, c.name) for c in ctx.new_commands] == [("cancel", "activity:echo"), ("activity", "echo")]
+    # The replay raises the cancel at the group again, then replays the compensation: nothing runs.
+    RAN.clear()
+    replayed = run(wf, replace(state, commands=state.commands + tuple(ctx.new_commands)), clock=clock)
+    assert replayed.outcome.result == ["FIRST", "UNDO"] and replayed.context.executed_commands == 0 and RAN == []
