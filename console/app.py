@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.console import RenderableType
 from textual import work
@@ -24,6 +24,7 @@ from textual.binding import BindingType
 from textual.message import Message
 from textual.worker import get_current_worker
 
+from console.approval_dialog import ApprovalDialog
 from console.commands import WorkflowCommands
 from console.data import ConsoleData, is_transient
 from console.goto_dialog import GoToDialog
@@ -209,6 +210,22 @@ class ReplaylogConsole(App[None]):
         if default_name == TIMER:
             default_name = None  # a sleeping workflow waits on no signal: offer no name
         self.push_screen(SignalDialog(self.data, workflow_id, default_name or ""), self._signal_sent)
+
+    def open_approval_dialog(self, workflow_id: str, request: dict[str, Any]) -> None:
+        """Ask for a note and an answer (approve or reject) to the approval request, unless read-only."""
+        if self.data.readonly or self.exiting:
+            return
+        self.push_screen(ApprovalDialog(self.data, workflow_id, request), self._approval_answered)
+
+    def _approval_answered(self, result: tuple[str, str, bool] | None) -> None:
+        if result is not None:
+            workflow_id, request, approved = result
+            verb = "approved" if approved else "rejected"
+            self.notify(f"request {request} of {workflow_id} {verb}", title="Approval answered", markup=False)
+
+    def on_workflow_screen_approval_requested(self, message: WorkflowScreen.ApprovalRequested) -> None:
+        """The workflow screen asked to answer its pending approval request: open the dialog."""
+        self.open_approval_dialog(message.workflow_id, message.request)
 
     def _signal_sent(self, result: tuple[str, str, int] | None) -> None:
         if result is not None:

@@ -12,13 +12,13 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.app import Registry
 from engine.check import NoCode, check_workflow, retry_verdict
-from engine.core import DryReplay
+from engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay
 from engine.errors import ReplaylogError
 from engine.store import (
     STATUSES,
@@ -31,8 +31,10 @@ from engine.store import (
     WorkflowSummary,
     is_busy,
     open_store,
+    operator_name,
     waiting_reason,
 )
+from engine.text import preview
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -163,6 +165,7 @@ class WorkflowsQuery:
     descending: bool = True
     offset: int = 0
     limit: int = WORKFLOW_PAGE
+    awaiting: str | None = None  # "approval": only workflows waiting for an answer to an approval request
 
 
 @dataclass(frozen=True)
@@ -192,21 +195,22 @@ def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
     fresh = counts is None
     if counts is None:
         counts = store.status_counts()
-    if query.text or not fresh:
-        total = store.count_workflows(status=query.status, text=query.text or None)
+    if query.text or query.awaiting or not fresh:
+        total = store.count_workflows(status=query.status, text=query.text or None, awaiting=query.awaiting)
     elif query.status:
         total = counts.get(query.status, 0)  # the counts already hold it: skip a second scan
     else:
         total = sum(counts.values())
     offset = min(query.offset, max(0, (total - 1) // query.limit * query.limit))
     if offset != query.offset:
-        query = WorkflowsQuery(query.status, query.text, query.sort, query.descending, offset, query.limit)
+        query = replace(query, offset=offset)
     return WorkflowsPage(query, _listed(store, query), total, counts)
 
 
 def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, ...]:
     rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
-                                         descending=query.descending, limit=query.limit, offset=query.offset)
+                                         descending=query.descending, limit=query.limit, offset=query.offset,
+                                         awaiting=query.awaiting)
     return tuple(map(ListedWorkflow.of, rows))
 
 
@@ -223,6 +227,10 @@ class WorkflowDetail:
     signal_waiting: int = 0
     signal_offset: int = 0
     waiting: str | None = None  # a pending workflow's reason to wait for a worker (no live one knows it)
+    approval: dict[str, Any] | None = None  # the approval request it waits on: request, action, details
+    # ctx.call_workflow's links: the parent that started it, and its children as (id, workflow, status).
+    parent: str | None = None
+    children: tuple[tuple[str, str, str], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -245,8 +253,68 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     signal_offset = latest if signal_offset is None else max(0, min(signal_offset, latest))
     signals = tuple(map(Signal.of, store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE)))
     worker = waiting_reason(row.workflow, store.served_names()) if row.status == "pending" else None
+    family = store.family(workflow_id)
+    children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
-                          total, waiting, signal_offset, worker)
+                          total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
+                          family["parent"], children)
+
+
+# The transcript shows at most this many slots: it is read whole, not paged.
+TRANSCRIPT_SLOTS = 500
+
+
+@dataclass(frozen=True)
+class TranscriptEntry:
+    """One line of a workflow's transcript: a model or tool call, an approval and its answer, a child."""
+
+    slot: int
+    kind: str  # "call", "approval", "child", "clock", "other"
+    title: str  # what was done: the activity and its arguments, the action, the child
+    outcome: str  # what came of it
+    ok: bool
+
+
+def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[TranscriptEntry], int]:
+    """A workflow's slots as a conversation (at most TRANSCRIPT_SLOTS of them), and how many it has."""
+    row = store.get_workflow(workflow_id)
+    commands = store.list_commands(workflow_id, limit=TRANSCRIPT_SLOTS)
+    answers = {s.name: s.payload for s in store.list_signals(workflow_id) if s.name.startswith(APPROVAL_PREFIX)}
+    children = {c["id"]: c for c in store.family(workflow_id)["children"]}
+    entries = []
+    for c in commands:
+        if c.kind == "activity":
+            args = c.args if c.args and not c.args.startswith(DIGEST_PREFIX) else "(…)"
+            outcome = preview(c.value, 200) if c.ok else (c.error or "")
+            entries.append(TranscriptEntry(c.slot, "call", f"{c.name}{_call_args(args)}", outcome, c.ok))
+        elif c.kind == "approval":
+            rid = (c.value or {}).get("request", "")
+            answer = answers.get(APPROVAL_PREFIX + str(rid))
+            if isinstance(answer, dict):
+                verdict = "approved" if answer.get("approved") else "rejected"
+                note = f": {answer['note']}" if answer.get("note") else ""
+                outcome, ok = f"{verdict} by {answer.get('by')}{note}", bool(answer.get("approved"))
+            else:
+                outcome, ok = "waiting for an answer", True
+            details = preview((c.value or {}).get("details"), 120)
+            entries.append(TranscriptEntry(c.slot, "approval", f"{c.name} {details} (request {rid})", outcome, ok))
+        elif c.kind == "child":
+            child_id = str((c.value or {}).get("id"))
+            child = children.get(child_id, {})
+            entries.append(TranscriptEntry(c.slot, "child", f"{c.name} {child_id}",
+                                           str(child.get("status", "not started")), child.get("status") != "failed"))
+        elif c.kind == "now":
+            entries.append(TranscriptEntry(c.slot, "clock", "clock read", preview(c.value), True))
+        else:
+            entries.append(TranscriptEntry(c.slot, "other", f"{c.kind}:{c.name}", preview(c.value), c.ok))
+    return entries, row.slots
+
+
+def _call_args(args: str) -> str:
+    """An argument key as call arguments: [1,"a"] → (1,"a")."""
+    if args.startswith("[") and args.endswith("]"):
+        return f"({args[1:-1]})"
+    return f"({args})"
 
 
 @dataclass(frozen=True)
@@ -397,7 +465,8 @@ class ActionRefused(Exception):
 
 
 # The screens' actions that write: a read-only console hides them and refuses them if invoked.
-WRITE_ACTIONS = frozenset({"signal", "cancel_workflow", "terminate_workflow", "retry_workflow", "fork_workflow"})
+WRITE_ACTIONS = frozenset({"signal", "cancel_workflow", "terminate_workflow", "retry_workflow", "fork_workflow",
+                           "answer"})
 
 
 @dataclass(frozen=True)
@@ -415,6 +484,8 @@ class ForkPreview:
     slot: int
     slots: int
     again: tuple[str, ...]
+class ApprovalRefused(Exception):
+    """The approval answer was not recorded (another request is pending, none is, read-only…); nothing was written."""
 
 
 class ConsoleData:
@@ -537,6 +608,25 @@ class ConsoleData:
         """Fork the workflow from `slot` (`replaylog fork`); the line to show, naming the new id."""
         new = self._act(lambda s: s.fork_workflow(workflow_id, slot))
         return f"forked {workflow_id} at slot {slot} as {new}"
+    def answer_approval(self, workflow_id: str, request: str, *, approved: bool, note: str | None) -> None:
+        """Answer the approval request `request` through the store's `answer_approval` (what `replaylog approve` uses).
+
+        Raises:
+            ApprovalRefused: with the one line to show (the workflow moved on to another
+                request or none, a read-only console, an unreachable database).
+        """
+        try:
+            with open_store(self.db_path, readonly=self.readonly) as store:
+                store.answer_approval(workflow_id, approved=approved, by=operator_name(), note=note, request=request)
+        except ReplaylogError as exc:
+            raise ApprovalRefused(str(exc)) from exc
+        except Exception as exc:  # any failure is a refusal to show, never a crash
+            raise ApprovalRefused(f"could not answer: {exc}") from exc
+
+    def transcript(self, workflow_id: str) -> tuple[list[TranscriptEntry], int]:
+        """A workflow's slots as a conversation (see `fetch_transcript`)."""
+        with self._reader() as store:
+            return fetch_transcript(store, workflow_id)
 
     def watch(self) -> ChangeWatch:
         """A new change detector on the database (for one thread)."""

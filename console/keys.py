@@ -17,6 +17,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 
 from console.action_dialog import ActionDialog
+from console.approval_dialog import ApprovalDialog
 from console.help_screen import HelpSection, help_rows
 from console.paged_table import PagedTable
 from console.signal_dialog import SignalDialog
@@ -40,7 +41,8 @@ def help_sections(palette_key: str = App.COMMAND_PALETTE_BINDING) -> list[HelpSe
     return [("everywhere", [*APP_BINDINGS, palette, *PagedTable.BINDINGS]),
             ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
             ("value view", SlotScreen.BINDINGS),
-            ("signal dialog", SignalDialog.BINDINGS), ("action dialog", ActionDialog.BINDINGS)]
+            ("signal dialog", SignalDialog.BINDINGS), ("action dialog", ActionDialog.BINDINGS),
+            ("approval dialog", ApprovalDialog.BINDINGS)]
 
 
 def markdown() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -38,6 +38,7 @@ from console.format import (
 from console.live_screen import LiveScreen
 from console.paged_table import PagedTable
 from console.slot_screen import SlotScreen
+from console.transcript_screen import TranscriptScreen
 from engine.text import TIMER, preview, printable
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ class WorkflowScreen(LiveScreen):
         Binding("r", "retry_workflow", "Retry",
                 tooltip="retry a failed workflow: the dry-replay verdict first, then confirm"),
         Binding("f", "fork_workflow", "Fork", tooltip="fork from the highlighted slot: a new workflow, live from it"),
+        # One dialog answers the pending approval request (a note, Approve or Reject), its id bound.
+        Binding("a", "answer", "Approval", tooltip="answer the pending approval: a note, approve or reject"),
+        Binding("t", "transcript", "Transcript", tooltip="the slots as a conversation: calls, approvals, children"),
         # The tab titles name these keys; the footer has no room for them on 80 columns.
         Binding("1", "tab('slots')", "Slots", show=False, tooltip=TABS_HELP),
         Binding("2", "tab('signals')", "Signals", show=False, tooltip=TABS_HELP),
@@ -71,6 +75,13 @@ class WorkflowScreen(LiveScreen):
         Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False, tooltip=PAGE_HELP),
         Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False, tooltip=PAGE_HELP),
     ]
+
+    @dataclass
+    class ApprovalRequested(Message):
+        """The operator asked to answer the pending approval request (the app opens the dialog)."""
+
+        workflow_id: str
+        request: dict[str, Any]
 
     @dataclass
     class DetailLoaded(Message):
@@ -200,6 +211,7 @@ class WorkflowScreen(LiveScreen):
         if self.signal_offset is not None:
             self.signal_offset = detail.signal_offset  # the store may have clamped it
         self._draw_summary(detail)
+        self.refresh_bindings()  # approve and reject show only while a request is pending
         self._draw_slots(detail)
         self._draw_signals(detail)
         self._watch_lease(detail)
@@ -250,7 +262,12 @@ class WorkflowScreen(LiveScreen):
         grid.add_column(overflow="ellipsis")
         grid.add_row("workflow", text(row.workflow))
         status = status_text(row.status)
-        if row.blocked_on:
+        if detail.approval is not None:
+            # An approval with a timeout counts down to it as a signal's deadline does.
+            status.append_text(waits_cell(f"{detail.approval['action']} (request {detail.approval['request']})",
+                                          row.wake_at, self.data.clock(), prefix="  approval: ",
+                                          style="bold yellow"))
+        elif row.blocked_on:
             on = "  on " if row.blocked_on == TIMER else "  on signal "
             status.append_text(waits_cell(row.blocked_on, row.wake_at, self.data.clock(), prefix=on,
                                           style="bold yellow"))
@@ -267,6 +284,13 @@ class WorkflowScreen(LiveScreen):
             grid.add_row("cancel", text(said, "bold magenta"))
         if row.forked_from is not None:
             grid.add_row("forked from", text(f"{row.forked_from[0]} at slot {row.forked_from[1]}"))
+        # The links of ctx.call_workflow, both ways (g goes to an id).
+        if detail.parent is not None:
+            grid.add_row("parent", text(detail.parent))
+        if detail.children:
+            shown = ", ".join(f"{cid} ({status})" for cid, _, status in detail.children[:4])
+            more = f", … ({len(detail.children)} in all)" if len(detail.children) > 4 else ""
+            grid.add_row("children", text(shown + more))
         if row.worker_error:
             # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))
@@ -569,6 +593,25 @@ class WorkflowScreen(LiveScreen):
     def on_workflow_screen_action_failed(self, message: ActionFailed) -> None:
         """Say why the action could not be prepared."""
         self.notify(printable(message.reason), title=message.title, severity="error", markup=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The approval key: only while an approval request is pending, and never read-only."""
+        if action == "answer":
+            return not self.data.readonly and self.detail is not None and self.detail.approval is not None
+        return super().check_action(action, parameters)
+
+    def action_answer(self) -> None:
+        """Open the approval dialog for the pending request (the one on screen: its id is bound to the answer)."""
+        if self._refused_readonly():
+            return
+        if self.detail is None or self.detail.approval is None:
+            self.notify("no approval request is pending", severity="warning", markup=False)
+            return
+        self.post_message(self.ApprovalRequested(self.workflow_id, self.detail.approval))
+
+    def action_transcript(self) -> None:
+        """Show the slots as a conversation."""
+        self.app.push_screen(TranscriptScreen(self.data, self.workflow_id))
 
 
 def _value_cell(c: Slot) -> Text:

@@ -43,6 +43,8 @@ class WorkflowsScreen(LiveScreen):
         Binding("0", "status(None)", "All", show=False, tooltip=STATUS_HELP),
         *[Binding(k, f"status('{s}')", s.capitalize(), show=False, tooltip=STATUS_HELP)
           for k, s in STATUS_KEYS.items()],
+        Binding("a", "awaiting_approval", "Approvals",
+                tooltip="only workflows waiting for an approval (again: all of them)"),
         Binding("o", "sort", "Sort", tooltip="sort by the next column, ascending first (or click a column header)"),
         Binding("r", "reverse", "Reverse", tooltip="reverse the sort"),
         # The page line names these keys when there is more than one page.
@@ -231,11 +233,15 @@ class WorkflowsScreen(LiveScreen):
             if page.total > q.limit:
                 info.append("   ] next page   [ previous page", style="dim")
         else:
-            info.append(" no workflows match" if (q.status or q.text) else " no workflows yet")
+            info.append(" no workflows match" if (q.status or q.text or q.awaiting) else " no workflows yet")
         info.append(f"   sorted by {q.sort} {'▼' if q.descending else '▲'}", style="dim")
         if q.text:
             info.append("   filter: ", style="dim")
             info.append_text(text(q.text, "bold"))
+        if q.awaiting:
+            info.append("   awaiting ", style="dim")
+            info.append(q.awaiting, style="bold yellow")
+            info.append(" (a: all)", style="dim")
         self.query_one("#pageinfo", Static).update(info)
 
     def _ask(self, query: WorkflowsQuery, cursor: int | None = 0) -> None:
@@ -282,6 +288,11 @@ class WorkflowsScreen(LiveScreen):
             box.display = False
             self.query_one(PagedTable).focus()
             self._ask(replace(self.query_state, text="", offset=0))
+
+    def action_awaiting_approval(self) -> None:
+        """Toggle the filter to workflows waiting for an approval (with the status and text filters)."""
+        awaiting = None if self.query_state.awaiting else "approval"
+        self._ask(replace(self.query_state, awaiting=awaiting, offset=0))
 
     def action_status(self, status: str | None) -> None:
         """Show only workflows in one status (None: all)."""

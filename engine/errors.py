@@ -27,6 +27,39 @@ class ActivityError(ReplaylogError):
         self.attempts = attempts
 
 
+class ParallelError(ReplaylogError):
+    """One or more tasks of `ctx.parallel` failed permanently.
+
+    Raised only after every task of the group finished and its outcome was recorded.
+
+    Attributes:
+        outcomes: one per task, in task order: its value, or its ActivityError.
+        errors: the failed tasks' ActivityErrors, by task index.
+    """
+
+    def __init__(self, outcomes: list[object]) -> None:
+        self.outcomes = outcomes
+        self.errors = {i: o for i, o in enumerate(outcomes) if isinstance(o, ActivityError)}
+        first = next(iter(self.errors.values()))
+        super().__init__(f"{len(self.errors)} of {len(outcomes)} parallel task(s) failed; the first: {first}")
+
+
+class ChildWorkflowError(ReplaylogError):
+    """A child workflow started by `ctx.call_workflow` failed.
+
+    Attributes:
+        child_id: the child's workflow id.
+        workflow: the child's workflow name.
+        error: the child's recorded error text.
+    """
+
+    def __init__(self, child_id: str, workflow: str, error: str) -> None:
+        super().__init__(f"child workflow {workflow!r} ({child_id}) failed: {error}")
+        self.child_id = child_id
+        self.workflow = workflow
+        self.error = error
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """Where and how a replay diverged from the recorded history.

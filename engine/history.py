@@ -14,7 +14,8 @@ from engine.errors import HistoryFormatError
 
 FORMAT = "replaylog-history"
 VERSION = 1
-_KINDS = ("activity", "now", "cancel")
+# Every kind of slot the core records (a parallel group's unrecorded gap is never stored).
+_KINDS = ("activity", "now", "cancel", "uuid", "random", "timer", "deadline", "timeout", "patch", "approval", "child")
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class HistoryDocument:
             "error": self.error, "error_kind": self.error_kind, "diagnostic": self.diagnostic,
             "origin": None if self.forked_from is None else {"id": self.forked_from, "slot": self.forked_slot},
             "slots": [{"slot": i, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-                       "attempts": c.attempts, "recorded_at": at}
+                       "attempts": c.attempts, "recorded_at": at, "args": c.args}
                       for i, (c, at) in enumerate(zip(self.commands, self.recorded_at, strict=True))],
             "signals": [{"seq": s.seq, "name": s.name, "payload": s.payload, "sent_at": at}
                         for s, at in zip(self.signals, self.sent_at, strict=True)],
@@ -81,8 +82,11 @@ def parse_document(data: Any, where: str) -> HistoryDocument:
         _need(isinstance(c, dict) and c.get("slot") == i, where, f"{at} is malformed or out of order")
         _need(c.get("kind") in _KINDS and isinstance(c.get("name"), str) and isinstance(c.get("ok"), bool)
               and type(c.get("attempts")) is int and isinstance(c.get("recorded_at"), (int, float))
-              and (c.get("error") is None or isinstance(c.get("error"), str)), where, f"{at} is malformed")
-        commands.append(CommandRecord(c["kind"], c["name"], c["ok"], c.get("value"), c.get("error"), c["attempts"]))
+              and (c.get("error") is None or isinstance(c.get("error"), str))
+              and (c.get("args") is None or isinstance(c.get("args"), str)), where, f"{at} is malformed")
+        # "args": the argument guard's key (absent in documents written before it: no check on replay).
+        commands.append(CommandRecord(c["kind"], c["name"], c["ok"], c.get("value"), c.get("error"), c["attempts"],
+                                      c.get("args")))
         recorded.append(float(c["recorded_at"]))
     signals: list[SignalRecord] = []
     sent: list[float] = []

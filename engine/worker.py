@@ -9,6 +9,7 @@ lease has its writes refused, so no slot is ever recorded twice.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -17,15 +18,17 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 from engine.app import Registry
-from engine.core import CommandRecord, Context, Outcome, error_text, execute
+from engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
 from engine.cpu_focus import CpuFocus
 from engine.errors import (
     ActivityError,
+    DuplicateWorkflowIdError,
     LeaseLostError,
     NotADatabaseError,
     PayloadTooLargeError,
@@ -33,6 +36,7 @@ from engine.errors import (
     StoreBusyError,
     StoreError,
     UnknownWorkflowError,
+    UnknownWorkflowIdError,
 )
 from engine.marks import MarkBoard, board_files, board_owner, read_board
 from engine.store import (
@@ -227,10 +231,12 @@ class Committer:
             raise req.error
         return req.ok
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None) -> bool:
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
+                      parallel: bool = False) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
 
-        `text` is the value's JSON text if the caller encoded it already.
+        `text` is the value's JSON text if the caller encoded it already; `parallel`
+        marks a task of a parallel group (written in completion order).
 
         The fast path of `submit` for a lone workflow: when no commit is in progress
         and nothing waits, this thread commits its outcome alone without building a
@@ -244,9 +250,9 @@ class Committer:
             self._leading = True
         lock.release()
         if not fast or store is None:
-            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text)))
+            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text, parallel)))
         try:
-            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl)
+            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel)
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1
@@ -718,6 +724,16 @@ class Worker:
             if not finishing:
                 self._wake.set()
 
+    def _check_child(self, store: WorkerStore, slot: int, rec: CommandRecord) -> None:
+        """Refuse a child workflow this app does not know, or whose id another workflow has, before it is recorded."""
+        self.registry.workflow(rec.name)  # UnknownWorkflowError naming the known ones
+        child_id = rec.value["id"]
+        try:
+            store.get_workflow(child_id)
+        except UnknownWorkflowIdError:
+            return
+        raise DuplicateWorkflowIdError(f"slot {slot}: a workflow with id {child_id!r} already exists")
+
     def _keep_mark(self, store: WorkerStore, me: _Thread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
 
@@ -795,8 +811,9 @@ class Worker:
         cancels = committer.cancels
         wid = claim.id
 
-        def record(slot: int, rec: CommandRecord) -> None:
-            if focus is not None:
+        def record(slot: int, rec: CommandRecord, parallel: bool = False) -> None:
+            # From a task thread (parallel) the workflow thread's CPU focus is not its to move.
+            if focus is not None and not parallel:
                 focus.engine_code(me, committer.crowd)
             # The value is encoded here, once: its size is checked against the cap before
             # anything is committed, and the store writes this text without encoding again.
@@ -814,8 +831,10 @@ class Worker:
                     # Retrying would not make the value smaller: the failure is recorded at once.
                     refused = error_text(PayloadTooLargeError(
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
-                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts)
+                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts, rec.args)
                     text = None
+            elif rec.kind == "child":
+                self._check_child(store, slot, rec)
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception
                 # may carry a lone surrogate, from a file name say), or the commit would fail.
@@ -824,11 +843,17 @@ class Worker:
                 if fitted is not error:
                     refused = fitted
                     rec = rec._replace(error=fitted)
-            if not commit(claim, slot, rec, text):
+            if not commit(claim, slot, rec, text, parallel):
                 raise LeaseLostError(claim.id)
-            me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
+            if not parallel:
+                me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
+            else:
+                with group_lock:
+                    if marked[0] == slot:
+                        me.inflight = False  # the thread's mark is this task's
             if cancels and wid in cancels:
-                # The commit came upon an operator's cancel request: the next ctx call raises it.
+                # The commit came upon an operator's cancel request: the next ctx call raises it
+                # (a parallel group's tasks run on; the call after the group raises it).
                 reason = cancels.pop(wid)
                 if ctx.cancel_requested is None:
                     ctx.cancel_requested = reason
@@ -854,9 +879,35 @@ class Worker:
             if self._stopping.wait(seconds):
                 raise WorkerStopping()
 
+        # A parallel group's tasks share the workflow thread's one mark record (engine.marks):
+        # it holds the latest task started, written under this lock so two tasks never tear
+        # it. After a crash that task counts its attempts on and shows as possibly run; the
+        # group's other unrecorded tasks run again from their first attempt.
+        group_lock = threading.Lock()
+        marked = [-1]  # the slot the thread's mark is of
+
+        def on_task_start(slot: int, name: str, attempt: int) -> None:
+            if stopping.up:
+                raise WorkerStopping()
+            if write_mark is not None:
+                with group_lock:
+                    write_mark(slot, name, attempt, clock())
+                    marked[0] = slot
+                    me.inflight = True
+
+        def run_group(thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
+            if me.focused and focus is not None:
+                focus.activity(me)  # the task threads inherit this thread's CPUs: all of them
+            with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
+                                    thread_name_prefix=f"replaylog-task-{me.index}") as pool:
+                for future in [pool.submit(thunk) for thunk in thunks]:
+                    future.result()
+
+        hooks = ParallelHooks(run_group, functools.partial(record, parallel=True), on_task_start)
         ctx = Context(
             state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
             sleep=sleep, record=record, on_start=on_start, prior=prior, cancel=claim.cancel,
+            parallel=hooks,
         )
         try:
             outcome = execute(fn, ctx, state)

@@ -29,7 +29,7 @@ from rich.text import Text
 from console.format import clock_read, status_text, worker_error_line
 from engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from engine.check import check_workflow, retry_verdict
-from engine.core import dry_replay
+from engine.core import APPROVAL_PREFIX, dry_replay
 from engine.errors import DuplicateWorkflowIdError, ReplaylogError, StoreError
 from engine.history import HistoryDocument, parse_document
 from engine.store import (
@@ -37,10 +37,12 @@ from engine.store import (
     OperatorStore,
     ReaderStore,
     WorkflowRow,
+    WorkflowSummary,
     database_path,
     default_max_payload,
     is_damaged,
     open_store,
+    operator_name,
     waiting_reason,
 )
 from engine.text import countdown, preview, printable, waits_text
@@ -290,6 +292,26 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
     click.echo(f"signal {printable(name, oneline=True)!s} #{seq} sent to {printable(workflow_id, oneline=True)}")
 
 
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--reject", is_flag=True, help="Refuse the request (the default answer approves it).")
+@click.option("--note", help="A note the workflow receives with the answer.")
+@click.option("--request", "request", metavar="RID",
+              help="Answer only if this is the pending request (as `show` names it): a stale answer is refused.")
+@global_options
+@pass_settings
+def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None, request: str | None) -> None:
+    """Answer the approval request a workflow waits on (and only it, once)."""
+    with settings.open() as store:
+        try:
+            rid = store.answer_approval(workflow_id, approved=not reject, by=operator_name(), note=note,
+                                        request=request)
+        except ReplaylogError as exc:
+            fail(str(exc))
+    verb = "rejected" if reject else "approved"
+    click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
+
+
 # ---------------------------------------------------------------- worker
 
 
@@ -423,7 +445,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "cancel_requested": row.cancel_requested,
         "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
         "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
-                  for a in store.list_audit(row.id)],
+                  for a in store.list_audit(row.id)],        "approval": store.pending_approval(row.id),
+        **store.family(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
              "attempts": c.attempts, "recorded_at": c.recorded_at}
@@ -452,22 +475,36 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="At most this many (default: all with --json, 200 in the table; 0 means all).")
+@click.option("--awaiting", type=click.Choice(["approval"]), default=None,
+              help="Only workflows waiting for this: 'approval' (ctx.request_approval; answer with `approve`).")
+@click.option("--tree", is_flag=True,
+              help="Child workflows (ctx.call_workflow) under their parent, indented: the filters and --limit"
+                   " choose the top-level workflows, each shown with all its children.")
 @global_options
 @pass_settings
-def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int | None) -> None:
+def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int | None, awaiting: str | None,
+             tree: bool) -> None:
     """List workflows, most recently updated first."""
     if limit is None:
         limit = 0 if as_json else 200
+    depth: dict[str, int] = {}
     with settings.open(readonly=True) as store:
-        rows = store.list_workflows(status=status, limit=limit or -1)
-        total = store.count_workflows(status=status) if limit and len(rows) == limit else len(rows)
+        top = store.list_workflows(status=status, limit=limit or -1, awaiting=awaiting, top_level=tree)
+        total = (store.count_workflows(status=status, awaiting=awaiting, top_level=tree) if limit and len(top) == limit
+                 else len(top))
+        rows: list[WorkflowRow | WorkflowSummary] = list(top)
+        if tree:
+            rows, depth = _as_tree(top, store.list_descendants([r.id for r in top]))
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
+        approvals = {r.id: store.pending_approval(r.id) for r in rows
+                     if r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
              "wake_at": r.wake_at, "slots": r.slots,
-             "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id]} for r in rows
+             "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id],
+             "parent": r.parent} for r in rows
         ]))
         return
     table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
@@ -478,14 +515,49 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
                          no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
     for r in rows:
         # A pending workflow no live worker can run says so where a blocked one names its signal.
-        waits = _t(waits_text(r.blocked_on, r.wake_at, now)) if r.blocked_on else _waits(waiting[r.id])
+        waits = (_t(_blocked_text(r.blocked_on, r.wake_at, now, approvals.get(r.id))) if r.blocked_on
+                 else _waits(waiting[r.id]))
         if r.status in ("cancelled", "terminated"):
             waits = _t(preview(r.error or "", 60))  # why: the operator's reason
-        table.add_row(_t(r.id), _t(r.workflow), _status(r.status), waits, _t(r.slots),
+        # A child is indented under its parent; the id itself stays whole, to be copied.
+        shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
+        table.add_row(shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
                       _t(_when(r.updated_at, short=True)))
     _console().print(table)
     if total != len(rows):
         click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
+
+
+def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
+             ) -> tuple[list[WorkflowRow | WorkflowSummary], dict[str, int]]:
+    """Each top-level row followed by its children, depth first in start order; and each child's depth."""
+    children: dict[str, list[WorkflowSummary]] = {}
+    for d in descendants:
+        children.setdefault(d.parent or "", []).append(d)
+    ordered: list[WorkflowRow | WorkflowSummary] = []
+    depth: dict[str, int] = {}
+
+    def walk(row: WorkflowRow | WorkflowSummary, level: int) -> None:
+        ordered.append(row)
+        depth[row.id] = level
+        for child in children.get(row.id, []):
+            walk(child, level + 1)
+
+    for row in top:
+        walk(row, 0)
+    return ordered, depth
+
+
+def _blocked_text(blocked_on: str | None, wake_at: float | None, now: float,
+                  approval: dict[str, Any] | None) -> str:
+    """What a blocked workflow waits on: a timer, a signal's name, or "approval: ACTION (request RID)".
+
+    A wait with a deadline (a signal's or an approval's timeout) says until when.
+    """
+    if approval is not None:
+        shown = f"approval: {approval['action']} (request {approval['request']})"
+        return waits_text(shown, wake_at, now)
+    return waits_text(blocked_on, wake_at, now)
 
 
 def _waits(waiting: str | None) -> Text:
@@ -525,7 +597,13 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     if row.blocked_on:
         now = time.time()
         until = f" ({countdown(row.wake_at, now)})" if row.wake_at is not None else ""
-        head.add_row("blocked on", _t(waits_text(row.blocked_on, row.wake_at, now) + until))
+        head.add_row("blocked on", _t(_blocked_text(row.blocked_on, row.wake_at, now, data["approval"]) + until))
+        if data["approval"]:
+            head.add_row("details", _t(preview(data["approval"]["details"], 200)))
+    if data["parent"]:
+        head.add_row("parent", _t(data["parent"]))
+    for child in data["children"]:
+        head.add_row("child", _t(f"{child['id']} ({child['workflow']}, {child['status']})"))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
     if row.status == "completed":
         head.add_row("result", _t(preview(row.result, 200)))

@@ -43,6 +43,7 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
         ids["completed"] = store.start_workflow("refund", 7, workflow_id="refund-7")
         ids["blocked"] = store.start_workflow("refund", 12, workflow_id="refund-12")
         ids["agent"] = store.start_workflow("agent", "order-991", workflow_id="agent-991")
+        ids["approval"] = store.start_workflow("support_agent", "order-992", workflow_id="support-992")
         ids["handled_failure"] = store.start_workflow("shipping", "A-1", workflow_id="shipping-A-1")
         ids["activity_failure"] = store.start_workflow("express_shipping", "B-2", workflow_id="express-B-2")
         ids["two_approvals"] = store.start_workflow("two_approvals", None, has_input=False,

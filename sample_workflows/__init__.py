@@ -150,6 +150,62 @@ def agent(ctx: Context, task: str = "order-991") -> dict[str, Any]:
     return {"task": task, "turns": transcript}
 
 
+# -------------------------------------------------------------- an agent with parallel tools, a child, an approval
+
+
+def _fake_model(prompt: str) -> dict[str, Any]:
+    """A deterministic stand-in for a model: the same prompt always gets the same answer."""
+    if prompt.startswith("plan:"):
+        return {"tools": ["lookup_order", "check_policy"], "then": "issue_refund"}
+    if prompt.startswith("summarise:"):
+        return {"summary": f"{len(prompt)} characters of notes; refund looks allowed"}
+    return {"answer": "done"}
+
+
+@activity
+def ask_model(prompt: str) -> dict[str, Any]:
+    """A model call (a fake one: no network, no keys). The argument guard records the prompt."""
+    return _fake_model(prompt)
+
+
+@activity
+def lookup_order(order: str) -> dict[str, Any]:
+    """A tool: the order."""
+    return {"order": order, "total": 4200, "customer": "c-17"}
+
+
+@activity
+def check_policy(order: str) -> dict[str, Any]:
+    """A tool: the refund policy."""
+    return {"refundable": True, "policy": "30-day"}
+
+
+@activity
+def issue_refund(order: str, amount: int) -> dict[str, Any]:
+    """The risky tool: only ever called after a person approved this very request."""
+    return {"refunded": amount, "key": current_activity().idempotency_key}
+
+
+@workflow
+def summarise(ctx: Context, notes: dict[str, Any]) -> str:
+    """A sub-task the agent hands to a child workflow."""
+    summary: str = ctx.call_activity(ask_model, f"summarise: {notes}")["summary"]
+    return summary
+
+
+@workflow
+def support_agent(ctx: Context, order: str = "order-991") -> dict[str, Any]:
+    """Plan with the model, run two tools at once, summarise in a child, ask before the risky tool."""
+    plan = ctx.call_activity(ask_model, f"plan: refund {order}")
+    found, policy = ctx.parallel([ctx.task(lookup_order, order), ctx.task(check_policy, order)])
+    summary = ctx.call_workflow(summarise, {"order": found, "policy": policy})
+    answer = ctx.request_approval(plan["then"], {"order": order, "amount": found["total"], "summary": summary})
+    if not answer["approved"]:
+        return {"order": order, "refunded": None, "rejected_by": answer["by"], "note": answer["note"]}
+    receipt = ctx.call_activity(issue_refund, order, found["total"])
+    return {"order": order, "receipt": receipt, "approved_by": answer["by"]}
+
+
 # -------------------------------------------------------------- a long one, for the demo
 
 

@@ -493,7 +493,7 @@ def test_a_foreground_worker_says_what_it_serves_on_stderr_unless_quiet(cli: Cli
     loud = cli("worker", "--until-idle", "--concurrency", "8")
     assert loud.returncode == 0, loud.stderr
     first = loud.stderr.splitlines()[0]
-    assert first.startswith(f"replaylog worker serving {db_path.resolve()}: app sample_workflows (8 workflow(s): ")
+    assert first.startswith(f"replaylog worker serving {db_path.resolve()}: app sample_workflows (10 workflow(s): ")
     assert "refund" in first and "concurrency 8, 1 process(es), pid " in first
     assert loud.stdout == ""
     quiet = cli("worker", "--until-idle", "--quiet")

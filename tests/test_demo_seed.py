@@ -33,6 +33,11 @@ def test_demo_seed_has_every_state(tmp_path: Path) -> None:
     assert sleeping.wake_at is not None and sleeping.wake_at > time.time() + 86000
     assert (deadline.status, deadline.blocked_on) == ("blocked", "approval")
     assert deadline.wake_at is not None and deadline.wake_at > time.time() + 2 * 86400 - 400
+    # The agent ran its tools in parallel and its child, and now waits for a person.
+    assert (rows["approval"].status, rows["approval"].blocked_on) == ("blocked", "approval:req-4")
+    with open_store(db, readonly=True) as store:
+        assert store.pending_approval(ids["approval"])["action"] == "issue_refund"
+        assert store.family(ids["approval"])["children"][0]["status"] == "completed"
 
 
 def test_demo_without_a_terminal_prints_the_tour(tmp_path: Path) -> None:

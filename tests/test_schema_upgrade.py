@@ -114,7 +114,8 @@ def test_a_slot_past_the_key_space_is_refused_not_written_into_the_next_workflow
         store.start_workflow("wf", None, workflow_id="one")
         store.start_workflow("wf", None, workflow_id="two")
         # "one" has its last possible slot recorded (written directly: recording 2**32 takes days)
-        store._conn.execute("INSERT INTO commands VALUES (?, 'activity', 'a', 1, '0', NULL, 1, 0)",
+        store._conn.execute("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
+                            " VALUES (?, 'activity', 'a', 1, '0', NULL, 1, 0)",
                             (slot_key(1, SLOT_LIMIT - 1),))
         claim = next(c for c in store.claim("w", ttl=30, limit=2) if c.id == "one")
         assert store.get_workflow("one").slots == SLOT_LIMIT

@@ -21,6 +21,7 @@ from pathlib import Path
 from engine.errors import StoreError
 from engine.store.connection import is_busy, is_damaged
 from engine.store.keys import SLOT_LIMIT, slot_key
+from engine.store.operations import operator_name
 from engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from engine.store.rows import (
     STATUSES,
@@ -42,7 +43,7 @@ __all__ = [
     "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
     "database_path", "default_max_payload", "encode_value", "fit_text", "is_busy", "is_damaged", "open_store",
-    "over_cap", "slot_key", "waiting_reason",
+    "operator_name", "over_cap", "slot_key", "waiting_reason",
 ]
 
 _SQLITE_URL = "sqlite:///"

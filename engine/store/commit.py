@@ -10,16 +10,18 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from engine.core import TIMER, CommandRecord, Outcome
-from engine.errors import ReadOnlyError, StoreError
+from engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
 from engine.store.connection import SQLiteConnection
 from engine.store.fence import FAST, REFUSE
 from engine.store.keys import SLOT_LIMIT, SLOTS_NOW
+from engine.store.operations import tell_parent
 from engine.store.rows import Claim, PendingRecord, dumps
 
-_INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 # A successful slot, the common case, binds no None and no bool: Python's sqlite3 binds
 # only exact int, float and str directly and sends anything else (None included) through
 # its adapter lookup, two failed attribute lookups with their exceptions: ~4,000 CPU
@@ -27,9 +29,13 @@ _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error
 _INSERT_OK = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
               " VALUES (?, ?, ?, 1, ?, ?, ?)")
 # The commonest of all: an activity that succeeded at its first attempt. Every parameter
-# bound costs ~500 instructions; these two are constants here.
-_INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
-                     " VALUES (?, 'activity', ?, 1, ?, 1, ?)")
+# bound costs ~500 instructions; these two are constants here. Its argument key is bound
+# (a str, never None: an activity that opts out of the guard takes _INSERT_OK).
+_INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at, args)"
+                     " VALUES (?, 'activity', ?, 1, ?, 1, ?, ?)")
+# _INSERT_OK with the argument key.
+_INSERT_OK_ARGS = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at, args)"
+                   " VALUES (?, ?, ?, 1, ?, ?, ?, ?)")
 
 
 class Commits(SQLiteConnection):
@@ -59,8 +65,9 @@ class Commits(SQLiteConnection):
         conn = self._begin_immediate()
         try:
             version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
-            write_record = self._write_record
-            written = [write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
+            write_record, write_parallel = self._write_record, self._write_parallel
+            written = [write_parallel(item.claim, item.slot, item.record, now, ttl, item.text) if item.parallel
+                       else write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
                        for item in records]
             finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
         except BaseException:
@@ -75,16 +82,20 @@ class Commits(SQLiteConnection):
         return written, finished
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float) -> bool:
+                      ttl: float, parallel: bool = False) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
 
         The same transaction and fencing, without the batch's lists; True if written.
-        `text` is the value's JSON text if the caller encoded it already.
+        `text` is the value's JSON text if the caller encoded it already; `parallel`
+        marks a task of a parallel group (see PendingRecord).
         """
         conn = self._begin_immediate()
         try:
-            version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-            written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
+            if parallel:
+                written = self._write_parallel(claim, slot, rec, time.time(), ttl, text)
+            else:
+                version = self._cur.execute("PRAGMA data_version").fetchone()[0]
+                written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
         except BaseException:
             self._fence.clear()
             conn.execute("ROLLBACK")
@@ -151,18 +162,76 @@ class Commits(SQLiteConnection):
         if slot >= SLOT_LIMIT:  # its key would be the next workflow's
             raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
         row_key = claim.base + slot
-        kind, name, ok, value, error, attempts = rec
+        kind, name, ok, value, error, attempts, args = rec
         if ok and error is None:
             if text is None:
                 text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
-            if attempts == 1 and kind == "activity":
-                self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now))
-            else:
+            if args is None:
                 self._cur.execute(_INSERT_OK, (row_key, kind, name, text, attempts, now))
+            elif attempts == 1 and kind == "activity":
+                self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
+            else:
+                self._cur.execute(_INSERT_OK_ARGS, (row_key, kind, name, text, attempts, now, args))
+                if kind == "child":
+                    self._start_child(claim, name, value, now)
         else:
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
-                                                error, attempts, now))
+                                                error, attempts, now, args))
         return True
+
+    def _start_child(self, claim: Claim, workflow: str, value: dict[str, Any], now: float) -> None:
+        """Start the child workflow a parent's slot records, in the same transaction: never twice.
+
+        The worker checks the id before it commits; a workflow of that id that is not
+        this parent's child (started meanwhile) refuses the whole commit.
+        """
+        child_id = value["id"]
+        child_input = value.get("input")
+        cur = self._cur.execute(
+            "INSERT OR IGNORE INTO workflows (id, workflow, status, input, slots, created_at, updated_at,"
+            " lease_epoch, seq, parent) VALUES (?, ?, 'pending', ?, 0, ?, ?, 0,"
+            " (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows), ?)",
+            (child_id, workflow, None if child_input is None else dumps(child_input), now, now, claim.id),
+        )
+        if cur.rowcount == 0:
+            row = self._cur.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
+            if row is None or row[0] != claim.id:
+                raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+
+    def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
+                        text: str | None) -> bool:
+        """Write a parallel task's outcome if the claim still holds the lease, whatever slot is next.
+
+        The tasks of a group complete in any order, and each outcome is committed as it
+        completes: a slow task must not hold back (or lose, in a crash) the others'
+        outcomes. So the group's slots are fenced by the lease alone, `slots` only ever
+        grows (to the highest slot written + 1), and the commit fence forgets the
+        workflow: the next slot after the group is fenced on the row again, which holds
+        the group's end only once every task is recorded. Exactly once still holds: a
+        slot's key is the primary key, so a slot already written is refused, never
+        written twice. A crash leaves gaps inside the group, which loaders fill with
+        engine.core.HOLE and the next run runs again.
+        """
+        key = claim.id
+        self._fence.forget(key)
+        cur = self._cur.execute(
+            "UPDATE workflows SET slots = MAX(slots, ?), lease_expires = ?"
+            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            (slot + 1, now + ttl, key, claim.owner, claim.epoch),
+        )
+        if cur.rowcount != 1:
+            return False
+        if slot >= SLOT_LIMIT:
+            raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
+        kind, name, ok, value, error, attempts, args = rec
+        if ok and text is None:
+            text = dumps(value)
+        cur = self._cur.execute(
+            "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args),
+        )
+        return cur.rowcount == 1
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
@@ -200,6 +269,10 @@ class Commits(SQLiteConnection):
         )
         if cur.rowcount != 1:
             return False
+        if status in ("completed", "failed", "cancelled"):
+            ok = status == "completed"
+            tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
+                                         "error": None if ok else outcome.error}, now)
         if consumed:
             conn.execute(
                 f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",

@@ -11,7 +11,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Sequence
 
-from engine.core import CommandRecord, SignalRecord, WorkflowState, new_record
+from engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from engine.marks import Mark, board_path, read_board
 from engine.store.inflight import IN_CHUNK, InflightMarks
 from engine.store.keys import FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
@@ -137,15 +137,19 @@ class Leases(InflightMarks):
         for i in range(0, len(ids), IN_CHUNK):
             chunk = ids[i:i + IN_CHUNK]
             marks = ", ".join("?" * len(chunk))
-            for wid, kind, name, ok, value, error, attempts in conn.execute(
-                "SELECT w.id, kind, name, ok, value, c.error, attempts FROM workflows w JOIN commands c"
-                f" ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY} WHERE w.id IN ({marks})"
-                " ORDER BY w.id, c.slot_key",
+            for wid, slot, kind, name, ok, value, error, attempts, args in conn.execute(
+                f"SELECT w.id, c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, c.args"
+                f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY}"
+                f" WHERE w.id IN ({marks}) ORDER BY w.id, c.slot_key",
                 chunk,
             ):
-                out[wid][0].append(
+                commands = out[wid][0]
+                if slot != len(commands):
+                    # A parallel group the worker died in the middle of left a gap (engine.core.HOLE).
+                    commands.extend([HOLE] * (slot - len(commands)))
+                commands.append(
                     new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error,
-                                     attempts)))
+                                     attempts, args)))
             for wid, seq, name, payload in conn.execute(
                 f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks})"
                 " ORDER BY workflow_id, seq",

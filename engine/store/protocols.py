@@ -51,15 +51,20 @@ class ReaderStore(_Closable, Protocol):
 
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
-                       offset: int = 0) -> list[WorkflowRow]:
-        """A page of workflows, filtered and sorted by the store."""
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False) -> list[WorkflowRow]:
+        """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent)."""
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
-                                offset: int = 0) -> list[WorkflowSummary]:
+                                offset: int = 0, awaiting: str | None = None,
+                                top_level: bool = False) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns."""
 
-    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None) -> int:
+    def list_descendants(self, workflow_ids: Sequence[str]) -> list[WorkflowSummary]:
+        """The children of these workflows at any depth (ctx.call_workflow), in start order."""
+
+    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                        awaiting: str | None = None, top_level: bool = False) -> int:
         """How many workflows match a filter."""
 
     def status_counts(self) -> dict[str, int]:
@@ -67,6 +72,12 @@ class ReaderStore(_Closable, Protocol):
 
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""
+
+    def family(self, workflow_id: str) -> dict[str, Any]:
+        """A workflow's parent and children: {"parent": id or None, "children": [{"id", "workflow", "status"}]}."""
+
+    def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
+        """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any."""
@@ -114,10 +125,16 @@ class OperatorStore(ReaderStore, Protocol):
 
     def import_history(self, doc: HistoryDocument, *, new_id: str | None = None) -> str:
         """Write an exported history as a new workflow; its id."""
+    def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
+                        request: str | None = None) -> str:
+        """Answer the pending approval request (only it, once); return its id."""
 
 
 class WorkerStore(_Closable, Protocol):
     """What a worker needs: leases, fenced commits, in-flight marks, history, upkeep."""
+
+    def get_workflow(self, workflow_id: str) -> WorkflowRow:
+        """One workflow; UnknownWorkflowIdError if there is none (a child's id is checked with it)."""
 
     def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
               names: Collection[str] | None = None) -> list[Claim]:
@@ -146,8 +163,9 @@ class WorkerStore(_Closable, Protocol):
         """The distinct lease owners of running workflows."""
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float) -> bool:
-        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next."""
+                      ttl: float, parallel: bool = False) -> bool:
+        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
+        (any slot not yet written, for a task of a parallel group)."""
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:

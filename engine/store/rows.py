@@ -138,6 +138,8 @@ class WorkflowRow:
     # A fork's origin: the workflow it copied, and the slot from which its code ran live.
     forked_from: str | None = None
     forked_slot: int | None = None
+    # The workflow that started this one with ctx.call_workflow (None: started by an operator).
+    parent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class WorkflowSummary:
     updated_at: float
     error: str | None = None  # the start of a failed workflow's error (reads.ERROR_PREVIEW characters)
     wake_at: float | None = None  # as WorkflowRow.wake_at
+    parent: str | None = None  # as WorkflowRow.parent
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,9 @@ class CommandRow:
     error: str | None
     attempts: int
     recorded_at: float
+    # The argument guard's key (engine.core.args_key): the canonical JSON of short
+    # arguments, a digest of long ones, None when nothing was checked.
+    args: str | None = None
 
 
 @dataclass(frozen=True)
@@ -234,3 +240,6 @@ class PendingRecord:
     # The value's JSON text if the caller encoded it already (the worker does, to check
     # it against the cap): then it is not encoded a second time.
     text: str | None = None
+    # A task of a parallel group: written in the order the group's tasks complete (see
+    # Commits._write_parallel), not refused for not being the next slot.
+    parallel: bool = False

@@ -77,6 +77,12 @@ def _create(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE workflows ADD COLUMN worker_error TEXT")
     conn.execute("ALTER TABLE workflows ADD COLUMN retry_at FLOAT")
     conn.execute("ALTER TABLE workflows ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0")
+    # The argument guard's key of an activity slot's arguments (engine.core.args_key):
+    # their canonical JSON when short, else a digest; NULL when nothing is checked.
+    conn.execute("ALTER TABLE commands ADD COLUMN args TEXT")
+    # A child workflow's parent (ctx.call_workflow): the child's verdict is delivered to it.
+    conn.execute("ALTER TABLE workflows ADD COLUMN parent TEXT")
+    conn.execute("CREATE INDEX workflows_parent ON workflows (parent) WHERE parent IS NOT NULL")
     # What failed a failed workflow (engine.core.ErrorKind), so readers match on it, not on the text.
     conn.execute("ALTER TABLE workflows ADD COLUMN error_kind TEXT")
     # Durable timers and wait deadlines: a blocked workflow's recorded wake time. A claim

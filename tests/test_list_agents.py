@@ -1,0 +1,58 @@
+"""`replaylog list --awaiting approval` and `list --tree`: a real SQLite file, real worker subprocesses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from test_fault_agents import agent_env
+
+from conftest import run_cli
+
+
+def seeded(tmp_path: Path) -> tuple[Any, dict[str, str]]:
+    db = tmp_path / "l.db"
+    env = agent_env(tmp_path)
+
+    def cli(*args: str) -> Any:
+        return run_cli(db, *args, env=env)
+
+    ids = {name: cli("start", name, "--app", "agent_app").stdout.strip().splitlines()[-1]
+           for name in ("family", "guarded", "waits_for_go")}
+    assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
+    return cli, ids
+
+
+def test_list_awaiting_approval_shows_only_workflows_waiting_for_an_answer(tmp_path: Path) -> None:
+    cli, ids = seeded(tmp_path)
+    listed = json.loads(cli("list", "--json", "--awaiting", "approval").stdout)
+    assert [r["id"] for r in listed] == [ids["guarded"]]
+    assert listed[0]["blocked_on"] == "approval:req-0"
+    table = cli("list", "--awaiting", "approval").stdout
+    assert ids["guarded"] in table and ids["waits_for_go"] not in table and ids["family"] not in table
+    assert "approval: delete the backups (request req-0)" in table
+    assert cli("approve", ids["guarded"]).returncode == 0
+    assert json.loads(cli("list", "--json", "--awaiting", "approval").stdout) == []
+    bad = cli("list", "--awaiting", "signal")
+    assert bad.returncode != 0 and "'signal' is not 'approval'" in bad.stderr and bad.stdout == ""
+
+
+def test_list_tree_puts_children_under_their_parent(tmp_path: Path) -> None:
+    cli, ids = seeded(tmp_path)
+    fam = ids["family"]
+    flat = json.loads(cli("list", "--json").stdout)
+    assert {r["id"]: r["parent"] for r in flat}[f"{fam}.0.0"] == f"{fam}.0"
+    tree = json.loads(cli("list", "--json", "--tree").stdout)
+    order = [r["id"] for r in tree]
+    # Top-level workflows only lead, each followed by its children, depth first.
+    assert order.index(f"{fam}.0") == order.index(fam) + 1 and order.index(f"{fam}.0.0") == order.index(fam) + 2
+    assert [r["parent"] for r in tree if r["id"].startswith(fam)] == [None, fam, f"{fam}.0"]
+    table = cli("list", "--tree").stdout.splitlines()
+    (parent_line,) = [i for i, line in enumerate(table) if line.lstrip().startswith(fam + " ")]
+    indent = len(table[parent_line]) - len(table[parent_line].lstrip())
+    assert table[parent_line + 1][indent:].startswith(f"└ {fam}.0 ")
+    assert table[parent_line + 2][indent:].startswith(f"  └ {fam}.0.0 ")
+    # --limit counts top-level workflows: the one shown comes with its whole family.
+    limited = json.loads(cli("list", "--json", "--tree", "--status", "blocked", "--limit", "1").stdout)
+    assert limited[0]["parent"] is None and all(r["parent"] is not None for r in limited[1:])
