@@ -445,7 +445,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "cancel_requested": row.cancel_requested,
         "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
         "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
-                  for a in store.list_audit(row.id)],        "approval": store.pending_approval(row.id),
+                  for a in store.list_audit(row.id)],
+        "approval": store.pending_approval(row.id),
         **store.family(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
