@@ -848,7 +848,7 @@ class Context:
         if type(max_concurrency) is not int or max_concurrency < 1:
             raise ValueError(f"parallel(): max_concurrency must be a positive int, not {max_concurrency!r}")
         base = self._cmd_index
-        self._group_cancel(base, tasks[0])
+        self._group_cancel(tasks[0])
         self._cmd_index = base + len(tasks)
         outcomes: list[Any] = [None] * len(tasks)
         live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]] = []
@@ -883,7 +883,7 @@ class Context:
             raise ParallelError(outcomes)
         return outcomes
 
-    def _group_cancel(self, base: int, first: Task) -> None:
+    def _group_cancel(self, first: Task) -> None:
         """An operator's cancel at a group is raised before any task runs, as at any other ctx call.
 
         It is recorded in the group's first slot, labelled with its first task, and the
@@ -891,19 +891,8 @@ class Context:
         it there again and then replays what the code did after catching it.
         """
         fn = first.fn_or_name
-        label = f"activity:{fn if isinstance(fn, str) else registered_name(fn)}"
-        if base < self._history_len:
-            rec = self._commands[base]
-            if rec.kind == CANCEL and rec.name == label:
-                self._cmd_index = base + 1
-                self.replayed_commands += 1
-                self.cancel_delivered = True
-                if self._dry_run:
-                    self.issued.append(rec.label)
-                raise WorkflowCancelled(rec.value or "")
-        elif self.cancel_requested is not None and not self.cancel_delivered and not self._dry_run:
-            self._cmd_index = base + 1
-            self._deliver_cancel(base, label)
+        # The cursor is at the group's first slot: the cancel point of any other ctx call.
+        self._cancelled_here(f"activity:{fn if isinstance(fn, str) else registered_name(fn)}")
 
     def _run_group(self, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
                    outcomes: list[Any], max_concurrency: int) -> None:
