@@ -17,12 +17,14 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import console_runs, peer_dbos, replaylog_runs, timer_runs
+from bench import console_runs, peer_dbos, postgres_runs, replaylog_runs, timer_runs
 from bench.report import print_table, write_json
 from bench.sizes import FULL, SMOKE, Sizes
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = ("single", "group", "resume", "signal", "short", "timers", "sleepers", "console", "peer")
+WORKLOADS = (
+    "single", "group", "resume", "signal", "short", "timers", "sleepers", "console", "postgres", "peer",
+)
 
 
 def machine() -> dict[str, Any]:
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "sleepers": lambda: timer_runs.sleepers(workdir, sizes),
         "console": lambda: console_runs.console_bench(
             workdir if args.smoke or not own_tmp else ROOT / "bench" / "results", sizes),
+        "postgres": lambda: postgres_runs.postgres(workdir, sizes),
     }
     try:
         for name, job in jobs.items():

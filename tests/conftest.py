@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.store import Store, open_store
+
+if TYPE_CHECKING:
+    from pg_server import PGServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +43,7 @@ def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeou
                                        proc.stderr.decode(errors="replace"))
 
 
-def start_worker(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_worker(db: Path | str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `replaylog worker` on DB as a background subprocess."""
     return subprocess.Popen(
         [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet", *args],
@@ -64,10 +70,30 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "replaylog.db"
 
 
-# The store backends the store-level tests run on. A second backend (PostgreSQL) adds its
-# name here and a branch in `store_url`; every test that takes `store` or `store_url` then
-# runs on both.
-STORE_BACKENDS = ["sqlite"]
+# The store backends the store-level tests run on: every test that takes `store`,
+# `store_url` or `db` runs on each.
+STORE_BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PGServer]:
+    """One real PostgreSQL server per test process (pgserver: no root, no system packages)."""
+    from pg_server import PGServer
+
+    # A folder of our own, not pytest's: run as root, pgserver starts the server as another
+    # user, and pytest's 0700 temp folders (and its cleanup of old ones) get in its way.
+    base = Path(tempfile.mkdtemp(prefix="replaylog-pg-"))
+    base.chmod(0o755)
+    server = PGServer(base / "pg", durable=False)
+    yield server
+    server.server.cleanup()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: PGServer) -> str:
+    """The URL of a fresh, empty PostgreSQL database."""
+    return pg_server.fresh_database()
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -76,7 +102,16 @@ def store_url(request: pytest.FixtureRequest, db_path: Path) -> str:
     backend = request.param
     if backend == "sqlite":
         return f"sqlite:///{db_path}"  # db_path is absolute: sqlite:////tmp/...
+    if backend == "postgresql":
+        url: str = request.getfixturevalue("pg_url")
+        return url
     raise pytest.UsageError(f"no test set-up for store backend {backend!r}")
+
+
+@pytest.fixture
+def db(store_url: str, db_path: Path) -> Path | str:
+    """A fresh database as the CLI's --db takes it, once per backend: a file path, or a PostgreSQL URL."""
+    return db_path if store_url.startswith("sqlite:") else store_url
 
 
 @pytest.fixture

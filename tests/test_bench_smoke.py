@@ -52,6 +52,12 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
             assert field in m["console"], field
     else:
         assert m["console"]["note"]
+    pg = m["postgres"]
+    assert pg["status"] in ("ok", "skipped"), pg
+    if pg["status"] == "ok":
+        for key, field in (("single", "ratio_vs_floor"), ("group", "ratio_vs_floor"), ("short", "workflows_per_s_4p"),
+                           ("signal", "p99_ms")):
+            assert field in pg[key], (key, field)
     peer = m["peer"]
     assert peer["status"] in ("ok", "skipped"), peer
     if peer["status"] == "ok":
