@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -120,6 +120,15 @@ def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
     yield s
     s.close()
+
+
+def sql(store: Store, statement: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one SQL statement on a store's own connection, either backend: `?` placeholders
+    (SQLite's) become `%s` on PostgreSQL. For tests that set a row up by hand."""
+    if store.local_path() is None:  # a server's store: psycopg
+        statement = statement.replace("?", "%s")
+    cur = store._conn.execute(statement, params)  # type: ignore[attr-defined]
+    return list(cur.fetchall()) if cur.description else []
 
 
 @pytest.fixture
