@@ -89,8 +89,8 @@ def test_the_claim_and_the_worker_reach_the_due_timers_through_the_wake_index(st
         ("SELECT wake_at FROM workflows INDEXED BY workflows_wake WHERE status = 'blocked'"
          " AND wake_at IS NOT NULL ORDER BY wake_at LIMIT 1", ()),
     ]
-    for sql, params in queries:
-        plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    for query, params in queries:
+        plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + query, params))
         assert "SEARCH workflows USING INDEX workflows_wake" in plan, plan
     store.start_workflow("nap", 1)
     assert store.next_wake() is None
