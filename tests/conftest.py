@@ -171,3 +171,36 @@ def console_db(console_seed_template: Path, tmp_path: Path) -> Path:
     from console_seed import copy_db
 
     return copy_db(console_seed_template, tmp_path / "replaylog.db")
+
+
+@pytest.fixture(scope="session")
+def console_seed_pg(pg_server: PGServer) -> str:
+    """The console tests' seeded database on PostgreSQL, made once per test process: a template to copy."""
+    from console_seed import seed
+
+    name = f"console_seed_{os.getpid()}"
+    pg_server.execute(pg_server.admin_url, f'CREATE DATABASE "{name}"')
+    seed(pg_server.url(name))
+    return name
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def console_any(request: pytest.FixtureRequest) -> Path | str:
+    """A fresh copy of the seeded console database, once per backend: the file, or a PostgreSQL database
+    made from the seeded template (CREATE DATABASE … TEMPLATE copies it on the server)."""
+    if request.param == "sqlite":
+        path: Path = request.getfixturevalue("console_db")
+        return path
+    server: PGServer = request.getfixturevalue("pg_server")
+    template: str = request.getfixturevalue("console_seed_pg")
+    name = f"console_{os.getpid()}_{time.monotonic_ns()}"
+    # The seeding store's listener may still be leaving the template: a copy needs it alone.
+    for attempt in range(50):
+        try:
+            server.execute(server.admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            break
+        except Exception:
+            if attempt == 49:
+                raise
+            time.sleep(0.1)
+    return server.url(name)
