@@ -56,7 +56,8 @@ def body(dialog: ActionDialog) -> str:
 
 
 @async_test
-async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_the_store(console_any: Path | str) -> None:
+async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_the_store(
+        console_any: Path | str) -> None:
     app = make_app(console_any)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, ROLES["blocked"])
@@ -112,7 +113,8 @@ async def test_terminate_names_the_workflow_and_the_list_shows_the_reason(consol
 
 
 @async_test
-async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_it_replays(console_any: Path | str) -> None:
+async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_it_replays(
+        console_any: Path | str) -> None:
     wid = ROLES["nondeterministic"]
     app = make_app(console_any, registry=load_app("sample_workflows"))
     async with app.run_test(size=SIZE) as pilot:

@@ -165,3 +165,13 @@ def test_soak_kill_storm_survives_a_thousand_kills(tmp_path: Path) -> None:
                          seed=int(os.environ.get("FAULT_SEED", "1000")))
     assert figures["kills"] >= 1000
     report("soak_kill_storm", figures)
+
+
+@pytest.mark.soak
+def test_soak_kill_storm_on_postgresql_survives_a_thousand_kills(tmp_path: Path, pg_url: str) -> None:
+    """The soak variant on PostgreSQL (make soak): at least 1,000 SIGKILLs, dead workers found by lapsed leases."""
+    figures = kill_storm(tmp_path, kills_wanted=1000, time_limit=3 * 3600,
+                         seed=int(os.environ.get("FAULT_SEED", "1015")), db=pg_url, lease=5)
+    assert figures["kills"] >= 1000
+    report("soak_kill_storm_postgresql", figures)
+

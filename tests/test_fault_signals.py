@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import ROOT, run_cli
@@ -52,6 +53,12 @@ def test_signal_storm_on_postgresql_consumes_every_acknowledged_signal_once_in_o
                                                                                     pg_url: str) -> None:
     """Smaller: senders and workers each on their own connections; killed workers' leases lapse (5 s)."""
     signal_storm(tmp_path, pg_url, 40, lease=5)
+
+
+@pytest.mark.soak
+def test_soak_signal_storm_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    """The soak variant on PostgreSQL (make soak): the full-size storm of the SQLite test."""
+    signal_storm(tmp_path, pg_url, WORKFLOWS, lease=5)
 
 
 def signal_storm(tmp_path: Path, db: Path | str, workflows: int, lease: float) -> None:

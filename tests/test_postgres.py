@@ -216,23 +216,49 @@ def test_a_signal_wakes_an_idle_worker_on_another_connection(pg_url: str, tmp_pa
         worker.wait(timeout=60)
 
 
-def test_a_server_restart_mid_run_loses_and_doubles_nothing(pg_server: PGServer, pg_url: str, tmp_path: Path) -> None:
+def restart_storm(pg_server: PGServer, pg_url: str, tmp_path: Path, *, workflows: int, steps: int,
+                  every: float, limit: int) -> int:
+    """A worker runs `workflows` × `steps` slots while the server is stopped and started (pg_ctl)
+    every `every` seconds, at most `limit` times; checks nothing lost or doubled; the restarts made."""
     from test_worker import APP, env_for, ledger, recorded, start_many, statuses
 
     env = env_for(tmp_path, 0.05)
-    ids = start_many(pg_url, 4, 40, env)
+    ids = start_many(pg_url, workflows, steps, env)
     worker = subprocess.Popen([sys.executable, "-m", "replaylog", "--db", pg_url, "worker", "--app", APP,
                                "--until-idle"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert wait_for(lambda: len(recorded(pg_url)) >= 10, timeout=60)
-    pg_server.restart()
-    assert worker.poll() is None  # the restart happened mid-run
-    assert worker.wait(timeout=180) == 0, worker.stderr.read().decode() if worker.stderr else ""
+    restarts = 0
+    try:
+        assert wait_for(lambda: len(recorded(pg_url)) >= 10, timeout=60)
+        while restarts < limit and worker.poll() is None:
+            pg_server.restart()
+            restarts += 1
+            time.sleep(every)
+        assert worker.wait(timeout=60 + 30 * workflows * steps / 40) == 0, \
+            worker.stderr.read().decode() if worker.stderr else ""
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
+    assert restarts >= 1
     assert set(statuses(pg_url).values()) == {"completed"}
-    assert sum(1 for wid, _ in recorded(pg_url) if wid in ids) == 4 * 40
+    assert sum(1 for wid, _ in recorded(pg_url) if wid in ids) == workflows * steps
     assert max(ledger(tmp_path).values()) == 1
     err = worker.stderr.read().decode() if worker.stderr else ""
     # Said once per outage and connection fault seen, not once per reconnect attempt.
-    assert 1 <= err.count("lost the connection") <= 5
+    assert 1 <= err.count("lost the connection") <= 5 * restarts
+    return restarts
+
+
+def test_a_server_restart_mid_run_loses_and_doubles_nothing(pg_server: PGServer, pg_url: str, tmp_path: Path) -> None:
+    """CI size: two restarts a few seconds apart (`make soak` restarts it every few seconds for minutes)."""
+    restart_storm(pg_server, pg_url, tmp_path, workflows=4, steps=40, every=2.0, limit=2)
+
+
+@pytest.mark.soak
+def test_soak_server_restarted_every_few_seconds_loses_and_doubles_nothing(pg_server: PGServer, pg_url: str,
+                                                                         tmp_path: Path) -> None:
+    """The soak variant (make soak): as DBOS's chaos suite, the server stopped and started every 3 s."""
+    assert restart_storm(pg_server, pg_url, tmp_path, workflows=20, steps=200, every=3.0, limit=1000) >= 20
 
 
 def test_store_errors_are_one_line(pg_url: str) -> None:
