@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -179,6 +181,50 @@ def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: 
         assert s.commit_record(claim, 0, rec("a", 0), ttl=30) is True
         assert s.commit_record(claim, 1, rec("a", 1), ttl=30) is True
         assert [c.slot for c in s.list_commands("x")] == [0, 1]
+
+
+def lose_the_next_answer(store: object) -> None:
+    """The store's next transaction commits on the server, then its connection dies before the answer comes."""
+    real = store._conn  # type: ignore[attr-defined]
+
+    depth = [0]
+
+    class LosesTheAnswer:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        @contextmanager
+        def transaction(self) -> Iterator[object]:
+            depth[0] += 1
+            try:
+                with real.transaction() as tx:
+                    yield tx
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:  # the outermost one (not a savepoint) has committed: only the answer is lost
+                real.close()
+                raise psycopg.OperationalError("the connection was lost")
+
+    store._conn = LosesTheAnswer()  # type: ignore[attr-defined]
+
+
+def test_an_operator_write_whose_answer_was_lost_is_made_once_and_answered_as_the_first_try(pg_url: str) -> None:
+    """Each operator write is retried after a lost answer; its own audit row says it committed."""
+    with open_store(pg_url) as s:
+        lose_the_next_answer(s)
+        wid = s.start_workflow("wf", 1, workflow_id="x")  # not "already exists"
+        lose_the_next_answer(s)
+        assert s.send_signal(wid, "go", 1) == 1  # not a second signal, #2
+        lose_the_next_answer(s)
+        assert s.cancel_workflow(wid, "enough") == "pending"  # not "already asked to cancel"
+        lose_the_next_answer(s)
+        assert s.fork_workflow(wid, 0, new_id="y") == "y"  # not "already exists"
+        lose_the_next_answer(s)
+        assert s.terminate_workflow("y") == "pending"  # not "is terminated"
+        assert [sig.seq for sig in s.list_signals(wid)] == [1]
+        assert [a.action for a in s.list_audit(wid)] == ["start", "signal", "cancel"]
+        assert [a.action for a in s.list_audit("y")] == ["fork", "terminate"]
+        assert s.get_workflow("y").status == "terminated"
 
 
 def test_pg_terminate_backend_mid_run_loses_and_doubles_nothing(pg_url: str, tmp_path: Path) -> None:
