@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,21 @@ from typing import Any
 import psycopg
 
 _names = itertools.count()
+
+
+def _drop_aborted_initdb(pgdata: Path) -> None:
+    """Remove a data folder whose initdb was cut short (on a loaded machine pgserver's initdb can time out).
+
+    Its postmaster.pid is then the bootstrap backend's (a negative pid) and stays: every
+    later start reads it and fails. A folder whose server did start is left alone.
+    """
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        first = pid_file.read_text().split("\n", 1)[0].strip()
+    except OSError:
+        return
+    if first.startswith("-"):
+        shutil.rmtree(pgdata, ignore_errors=True)
 
 
 class PGServer:
@@ -35,6 +51,7 @@ class PGServer:
                     raise
                 # pgserver caches the handle per folder: a failed one must not be handed back.
                 pgserver.PostgresServer._instances.pop(Path(pgdata).expanduser().resolve(), None)
+                _drop_aborted_initdb(Path(pgdata))
                 time.sleep(2)
         self.pgdata = Path(pgdata)
         self.admin_url = self.server.get_uri()

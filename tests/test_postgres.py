@@ -336,3 +336,25 @@ async def test_the_readonly_console_on_postgresql_refreshes_on_notification_and_
         assert await wait_until(pilot, lambda: sorted(column(table, "id")) == ["first", "second"])
         with pytest.raises(SignalRefused, match="read-only"):
             app.data.send_signal("first", "go", 1)
+
+
+def test_a_data_folder_left_by_a_cut_short_initdb_is_made_afresh() -> None:
+    """On a loaded machine pgserver's initdb can be cut short, leaving the bootstrap backend's
+    postmaster.pid (a negative pid, seven lines): every start then failed on reading it."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="replaylog-pg-"))
+    base.chmod(0o755)
+    pgdata = base / "pg"
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text("16\n")
+    (pgdata / "postmaster.pid").write_text(f"-24094\n{pgdata}\n1796271023\n5432\n\n\n  2265599    327682\n")
+    try:
+        server = PGServer(pgdata, durable=False)
+        try:
+            assert server.execute(server.admin_url, "SELECT 1") == [(1,)]
+        finally:
+            server.server.cleanup()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
