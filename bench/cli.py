@@ -17,12 +17,14 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import console_runs, peer_dbos, replaylog_runs, timer_runs
+from bench import console_runs, peer_dbos, postgres_runs, replaylog_runs, timer_runs
 from bench.report import print_table, write_json
 from bench.sizes import FULL, SMOKE, Sizes
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = ("single", "group", "resume", "signal", "short", "timers", "sleepers", "console", "peer")
+WORKLOADS = (
+    "single", "group", "resume", "signal", "short", "timers", "sleepers", "console", "postgres", "peer",
+)
 
 
 def machine() -> dict[str, Any]:
@@ -51,9 +53,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help=f"comma-separated workloads to run (default all: {','.join(WORKLOADS)})")
     p.add_argument("--no-peer", action="store_true", help="skip DBOS even if it is installed")
     p.add_argument("--workdir", type=Path, default=None,
-                   help="where the benchmark databases go (default a fresh temp dir; the console's "
+                   help="where the benchmark databases go (default a fresh folder in the system temp dir;"
+                        " the console's "
                         "million-row database is cached in bench/results/ in full runs)")
     return p.parse_args(argv)
+
+
+def default_workdir() -> Path:
+    """A fresh folder for the run's databases (and PostgreSQL's data folder) in the system temp dir.
+
+    Never inside the repository: a run that is killed leaves its folder behind, and one
+    under bench/ was once committed whole (thousands of PostgreSQL data files). To measure
+    another disk than the temp dir's (a tmpfs /tmp, say), pass --workdir.
+    """
+    return Path(tempfile.mkdtemp(prefix="replaylog-bench-"))
 
 
 def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -64,12 +77,10 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))}")
     own_tmp = args.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="replaylog-bench-", dir=ROOT / "bench")) if own_tmp else args.workdir
+    workdir = default_workdir() if own_tmp else args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     # The console workload caches its million-row database here; a fresh clone has no such folder.
     (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    # The disk under test is the one the databases are on: keep them beside the repo,
-    # not in a tmpfs /tmp.
     results: dict[str, Any] = {
         "meta": {"mode": "smoke" if args.smoke else "full", "started": datetime.now(UTC).isoformat(),
                  "machine": machine(), "sizes": sizes.to_dict(), "workdir": str(workdir)},
@@ -85,6 +96,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "sleepers": lambda: timer_runs.sleepers(workdir, sizes),
         "console": lambda: console_runs.console_bench(
             workdir if args.smoke or not own_tmp else ROOT / "bench" / "results", sizes),
+        "postgres": lambda: postgres_runs.postgres(workdir, sizes),
     }
     try:
         for name, job in jobs.items():

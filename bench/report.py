@@ -97,6 +97,15 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f"open {_f(c.get('slots'))}-slot {_f(c.get('open_workflow_s'), ' s', 2)}, "
         f"stall {_f(c.get('max_stall_ms'), ' ms')}",
         "0.5 s, 150 MB, 0.5 s, 100 ms")
+    pg = m.get("postgres", {})
+    ps, pgg, psh, psg = (pg.get(k, {}) for k in ("single", "group", "short", "signal"))
+    add("postgres", "7. PostgreSQL",
+        f"1 wf {_f(ps.get('slots_per_s'))} slots/s = {_f(ps.get('ratio_vs_floor'), '', 2)} of floor "
+        f"({_f(ps.get('floor_tx_per_s'))} tx/s); {_f(pgg.get('workflows'))} wfs "
+        f"{_f(pgg.get('ratio_vs_floor'), '×', 2)} floor; 3-step wfs/s 1/2/4 procs "
+        f"{_f(psh.get('workflows_per_s_1p'))}/{_f(psh.get('workflows_per_s_2p'))}/{_f(psh.get('workflows_per_s_4p'))}; "
+        f"signal median {_f(psg.get('median_ms'), ' ms', 1)}, p99 {_f(psg.get('p99_ms'), ' ms', 1)}",
+        ">= 0.8 floor, >= 3× floor, 20/100 ms")
     return out
 
 

@@ -30,8 +30,10 @@ from engine.store import (
     WorkflowRow,
     WorkflowSummary,
     is_busy,
+    is_postgres_url,
     open_store,
     operator_name,
+    redact_url,
     waiting_reason,
 )
 from engine.text import preview
@@ -494,18 +496,24 @@ class ConsoleData:
     Screens call these from thread workers (never the UI thread) and get back frozen views.
 
     Args:
-        db_path: the SQLite file the worker writes.
-        readonly: the console may not write: `send_signal` opens the file mode=ro and is refused.
+        db_path: the SQLite file the worker writes, or a PostgreSQL URL.
+        readonly: the console may not write: `send_signal` opens the store read-only and is refused.
         registry: the workflow code (from --app), for dry replays; None shows stored diagnostics only.
         clock: the wall clock for "4s ago" and lease times; tests inject a fixed one.
     """
 
     def __init__(self, db_path: str | os.PathLike[str], *, readonly: bool = False, registry: Registry | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.db_path = Path(db_path)
+        # A URL stays a string (a Path would fold its `//`).
+        self.db_path: Path | str = db_path if isinstance(db_path, str) and is_postgres_url(db_path) else Path(db_path)
         self.readonly = readonly
         self.registry = registry
         self.clock = clock
+
+    @property
+    def label(self) -> str:
+        """The database as the title bar names it: the file's name, or the URL without its password."""
+        return self.db_path.name if isinstance(self.db_path, Path) else redact_url(self.db_path)
 
     @property
     def code(self) -> str | None:
@@ -646,7 +654,7 @@ class ChangeWatch:
     poll also compares the file's identity, and a new file counts as a change.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | str) -> None:
         self.path = path
         self.store: ReaderStore | None = None
         self.identity: tuple[int, int] | None = None
@@ -654,6 +662,14 @@ class ChangeWatch:
 
     def poll(self) -> bool:
         """Whether the database changed since the last poll; raises when it cannot be read."""
+        if isinstance(self.path, str):  # a server: its change token counts NOTIFYs (no file to replace)
+            if self.store is None:
+                self.store = open_store(self.path, readonly=True)
+                self.version = self.store.data_version()
+                return False
+            version = self.store.data_version()
+            changed, self.version = version != self.version, version
+            return changed
         try:
             st = os.stat(self.path)
         except FileNotFoundError:

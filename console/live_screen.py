@@ -91,7 +91,7 @@ class LiveScreen(Screen[None]):
         """The title bar: where the operator is, the database file, and whether it is read-only."""
         bar = Text("replaylog", style="bold")
         bar.append_text(where)
-        bar.append(f"   {self.data.db_path.name}", style="dim")
+        bar.append(f"   {self.data.label}", style="dim")
         if self.data.readonly:
             bar.append("  read-only", style="bold yellow")
         return bar

@@ -47,8 +47,10 @@ from engine.store import (
     encode_value,
     fit_text,
     is_damaged,
+    is_postgres_url,
     open_store,
     over_cap,
+    redact_url,
 )
 
 log = logging.getLogger("replaylog.worker")
@@ -127,6 +129,15 @@ class WorkerStopping(BaseException):
     """Raised in a workflow thread when the worker stops: the workflow is handed back."""
 
 
+class _CommitFailed(BaseException):
+    """A commit of an outcome raised (the store failed): a BaseException, so that workflow code
+    cannot catch it and the core cannot take it for the workflow's own failure."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
 class _RunInterrupted(BaseException):
     """A run stopped by a BaseException that is not the engine's own, and where it was raised."""
 
@@ -178,7 +189,7 @@ class Committer:
     The connection is used by one thread at a time: only the leader touches it.
     """
 
-    def __init__(self, path: Path, ttl: float, max_payload: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None) -> None:
         self._path = path
         self._ttl = ttl
         self._max_payload = max_payload
@@ -348,6 +359,15 @@ class Committer:
             self._answer(r)
 
 
+def _store_marks(store: WorkerStore, claim: Claim) -> Callable[[int, str, int, float], None]:
+    """A mark writer for a store without local files: each mark one write to the database."""
+
+    def write_mark(slot: int, name: str, attempts: int, started_at: float) -> None:
+        store.mark_started(claim, slot, name, attempts, started_at)
+
+    return write_mark
+
+
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -366,7 +386,7 @@ class Worker:
     """Runs every runnable workflow of one database with the functions of one app.
 
     Args:
-        path: the database file.
+        path: the database file, or a PostgreSQL URL.
         registry: the app's workflows and activities.
         concurrency: workflows run at once (one thread each).
         ttl: lease length in seconds; renewed while a workflow runs.
@@ -393,7 +413,8 @@ class Worker:
         max_payload: int | None = None,
         on_event: Callable[[str, str], None] | None = None,
     ) -> None:
-        self.path = Path(path)
+        # A URL stays a string (a Path would fold its `//`).
+        self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
         self.registry = registry
         # The workflows this worker claims: one whose name its app lacks stays pending for a
         # worker that knows it (claiming it here could only fail it).
@@ -420,6 +441,9 @@ class Worker:
         self._claim_batch = max(1, self.concurrency // 4)
         self.committer = Committer(self.path, ttl, self.max_payload)
         self._board: MarkBoard | None = None
+        # The database file when the store is one on this host (store.local_path): marks
+        # in files beside it, dead owners by pid, WAL upkeep. None on a server's store.
+        self._local: Path | None = None
         self.completed = 0
         self._wal_backoff = WAL_CHECK
         self._stop_requested = False  # set by request_stop (a signal handler)
@@ -451,6 +475,11 @@ class Worker:
         return self._stop_requested or self._stopping.is_set()
 
     @property
+    def _where(self) -> str:
+        """The database as messages may show it (a URL without its password)."""
+        return redact_url(str(self.path)) if isinstance(self.path, str) else str(self.path)
+
+    @property
     def stopping(self) -> bool:
         """True once stop() was called."""
         return self._stopping.is_set()
@@ -465,9 +494,10 @@ class Worker:
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
         store = open_store(self.path, max_payload=self.max_payload)
-        if self.track_inflight:
+        self._local = store.local_path()
+        if self.track_inflight and self._local is not None:
             try:
-                self._board = MarkBoard(self.path, self.owner, self.concurrency)
+                self._board = MarkBoard(self._local, self.owner, self.concurrency)
             except OSError as exc:
                 store.close()
                 raise StoreError(f"cannot create the in-flight mark file beside {self.path}: {exc}") from None
@@ -528,7 +558,9 @@ class Worker:
             look = version != last_version or now >= next_lapse_check or due
             if look:
                 next_wake = store.next_wake(self.names)
-            if now >= next_dead_check:
+            if now >= next_dead_check and self._local is not None:
+                # Pids and mark files say something on this host only: a server's store
+                # finds dead workers by their lapsed leases alone.
                 self._fold_dead_boards(store)
                 dead = self._dead_owners(store)
                 next_dead_check = now + DEAD_OWNER_CHECK
@@ -561,7 +593,7 @@ class Worker:
                     # starve this connection): the leases stand until they lapse, try again soon.
                     self._busy(exc)
                     next_renew = now + min(self.ttl / 10, 1.0)
-            if now >= next_wal_check:
+            if now >= next_wal_check and self._local is not None:
                 next_wal_check = now + self._bound_wal(store)
             if until_idle and not self._active and not store.has_runnable(self.names):
                 self.left_unknown = store.pending_unknown(self.names)
@@ -586,7 +618,7 @@ class Worker:
     def _fold_dead_boards(self, store: WorkerStore) -> None:
         """Keep the marks of workers that died in the database, and delete their files."""
         me = os.getpid()
-        for path, pid in board_files(self.path):
+        for path, pid in board_files(self._local or self.path):
             if pid == me or _pid_alive(pid):
                 continue
             owner = board_owner(path)
@@ -605,7 +637,7 @@ class Worker:
         """Stop the worker on a damaged database file, instead of retrying its workflows forever."""
         if self.fatal is None:
             self.fatal = NotADatabaseError(
-                f"database {self.path} is damaged ({exc}); the worker stopped: check it with"
+                f"database {self._where} is damaged ({exc}); the worker stopped: check it with"
                 " PRAGMA integrity_check and restore it from a backup"
             )
         self.stop()
@@ -803,7 +835,11 @@ class Worker:
         # Bound once: record and on_start run once per slot each.
         stopping = self._stopping
         commit = committer.commit_record
-        write_mark = board.writer(me.index, claim.id, claim.epoch) if board is not None else None
+        write_mark: Callable[[int, str, int, float], None] | None = None
+        if board is not None:
+            write_mark = board.writer(me.index, claim.id, claim.epoch)
+        elif self.track_inflight and self._local is None:
+            write_mark = _store_marks(store, claim)  # a server's store: where every host sees it
         prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
         clock = time.time
         focus = self.focus
@@ -843,7 +879,11 @@ class Worker:
                 if fitted is not error:
                     refused = fitted
                     rec = rec._replace(error=fitted)
-            if not commit(claim, slot, rec, text, parallel):
+            try:
+                written = commit(claim, slot, rec, text, parallel)
+            except Exception as exc:  # the store failed: not the workflow's outcome
+                raise _CommitFailed(exc) from exc
+            if not written:
                 raise LeaseLostError(claim.id)
             if not parallel:
                 me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
@@ -911,6 +951,8 @@ class Worker:
         )
         try:
             outcome = execute(fn, ctx, state)
+        except _CommitFailed as failed:
+            raise failed.exc from None  # a worker error: the workflow is handed back (_run_one)
         except (WorkerStopping, LeaseLostError, Exception):
             raise
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back

@@ -41,8 +41,10 @@ from engine.store import (
     database_path,
     default_max_payload,
     is_damaged,
+    is_postgres_url,
     open_store,
     operator_name,
+    redact_url,
     waiting_reason,
 )
 from engine.text import countdown, preview, printable, waits_text
@@ -75,18 +77,22 @@ class Settings:
         self._max_payload = max_payload
 
     @property
-    def db(self) -> Path:
-        """--db, else $REPLAYLOG_DB, else ./replaylog.db: a file path or a sqlite:///path URL."""
+    def db(self) -> Path | str:
+        """--db, else $REPLAYLOG_DB, else ./replaylog.db: a file path, a sqlite:///path URL
+        (both as a Path), or a PostgreSQL URL (as given: a string)."""
+        location = self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB
+        if is_postgres_url(location):
+            return location
         try:
-            # Other store URLs (postgresql://) say in one line that they are not supported yet.
-            return database_path(self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB)
+            # Other URL schemes say in one line that they are not supported.
+            return database_path(location)
         except StoreError as exc:
             fail(str(exc))
 
     def set_db(self, db: str) -> None:
         """Take --db given after the subcommand."""
         if self._db is not None and os.path.abspath(self._db) != os.path.abspath(db):
-            fail(f"--db given twice with different values: {self._db} and {db}")
+            fail(f"--db given twice with different values: {redact_url(self._db)} and {redact_url(db)}")
         self._db = db
 
     def set_max_payload(self, max_payload: int) -> None:
@@ -112,8 +118,9 @@ class Settings:
         watching a path that holds none is a mistake (a typo in --db) to say, not to paper
         over with an empty file.
         """
-        if not create and not self.db.exists():
-            fail(f"no database at {self.db}")
+        db = self.db
+        if not create and isinstance(db, Path) and not db.exists():
+            fail(f"no database at {db}")
         try:
             return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
         except ReplaylogError as exc:
@@ -122,7 +129,7 @@ class Settings:
 
 pass_settings = click.make_pass_decorator(Settings)
 
-_DB_HELP = "Database file (else $REPLAYLOG_DB, else ./replaylog.db)."
+_DB_HELP = "Database file or postgresql:// URL (else $REPLAYLOG_DB, else ./replaylog.db)."
 _MAX_PAYLOAD_HELP = ("Cap in bytes on every stored value: inputs, signal payloads, activity and workflow results"
                      " (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).")
 
@@ -394,7 +401,9 @@ def _serving(settings: Settings, registry: Registry, concurrency: int, pids: lis
     """The worker's start line: what it serves, how, and which processes to signal."""
     names = sorted(registry.workflows)
     shown = ", ".join(names[:8]) + (f", … ({len(names)} in all)" if len(names) > 8 else "")
-    return (f"replaylog worker serving {settings.db.resolve()}: app {registry.spec} "
+    db = settings.db
+    where = db.resolve() if isinstance(db, Path) else redact_url(db)  # a URL's password stays out
+    return (f"replaylog worker serving {where}: app {registry.spec} "
             f"({len(names)} workflow(s): {shown or 'none'}), concurrency {concurrency}, "
             f"{len(pids)} process(es), pid {', '.join(map(str, pids))}")
 
@@ -968,6 +977,8 @@ def demo(settings: Settings, no_console: bool) -> None:
     """Seed a demo database with workflows in every state, run a worker, open the console."""
     from replaylog.demo import run_demo
 
+    if isinstance(settings.db, str):
+        fail("the demo seeds a SQLite file; give --db a file path")
     run_demo(settings.db, open_console=not no_console, echo=_echo_err)
 
 

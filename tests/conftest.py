@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from engine.store import Store, open_store
+
+if TYPE_CHECKING:
+    from pg_server import PGServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +43,7 @@ def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeou
                                        proc.stderr.decode(errors="replace"))
 
 
-def start_worker(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_worker(db: Path | str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `replaylog worker` on DB as a background subprocess."""
     return subprocess.Popen(
         [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet", *args],
@@ -64,10 +70,30 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "replaylog.db"
 
 
-# The store backends the store-level tests run on. A second backend (PostgreSQL) adds its
-# name here and a branch in `store_url`; every test that takes `store` or `store_url` then
-# runs on both.
-STORE_BACKENDS = ["sqlite"]
+# The store backends the store-level tests run on: every test that takes `store`,
+# `store_url` or `db` runs on each.
+STORE_BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PGServer]:
+    """One real PostgreSQL server per test process (pgserver: no root, no system packages)."""
+    from pg_server import PGServer
+
+    # A folder of our own, not pytest's: run as root, pgserver starts the server as another
+    # user, and pytest's 0700 temp folders (and its cleanup of old ones) get in its way.
+    base = Path(tempfile.mkdtemp(prefix="replaylog-pg-"))
+    base.chmod(0o755)
+    server = PGServer(base / "pg", durable=False)
+    yield server
+    server.server.cleanup()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: PGServer) -> str:
+    """The URL of a fresh, empty PostgreSQL database."""
+    return pg_server.fresh_database()
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -76,7 +102,16 @@ def store_url(request: pytest.FixtureRequest, db_path: Path) -> str:
     backend = request.param
     if backend == "sqlite":
         return f"sqlite:///{db_path}"  # db_path is absolute: sqlite:////tmp/...
+    if backend == "postgresql":
+        url: str = request.getfixturevalue("pg_url")
+        return url
     raise pytest.UsageError(f"no test set-up for store backend {backend!r}")
+
+
+@pytest.fixture
+def db(store_url: str, db_path: Path) -> Path | str:
+    """A fresh database as the CLI's --db takes it, once per backend: a file path, or a PostgreSQL URL."""
+    return db_path if store_url.startswith("sqlite:") else store_url
 
 
 @pytest.fixture
@@ -85,6 +120,15 @@ def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
     yield s
     s.close()
+
+
+def sql(store: Store, statement: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one SQL statement on a store's own connection, either backend: `?` placeholders
+    (SQLite's) become `%s` on PostgreSQL. For tests that set a row up by hand."""
+    if store.local_path() is None:  # a server's store: psycopg
+        statement = statement.replace("?", "%s")
+    cur = store._conn.execute(statement, params)  # type: ignore[attr-defined]
+    return list(cur.fetchall()) if cur.description else []
 
 
 @pytest.fixture
@@ -127,3 +171,36 @@ def console_db(console_seed_template: Path, tmp_path: Path) -> Path:
     from console_seed import copy_db
 
     return copy_db(console_seed_template, tmp_path / "replaylog.db")
+
+
+@pytest.fixture(scope="session")
+def console_seed_pg(pg_server: PGServer) -> str:
+    """The console tests' seeded database on PostgreSQL, made once per test process: a template to copy."""
+    from console_seed import seed
+
+    name = f"console_seed_{os.getpid()}"
+    pg_server.execute(pg_server.admin_url, f'CREATE DATABASE "{name}"')
+    seed(pg_server.url(name))
+    return name
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def console_any(request: pytest.FixtureRequest) -> Path | str:
+    """A fresh copy of the seeded console database, once per backend: the file, or a PostgreSQL database
+    made from the seeded template (CREATE DATABASE … TEMPLATE copies it on the server)."""
+    if request.param == "sqlite":
+        path: Path = request.getfixturevalue("console_db")
+        return path
+    server: PGServer = request.getfixturevalue("pg_server")
+    template: str = request.getfixturevalue("console_seed_pg")
+    name = f"console_{os.getpid()}_{time.monotonic_ns()}"
+    # The seeding store's listener may still be leaving the template: a copy needs it alone.
+    for attempt in range(50):
+        try:
+            server.execute(server.admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            break
+        except Exception:
+            if attempt == 49:
+                raise
+            time.sleep(0.1)
+    return server.url(name)

@@ -48,12 +48,12 @@ def frozen_time() -> Iterator[None]:
         time.time = real
 
 
-def _drain(db: Path, app: str) -> None:
+def _drain(db: Path | str, app: str) -> None:
     Worker(db, load_app(app), poll=0.002, clock=lambda: FROZEN).run(until_idle=True)
 
 
-def seed(db: Path) -> None:
-    """Workflows in every state the console shows, with fixed ids and times."""
+def seed(db: Path | str) -> None:
+    """Workflows in every state the console shows, with fixed ids and times (a SQLite file or a PostgreSQL URL)."""
     with frozen_time():
         with open_store(db) as store:
             store.start_workflow("refund", 8, workflow_id=ROLES["nondeterministic"])

@@ -53,6 +53,12 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
             assert field in m["console"], field
     else:
         assert m["console"]["note"]
+    pg = m["postgres"]
+    assert pg["status"] in ("ok", "skipped"), pg
+    if pg["status"] == "ok":
+        for key, field in (("single", "ratio_vs_floor"), ("group", "ratio_vs_floor"), ("short", "workflows_per_s_4p"),
+                           ("signal", "p99_ms")):
+            assert field in pg[key], (key, field)
     peer = m["peer"]
     assert peer["status"] in ("ok", "skipped"), peer
     if peer["status"] == "ok":
@@ -82,3 +88,24 @@ def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> 
     assert figures["slots"] == 100
     assert 10_000 < figures["floor"] < min(figures["engine"], figures["engine-no-marks"]), figures
     assert "engine / floor" in proc.stdout
+
+
+def test_a_run_without_workdir_keeps_its_databases_in_the_system_temp_dir_never_in_the_repo() -> None:
+    # A killed run leaves its folder behind: one under bench/ was once committed whole.
+    import tempfile
+
+    from bench.cli import default_workdir
+
+    workdir = default_workdir()
+    try:
+        assert workdir.parent.resolve() == Path(tempfile.gettempdir()).resolve()
+        assert not workdir.resolve().is_relative_to(ROOT)
+    finally:
+        workdir.rmdir()
+
+
+def test_git_ignores_temp_folders_left_under_bench() -> None:
+    for left in ("bench/tmpzhipsi7f/pg/PG_VERSION", "bench/replaylog-bench-x1/pgdata/PG_VERSION"):
+        ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", left], cwd=ROOT)
+        assert ignored.returncode == 0, f"{left} is not ignored"
+

@@ -9,12 +9,19 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from engine.store import open_store
+from conftest import run_cli
+from engine.store import open_store, redact_url
 
 Cli = Callable[..., CompletedProcess[str]]
 
 
-def snapshot(db: Path) -> tuple[list[tuple], list[tuple], list[tuple]]:
+@pytest.fixture
+def cli(db: Path | str) -> Cli:
+    """run_cli bound to the test's database, once per store backend (a file, a PostgreSQL database)."""
+    return lambda *args, **kw: run_cli(db, *args, **kw)
+
+
+def snapshot(db: Path | str) -> tuple[list[tuple], list[tuple], list[tuple]]:
     """Everything the database holds, to prove a refusal wrote nothing."""
     with open_store(db) as s:
         conn = s._conn
@@ -80,7 +87,7 @@ def test_list_filters_by_status(cli: Cli) -> None:
     assert "refund" in cli("list", "--status", "blocked").stdout
 
 
-def test_failed_workflow_shows_error_and_refuses_signals(cli: Cli, db_path: Path, tmp_path: Path) -> None:
+def test_failed_workflow_shows_error_and_refuses_signals(cli: Cli, db: Path | str, tmp_path: Path) -> None:
     app = tmp_path / "failing_app.py"
     app.write_text(
         "from replaylog import workflow, activity\n"
@@ -94,9 +101,9 @@ def test_failed_workflow_shows_error_and_refuses_signals(cli: Cli, db_path: Path
     shown = json.loads(cli("show", wid, "--json").stdout)
     assert shown["status"] == "failed" and "RuntimeError: no" in shown["error"]
     assert shown["commands"][0]["ok"] is False and shown["commands"][0]["attempts"] == 2
-    before = snapshot(db_path)
+    before = snapshot(db)
     one_line_error(cli("signal", wid, "approval"), "failed", "accepts no signals")
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
 
 
 def test_nondeterministic_workflow_fails_with_positioned_diagnostic_and_is_not_retried(cli: Cli) -> None:
@@ -140,12 +147,12 @@ def test_check_exits_zero_when_clean_and_one_with_the_diagnostic(cli: Cli) -> No
         (("check",), ("WORKFLOW_ID or --all",)),
     ],
 )
-def test_bad_input_is_one_line_and_writes_nothing(cli: Cli, db_path: Path, args: tuple[str, ...],
+def test_bad_input_is_one_line_and_writes_nothing(cli: Cli, db: Path | str, args: tuple[str, ...],
                                                   needles: tuple[str, ...]) -> None:
     wid = start(cli, "refund", "7")
-    before = snapshot(db_path)
+    before = snapshot(db)
     one_line_error(cli(*[wid if a == "WID" else a for a in args]), *needles)
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
 
 
 def test_app_that_raises_on_import_is_one_line(cli: Cli, tmp_path: Path) -> None:
@@ -172,7 +179,8 @@ def test_db_from_env_and_default_path(tmp_path: Path) -> None:
     assert out.returncode == 0 and (tmp_path / "replaylog.db").exists()
 
 
-def test_db_takes_a_sqlite_url_and_refuses_postgresql_in_one_line(tmp_path: Path) -> None:
+def test_db_takes_a_sqlite_url_and_an_unreachable_postgresql_is_one_line_without_its_password(
+        tmp_path: Path) -> None:
     from conftest import run_cli
 
     db = tmp_path / "by-url.db"
@@ -181,16 +189,19 @@ def test_db_takes_a_sqlite_url_and_refuses_postgresql_in_one_line(tmp_path: Path
     with open_store(db, readonly=True) as s:
         assert s.get_workflow(proc.stdout.strip().splitlines()[-1]).workflow == "refund"
     before = sorted(tmp_path.iterdir())
-    proc = run_cli("postgresql://ops:s3cret@db.example/replaylog", "start", "refund", "1")
-    one_line_error(proc, "postgresql:// stores are not supported yet")
+    proc = run_cli(f"postgresql://ops:s3cret@/replaylog?host={tmp_path}/no-server", "start", "refund", "1")
+    one_line_error(proc, "cannot connect to postgresql://ops:***@/replaylog")
     assert proc.returncode == 1 and "s3cret" not in proc.stderr
     assert sorted(tmp_path.iterdir()) == before  # nothing written
 
 
-def test_newer_schema_is_refused_clearly(cli: Cli, db_path: Path) -> None:
+def test_newer_schema_is_refused_clearly(cli: Cli, db: Path | str) -> None:
     start(cli, "refund", "7")
-    with open_store(db_path) as s:
-        s._conn.execute("PRAGMA user_version = 99")
+    with open_store(db) as s:
+        if isinstance(db, str):  # PostgreSQL: the version is a row of replaylog.meta
+            s._conn.execute("UPDATE meta SET version = 99")
+        else:
+            s._conn.execute("PRAGMA user_version = 99")
     one_line_error(cli("list"), "schema version 99", "newer")
 
 
@@ -234,7 +245,7 @@ def big_payload(size: int) -> str:
 
 
 @pytest.mark.parametrize("source", ["stdin", "file"])
-def test_payload_just_under_the_cap_is_stored_whole_and_over_it_refused(cli: Cli, db_path: Path, tmp_path: Path,
+def test_payload_just_under_the_cap_is_stored_whole_and_over_it_refused(cli: Cli, db: Path | str, tmp_path: Path,
                                                                         source: str) -> None:
     wid = start(cli, "two_approvals")
     under, over = big_payload(CAP), big_payload(CAP + 1)
@@ -246,16 +257,16 @@ def test_payload_just_under_the_cap_is_stored_whole_and_over_it_refused(cli: Cli
         path.write_text(doc)
         return cli("--max-payload", str(CAP), "signal", wid, "approval", f"@{path}")
 
-    before = snapshot(db_path)
+    before = snapshot(db)
     refused = send(over)
     one_line_error(refused, "over the cap of 4096 bytes", "stdin" if source == "stdin" else "doc.json")
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
     assert send(under).returncode == 0
     shown = json.loads(cli("show", wid, "--json").stdout)
     assert shown["signals"][0]["payload"] == json.loads(under)
 
 
-def test_default_cap_is_one_mebibyte_and_env_configures_it(cli: Cli, db_path: Path) -> None:
+def test_default_cap_is_one_mebibyte_and_env_configures_it(cli: Cli, db: Path | str) -> None:
     from conftest import cli_env
 
     wid = start(cli, "two_approvals")
@@ -266,10 +277,10 @@ def test_default_cap_is_one_mebibyte_and_env_configures_it(cli: Cli, db_path: Pa
 
 
 @pytest.mark.parametrize("source", ["stdin", "file"])
-def test_invalid_json_from_stdin_or_file_names_the_source_and_writes_nothing(cli: Cli, db_path: Path,
+def test_invalid_json_from_stdin_or_file_names_the_source_and_writes_nothing(cli: Cli, db: Path | str,
                                                                               tmp_path: Path, source: str) -> None:
     wid = start(cli, "two_approvals")
-    before = snapshot(db_path)
+    before = snapshot(db)
     if source == "stdin":
         proc = cli("signal", wid, "approval", "-", input="{oops")
         one_line_error(proc, "invalid JSON", "stdin")
@@ -280,15 +291,15 @@ def test_invalid_json_from_stdin_or_file_names_the_source_and_writes_nothing(cli
         bad.write_text("{oops")
         one_line_error(cli("signal", wid, "approval", f"@{bad}"), "invalid JSON", "bad.json")
         one_line_error(cli("start", "refund", f"@{bad}"), "invalid JSON", "bad.json")
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
 
 
-def test_missing_or_unreadable_payload_file_is_one_line(cli: Cli, db_path: Path, tmp_path: Path) -> None:
+def test_missing_or_unreadable_payload_file_is_one_line(cli: Cli, db: Path | str, tmp_path: Path) -> None:
     wid = start(cli, "two_approvals")
-    before = snapshot(db_path)
+    before = snapshot(db)
     one_line_error(cli("signal", wid, "approval", f"@{tmp_path / 'nope.json'}"), "nope.json", "No such file")
     one_line_error(cli("start", "refund", f"@{tmp_path}"), str(tmp_path))
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
 
 
 def test_stored_text_with_escapes_and_markup_prints_literally(cli: Cli) -> None:
@@ -488,12 +499,13 @@ def test_show_prints_a_clock_slot_as_a_utc_time_and_json_keeps_the_number(cli: C
     assert str(int(now["value"])) not in row  # (the result, the workflow's own data, may hold the number)
 
 
-def test_a_foreground_worker_says_what_it_serves_on_stderr_unless_quiet(cli: Cli, db_path: Path) -> None:
+def test_a_foreground_worker_says_what_it_serves_on_stderr_unless_quiet(cli: Cli, db: Path | str) -> None:
     start(cli, "refund", "7")
     loud = cli("worker", "--until-idle", "--concurrency", "8")
     assert loud.returncode == 0, loud.stderr
     first = loud.stderr.splitlines()[0]
-    assert first.startswith(f"replaylog worker serving {db_path.resolve()}: app sample_workflows (10 workflow(s): ")
+    where = db.resolve() if isinstance(db, Path) else redact_url(db)
+    assert first.startswith(f"replaylog worker serving {where}: app sample_workflows (10 workflow(s): ")
     assert "refund" in first and "concurrency 8, 1 process(es), pid " in first
     assert loud.stdout == ""
     quiet = cli("worker", "--until-idle", "--quiet")

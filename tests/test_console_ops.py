@@ -1,5 +1,6 @@
-"""The console's operator actions (issue 17) under Pilot on a real seeded database: cancel,
-terminate, retry (verdict first), fork from the highlighted slot; read-only offers none."""
+"""The console's operator actions (issue 17) under Pilot on a real seeded database, on both backends
+(a SQLite file, a PostgreSQL database): cancel, terminate, retry (verdict first), fork from the
+highlighted slot; read-only offers none."""
 
 from __future__ import annotations
 
@@ -55,8 +56,9 @@ def body(dialog: ActionDialog) -> str:
 
 
 @async_test
-async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_the_store(console_db: Path) -> None:
-    app = make_app(console_db)
+async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_the_store(
+        console_any: Path | str) -> None:
+    app = make_app(console_any)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, ROLES["blocked"])
         dialog = await dialog_for(pilot, "x")
@@ -64,13 +66,13 @@ async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_th
         assert "WorkflowCancelled" in body(dialog)
         await pilot.press("escape")  # back out: nothing written
         assert app.screen is screen
-        with open_store(console_db, readonly=True) as store:
+        with open_store(console_any, readonly=True) as store:
             assert store.get_workflow(ROLES["blocked"]).cancel_requested is None
         dialog = await dialog_for(pilot, "x")
         dialog.query_one("#reason", Input).value = "customer asked"
         await pilot.press("ctrl+s")
         assert await wait_until(pilot, lambda: app.screen is screen)
-        with open_store(console_db, readonly=True) as store:
+        with open_store(console_any, readonly=True) as store:
             row = store.get_workflow(ROLES["blocked"])
             assert (row.status, row.cancel_requested) == ("pending", "customer asked")
             assert [a.action for a in store.list_audit(ROLES["blocked"])][-1] == "cancel"
@@ -79,8 +81,8 @@ async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_th
 
 
 @async_test
-async def test_terminate_names_the_workflow_and_the_list_shows_the_reason(console_db: Path) -> None:
-    app = make_app(console_db)
+async def test_terminate_names_the_workflow_and_the_list_shows_the_reason(console_any: Path | str) -> None:
+    app = make_app(console_any)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, ROLES["blocked"])
         dialog = await dialog_for(pilot, "T")
@@ -88,7 +90,7 @@ async def test_terminate_names_the_workflow_and_the_list_shows_the_reason(consol
         dialog.query_one("#reason", Input).value = "stuck for days"
         await pilot.press("ctrl+s")
         assert await wait_until(pilot, lambda: app.screen is screen)
-        with open_store(console_db, readonly=True) as store:
+        with open_store(console_any, readonly=True) as store:
             assert store.get_workflow(ROLES["blocked"]).status == "terminated"
         await pilot.press("escape")
         assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowsScreen))
@@ -111,9 +113,10 @@ async def test_terminate_names_the_workflow_and_the_list_shows_the_reason(consol
 
 
 @async_test
-async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_it_replays(console_db: Path) -> None:
+async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_it_replays(
+        console_any: Path | str) -> None:
     wid = ROLES["nondeterministic"]
-    app = make_app(console_db, registry=load_app("sample_workflows"))
+    app = make_app(console_any, registry=load_app("sample_workflows"))
     async with app.run_test(size=SIZE) as pilot:
         await open_workflow(pilot, wid)
         dialog = await dialog_for(pilot, "r")
@@ -121,9 +124,9 @@ async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_
         assert not dialog.query("#confirm")  # refused: nothing to confirm
         await pilot.press("ctrl+s")
         await pilot.pause()
-        with open_store(console_db, readonly=True) as store:
+        with open_store(console_any, readonly=True) as store:
             assert store.get_workflow(wid).status == "failed"
-    app = make_app(console_db, registry=load_app("sample_workflows.legacy_v1"))
+    app = make_app(console_any, registry=load_app("sample_workflows.legacy_v1"))
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, wid)
         dialog = await dialog_for(pilot, "r")
@@ -131,14 +134,14 @@ async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_
         assert dialog.query_one("#confirm", Button)
         await pilot.press("ctrl+s")
         assert await wait_until(pilot, lambda: app.screen is screen)
-        with open_store(console_db, readonly=True) as store:
+        with open_store(console_any, readonly=True) as store:
             assert store.get_workflow(wid).status == "pending"
 
 
 @async_test
-async def test_fork_from_the_highlighted_slot_names_the_activities_that_run_again(console_db: Path) -> None:
+async def test_fork_from_the_highlighted_slot_names_the_activities_that_run_again(console_any: Path | str) -> None:
     wid = ROLES["completed"]
-    app = make_app(console_db)
+    app = make_app(console_any)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, wid)
         screen.query_one("#slot-table", PagedTable).move_cursor(row=1)
@@ -148,7 +151,7 @@ async def test_fork_from_the_highlighted_slot_names_the_activities_that_run_agai
         assert "1 recorded activity will run again" in said and "charge_card (slot 2)" in said
         await pilot.press("ctrl+s")
         assert await wait_until(pilot, lambda: app.screen is screen)
-        with open_store(console_db, readonly=True) as store:
+        with open_store(console_any, readonly=True) as store:
             forks = [r for r in store.list_workflows(limit=-1) if r.forked_from == wid]
             assert [(r.forked_slot, r.status, r.slots) for r in forks] == [(1, "pending", 1)]
             assert store.get_workflow(wid).status == "completed"
@@ -158,8 +161,8 @@ async def test_fork_from_the_highlighted_slot_names_the_activities_that_run_agai
 
 
 @async_test
-async def test_the_palette_offers_the_workflow_actions(console_db: Path) -> None:
-    app = make_app(console_db)
+async def test_the_palette_offers_the_workflow_actions(console_any: Path | str) -> None:
+    app = make_app(console_any)
     async with app.run_test(size=SIZE) as pilot:
         await open_workflow(pilot, ROLES["blocked"])
         await pilot.press("ctrl+p", *"terminate workflow")
@@ -174,8 +177,8 @@ async def test_the_palette_offers_the_workflow_actions(console_db: Path) -> None
 
 
 @async_test
-async def test_readonly_hides_and_refuses_every_operator_action(console_db: Path) -> None:
-    app = make_app(console_db, readonly=True, registry=load_app("sample_workflows.legacy_v1"))
+async def test_readonly_hides_and_refuses_every_operator_action(console_any: Path | str) -> None:
+    app = make_app(console_any, readonly=True, registry=load_app("sample_workflows.legacy_v1"))
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, ROLES["blocked"])
         offered = {b.binding.action for b in screen.active_bindings.values() if b.enabled}
@@ -202,6 +205,6 @@ async def test_readonly_hides_and_refuses_every_operator_action(console_db: Path
         keys = " ".join(rendered(app.screen.query_one("#help-keys Static", Static)).split())
         assert "check:" in keys
         assert not any(what in keys for what in ("cancel:", "terminate:", "retry a failed", "fork from"))
-    with open_store(console_db, readonly=True) as store:
+    with open_store(console_any, readonly=True) as store:
         row = store.get_workflow(ROLES["blocked"])
         assert (row.status, row.cancel_requested) == ("blocked", None)

@@ -1,5 +1,5 @@
 """The console shows time: what a workflow waits on and until when, the countdown, what fires next,
-and timer, deadline, uuid, random and patch slots in the slot table."""
+and timer, deadline, uuid, random and patch slots in the slot table; on both backends."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from engine.store import open_store
 from engine.worker import Worker
 
 
-def _seed(db: Path) -> dict[str, str]:
+def _seed(db: Path | str) -> dict[str, str]:
     with open_store(db) as store:
         ids = {"soon": store.start_workflow("nap", 600, workflow_id="nap-soon"),
                "later": store.start_workflow("nap", 7200, workflow_id="nap-later"),
@@ -37,12 +37,12 @@ def _rendered(widget: Static) -> str:
 
 
 @async_test
-async def test_the_list_shows_until_when_with_a_countdown_and_marks_what_fires_next(db_path: Path) -> None:
-    _seed(db_path)
-    with open_store(db_path, readonly=True) as s:
+async def test_the_list_shows_until_when_with_a_countdown_and_marks_what_fires_next(db: Path | str) -> None:
+    _seed(db)
+    with open_store(db, readonly=True) as s:
         soon = s.get_workflow("nap-soon").wake_at
     assert soon is not None
-    app = make_app(db_path, clock=lambda: soon - 250)  # 4m 10s before the first timer fires
+    app = make_app(db, clock=lambda: soon - 250)  # 4m 10s before the first timer fires
     async with app.run_test(size=(200, 30)) as pilot:
         await settle(pilot)
         table = app.screen.query_one(PagedTable)
@@ -55,14 +55,14 @@ async def test_the_list_shows_until_when_with_a_countdown_and_marks_what_fires_n
 
 
 @async_test
-async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_readably(db_path: Path) -> None:
-    _seed(db_path)
-    with open_store(db_path, readonly=True) as s:
+async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_readably(db: Path | str) -> None:
+    _seed(db)
+    with open_store(db, readonly=True) as s:
         soon = s.get_workflow("nap-soon").wake_at
         record = s.list_commands("versioned")
     assert soon is not None
     now = [soon - 90.0]
-    app = make_app(db_path, clock=lambda: now[0])
+    app = make_app(db, clock=lambda: now[0])
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.open_workflow("nap-soon")
@@ -91,13 +91,13 @@ async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_r
 
 @async_test
 async def test_the_signal_dialog_offers_no_name_for_a_sleeping_workflow_and_the_wait_for_a_waiting_one(
-        db_path: Path) -> None:
+        db: Path | str) -> None:
     from textual.widgets import Input
 
     from console.signal_dialog import SignalDialog
 
-    _seed(db_path)
-    app = make_app(db_path)
+    _seed(db)
+    app = make_app(db)
     async with app.run_test(size=(200, 30)) as pilot:
         await settle(pilot)
         for wid, offered in (("nap-soon", ""), ("approval-3d", "approval")):
@@ -112,6 +112,8 @@ async def test_the_signal_dialog_offers_no_name_for_a_sleeping_workflow_and_the_
 
 @async_test
 async def test_the_ticking_countdown_never_draws_the_last_page_over_a_read_failure(db_path: Path) -> None:
+    # SQLite's alone: the failure is the file (and its WAL) deleted under the console; a server's
+    # database cannot vanish so, and a lost connection is retried (test_postgres covers that).
     import asyncio
 
     _seed(db_path)
@@ -131,14 +133,14 @@ async def test_the_ticking_countdown_never_draws_the_last_page_over_a_read_failu
 
 
 @async_test
-async def test_a_tick_while_the_previous_page_loads_keeps_the_cursor_for_that_page(db_path: Path) -> None:
+async def test_a_tick_while_the_previous_page_loads_keeps_the_cursor_for_that_page(db: Path | str) -> None:
     from console.data import WORKFLOW_PAGE
     from console.workflows_screen import WorkflowsScreen
 
-    with open_store(db_path) as store:
+    with open_store(db) as store:
         for i in range(WORKFLOW_PAGE + 20):
             store.start_workflow("nap", 1, workflow_id=f"wf-{i:04d}")
-    app = make_app(db_path)
+    app = make_app(db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("o")  # by id, ascending

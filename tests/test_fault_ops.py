@@ -1,5 +1,8 @@
 """Fault suite, issue 17: cancel and terminate racing real worker processes mid-slot, SIGKILL included.
 
+On both backends (the `db` fixture): on PostgreSQL the killed worker's leases are taken
+over when they lapse (5 s), not by its pid.
+
 Evidence: the commands table (no recorded slot lost, no gap, nothing recorded after a
 terminate) and the ledger the activities append to (no activity run after a terminate
 but the one in flight at that moment).
@@ -26,7 +29,7 @@ def _env(tmp: Path) -> dict[str, str]:
                    REPLAYLOG_TEST_STEP_SECONDS="0.02")
 
 
-def _start(db: Path, env: dict[str, str]) -> tuple[list[str], list[str]]:
+def _start(db: Path | str, env: dict[str, str]) -> tuple[list[str], list[str]]:
     cancel = [f"c{i}" for i in range(N)]
     term = [f"t{i}" for i in range(N)]
     for wid in cancel:
@@ -36,7 +39,7 @@ def _start(db: Path, env: dict[str, str]) -> tuple[list[str], list[str]]:
     return cancel, term
 
 
-def _slots(db: Path) -> dict[str, list[tuple[int, str, str, object]]]:
+def _slots(db: Path | str) -> dict[str, list[tuple[int, str, str, object]]]:
     out: dict[str, list[tuple[int, str, str, object]]] = defaultdict(list)
     with open_store(db, readonly=True) as s:
         for wid, slot, kind, name, value in s._conn.execute(
@@ -45,7 +48,7 @@ def _slots(db: Path) -> dict[str, list[tuple[int, str, str, object]]]:
     return out
 
 
-def _rows(db: Path) -> dict[str, tuple[str, int, str | None]]:
+def _rows(db: Path | str) -> dict[str, tuple[str, int, str | None]]:
     with open_store(db, readonly=True) as s:
         return {r.id: (r.status, r.slots, r.error) for r in s.list_workflows(limit=-1)}
 
@@ -59,7 +62,7 @@ def _ledger(tmp: Path) -> dict[str, list[int]]:
     return out
 
 
-def _act(db: Path, env: dict[str, str], cancel: list[str], term: list[str]) -> dict[str, int]:
+def _act(db: Path | str, env: dict[str, str], cancel: list[str], term: list[str]) -> dict[str, int]:
     """Cancel and terminate, interleaved; the slot count each terminate left."""
     left = {}
     for c, t in zip(cancel, term, strict=True):
@@ -70,7 +73,7 @@ def _act(db: Path, env: dict[str, str], cancel: list[str], term: list[str]) -> d
     return left
 
 
-def _verify(db: Path, tmp: Path, cancel: list[str], term: list[str], left: dict[str, int]) -> None:
+def _verify(db: Path | str, tmp: Path, cancel: list[str], term: list[str], left: dict[str, int]) -> None:
     rows, slots, ledger = _rows(db), _slots(db), _ledger(tmp)
     for wid in cancel:
         status, _, error = rows[wid]
@@ -101,53 +104,53 @@ def _stop(worker: Popen[bytes]) -> None:
     worker.wait(30)
 
 
-def _mid_run(db: Path, ids: list[str]) -> bool:
+def _mid_run(db: Path | str, ids: list[str]) -> bool:
     slots = _slots(db)
     return all(len(slots.get(wid, ())) >= 3 for wid in ids)
 
 
-def test_cancel_and_terminate_racing_a_live_worker_mid_slot(tmp_path: Path, db_path: Path) -> None:
+def test_cancel_and_terminate_racing_a_live_worker_mid_slot(tmp_path: Path, db: Path | str) -> None:
     env = _env(tmp_path)
-    cancel, term = _start(db_path, env)
-    worker = start_worker(db_path, "--app", APP, env=env)
+    cancel, term = _start(db, env)
+    worker = start_worker(db, "--app", APP, env=env)
     try:
-        assert wait_for(lambda: _mid_run(db_path, cancel + term), timeout=120)
-        left = _act(db_path, env, cancel, term)
-        assert wait_for(lambda: {_rows(db_path)[w][0] for w in cancel} == {"cancelled"}, timeout=180)
+        assert wait_for(lambda: _mid_run(db, cancel + term), timeout=120)
+        left = _act(db, env, cancel, term)
+        assert wait_for(lambda: {_rows(db)[w][0] for w in cancel} == {"cancelled"}, timeout=180)
         time.sleep(0.5)  # room for a fenced-out write to (wrongly) land before the evidence is read
     finally:
         _stop(worker)
-    _verify(db_path, tmp_path, cancel, term, left)
+    _verify(db, tmp_path, cancel, term, left)
 
 
-def test_cancel_and_terminate_while_a_sigkilled_worker_holds_the_leases(tmp_path: Path, db_path: Path) -> None:
+def test_cancel_and_terminate_while_a_sigkilled_worker_holds_the_leases(tmp_path: Path, db: Path | str) -> None:
     env = _env(tmp_path)
-    cancel, term = _start(db_path, env)
-    worker = start_worker(db_path, "--app", APP, env=env)
+    cancel, term = _start(db, env)
+    worker = start_worker(db, "--app", APP, env=env)
     try:
-        assert wait_for(lambda: _mid_run(db_path, cancel + term), timeout=120)
+        assert wait_for(lambda: _mid_run(db, cancel + term), timeout=120)
         worker.send_signal(signal.SIGKILL)  # mid-slot: activities in flight, leases held
         worker.wait(30)
-        assert {_rows(db_path)[w][0] for w in cancel + term} == {"running"}
-        left = _act(db_path, env, cancel, term)
+        assert {_rows(db)[w][0] for w in cancel + term} == {"running"}
+        left = _act(db, env, cancel, term)
     finally:
         _stop(worker)
-    done = run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=300)
+    done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
-    _verify(db_path, tmp_path, cancel, term, left)
+    _verify(db, tmp_path, cancel, term, left)
 
 
-def test_a_worker_killed_right_after_a_terminate_records_nothing_more(tmp_path: Path, db_path: Path) -> None:
+def test_a_worker_killed_right_after_a_terminate_records_nothing_more(tmp_path: Path, db: Path | str) -> None:
     env = _env(tmp_path)
-    cancel, term = _start(db_path, env)
-    worker = start_worker(db_path, "--app", APP, env=env)
+    cancel, term = _start(db, env)
+    worker = start_worker(db, "--app", APP, env=env)
     try:
-        assert wait_for(lambda: _mid_run(db_path, cancel + term), timeout=120)
-        left = _act(db_path, env, cancel, term)
+        assert wait_for(lambda: _mid_run(db, cancel + term), timeout=120)
+        left = _act(db, env, cancel, term)
         worker.send_signal(signal.SIGKILL)
         worker.wait(30)
     finally:
         _stop(worker)
-    done = run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=300)
+    done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
-    _verify(db_path, tmp_path, cancel, term, left)
+    _verify(db, tmp_path, cancel, term, left)

@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import ROOT, run_cli
@@ -45,11 +46,27 @@ def _plans(wids: list[str], rng: random.Random) -> list[list[tuple[str, str, int
 
 
 def test_signal_storm_consumes_every_acknowledged_signal_once_in_order(tmp_path: Path) -> None:
+    signal_storm(tmp_path, tmp_path / "signals.db", WORKFLOWS, lease=30)
+
+
+def test_signal_storm_on_postgresql_consumes_every_acknowledged_signal_once_in_order(tmp_path: Path,
+                                                                                    pg_url: str) -> None:
+    """Smaller: senders and workers each on their own connections; killed workers' leases lapse (5 s)."""
+    signal_storm(tmp_path, pg_url, 40, lease=5)
+
+
+@pytest.mark.soak
+def test_soak_signal_storm_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    """The soak variant on PostgreSQL (make soak): the full-size storm of the SQLite test."""
+    signal_storm(tmp_path, pg_url, WORKFLOWS, lease=5)
+
+
+def signal_storm(tmp_path: Path, db: Path | str, workflows: int, lease: float) -> None:
+    """The storm on `db` (a SQLite file or a PostgreSQL URL) with `workflows` collectors; checks every promise."""
     rng = random.Random(7)
-    db = tmp_path / "signals.db"
     env = fault_env(tmp_path)
     store = open_store(db)
-    wids = [store.start_workflow("collector", PER_NAME) for _ in range(WORKFLOWS)]
+    wids = [store.start_workflow("collector", PER_NAME) for _ in range(workflows)]
     senders = []
     for k, plan in enumerate(_plans(wids, rng)):
         (tmp_path / f"plan-{k}.json").write_text(json.dumps(plan))
@@ -57,7 +74,7 @@ def test_signal_storm_consumes_every_acknowledged_signal_once_in_order(tmp_path:
             [sys.executable, "-m", "fault_sender", str(db), str(tmp_path / f"plan-{k}.json"),
              str(tmp_path / f"acks-{k}.jsonl"), "0.03"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL))
     kills = 0
-    args = ("--quiet", "--lease", "30")
+    args = ("--quiet", "--lease", str(lease))
     with reaping([WorkerProc(db, tmp_path / "logs", env, *args) for _ in range(2)]) as procs:
         deadline = time.monotonic() + 240
         while any(s.poll() is None for s in senders):
@@ -78,7 +95,7 @@ def test_signal_storm_consumes_every_acknowledged_signal_once_in_order(tmp_path:
     acks = [a for k in range(SENDERS) for a in read_jsonl(tmp_path / f"acks-{k}.jsonl")]
     errors = [a for a in acks if "error" in a]
     assert not errors, f"{len(errors)} signal(s) refused, e.g. {errors[0]}"
-    assert len(acks) == WORKFLOWS * PER_NAME * 2
+    assert len(acks) == workflows * PER_NAME * 2
     acked: dict[tuple[str, int], tuple[str, int]] = {(a["wid"], a["seq"]): (a["name"], a["i"]) for a in acks}
     assert len(acked) == len(acks), "two acknowledgements carry the same sequence number"
 
@@ -106,6 +123,7 @@ def test_signal_storm_consumes_every_acknowledged_signal_once_in_order(tmp_path:
         per_wid[wid] += 1
     assert set(per_wid.values()) == {PER_NAME * 2}
     assert integrity(db) == "ok"
-    report("signal_storm", {"workflows": WORKFLOWS, "signals_sent_and_acknowledged": len(acks),
+    name = "signal_storm" if isinstance(db, Path) else "signal_storm_postgresql"
+    report(name, {"workflows": workflows, "signals_sent_and_acknowledged": len(acks),
                             "sender_processes": SENDERS, "worker_kills": kills,
                             "signals_consumed_exactly_once": consumed_once, "lost": 0, "consumed_twice": 0})

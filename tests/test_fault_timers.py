@@ -1,4 +1,4 @@
-"""Timers and deadlines under kill -9: real worker processes on a real SQLite file.
+"""Timers and deadlines under kill -9: real worker processes on a real SQLite file and on PostgreSQL.
 
 The promises under test: every timer fires once and never early, though the workers that
 hold the sleepers are SIGKILLed; a timeout and a signal that race are decided once, so no
@@ -27,7 +27,7 @@ APP = "timer_app"
 class Workers:
     """A pool of `replaylog worker --app timer_app` subprocesses, one of which the test kills now and then."""
 
-    def __init__(self, db: Path, tmp: Path, n: int) -> None:
+    def __init__(self, db: Path | str, tmp: Path, n: int) -> None:
         self.db, self.tmp = db, tmp
         self.env = cli_env(FAULT_LEDGER=str(tmp / "ledger.jsonl"))
         self.procs = [self._start() for _ in range(n)]
@@ -54,14 +54,13 @@ class Workers:
                 p.wait(30)
 
 
-def _statuses(db: Path) -> Counter[str]:
+def _statuses(db: Path | str) -> Counter[str]:
     with open_store(db, readonly=True) as s:
         return Counter(s.status_counts())
 
 
-def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_path: Path) -> None:
+def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_path: Path, db: Path | str) -> None:
     rng = random.Random(16)
-    db = tmp_path / "timers.db"
     with open_store(db) as store:
         plans = {store.start_workflow("naps", [round(rng.uniform(0.1, 1.2), 3) for _ in range(3)]): None
                  for _ in range(40)}
@@ -95,9 +94,9 @@ def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_pat
                                   "median_late_s": round(sorted(late)[len(late) // 2], 3)})
 
 
-def test_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(tmp_path: Path) -> None:
+def test_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(tmp_path: Path,
+                                                                                db: Path | str) -> None:
     rng = random.Random(61)
-    db = tmp_path / "race.db"
     with open_store(db) as store:
         wids = [store.start_workflow("race", round(rng.uniform(0.5, 1.5), 3)) for _ in range(60)]
     pool = Workers(db, tmp_path, 2)

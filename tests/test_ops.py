@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_cli, sql
 from engine.core import CommandRecord, Context, SignalRecord, WorkflowState, dry_replay, execute
 from engine.store import Store, open_store
 from replaylog import WorkflowCancelled
@@ -77,7 +77,7 @@ def _row(store: Store, wid: str) -> Any:
 
 def test_cancel_of_a_blocked_workflow_makes_it_runnable_and_keeps_the_reason(store: Store) -> None:
     wid = store.start_workflow("saga", 0)
-    store._conn.execute("UPDATE workflows SET status = 'blocked', blocked_on = 'approve' WHERE id = ?", (wid,))
+    sql(store, "UPDATE workflows SET status = 'blocked', blocked_on = 'approve' WHERE id = ?", (wid,))
     assert store.cancel_workflow(wid, "changed my mind") == "blocked"
     row = _row(store, wid)
     assert (row.status, row.blocked_on, row.cancel_requested) == ("pending", None, "changed my mind")
@@ -139,8 +139,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def ops(db_path: Path, env: dict[str, str]) -> Cli:
-    return lambda *args, **kw: run_cli(db_path, *args, env=env, **kw)
+def ops(db: Path | str, env: dict[str, str]) -> Cli:
+    """The command line on the test's database, once per store backend (a file, a PostgreSQL database)."""
+    return lambda *args, **kw: run_cli(db, *args, env=env, **kw)
 
 
 def ok(proc: CompletedProcess[str]) -> str:
@@ -160,7 +161,7 @@ def refused(proc: CompletedProcess[str], *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
-def snapshot(db: Path) -> list[list[tuple[Any, ...]]]:
+def snapshot(db: Path | str) -> list[list[tuple[Any, ...]]]:
     with open_store(db, readonly=True) as s:
         return [s._conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
                 for t in ("workflows", "commands", "signals", "audit")]
@@ -214,14 +215,14 @@ def test_retry_replays_a_fixed_workflow_and_goes_on(ops: Cli, tmp_path: Path) ->
 
 
 def test_retry_of_a_recorded_activity_failure_says_which_slot_to_fork_from_and_fork_runs_it_again(
-        ops: Cli, tmp_path: Path, db_path: Path) -> None:
+        ops: Cli, tmp_path: Path, db: Path | str) -> None:
     (tmp_path / "decline").touch()
     wid = ok(ops("start", "pays", "--id", "order-1"))
     ok(ops("worker", "--until-idle", "--quiet"))
     assert shown(ops, wid)["status"] == "failed"
-    before = snapshot(db_path)
+    before = snapshot(db)
     refused(ops("retry", wid), "slot 1", "fork", "--from-slot 1")
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
     (tmp_path / "decline").unlink()
     forked = ops("fork", wid, "--from-slot", "1", "--id", "order-1b")
     assert ok(forked) == "order-1b"
@@ -254,7 +255,7 @@ def test_fork_copies_every_signal(ops: Cli) -> None:
     assert (data["status"], data["result"], [s["payload"] for s in data["signals"]]) == ("completed", "yes", ["yes"])
 
 
-def test_export_import_and_check_history_round_trip(ops: Cli, tmp_path: Path, db_path: Path) -> None:
+def test_export_import_and_check_history_round_trip(ops: Cli, tmp_path: Path) -> None:
     wid = ok(ops("start", "saga", "1", "--id", "trip"))
     ok(ops("worker", "--until-idle", "--quiet"))
     out = tmp_path / "trip.json"
@@ -282,23 +283,23 @@ def test_export_import_and_check_history_round_trip(ops: Cli, tmp_path: Path, db
     assert "1 diverge or fail" in checked.stdout
 
 
-def test_start_if_exists_return_gives_the_same_workflow_and_touches_nothing(ops: Cli, db_path: Path) -> None:
+def test_start_if_exists_return_gives_the_same_workflow_and_touches_nothing(ops: Cli, db: Path | str) -> None:
     assert ok(ops("start", "steps", "1", "--id", "pay-7")) == "pay-7"
-    before = snapshot(db_path)
+    before = snapshot(db)
     assert ok(ops("start", "steps", "2", "--id", "pay-7", "--if-exists", "return")) == "pay-7"
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
     refused(ops("start", "steps", "2", "--id", "pay-7"), "already exists")
 
 
 # ---------------------------------------------------------------- bad input: one line, exit 1, nothing written
 
 
-def test_operator_actions_refuse_bad_input_in_one_line_and_write_nothing(ops: Cli, db_path: Path,
+def test_operator_actions_refuse_bad_input_in_one_line_and_write_nothing(ops: Cli, db: Path | str,
                                                                          tmp_path: Path) -> None:
     done = ok(ops("start", "steps", "1", "--id", "done"))
     ok(ops("worker", "--until-idle", "--quiet"))
     running = ok(ops("start", "saga", "1", "--id", "open"))
-    before = snapshot(db_path)
+    before = snapshot(db)
     refused(ops("cancel", done), "'done' is completed", "can be cancelled")
     refused(ops("terminate", done), "'done' is completed", "can be terminated")
     refused(ops("cancel", "nope"), "no workflow with id 'nope'")
@@ -324,12 +325,15 @@ def test_operator_actions_refuse_bad_input_in_one_line_and_write_nothing(ops: Cl
     refused(ops("import", str(tmp_path / "badslot.json"), "--id", "x"), "slot 0 is malformed")
     refused(ops("import", str(tmp_path / "missing.json")), "cannot read")
     refused(ops("check", "--history", str(tmp_path / "other.json")), "not a replaylog history document")
-    assert snapshot(db_path) == before
+    assert snapshot(db) == before
     ok(ops("cancel", running))
     refused(ops("cancel", running), "already asked to cancel")
 
 
-def test_retry_of_a_diverged_workflow_refuses_the_diagnostic_and_accepts_the_code_that_fits(cli: Cli) -> None:
+def test_retry_of_a_diverged_workflow_refuses_the_diagnostic_and_accepts_the_code_that_fits(db: Path | str) -> None:
+    def cli(*args: str, **kw: Any) -> CompletedProcess[str]:  # the sample app, on either backend
+        return run_cli(db, *args, **kw)
+
     wid = ok(cli("start", "refund", "8"))
     legacy = ("--app", "sample_workflows.legacy_v1")
     cli("worker", "--until-idle", "--quiet", *legacy)

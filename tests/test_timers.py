@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import timer_app
 
-from conftest import cli_env, run_cli, wait_for
+from conftest import cli_env, run_cli, sql, wait_for
 from engine.app import Registry
 from engine.core import TIMER, Outcome
 from engine.store import Store, open_store
@@ -79,6 +79,9 @@ def test_a_signal_named_timer_does_not_wake_a_sleeping_workflow(store: Store) ->
 
 def test_the_claim_and_the_worker_reach_the_due_timers_through_the_wake_index(store: Store) -> None:
     # "Without scanning": each query that looks for sleepers seeks in workflows_wake.
+    if store.local_path() is None:
+        _pg_wake_plans(store)
+        return
     conn = store._conn
     queries = [
         ("SELECT id FROM workflows INDEXED BY workflows_wake WHERE status = 'blocked' AND wake_at <= ?"
@@ -86,20 +89,38 @@ def test_the_claim_and_the_worker_reach_the_due_timers_through_the_wake_index(st
         ("SELECT wake_at FROM workflows INDEXED BY workflows_wake WHERE status = 'blocked'"
          " AND wake_at IS NOT NULL ORDER BY wake_at LIMIT 1", ()),
     ]
-    for sql, params in queries:
-        plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    for query, params in queries:
+        plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + query, params))
         assert "SEARCH workflows USING INDEX workflows_wake" in plan, plan
     store.start_workflow("nap", 1)
     assert store.next_wake() is None
+
+
+def _pg_wake_plans(store: Store) -> None:
+    """PostgreSQL's half of the test above: its planner picks by statistics (no INDEXED BY), so the
+    table gets many finished workflows and a few sleepers, as a long-lived database has."""
+    sql(store, "INSERT INTO workflows (id, workflow, status, created_at, updated_at, wake_at)"
+               " SELECT 'wf-' || i, 'nap', CASE WHEN mod(i, 500) = 0 THEN 'blocked' ELSE 'completed' END, 0, 0,"
+               " CASE WHEN mod(i, 500) = 0 THEN i END FROM generate_series(1, 20000) AS i")
+    sql(store, "ANALYZE workflows")
+    queries = [
+        ("SELECT id FROM workflows WHERE status = 'blocked' AND wake_at <= %s AND workflow = ANY(%s)"
+         " ORDER BY wake_at LIMIT 5", (1.0, ["nap"])),
+        ("SELECT wake_at FROM workflows WHERE status = 'blocked' AND wake_at IS NOT NULL ORDER BY wake_at LIMIT 1", ()),
+    ]
+    for query, params in queries:
+        plan = " ".join(r[0] for r in store._conn.execute("EXPLAIN " + query, params))  # type: ignore[attr-defined]
+        assert "workflows_wake" in plan, plan
+    assert store.next_wake() == 500.0
 
 
 # ------------------------------------------------------------------ with a running worker
 
 
 @pytest.fixture
-def worker(db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
+def worker(db: Path | str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
     monkeypatch.setenv("FAULT_LEDGER", str(tmp_path / "ledger.jsonl"))
-    w = Worker(db_path, Registry.from_module(timer_app), concurrency=8)
+    w = Worker(db, Registry.from_module(timer_app), concurrency=8)
     t = threading.Thread(target=w.run, daemon=True)
     t.start()
     yield w
@@ -136,21 +157,21 @@ def test_a_deadline_passes_and_the_timeout_is_recorded_then_a_late_signal_stays(
     assert [s.consumed for s in store.list_signals(wid)] == [True]
 
 
-def test_a_timer_that_expired_while_no_worker_ran_fires_when_one_starts(db_path: Path, tmp_path: Path) -> None:
+def test_a_timer_that_expired_while_no_worker_ran_fires_when_one_starts(db: Path | str, tmp_path: Path) -> None:
     env = cli_env(FAULT_LEDGER=str(tmp_path / "ledger.jsonl"))
-    started = run_cli(db_path, "start", "nap", "0.5", "--app", "timer_app", env=env)
+    started = run_cli(db, "start", "nap", "0.5", "--app", "timer_app", env=env)
     assert started.returncode == 0, started.stderr
     wid = started.stdout.strip()
-    first = run_cli(db_path, "worker", "--app", "timer_app", "--until-idle", "--quiet", env=env)
+    first = run_cli(db, "worker", "--app", "timer_app", "--until-idle", "--quiet", env=env)
     assert first.returncode == 0, first.stderr
-    with open_store(db_path, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         row = s.get_workflow(wid)
     assert (row.status, row.blocked_on) == ("blocked", TIMER) and row.wake_at is not None
     # No worker runs while the timer expires; the next one to start fires it, once.
     assert wait_for(lambda: time.time() > (row.wake_at or 0) + 0.2, timeout=30)
-    second = run_cli(db_path, "worker", "--app", "timer_app", "--until-idle", "--quiet", env=env)
+    second = run_cli(db, "worker", "--app", "timer_app", "--until-idle", "--quiet", env=env)
     assert second.returncode == 0, second.stderr
-    with open_store(db_path, readonly=True) as s:
+    with open_store(db, readonly=True) as s:
         assert s.get_workflow(wid).status == "completed"
     assert len(_ledger(tmp_path)) == 1
 
@@ -158,36 +179,36 @@ def test_a_timer_that_expired_while_no_worker_ran_fires_when_one_starts(db_path:
 # ------------------------------------------------------------------ operators see time
 
 
-def test_list_and_show_say_what_a_workflow_waits_on_and_until_when(db_path: Path) -> None:
-    napping = run_cli(db_path, "start", "nap", "3600", "--app", "timer_app").stdout.strip()
-    waiting = run_cli(db_path, "start", "approval", str(3 * 86400), "--app", "timer_app").stdout.strip()
-    done = run_cli(db_path, "worker", "--app", "timer_app", "--until-idle", "--quiet")
+def test_list_and_show_say_what_a_workflow_waits_on_and_until_when(db: Path | str) -> None:
+    napping = run_cli(db, "start", "nap", "3600", "--app", "timer_app").stdout.strip()
+    waiting = run_cli(db, "start", "approval", str(3 * 86400), "--app", "timer_app").stdout.strip()
+    done = run_cli(db, "worker", "--app", "timer_app", "--until-idle", "--quiet")
     assert done.returncode == 0, done.stderr
-    rows = {r["id"]: r for r in json.loads(run_cli(db_path, "list", "--json").stdout)}
+    rows = {r["id"]: r for r in json.loads(run_cli(db, "list", "--json").stdout)}
     assert rows[napping]["blocked_on"] == "timer" and rows[waiting]["blocked_on"] == "approval"
     for wid, seconds in ((napping, 3600), (waiting, 3 * 86400)):
         assert rows[wid]["wake_at"] == pytest.approx(time.time() + seconds, abs=120)
-        shown = json.loads(run_cli(db_path, "show", wid, "--json").stdout)
+        shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
         assert shown["wake_at"] == rows[wid]["wake_at"]
     nap_at = time.strftime("%H:%M:%S", time.gmtime(rows[napping]["wake_at"]))
     deadline = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rows[waiting]["wake_at"]))
-    listed = run_cli(db_path, "list").stdout
+    listed = run_cli(db, "list").stdout
     assert f"timer until {nap_at}" in listed
     assert f"approval (until {deadline})" in listed
-    shown = run_cli(db_path, "show", napping).stdout
+    shown = run_cli(db, "show", napping).stdout
     assert f"timer until {nap_at} (in " in shown
     # The slot table shows the wake time as a time, not an epoch number.
     assert time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(rows[napping]["wake_at"])) in shown
     assert str(rows[napping]["wake_at"]) not in shown
     # A workflow that waits on nothing with a time says null.
-    plain = run_cli(db_path, "start", "race", "0", "--app", "timer_app").stdout.strip()
-    assert json.loads(run_cli(db_path, "show", plain, "--json").stdout)["wake_at"] is None
+    plain = run_cli(db, "start", "race", "0", "--app", "timer_app").stdout.strip()
+    assert json.loads(run_cli(db, "show", plain, "--json").stdout)["wake_at"] is None
 
 
 # ------------------------------------------------------------------ versioning, checked against a real store
 
 
-def _order(db: Path, app: str, *, finish: bool) -> str:
+def _order(db: Path | str, app: str, *, finish: bool) -> str:
     wid = run_cli(db, "start", "order", "5", "--app", app).stdout.strip()
     assert run_cli(db, "signal", wid, "shipped").returncode == 0
     if finish:
@@ -197,25 +218,25 @@ def _order(db: Path, app: str, *, finish: bool) -> str:
     return wid
 
 
-def test_check_passes_for_histories_from_before_and_after_a_patch(db_path: Path) -> None:
-    old_waiting, old_done = _order(db_path, "patch_v1", finish=False), _order(db_path, "patch_v1", finish=True)
-    _order(db_path, "patch_v2", finish=False)
-    new_done = _order(db_path, "patch_v2", finish=True)
-    with open_store(db_path, readonly=True) as s:
+def test_check_passes_for_histories_from_before_and_after_a_patch(db: Path | str) -> None:
+    old_waiting, old_done = _order(db, "patch_v1", finish=False), _order(db, "patch_v1", finish=True)
+    _order(db, "patch_v2", finish=False)
+    new_done = _order(db, "patch_v2", finish=True)
+    with open_store(db, readonly=True) as s:
         assert [c.kind for c in s.list_commands(new_done)] == ["activity", "patch", "activity"]
         assert s.get_workflow(new_done).result == "sms" and s.get_workflow(old_done).result == "mail"
-    every = run_cli(db_path, "check", "--all", "--app", "patch_v2")
+    every = run_cli(db, "check", "--all", "--app", "patch_v2")
     assert every.returncode == 0, every.stdout + every.stderr
     assert "checked 2 unfinished workflow(s): 2 replay cleanly, 0 diverge or fail" in every.stdout
     for wid in (old_done, new_done):
-        one = run_cli(db_path, "check", wid, "--app", "patch_v2")
+        one = run_cli(db, "check", wid, "--app", "patch_v2")
         assert one.returncode == 0, one.stdout + one.stderr
     # The old code cannot replay a history that has the marker: the slot is named.
-    back = run_cli(db_path, "check", new_done, "--app", "patch_v1")
+    back = run_cli(db, "check", new_done, "--app", "patch_v1")
     assert back.returncode == 1
     assert "non-determinism at slot 1: history has patch:notify-by-sms" in back.stdout + back.stderr
     # A version 1 workflow resumed by version 2's worker stays on the old path.
-    assert run_cli(db_path, "signal", old_waiting, "done").returncode == 0
-    assert run_cli(db_path, "worker", "--app", "patch_v2", "--until-idle", "--quiet").returncode == 0
-    with open_store(db_path, readonly=True) as s:
+    assert run_cli(db, "signal", old_waiting, "done").returncode == 0
+    assert run_cli(db, "worker", "--app", "patch_v2", "--until-idle", "--quiet").returncode == 0
+    with open_store(db, readonly=True) as s:
         assert (s.get_workflow(old_waiting).status, s.get_workflow(old_waiting).result) == ("completed", "mail")

@@ -85,9 +85,9 @@ def test_utf8_input_under_the_cap_is_stored_as_utf8_and_one_over_is_refused_nami
     assert stored_input_bytes(db_path) == [750_002]  # nothing written
 
 
-def test_signal_payload_is_measured_in_utf8_bytes(store: Store, db_path: Path) -> None:
+def test_signal_payload_is_measured_in_utf8_bytes(store: Store, store_url: str) -> None:
     wid = store.start_workflow("two_approvals", has_input=False)
-    with open_store(db_path, max_payload=4096) as capped:
+    with open_store(store_url, max_payload=4096) as capped:
         capped.send_signal(wid, "approval", json.loads(euro_document(4096)))
         with pytest.raises(PayloadTooLargeError, match="is 4097 bytes, over the cap of 4096 bytes"):
             capped.send_signal(wid, "approval", json.loads(euro_document(4097)))

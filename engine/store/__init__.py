@@ -22,6 +22,7 @@ from engine.errors import StoreError
 from engine.store.connection import is_busy, is_damaged
 from engine.store.keys import SLOT_LIMIT, slot_key
 from engine.store.operations import operator_name
+from engine.store.postgres.url import is_postgres_url, redact_url
 from engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from engine.store.rows import (
     STATUSES,
@@ -42,8 +43,8 @@ from engine.store.workers import waiting_reason
 __all__ = [
     "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
-    "database_path", "default_max_payload", "encode_value", "fit_text", "is_busy", "is_damaged", "open_store",
-    "operator_name", "over_cap", "slot_key", "waiting_reason",
+    "database_path", "default_max_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
+    "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
 ]
 
 _SQLITE_URL = "sqlite:///"
@@ -55,7 +56,7 @@ def database_path(url_or_path: str | os.PathLike[str]) -> Path:
 
     As in SQLAlchemy, `sqlite:///replaylog.db` is relative to the current folder and
     `sqlite:////var/lib/replaylog.db` absolute. Any other URL raises StoreError with
-    one line: PostgreSQL is not supported yet, other schemes not at all.
+    one line (a PostgreSQL URL names no file: see `open_store`).
     """
     if not isinstance(url_or_path, str):
         return Path(url_or_path)
@@ -70,8 +71,9 @@ def database_path(url_or_path: str | os.PathLike[str]) -> Path:
     # Only the scheme goes into the message: the rest of a URL may hold a password.
     name = scheme.group(1).lower()
     if name in ("postgresql", "postgres"):
-        raise StoreError(f"{name}:// stores are not supported yet; give a SQLite file path or sqlite:///path")
-    raise StoreError(f"unknown store URL scheme {name}://; give a SQLite file path or sqlite:///path")
+        raise StoreError(f"{name}:// names a PostgreSQL database, not a file")
+    raise StoreError(f"unknown store URL scheme {name}://; give a SQLite file path, sqlite:///path"
+                     " or postgresql://…")
 
 
 def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
@@ -79,11 +81,20 @@ def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
     """Open the log store at a file path or URL: the one place a store is built.
 
     Args:
-        url_or_path: a SQLite file path, or `sqlite:///path` (see `database_path`).
+        url_or_path: a SQLite file path, or `sqlite:///path` (see `database_path`), or a
+            PostgreSQL URL (`postgresql://…` or `postgres://…`, any libpq URL, unix sockets
+            as `postgresql://user@/db?host=/path`), which needs the `postgres` extra (psycopg).
         readonly: reads only; every write raises ReadOnlyError.
         max_payload: cap in bytes on a signal payload's or an input's JSON text
             (default: $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).
     """
+    if is_postgres_url(url_or_path):
+        assert isinstance(url_or_path, str)
+        try:
+            from engine.store.postgres.store import PostgresStore  # the backend: named only here
+        except ImportError:
+            raise StoreError("PostgreSQL stores need psycopg: pip install 'replaylog[postgres]'") from None
+        return PostgresStore(url_or_path, readonly=readonly, max_payload=max_payload)
     path = database_path(url_or_path)
     from engine.store.sqlite import SQLiteStore  # the backend: named only here
 

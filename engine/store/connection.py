@@ -196,6 +196,10 @@ class SQLiteConnection:
             raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
         return text
 
+    def local_path(self) -> Path | None:
+        """The database file: workers keep their start marks beside it (engine.marks)."""
+        return self.path
+
     def data_version(self) -> int:
         """A number that changes whenever another connection commits to the database."""
         version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]

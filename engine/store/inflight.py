@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from engine.marks import Mark, read_marks
 from engine.store.connection import SQLiteConnection
 from engine.store.keys import SLOTS_NOW
-from engine.store.rows import InflightRow
+from engine.store.rows import Claim, InflightRow
 
 _FOLD_MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at) VALUES (?, ?, ?, ?, ?)"
@@ -84,6 +84,10 @@ class InflightMarks(SQLiteConnection):
             conn.execute(_FOLD_MARK, (m.workflow_id, m.slot, m.name, m.attempts, m.started_at))
             kept += 1
         return kept
+
+    def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
+        """Record a start mark in the database; workers on SQLite use the mark files instead (engine.marks)."""
+        self.fold_marks([Mark(claim.id, claim.epoch, slot, name, attempts, started_at, claim.owner)])
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the database (a dead worker's, or a run's that ended abnormally).

@@ -14,6 +14,7 @@ A store object holds one connection and stays on the thread that opened it.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, Self
 
 from engine.core import CommandRecord, Outcome, WorkflowState
@@ -183,6 +184,18 @@ class WorkerStore(_Closable, Protocol):
 
     def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
         """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
+
+    def local_path(self) -> Path | None:
+        """The database file, when the store is a file on this host; None for a server.
+
+        With a file, a worker keeps its start marks in memory-mapped files beside it,
+        judges other workers on this host by their pids, and bounds the WAL; with a
+        server, marks go through `mark_started` and dead workers are found by their
+        lapsed leases alone (hosts share neither files nor pids).
+        """
+
+    def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
+        """Record in the store, before an activity runs, that it started (stores without a `local_path`)."""
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the store; return how many were written."""

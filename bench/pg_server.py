@@ -1,0 +1,114 @@
+"""A real PostgreSQL server for the tests and the benchmarks: pgserver's binaries, a temp dir, a unix socket.
+
+No root and no system packages: the `pgserver` wheel carries PostgreSQL 16. One server
+per test process; each test gets a database of its own (CREATE DATABASE is ~50 ms).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+_names = itertools.count()
+
+
+def _drop_aborted_initdb(pgdata: Path) -> None:
+    """Remove a data folder whose initdb was cut short (on a loaded machine pgserver's initdb can time out).
+
+    Its postmaster.pid is then the bootstrap backend's (a negative pid) and stays: every
+    later start reads it and fails. A folder whose server did start is left alone.
+    """
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        first = pid_file.read_text().split("\n", 1)[0].strip()
+    except OSError:
+        return
+    if first.startswith("-"):
+        shutil.rmtree(pgdata, ignore_errors=True)
+
+
+class PGServer:
+    """One running server: its admin URL, fresh databases on it, and stop/start for fault tests."""
+
+    def __init__(self, pgdata: Path, *, durable: bool) -> None:
+        import pgserver
+
+        self._pg = pgserver
+        # Two test processes starting servers at once on a loaded machine: pg_ctl's
+        # start can time out; a second try finds the server up or starts it.
+        for attempt in range(3):
+            try:
+                self.server = pgserver.get_server(pgdata, cleanup_mode="stop")
+                break
+            except Exception:
+                if attempt == 2:
+                    raise
+                # pgserver caches the handle per folder: a failed one must not be handed back.
+                pgserver.PostgresServer._instances.pop(Path(pgdata).expanduser().resolve(), None)
+                _drop_aborted_initdb(Path(pgdata))
+                time.sleep(2)
+        self.pgdata = Path(pgdata)
+        self.admin_url = self.server.get_uri()
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            # Workers open a connection per workflow thread (a worker holds `concurrency` + 3).
+            conn.execute("ALTER SYSTEM SET max_connections = 400")
+            if not durable:
+                # The tests prove semantics, not durability across a power cut: no fsync waits.
+                conn.execute("ALTER SYSTEM SET fsync = off")
+                conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        self.restart()
+
+    def _ctl(self, *args: str) -> None:
+        self._pg.pg_ctl(["-w", *args], pgdata=self.pgdata, user=self.server.system_user, timeout=60)
+
+    def restart(self) -> None:
+        """Stop and start the server (fast shutdown): every connection is dropped."""
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown); tried again while it still answers."""
+        for attempt in range(5):
+            try:
+                self._ctl("-m", "fast", "stop")
+                return
+            except Exception:
+                try:
+                    psycopg.connect(self.admin_url, connect_timeout=2).close()
+                except psycopg.OperationalError:
+                    return  # it is down
+                if attempt == 4:
+                    raise
+                time.sleep(1)
+
+    def start(self) -> None:
+        """Start it again after `stop`: pg_ctl with pgserver's options (no TCP, the socket in pgdata).
+
+        pg_ctl -w waits until the server accepts connections (pgserver's own start reads
+        postmaster.pid while the server writes it, and can fail on a loaded machine).
+        """
+        socket_dir = self.admin_url.split("host=", 1)[1].split("&", 1)[0]
+        self._ctl("-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.pgdata / "log"), "start")
+
+    def url(self, database: str) -> str:
+        """The URL of a database on this server."""
+        return self.server.get_uri(database)
+
+    def fresh_database(self, prefix: str = "t") -> str:
+        """Create an empty database; return its URL."""
+        name = f"{prefix}_{os.getpid()}_{next(_names)}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def execute(self, url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run one statement on a database as the admin; return its rows (if any)."""
+        with psycopg.connect(url, autocommit=True) as conn:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []

@@ -1,0 +1,159 @@
+"""Group commit on PostgreSQL: outcomes and verdicts of many workflows, lease-fenced, in one transaction.
+
+A slot is one statement: the workflow row is fenced (owner, epoch, and this slot next)
+and advanced, and the command row inserted only if the fence held. A lone workflow's
+slot is that one statement in autocommit: one round trip and one WAL flush.
+
+After a connection fault the same work is tried again on a new connection (see
+PGConnection._run). A commit whose answer was lost may have happened: a retry that
+finds its fence moved looks for its own row under its own lease, so an outcome is
+reported written exactly when it is, never written twice and never lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from engine.core import TIMER, CommandRecord, Outcome
+from engine.errors import StoreError
+from engine.store.keys import SLOT_LIMIT
+from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
+from engine.store.rows import Claim, PendingRecord, dumps
+
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+# updated_at is indexed: it is rewritten at most once a second while a workflow records
+# slots, so that most slot updates change no indexed column and stay HOT (no index writes).
+_SLOT = (
+    "WITH f AS (UPDATE workflows SET slots = %s + 1, lease_expires = %s,"
+    " updated_at = CASE WHEN updated_at < %s - 1 THEN %s ELSE updated_at END"
+    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots = %s RETURNING cancel_requested)"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM f"
+    # The fence's row also says whether an operator asked to cancel: the worker learns of
+    # it from the commit itself, without a query of its own per slot (as on SQLite).
+    " RETURNING (SELECT cancel_requested FROM f)"
+)
+_MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_key = %s AND w.id = %s"
+         " AND w.lease_owner = %s AND w.lease_epoch = %s")
+
+
+def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
+                 ttl: float) -> tuple[object, ...]:
+    if slot >= SLOT_LIMIT:  # its key would be the next workflow's
+        raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
+    kind, name, ok, value, error, attempts = rec
+    stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
+    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot,
+            claim.base + slot, kind, name, bool(ok), stored, error, attempts, now)
+
+
+def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
+    """Whether the slot statement run on `cur` wrote the slot; note a cancel request its fence came upon."""
+    row = cur.fetchone() if cur.rowcount == 1 else None
+    if row is None and attempt:
+        # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
+        row = cur.connection.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        cancels[claim.id] = row[0]
+    return True
+
+
+def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
+    status: str = outcome.status
+    blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
+    consumed = list(outcome.consumed_signals)
+    if status == "blocked":
+        # Lock the row first: a signal or cancel request sent meanwhile (send_signal and
+        # cancel_workflow lock it too) is then either committed and counted here, or sees
+        # the workflow blocked and wakes it.
+        locked = conn.execute("SELECT cancel_requested FROM workflows WHERE id = %s FOR UPDATE",
+                              (claim.id,)).fetchone()
+        # A signal of the awaited name makes a wait runnable (a signal named "timer" wakes
+        # no sleeper); so does a cancel request the run has not raised yet, for a wait or a
+        # sleep (its wait is to raise it).
+        found = None if blocked_on == TIMER else conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM signals WHERE workflow_id = %s AND name = %s AND NOT (seq = ANY(%s)))",
+            (claim.id, blocked_on, consumed)).fetchone()
+        arrived = found is not None and bool(found[0])
+        cancelled = not outcome.cancel_delivered and locked is not None and locked[0] is not None
+        if arrived or cancelled:
+            status, blocked_on, wake_at = "pending", None, None
+    cur = conn.execute(
+        "UPDATE workflows SET status = %s, blocked_on = %s, wake_at = %s, result = %s, error = %s, diagnostic = %s,"
+        " error_kind = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s, interruptions = 0,"
+        " retry_at = NULL,"
+        " worker_error = CASE WHEN %s IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
+        " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+        (status, blocked_on, wake_at if status == "blocked" else None,
+         dumps(outcome.result) if status == "completed" else None, outcome.error,
+         dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
+         outcome.error_kind if status == "failed" else None, now, status,
+         claim.id, claim.owner, claim.epoch))
+    # Refused: the lease is gone; or, after a lost answer, this very verdict was written
+    # (nobody has claimed the workflow since: a claim bumps the epoch).
+    if cur.rowcount != 1 and (not attempt or conn.execute(
+            "SELECT 1 FROM workflows WHERE id = %s AND lease_owner IS NULL AND lease_epoch = %s"
+            " AND status <> 'running'", (claim.id, claim.epoch)).fetchone() is None):
+        return False
+    if consumed:
+        conn.execute("UPDATE signals SET consumed = true WHERE workflow_id = %s AND NOT consumed AND seq = ANY(%s)",
+                     (claim.id, consumed))
+    return True
+
+
+class PGCommits(PGConnection):
+    """The worker's lease-fenced writes of outcomes and run verdicts.
+
+    `cancels` holds the cancel requests (workflow id → reason) the slot commits came upon;
+    the worker takes them out.
+    """
+
+    @property
+    def cancels(self) -> dict[str, str]:
+        """Cancel requests seen by this connection's slot commits, by workflow id (the reason, "" if none)."""
+        found: dict[str, str] | None = self.__dict__.get("_cancels")
+        if found is None:
+            found = self.__dict__["_cancels"] = {}
+        return found
+
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float) -> bool:
+        """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip."""
+        params = _slot_params(claim, slot, rec, text, time.time(), ttl)
+        cancels = self.cancels
+        return self._run(lambda conn, attempt: _written(conn.execute(_SLOT, params), claim, slot, attempt, cancels),
+                         write=True)
+
+    def commit_batch(self, records: Sequence[PendingRecord] = (), *,
+                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+        """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
+        now = time.time()
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl) for r in records]
+        cancels = self.cancels
+
+        def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
+            with conn.transaction():
+                # Pipelined: the slots' statements go out together and their answers come back
+                # together, one round trip for the batch instead of one per outcome.
+                with conn.pipeline() as pipe:
+                    cursors = [conn.execute(_SLOT, p) for p in params]
+                    pipe.sync()
+                # (After a lost answer, a refused slot is looked for as our own row.)
+                written = [_written(c, r.claim, r.slot, attempt, cancels)
+                           for c, r in zip(cursors, records, strict=True)]
+                finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
+                if finishes:
+                    conn.execute(NOTIFY)
+            return written, finished
+
+        result = self._run(commit, write=True)
+        for claim, _ in finishes:
+            cancels.pop(claim.id, None)
+        return result

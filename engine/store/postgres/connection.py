@@ -1,0 +1,269 @@
+"""One PostgreSQL connection of a store: opening it, transactions, retries across connection faults, wake-ups.
+
+Every store operation runs through `_run`: a function of the connection, retried on a
+new connection when the old one broke (a server restart, a terminated backend, a
+dropped network). A write whose commit may or may not have happened is retried by
+functions that can tell (see commit and operations); the retries back off, and a
+worker says once that it lost the connection and once that it has it back.
+
+Change detection (`data_version`): a second connection, opened on first use, LISTENs on
+one channel that every write that changes what a worker or the console would do
+NOTIFYs (a start, a signal, a verdict, a release); a thread counts the notifications.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from engine.errors import PayloadTooLargeError, ReadOnlyError, StoreError, ValueNotJSONError
+from engine.store.postgres.schema import SCHEMA, check_schema
+from engine.store.postgres.url import redact_text, redact_url
+from engine.store.rows import default_max_payload, encode_value, over_cap
+
+log = logging.getLogger("replaylog.store.postgres")
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+T = TypeVar("T")
+# The channel every state change is announced on.
+CHANNEL = "replaylog"
+NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+# How long a store keeps trying to reach the server again before an operation fails (a
+# server restart takes seconds; an operator who stops it for good sees the error then).
+RECONNECT_FOR = 60.0
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 2.0
+# Faults after which the same work is simply tried again: the transaction was rolled back.
+_RETRY_IN_PLACE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+
+
+class _LostDuringSetUp(StoreError):
+    """The connection was made, then lost before the session was set up: worth another try."""
+
+
+class _Outage:
+    """Says once per outage that the connection was lost, and once that it is back (process-wide)."""
+
+    lock = threading.Lock()
+    down_since: float | None = None
+
+    @classmethod
+    def lost(cls, where: str, exc: BaseException) -> None:
+        with cls.lock:
+            if cls.down_since is None:
+                cls.down_since = time.monotonic()
+                log.warning("lost the connection to %s (%s); reconnecting", where, _first_line(exc))
+
+    @classmethod
+    def back(cls, where: str) -> None:
+        with cls.lock:
+            if cls.down_since is not None:
+                log.warning("reconnected to %s after %.1f s", where, time.monotonic() - cls.down_since)
+                cls.down_since = None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def connection_lost(exc: BaseException, conn: Conn | None) -> bool:
+    """Whether an error means the connection is gone (not a bad statement)."""
+    if isinstance(exc, pg_errors.AdminShutdown | pg_errors.CrashShutdown | pg_errors.CannotConnectNow):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        # No SQLSTATE: the client lost the server (a closed socket, a pipeline cut short);
+        # class 08: a connection exception; 57P: the server is shutting down or restarting.
+        state = getattr(exc, "sqlstate", None)
+        return (conn is None or conn.broken or conn.closed or state is None
+                or state.startswith(("08", "57P")))
+    return isinstance(exc, psycopg.InterfaceError) and (conn is None or conn.closed)
+
+
+class PGConnection:
+    """The connection every part of the PostgreSQL store works through.
+
+    Args:
+        url: a libpq URL (postgresql://… or postgres://…, unix sockets with ?host=/path).
+        readonly: the session has default_transaction_read_only on; every write raises ReadOnlyError.
+        max_payload: cap in bytes on a signal payload's or an input's JSON text.
+    """
+
+    def __init__(self, url: str, *, readonly: bool = False, max_payload: int | None = None) -> None:
+        self.url = url
+        self.where = redact_url(url)
+        self.readonly = readonly
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
+        self._version = 0
+        self._listener: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._conn: Conn = self._open()
+
+    def _open(self) -> Conn:
+        """The first connection. A server that cannot be reached fails at once (one line for the
+        command line); a session lost while it was being set up (a terminated backend) is tried again."""
+        deadline = time.monotonic() + RECONNECT_FOR
+        backoff = BACKOFF_FIRST
+        while True:
+            try:
+                return self._connect(first=True)
+            except _LostDuringSetUp:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(backoff)
+                backoff = min(BACKOFF_MAX, backoff * 2)
+
+    # -- opening
+
+    def _connect(self, *, first: bool = False) -> Conn:
+        try:
+            conn: Conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {self.where}: {redact_text(_first_line(exc), self.url)}") from None
+        try:
+            conn.execute(f"SET search_path TO {SCHEMA}")
+            # A committed outcome must be durable before its workflow goes on (or an activity
+            # would run twice after a crash): whatever the server's default says.
+            conn.execute("SET synchronous_commit = on")
+            if self.readonly:
+                # The server refuses every write of this session, whatever the code asks.
+                conn.execute("SET default_transaction_read_only = on")
+            if first:
+                check_schema(conn, self.where, readonly=self.readonly)
+        except psycopg.Error as exc:  # lost again while setting the session up: a reconnect tries again
+            lost = connection_lost(exc, conn)
+            conn.close()
+            message = f"cannot connect to {self.where}: {redact_text(_first_line(exc), self.url)}"
+            raise (_LostDuringSetUp if lost else StoreError)(message) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        """Close the connection (and the change listener, if one was started)."""
+        self._closing.set()
+        self._conn.close()
+        if self._listener is not None:
+            self._listener.join(timeout=2)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def local_path(self) -> Path | None:
+        """None: a server's store has no file on this host (marks live in the database)."""
+        return None
+
+    # -- running operations
+
+    def _run(self, fn: Callable[[Conn, int], T], *, write: bool = False) -> T:
+        """Run `fn(connection, attempt)`, again on a new connection after a connection fault.
+
+        `attempt` is 0 the first time; a write that is tried again (attempt > 0) may find
+        its own earlier commit, if the connection broke after the server committed it.
+        """
+        if write and self.readonly:
+            raise ReadOnlyError(f"database {self.where} is open read-only")
+        attempt = 0
+        deadline: float | None = None
+        backoff = BACKOFF_FIRST
+        while True:
+            try:
+                result = fn(self._conn, attempt)
+            except pg_errors.ReadOnlySqlTransaction as exc:
+                raise ReadOnlyError(f"database {self.where} cannot be written: {_first_line(exc)}") from None
+            except _RETRY_IN_PLACE:
+                attempt += 1
+                time.sleep(min(backoff, 0.05))
+                continue
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not connection_lost(exc, self._conn):
+                    raise StoreError(f"{self.where}: {redact_text(_first_line(exc), self.url)}") from None
+                _Outage.lost(self.where, exc)
+                now = time.monotonic()
+                deadline = deadline or now + RECONNECT_FOR
+                self._reconnect(deadline, backoff)
+                backoff = min(BACKOFF_MAX, backoff * 2)
+                attempt += 1
+                continue
+            except psycopg.Error as exc:  # a bad statement or value: one line, the URL's password hidden
+                raise StoreError(f"{self.where}: {redact_text(_first_line(exc), self.url)}") from None
+            if attempt:
+                _Outage.back(self.where)
+            return result
+
+    def _reconnect(self, deadline: float, backoff: float) -> None:
+        """A new connection, trying with growing pauses until `deadline`."""
+        self._conn.close()
+        while True:
+            time.sleep(backoff)
+            try:
+                self._conn = self._connect()
+                return
+            except StoreError as exc:
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"lost the connection to {self.where} and could not get it back: {exc}") from None
+                backoff = min(BACKOFF_MAX, backoff * 2)
+
+    def encode_payload(self, value: Any, what: str) -> str:
+        """Encode a value as JSON text within the payload cap, or raise naming `what`."""
+        try:
+            text, size = encode_value(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
+        if size > self.max_payload:
+            raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
+        return text
+
+    # -- change detection
+
+    def data_version(self) -> int:
+        """A change token: it changes whenever a start, signal, verdict or release is committed.
+
+        The first call starts a thread with a connection of its own that LISTENs for
+        those; later calls read a counter (no query).
+        """
+        if self._listener is None:
+            ready = threading.Event()
+            self._listener = threading.Thread(target=self._listen, args=(ready,), name="replaylog-pg-listen",
+                                              daemon=True)
+            self._listener.start()
+            ready.wait(5)
+        return self._version
+
+    def _listen(self, ready: threading.Event) -> None:
+        backoff = BACKOFF_FIRST
+        while not self._closing.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._version += 1  # anything may have changed while nobody listened
+                    ready.set()
+                    backoff = BACKOFF_FIRST
+                    while not self._closing.is_set():
+                        for _ in conn.notifies(timeout=0.2):
+                            self._version += 1
+            except psycopg.Error:
+                ready.set()
+                if self._closing.wait(backoff):
+                    return
+                backoff = min(BACKOFF_MAX, backoff * 2)
+
+    # -- SQLite upkeep that a server does itself
+
+    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
+        """Nothing to do: the server checkpoints its own log."""
+        return 0, 0, 0
+
+    def wal_bytes(self) -> int:
+        """0: the server bounds its own write-ahead log."""
+        return 0

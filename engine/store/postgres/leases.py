@@ -1,0 +1,255 @@
+"""Leases on PostgreSQL: claims with FOR UPDATE SKIP LOCKED, renewals, hand-backs, start marks.
+
+Each claim bumps the workflow's lease epoch; every write under a lease is fenced by
+(owner, epoch) in the statement that makes it. Workers on other hosts cannot be judged
+by their pids, so a dead worker's workflows are taken over when their leases lapse.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from engine.core import CommandRecord, SignalRecord, WorkflowState, new_record
+from engine.marks import Mark
+from engine.store.keys import SLOT_BITS, SLOT_LIMIT, slot_key
+from engine.store.leases import CLAIM_LOAD_SLOTS
+from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
+from engine.store.rows import Claim, loads
+
+_MARK = (
+    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
+    " SELECT id, %s, %s, %s, %s FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
+    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    " attempts = excluded.attempts, started_at = excluded.started_at"
+)
+
+
+def _names(names: Collection[str] | None) -> tuple[str, list[Any]]:
+    """` AND workflow = ANY(%s)` and its parameter; nothing for None (every name)."""
+    if names is None:
+        return "", []
+    return " AND workflow = ANY(%s)", [list(names)]
+
+
+class PGLeases(PGConnection):
+    """Claiming, renewing and releasing workflow leases; start marks kept in the database."""
+
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
+              names: Collection[str] | None = None) -> list[Claim]:
+        """Take the lease of up to `limit` runnable workflows (of `names` only, unless None).
+
+        Runnable: blocked past its recorded wake time (a timer or a wait's deadline), pending,
+        or running under a lease that has lapsed (or whose owner is named dead). Rows another
+        worker is claiming right now are skipped, not waited for.
+        """
+        only, named = _names(names)
+
+        def take(conn: Conn, _: int) -> list[Claim]:
+            now = time.time()
+            with conn.transaction():
+                # Blocked workflows whose timer or deadline has come, first and earliest first
+                # (one range of workflows_wake). The row lock orders this claim against a signal
+                # that wakes the same workflow (send_signal locks it too): it is taken once.
+                rows: list[tuple[Any, ...]] = conn.execute(
+                    f"SELECT id FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only}"
+                    " ORDER BY wake_at LIMIT %s FOR UPDATE SKIP LOCKED", (now, *named, limit)).fetchall()
+                if len(rows) < limit:
+                    rows += conn.execute(
+                        f"SELECT id FROM workflows WHERE status = 'pending'{only}"
+                        " AND (retry_at IS NULL OR retry_at <= %s) ORDER BY updated_at LIMIT %s"
+                        " FOR UPDATE SKIP LOCKED", (*named, now, limit - len(rows))).fetchall()
+                if len(rows) < limit:
+                    rows += conn.execute(
+                        f"SELECT id FROM workflows WHERE status = 'running' AND lease_expires < %s{only}"
+                        " LIMIT %s FOR UPDATE SKIP LOCKED", (now, *named, limit - len(rows))).fetchall()
+                if len(rows) < limit and dead_owners:
+                    rows += conn.execute(
+                        "SELECT id FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s)"
+                        f" AND (lease_expires >= %s OR lease_expires IS NULL){only} LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (list(dead_owners), now, *named, limit - len(rows))).fetchall()
+                if not rows:
+                    return []
+                ids = [r[0] for r in rows]
+                taken = conn.execute(
+                    "UPDATE workflows SET status = 'running', lease_owner = %s, lease_epoch = lease_epoch + 1,"
+                    " lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL WHERE id = ANY(%s)"
+                    " RETURNING id, workflow, lease_epoch, input, slots, seq, cancel_requested",
+                    (owner, now + ttl, now, ids)).fetchall()
+                order = {wid: i for i, wid in enumerate(ids)}
+                taken.sort(key=lambda r: order[r[0]])
+                short = [r[0] for r in taken if r[4] <= CLAIM_LOAD_SLOTS]
+                histories = self._load_histories(conn, short) if short else {}
+                started = {wid: (int(slot), int(attempts)) for wid, slot, attempts in conn.execute(
+                    "SELECT workflow_id, slot, attempts FROM inflight WHERE workflow_id = ANY(%s)", (ids,))}
+            claims = []
+            for wid, workflow, epoch, input_text, slots, seq, cancel in taken:
+                inp, has_input = loads(input_text), input_text is not None
+                logs = histories.get(wid)
+                state = None if logs is None else WorkflowState(
+                    input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
+                slot, attempts = started.get(wid, (None, 0))
+                if slot is not None and slot < slots:
+                    slot, attempts = None, 0  # its outcome was recorded since
+                claims.append(Claim(wid, workflow, owner, int(epoch), slot_key(int(seq)), inp, has_input, state,
+                                    slot, attempts, cancel))
+            return claims
+
+        return self._run(take, write=True)
+
+    @staticmethod
+    def _load_histories(conn: Conn, ids: Sequence[str]
+                        ) -> dict[str, tuple[list[CommandRecord], list[SignalRecord]]]:
+        """The commands and signals of many workflows: one query per table."""
+        json_loads = json.loads
+        rec = CommandRecord
+        out: dict[str, tuple[list[CommandRecord], list[SignalRecord]]] = {wid: ([], []) for wid in ids}
+        for wid, kind, name, ok, value, error, attempts in conn.execute(
+            "SELECT w.id, c.kind, c.name, c.ok, c.value, c.error, c.attempts FROM workflows w JOIN commands c"
+            f" ON c.slot_key BETWEEN (w.seq << {SLOT_BITS}) AND (w.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1}"
+            " WHERE w.id = ANY(%s) ORDER BY w.id, c.slot_key", (list(ids),)):
+            out[wid][0].append(new_record(rec, (kind, name, ok, None if value is None else json_loads(value),
+                                                error, attempts)))
+        for wid, seq, name, payload in conn.execute(
+            "SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id = ANY(%s)"
+            " ORDER BY workflow_id, seq", (list(ids),)):
+            out[wid][1].append(SignalRecord(int(seq), name, loads(payload)))
+        return out
+
+    def running_owners(self) -> list[str]:
+        """The distinct lease owners of running workflows."""
+        rows = self._run(lambda c, _: c.execute(
+            "SELECT DISTINCT lease_owner FROM workflows WHERE status = 'running' AND lease_owner IS NOT NULL"
+        ).fetchall())
+        return [r[0] for r in rows]
+
+    def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
+        """Whether `claim` would find anything (of `names`): a cheap read before the claim's transaction."""
+        only, named = _names(names)
+        now = time.time()
+        row = self._run(lambda c, _: c.execute(
+            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status = 'pending'{only}"
+            " AND (retry_at IS NULL OR retry_at <= %s))"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < %s{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s){only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
+            (*named, now, now, *named, list(dead_owners), *named, now, *named)).fetchone())
+        return bool(row and row[0])
+
+    def has_runnable(self, names: Collection[str] | None = None) -> bool:
+        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
+        only, named = _names(names)
+        row = self._run(lambda c, _: c.execute(
+            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'){only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
+            (*named, time.time(), *named)).fetchone())
+        return bool(row and row[0])
+
+    def next_wake(self, names: Collection[str] | None = None) -> float | None:
+        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+
+        The first entry of the workflows_wake index: the worker's idle loop sleeps until then.
+        """
+        only, named = _names(names)
+        row = self._run(lambda c, _: c.execute(
+            f"SELECT wake_at FROM workflows WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            " ORDER BY wake_at LIMIT 1", named).fetchone())
+        return None if row is None else float(row[0])
+
+    def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+        """Extend leases still held; say which are. `worker`: stamp that worker's row as seen too."""
+        ordered = sorted(claims, key=lambda c: c.id)  # rows locked in one order by every writer
+
+        def extend(conn: Conn, _: int) -> set[str]:
+            now = time.time()
+            with conn.transaction():
+                if worker is not None:
+                    conn.execute("UPDATE workers SET seen_at = %s WHERE owner = %s", (now, worker))
+                if not ordered:
+                    return set()
+                rows = conn.execute(
+                    "UPDATE workflows w SET lease_expires = %s FROM unnest(%s::text[], %s::text[], %s::bigint[])"
+                    " AS c(id, owner, epoch) WHERE w.id = c.id AND w.lease_owner = c.owner AND w.lease_epoch = c.epoch"
+                    " RETURNING w.id",
+                    (now + ttl, [c.id for c in ordered], [c.owner for c in ordered], [c.epoch for c in ordered]),
+                ).fetchall()
+            return {r[0] for r in rows}
+
+        held = self._run(extend, write=True)
+        return [c.id in held for c in claims]
+
+    def release(self, claim: Claim) -> None:
+        """Give a workflow back (worker stopping): pending again, lease dropped."""
+
+        def give(conn: Conn, _: int) -> None:
+            with conn.transaction():
+                conn.execute(
+                    "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL,"
+                    " updated_at = %s WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+                    (time.time(), claim.id, claim.owner, claim.epoch))
+                conn.execute(NOTIFY)
+
+        self._run(give, write=True)
+
+    def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+        """Give a workflow back after a run stopped by an error that is no outcome (see the SQLite store)."""
+        now = time.time()
+
+        def give(conn: Conn, _: int) -> Any:
+            with conn.transaction():
+                row = conn.execute(
+                    "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL,"
+                    " updated_at = %s, worker_error = %s, interruptions = interruptions + 1,"
+                    " retry_at = %s + LEAST(%s, %s * power(2, LEAST(interruptions, 30)))"
+                    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING retry_at",
+                    (now, error, now, backoff_max, backoff, claim.id, claim.owner, claim.epoch)).fetchone()
+                conn.execute(NOTIFY)
+            return row
+
+        row = self._run(give, write=True)
+        return None if row is None else float(row[0]) - now
+
+    # -- start marks: in the database, where every host sees them
+
+    def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
+        """Record, before an activity runs, that it started (if the claim still holds the lease).
+
+        Committed without waiting for the WAL flush (synchronous_commit off for this one
+        transaction), in one round trip: a mark survives the worker's death, as the mmap
+        marks do on SQLite, and like them may be lost with a server crash (it only ever
+        says "possibly ran"). Waiting for the flush halved a lone workflow's slots/s
+        (107 against 397 slots/s with and without marks, measured on 2 vCPUs).
+        """
+        params = (slot, name, attempts, started_at, claim.id, claim.owner, claim.epoch)
+
+        def mark(conn: Conn, _: int) -> None:
+            with conn.pipeline(), conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit = off")
+                conn.execute(_MARK, params)
+
+        self._run(mark, write=True)
+
+    def fold_marks(self, marks: Sequence[Mark]) -> int:
+        """Keep start marks in the inflight table where they still say something; return how many."""
+        if not marks:
+            return 0
+
+        def fold(conn: Conn, _: int) -> int:
+            kept = 0
+            with conn.transaction():
+                for m in marks:
+                    wf = conn.execute("SELECT slots, lease_owner, lease_epoch FROM workflows WHERE id = %s",
+                                      (m.workflow_id,)).fetchone()
+                    if wf is None or (wf[1], wf[2]) != (m.owner, m.epoch) or m.slot < wf[0]:
+                        continue
+                    have = conn.execute("SELECT slot, attempts FROM inflight WHERE workflow_id = %s",
+                                        (m.workflow_id,)).fetchone()
+                    if have is not None and have[0] >= wf[0] and (have[0], have[1]) >= (m.slot, m.attempts):
+                        continue
+                    conn.execute(_MARK, (m.slot, m.name, m.attempts, m.started_at, m.workflow_id, m.owner, m.epoch))
+                    kept += 1
+            return kept
+
+        return self._run(fold, write=True)

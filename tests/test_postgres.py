@@ -1,0 +1,360 @@
+"""What is PostgreSQL's alone: URLs and passwords, the schema's ownership and version, the
+read-only session, durable commits, wake-ups by NOTIFY, and connection faults mid-commit."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from pg_server import PGServer
+from rich.text import Text
+
+from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
+from console.data import SignalRefused
+from console.paged_table import PagedTable
+from engine.core import CommandRecord, Outcome
+from engine.errors import ReadOnlyError, SchemaVersionError, StoreError
+from engine.store import PendingRecord, open_store, redact_url
+
+
+def rec(name: str, value: object = None) -> CommandRecord:
+    return CommandRecord("activity", name, True, value)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql://ops:s3cret@db.example:5432/app", "postgresql://ops:***@db.example:5432/app"),
+    ("postgres://ops:s3cret@/app?host=/run/pg", "postgres://ops:***@/app?host=/run/pg"),
+    ("postgresql://ops@/app?host=/run/pg&password=s3cret", "postgresql://ops@/app?host=/run/pg&password=***"),
+    ("postgresql://db.example/app?sslmode=require", "postgresql://db.example/app?sslmode=require"),
+    ("host=db.example password=s3cret dbname=app", "host=db.example password=*** dbname=app"),
+])
+def test_redact_url_hides_every_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def with_password(pg_server: PGServer, url: str) -> str:
+    """The same database, reached as a role with a password (the socket trusts it; the URL carries it)."""
+    pg_server.execute(pg_server.admin_url, "DO $$ BEGIN CREATE ROLE ops LOGIN SUPERUSER PASSWORD 's3cret';"
+                      " EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    return url.replace("postgresql://postgres:@", "postgresql://ops:s3cret@")
+
+
+def test_the_worker_banner_and_errors_never_show_the_password(pg_server: PGServer, pg_url: str) -> None:
+    url = with_password(pg_server, pg_url)
+    assert run_cli(url, "start", "refund", "7").returncode == 0
+    loud = run_cli(url, "worker", "--until-idle", "--concurrency", "2")
+    assert loud.returncode == 0, loud.stderr
+    assert "s3cret" not in loud.stderr and "postgresql://ops:***@/" in loud.stderr.splitlines()[0]
+    bad = run_cli(url, "show", "no-such-id")
+    assert bad.returncode == 1 and "s3cret" not in bad.stderr + bad.stdout
+    unreachable = run_cli(url.split("?")[0] + "?host=/nonexistent", "list")
+    assert unreachable.returncode == 1 and "s3cret" not in unreachable.stderr
+    assert len(unreachable.stderr.strip().splitlines()) == 1
+
+
+def test_db_from_the_environment_takes_a_postgresql_url(pg_url: str) -> None:
+    env = cli_env(REPLAYLOG_DB=pg_url)
+    out = subprocess.run([sys.executable, "-m", "replaylog", "start", "refund", "3"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    with open_store(pg_url, readonly=True) as s:
+        assert s.get_workflow(out.stdout.strip().splitlines()[-1]).workflow == "refund"
+
+
+def test_a_readonly_session_is_refused_by_the_server_itself(pg_url: str) -> None:
+    with open_store(pg_url) as s:
+        wid = s.start_workflow("wf", 1)
+    with open_store(pg_url, readonly=True) as r:
+        assert r.get_workflow(wid).status == "pending"
+        with pytest.raises(ReadOnlyError):
+            r.start_workflow("wf", 2)
+        # Past the store's own check: the session itself refuses any write.
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            r._conn.execute("UPDATE workflows SET status = 'failed'")
+        assert r.count_workflows() == 1 and r.get_workflow(wid).status == "pending"
+
+
+def test_commits_are_durable_whatever_the_server_default(pg_url: str) -> None:
+    with open_store(pg_url) as s:
+        assert s._conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        assert s._conn.execute("SHOW search_path").fetchone()[0] == "replaylog"
+
+
+def test_a_schema_named_replaylog_that_is_not_ours_is_refused_untouched(pg_server: PGServer, pg_url: str) -> None:
+    pg_server.execute(pg_url, "CREATE SCHEMA replaylog; CREATE TABLE replaylog.orders (id int)")
+    with pytest.raises(SchemaVersionError, match="not a replaylog one"):
+        open_store(pg_url)
+    tables = pg_server.execute(pg_url, "SELECT table_name FROM information_schema.tables"
+                                       " WHERE table_schema = 'replaylog'")
+    assert tables == [("orders",)]
+
+
+def test_a_newer_schema_version_is_refused_untouched(pg_url: str, pg_server: PGServer) -> None:
+    open_store(pg_url).close()
+    pg_server.execute(pg_url, "UPDATE replaylog.meta SET version = 7")
+    for readonly in (False, True):
+        with pytest.raises(SchemaVersionError, match="schema version 7, newer"):
+            open_store(pg_url, readonly=readonly)
+    assert pg_server.execute(pg_url, "SELECT version FROM replaylog.meta") == [(7,)]
+
+
+def test_a_readonly_open_of_an_empty_database_creates_nothing(pg_url: str, pg_server: PGServer) -> None:
+    with pytest.raises(SchemaVersionError, match="not initialised"):
+        open_store(pg_url, readonly=True)
+    assert pg_server.execute(pg_url, "SELECT 1 FROM pg_namespace WHERE nspname = 'replaylog'") == []
+
+
+def test_another_tables_in_other_schemas_are_left_alone(pg_url: str, pg_server: PGServer) -> None:
+    pg_server.execute(pg_url, "CREATE TABLE public.workflows (id int)")
+    with open_store(pg_url) as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+    assert pg_server.execute(pg_url, "SELECT count(*) FROM public.workflows") == [(0,)]
+
+
+def test_a_notification_changes_the_change_token_of_another_connection(pg_url: str) -> None:
+    with open_store(pg_url) as watcher, open_store(pg_url) as writer:
+        before = watcher.data_version()
+        writer.start_workflow("wf", 1)
+        assert wait_for(lambda: watcher.data_version() != before, timeout=10)
+        seen = watcher.data_version()
+        wid = writer.start_workflow("wf", 2)
+        assert wait_for(lambda: watcher.data_version() != seen, timeout=10)
+        seen = watcher.data_version()
+        writer.send_signal(wid, "go", 1)
+        assert wait_for(lambda: watcher.data_version() != seen, timeout=10)
+
+
+def terminate_others(pg_url: str) -> int:
+    """pg_terminate_backend on every other connection to the test's database; how many."""
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        rows = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                             " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+    return len(rows)
+
+
+def test_a_terminated_backend_costs_a_retry_and_the_commit_happens_once(pg_url: str) -> None:
+    with open_store(pg_url) as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (claim,) = s.claim("w1", ttl=30)
+        assert s.commit_record(claim, 0, rec("a", 0), ttl=30)
+        assert terminate_others(pg_url) >= 1
+        # The store's connection is dead: the next commit reconnects and writes once.
+        assert s.commit_record(claim, 1, rec("a", 1), ttl=30)
+        written, finished = s.commit_batch([PendingRecord(claim, 2, rec("a", 2))],
+                                           finishes=[(claim, Outcome(status="completed", result=3))], ttl=30)
+        assert written == [True] and finished == [True]
+        assert [c.slot for c in s.list_commands("x")] == [0, 1, 2]
+        assert s.get_workflow("x").status == "completed"
+
+
+def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: str) -> None:
+    """The server committed, the connection died before the answer came: the retry finds its own row."""
+    with open_store(pg_url) as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (claim,) = s.claim("w1", ttl=30)
+        real = s._conn
+        params_seen: list[int] = []
+
+        class LosesTheAnswer:
+            """Forwards to the real connection; the first slot statement commits, then the connection dies."""
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            def execute(self, sql: str, params: object = None) -> object:
+                cur = real.execute(sql, params)
+                if "INSERT INTO commands" in sql and not params_seen:
+                    params_seen.append(1)
+                    real.close()
+                    raise psycopg.OperationalError("the connection was lost")
+                return cur
+
+        s._conn = LosesTheAnswer()  # type: ignore[assignment]
+        assert s.commit_record(claim, 0, rec("a", 0), ttl=30) is True
+        assert s.commit_record(claim, 1, rec("a", 1), ttl=30) is True
+        assert [c.slot for c in s.list_commands("x")] == [0, 1]
+
+
+def lose_the_next_answer(store: object) -> None:
+    """The store's next transaction commits on the server, then its connection dies before the answer comes."""
+    real = store._conn  # type: ignore[attr-defined]
+
+    depth = [0]
+
+    class LosesTheAnswer:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        @contextmanager
+        def transaction(self) -> Iterator[object]:
+            depth[0] += 1
+            try:
+                with real.transaction() as tx:
+                    yield tx
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:  # the outermost one (not a savepoint) has committed: only the answer is lost
+                real.close()
+                raise psycopg.OperationalError("the connection was lost")
+
+    store._conn = LosesTheAnswer()  # type: ignore[attr-defined]
+
+
+def test_an_operator_write_whose_answer_was_lost_is_made_once_and_answered_as_the_first_try(pg_url: str) -> None:
+    """Each operator write is retried after a lost answer; its own audit row says it committed."""
+    with open_store(pg_url) as s:
+        lose_the_next_answer(s)
+        wid = s.start_workflow("wf", 1, workflow_id="x")  # not "already exists"
+        lose_the_next_answer(s)
+        assert s.send_signal(wid, "go", 1) == 1  # not a second signal, #2
+        lose_the_next_answer(s)
+        assert s.cancel_workflow(wid, "enough") == "pending"  # not "already asked to cancel"
+        lose_the_next_answer(s)
+        assert s.fork_workflow(wid, 0, new_id="y") == "y"  # not "already exists"
+        lose_the_next_answer(s)
+        assert s.terminate_workflow("y") == "pending"  # not "is terminated"
+        assert [sig.seq for sig in s.list_signals(wid)] == [1]
+        assert [a.action for a in s.list_audit(wid)] == ["start", "signal", "cancel"]
+        assert [a.action for a in s.list_audit("y")] == ["fork", "terminate"]
+        assert s.get_workflow("y").status == "terminated"
+
+
+def test_pg_terminate_backend_mid_run_loses_and_doubles_nothing(pg_url: str, tmp_path: Path) -> None:
+    from test_worker import APP, env_for, ledger, recorded, start_many, statuses
+
+    env = env_for(tmp_path, 0.03)
+    ids = start_many(pg_url, 6, 40, env)
+    worker = start_worker(pg_url, "--app", APP, "--until-idle", env=env)
+    killed = 0
+    for _ in range(4):  # a few terminations spread over the run, each of every connection at once
+        time.sleep(0.4)
+        if worker.poll() is not None:
+            break
+        killed += terminate_others(pg_url)
+    assert worker.wait(timeout=120) == 0, worker.stderr.read().decode() if worker.stderr else ""
+    assert killed > 0
+    assert set(statuses(pg_url).values()) == {"completed"}
+    assert sum(1 for wid, _ in recorded(pg_url) if wid in ids) == 6 * 40
+    runs = ledger(tmp_path)
+    assert max(runs.values()) == 1  # no slot's activity ran twice after a recorded outcome
+
+
+def test_a_signal_wakes_an_idle_worker_on_another_connection(pg_url: str, tmp_path: Path) -> None:
+    from test_worker import APP, env_for, statuses
+
+    env = env_for(tmp_path)
+    wid = run_cli(pg_url, "start", "waits", "--app", APP, env=env).stdout.strip()
+    worker = start_worker(pg_url, "--app", APP, env=env)
+    try:
+        assert wait_for(lambda: statuses(pg_url)[wid] == "blocked", timeout=60)
+        assert run_cli(pg_url, "signal", wid, "go", '"now"', env=env).returncode == 0
+        assert wait_for(lambda: statuses(pg_url)[wid] == "completed", timeout=60)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+
+
+def restart_storm(pg_server: PGServer, pg_url: str, tmp_path: Path, *, workflows: int, steps: int,
+                  every: float, limit: int) -> int:
+    """A worker runs `workflows` × `steps` slots while the server is stopped and started (pg_ctl)
+    every `every` seconds, at most `limit` times; checks nothing lost or doubled; the restarts made."""
+    from test_worker import APP, env_for, ledger, recorded, start_many, statuses
+
+    env = env_for(tmp_path, 0.05)
+    ids = start_many(pg_url, workflows, steps, env)
+    worker = subprocess.Popen([sys.executable, "-m", "replaylog", "--db", pg_url, "worker", "--app", APP,
+                               "--until-idle"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    restarts = 0
+    try:
+        assert wait_for(lambda: len(recorded(pg_url)) >= 10, timeout=60)
+        while restarts < limit and worker.poll() is None:
+            pg_server.restart()
+            restarts += 1
+            time.sleep(every)
+        assert worker.wait(timeout=60 + 30 * workflows * steps / 40) == 0, \
+            worker.stderr.read().decode() if worker.stderr else ""
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
+    assert restarts >= 1
+    assert set(statuses(pg_url).values()) == {"completed"}
+    assert sum(1 for wid, _ in recorded(pg_url) if wid in ids) == workflows * steps
+    assert max(ledger(tmp_path).values()) == 1
+    err = worker.stderr.read().decode() if worker.stderr else ""
+    # Said once per outage and connection fault seen, not once per reconnect attempt.
+    assert 1 <= err.count("lost the connection") <= 5 * restarts
+    return restarts
+
+
+def test_a_server_restart_mid_run_loses_and_doubles_nothing(pg_server: PGServer, pg_url: str, tmp_path: Path) -> None:
+    """CI size: two restarts a few seconds apart (`make soak` restarts it every few seconds for minutes)."""
+    restart_storm(pg_server, pg_url, tmp_path, workflows=4, steps=40, every=2.0, limit=2)
+
+
+@pytest.mark.soak
+def test_soak_server_restarted_every_few_seconds_loses_and_doubles_nothing(pg_server: PGServer, pg_url: str,
+                                                                         tmp_path: Path) -> None:
+    """The soak variant (make soak): as DBOS's chaos suite, the server stopped and started every 3 s."""
+    assert restart_storm(pg_server, pg_url, tmp_path, workflows=20, steps=200, every=3.0, limit=1000) >= 20
+
+
+def test_store_errors_are_one_line(pg_url: str) -> None:
+    with open_store(pg_url) as s, pytest.raises(StoreError) as err:
+        s.list_workflows(sort="nope")
+    assert "\n" not in str(err.value)
+
+
+def test_the_demo_refuses_postgresql_in_one_line(pg_url: str) -> None:
+    proc = run_cli(pg_url, "demo")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@async_test
+async def test_the_readonly_console_on_postgresql_refreshes_on_notification_and_hides_the_password(
+        pg_server: PGServer, pg_url: str) -> None:
+    url = with_password(pg_server, pg_url)
+    with open_store(url) as store:
+        store.start_workflow("refund", 1, workflow_id="first")
+    app = make_app(url, readonly=True, poll_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        assert column(table, "id") == ["first"]
+        title = app.screen.topbar(Text("")).plain  # type: ignore[attr-defined]
+        assert "s3cret" not in title and "postgresql://ops:***@/" in title and "read-only" in title
+        with open_store(url) as store:  # another process starts one: NOTIFY, the console's token moves
+            store.start_workflow("refund", 2, workflow_id="second")
+        assert await wait_until(pilot, lambda: sorted(column(table, "id")) == ["first", "second"])
+        with pytest.raises(SignalRefused, match="read-only"):
+            app.data.send_signal("first", "go", 1)
+
+
+def test_a_data_folder_left_by_a_cut_short_initdb_is_made_afresh() -> None:
+    """On a loaded machine pgserver's initdb can be cut short, leaving the bootstrap backend's
+    postmaster.pid (a negative pid, seven lines): every start then failed on reading it."""
+    import shutil
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="replaylog-pg-"))
+    base.chmod(0o755)
+    pgdata = base / "pg"
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text("16\n")
+    (pgdata / "postmaster.pid").write_text(f"-24094\n{pgdata}\n1796271023\n5432\n\n\n  2265599    327682\n")
+    try:
+        server = PGServer(pgdata, durable=False)
+        try:
+            assert server.execute(server.admin_url, "SELECT 1") == [(1,)]
+        finally:
+            server.server.cleanup()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
