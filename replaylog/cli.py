@@ -640,32 +640,36 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
     console.print(head)
-    slots = Table(title=f"{len(data['commands'])} slot(s)", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"):
-        # The value column takes what is left; the short ones never wrap.
-        slots.add_column(col, no_wrap=col != "value / error", overflow="fold")
-    for c in data["commands"]:
-        slots.add_row(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
-                      Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-                      _t(_slot_value(c)), _t(c["attempts"]),
-                      _t(_when(c["recorded_at"], short=True)))
-    console.print(slots)
+    console.print(_listing(
+        f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
+        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
+          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
+         for c in data["commands"]],
+        wide="value / error"))
     if data["signals"]:
-        sigs = Table(title=f"{len(data['signals'])} signal(s)", title_justify="left", box=box.SIMPLE_HEAD)
-        for col in ("seq", "name", "payload", "state", "sent"):
-            sigs.add_column(col)
-        for s in data["signals"]:
-            sigs.add_row(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
-                         _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"])))
-        console.print(sigs)
+        console.print(_listing(
+            f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
+            [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
+              _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"]))) for s in data["signals"]]))
     if data["audit"]:
-        audit = Table(title=f"{len(data['audit'])} operator action(s)", title_justify="left", box=box.SIMPLE_HEAD)
-        for col in ("when (UTC)", "action", "by", "reason", "detail"):
-            audit.add_column(col)
-        for a in data["audit"]:
-            audit.add_row(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]),
-                          _t(a["detail"]))
-        console.print(audit)
+        console.print(_listing(
+            f"{len(data['audit'])} operator action(s)", ("when (UTC)", "action", "by", "reason", "detail"),
+            [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
+             for a in data["audit"]]))
+
+
+def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:
+    """One of show's tables: `wide` is the column that takes what is left; the short ones never wrap."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for col in columns:
+        if wide is None:
+            table.add_column(col)
+        else:
+            table.add_column(col, no_wrap=col != wide, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _slot_value(c: dict[str, Any]) -> str:
