@@ -62,11 +62,15 @@ class ListedWorkflow:
     updated_at: float
     error: str | None  # the start of a failed workflow's error (the store's preview)
     wake_at: float | None = None  # a blocked workflow's timer or deadline (epoch seconds)
+    # What the "blocked on" column shows: blocked_on, or for an approval request
+    # "approval: ACTION (request RID)" as `list` and the workflow screen name it.
+    waits: str | None = None
 
     @classmethod
-    def of(cls, r: WorkflowSummary) -> ListedWorkflow:
-        """The view of a store summary."""
-        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at)
+    def of(cls, r: WorkflowSummary, approval: dict[str, Any] | None = None) -> ListedWorkflow:
+        """The view of a store summary (with the approval request it waits on, if any)."""
+        waits = r.blocked_on if approval is None else f"approval: {approval['action']} (request {approval['request']})"
+        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at, waits)
 
 
 @dataclass(frozen=True)
@@ -213,7 +217,10 @@ def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, 
     rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
                                          descending=query.descending, limit=query.limit, offset=query.offset,
                                          awaiting=query.awaiting)
-    return tuple(map(ListedWorkflow.of, rows))
+    # One small read per row waiting for an approval, on this page only (a page is
+    # bounded; the request's action is in its slot, not in the workflows row).
+    return tuple(ListedWorkflow.of(r, store.pending_approval(r.id) if r.status == "blocked" and r.blocked_on
+                                   and r.blocked_on.startswith(APPROVAL_PREFIX) else None) for r in rows)
 
 
 @dataclass(frozen=True)

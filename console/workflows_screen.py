@@ -367,7 +367,7 @@ def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
     soonest = min((r.wake_at for r in page.rows if r.wake_at is not None), default=None)
     return [
         (r.id, [text(r.id), text(r.workflow), status_text(r.status),
-                waits_cell(r.blocked_on, r.wake_at, now, first=r.wake_at is not None and r.wake_at == soonest),
+                waits_cell(r.waits, r.wake_at, now, first=r.wake_at is not None and r.wake_at == soonest),
                 Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim"),
                 # Stored text: one line, never markup; the column cuts it with `…`.
                 text(r.error or "", "red")])

@@ -164,6 +164,8 @@ async def test_the_list_filters_to_workflows_waiting_for_an_approval(tmp_path: P
         await pilot.press("a")
         await settle(pilot)
         assert column(table, "id") == [WID]
+        # The list names the request's action as `list` does, not the raw signal name.
+        assert column(table, "blocked_on") == ["approval: issue_refund (request req-4)"]
         assert "awaiting approval" in rendered(app.screen.query_one("#pageinfo", Static))
         await pilot.press("a")  # again: all of them
         await settle(pilot)
