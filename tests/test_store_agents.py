@@ -101,7 +101,7 @@ def test_a_child_whose_id_is_taken_refuses_the_whole_commit(store: Store) -> Non
     store.start_workflow("parent", None, workflow_id="p")
     (claim,) = store.claim("w1", ttl=TTL)
     store.start_workflow("other", None, workflow_id="p.0")  # started meanwhile by somebody else
-    with pytest.raises(DuplicateWorkflowIdError, match="'p.0' already exists"):
+    with pytest.raises(DuplicateWorkflowIdError, match=r"'p\.0' already exists"):
         store.commit_record(claim, 0, child("p.0"), ttl=TTL)
     with pytest.raises(DuplicateWorkflowIdError):
         store.commit_batch([PendingRecord(claim, 0, child("p.0"))], ttl=TTL)
@@ -135,7 +135,7 @@ def test_an_approval_is_answered_once_and_only_for_the_pending_request(store: St
         store.send_signal("a", "approval:req-0", {"approved": True})
     with pytest.raises(StoreError, match="sent by child workflows"):
         store.send_signal("a", "child:x", {})
-    with pytest.raises(OperatorRefusedError, match="request 'req-5' is not the pending one.*'req-0'"):
+    with pytest.raises(OperatorRefusedError, match=r"request 'req-5' is not the pending one.*'req-0'"):
         store.answer_approval("a", approved=True, by="ann@host", request="req-5")
     assert store.answer_approval("a", approved=False, by="ann@host", note="no", request="req-0") == "req-0"
     assert store.get_workflow("a").status == "pending"
