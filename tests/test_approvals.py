@@ -118,7 +118,7 @@ def test_a_bad_timeout_is_refused_before_the_request_is_recorded(timeout: Any, m
 # ------------------------------------------------------------------ the command line and a real worker
 
 
-def cli_for(db: Path, tmp_path: Path) -> Any:
+def cli_for(db: Path | str, tmp_path: Path) -> Any:
     env = cli_env(AGENT_LEDGER=str(tmp_path / "ledger.jsonl"))
     return lambda *args: run_cli(db, *args, env=env)
 
@@ -130,18 +130,17 @@ def one_line_refusal(proc: Any, *needles: str) -> None:
         assert needle in proc.stderr, proc.stderr
 
 
-def signal_count(db: Path, wid: str) -> int:
+def signal_count(db: Path | str, wid: str) -> int:
     with open_store(db, readonly=True) as store:
         return store.count_signals(wid)[0]
 
 
-def kinds(db: Path, wid: str) -> list[str]:
+def kinds(db: Path | str, wid: str) -> list[str]:
     with open_store(db, readonly=True) as store:
         return [c.kind for c in store.list_commands(wid)]
 
 
-def test_approve_answers_the_pending_request_only_and_once(tmp_path: Path) -> None:
-    db = tmp_path / "a.db"
+def test_approve_answers_the_pending_request_only_and_once(tmp_path: Path, db: Path | str) -> None:
     cli = cli_for(db, tmp_path)
     wid = cli("start", "guarded", "--app", "agent_app").stdout.strip().splitlines()[-1]
     assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
@@ -176,8 +175,7 @@ def test_approve_answers_the_pending_request_only_and_once(tmp_path: Path) -> No
     one_line_refusal(cli("approve", wid), "is completed")
 
 
-def test_approving_a_workflow_that_waits_for_a_signal_is_refused(tmp_path: Path) -> None:
-    db = tmp_path / "a.db"
+def test_approving_a_workflow_that_waits_for_a_signal_is_refused(tmp_path: Path, db: Path | str) -> None:
     cli = cli_for(db, tmp_path)
     wid = cli("start", "waits_for_go", "--app", "agent_app").stdout.strip().splitlines()[-1]
     one_line_refusal(cli("approve", wid), "has no pending approval request", "it is pending")
@@ -187,8 +185,7 @@ def test_approving_a_workflow_that_waits_for_a_signal_is_refused(tmp_path: Path)
     assert signal_count(db, wid) == 0
 
 
-def test_a_timed_out_request_is_closed_and_a_late_approve_says_so(tmp_path: Path) -> None:
-    db = tmp_path / "a.db"
+def test_a_timed_out_request_is_closed_and_a_late_approve_says_so(tmp_path: Path, db: Path | str) -> None:
     cli = cli_for(db, tmp_path)
     wid = cli("start", "guarded_for", "0.2", "--app", "agent_app").stdout.strip().splitlines()[-1]
     assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
@@ -211,8 +208,7 @@ def test_a_timed_out_request_is_closed_and_a_late_approve_says_so(tmp_path: Path
     assert signal_count(db, wid) == 0
 
 
-def test_an_approval_within_its_timeout_is_delivered(tmp_path: Path) -> None:
-    db = tmp_path / "a.db"
+def test_an_approval_within_its_timeout_is_delivered(tmp_path: Path, db: Path | str) -> None:
     cli = cli_for(db, tmp_path)
     wid = cli("start", "guarded_for", "3600", "--app", "agent_app").stdout.strip().splitlines()[-1]
     assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0
@@ -227,8 +223,7 @@ def test_an_approval_within_its_timeout_is_delivered(tmp_path: Path) -> None:
     assert kinds(db, wid) == ["approval", "deadline"]
 
 
-def test_a_workflow_waiting_for_an_approval_with_a_deadline_exports_and_imports(tmp_path: Path) -> None:
-    db = tmp_path / "a.db"
+def test_a_workflow_waiting_for_an_approval_with_a_deadline_exports_and_imports(tmp_path: Path, db: Path | str) -> None:
     cli = cli_for(db, tmp_path)
     wid = cli("start", "guarded_for", "3600", "--app", "agent_app").stdout.strip().splitlines()[-1]
     assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0

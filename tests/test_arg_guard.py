@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import run_cli
 from engine import Context, WorkflowState, dry_replay, run
 from engine.core import ARGS_TEXT_LIMIT, CommandRecord, args_key
 from engine.errors import NonDeterministicError
@@ -147,13 +149,14 @@ def write_app(tmp_path: Path, name: str, prompt: str) -> str:
     return str(app)
 
 
-def test_the_store_keeps_the_key_and_check_reports_a_changed_prompt(cli: Cli, db_path: Path, tmp_path: Path) -> None:
+def test_the_store_keeps_the_key_and_check_reports_a_changed_prompt(db: Path | str, tmp_path: Path) -> None:
+    cli: Cli = functools.partial(run_cli, db)
     v1, v2 = write_app(tmp_path, "v1", "summarise the news"), write_app(tmp_path, "v2", "summarise the weather")
     started = cli("start", "agent", "--app", v1)
     assert started.returncode == 0, started.stderr
     wid = started.stdout.strip().splitlines()[-1]
     assert cli("worker", "--until-idle", "--quiet", "--app", v1).returncode == 0
-    with open_store(db_path) as store:
+    with open_store(db) as store:
         assert [c.args for c in store.list_commands(wid)] == ['["summarise the news"]']
         assert store.load_state(wid).commands[0].args == '["summarise the news"]'
     assert cli("check", wid, "--app", v1).returncode == 0
@@ -163,7 +166,8 @@ def test_the_store_keeps_the_key_and_check_reports_a_changed_prompt(cli: Cli, db
     assert '["summarise the news"]' in verdict["verdict"] and '["summarise the weather"]' in verdict["verdict"]
 
 
-def test_export_import_and_fork_keep_the_argument_keys(cli: Cli, db_path: Path, tmp_path: Path) -> None:
+def test_export_import_and_fork_keep_the_argument_keys(db: Path | str, tmp_path: Path) -> None:
+    cli: Cli = functools.partial(run_cli, db)
     v1, v2 = write_app(tmp_path, "v1", "summarise the news"), write_app(tmp_path, "v2", "summarise the weather")
     wid = cli("start", "agent", "--app", v1).stdout.strip().splitlines()[-1]
     assert cli("worker", "--until-idle", "--quiet", "--app", v1).returncode == 0
@@ -174,7 +178,7 @@ def test_export_import_and_fork_keep_the_argument_keys(cli: Cli, db_path: Path, 
     forked = cli("fork", wid, "--from-slot", "1")
     assert forked.returncode == 0, forked.stderr
     fork_id = forked.stdout.strip().splitlines()[-1]
-    with open_store(db_path) as store:
+    with open_store(db) as store:
         for copy in ("imported", fork_id):
             assert [c.args for c in store.list_commands(copy)] == ['["summarise the news"]'], copy
     # The keys still guard the copies: a changed prompt is caught, not answered from the record.

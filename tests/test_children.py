@@ -74,13 +74,12 @@ def runs(tmp_path: Path, tag: str) -> int:
     return sum(1 for line in lines if json.loads(line) == {**json.loads(line), "event": "run", "tag": tag})
 
 
-def workflow_ids(db: Path) -> list[str]:
+def workflow_ids(db: Path | str) -> list[str]:
     with open_store(db, readonly=True) as store:
         return sorted(r.id for r in store.list_workflows(limit=-1))
 
 
-def test_a_parent_gets_its_childrens_results_and_show_links_both_ways(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
+def test_a_parent_gets_its_childrens_results_and_show_links_both_ways(tmp_path: Path, db: Path | str) -> None:
     env = env_for(tmp_path)
     wid = run_cli(db, "start", "parent", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
     done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env, timeout=120)
@@ -100,8 +99,8 @@ def test_a_parent_gets_its_childrens_results_and_show_links_both_ways(tmp_path: 
     assert workflow_ids(db) == sorted([wid, f"{wid}.0", f"{wid}.1"]) and runs(tmp_path, "child 1") == 1
 
 
-def test_a_child_of_an_unknown_workflow_or_a_taken_id_fails_the_parent_and_writes_nothing(tmp_path: Path) -> None:
-    db = tmp_path / "c.db"
+def test_a_child_of_an_unknown_workflow_or_a_taken_id_fails_the_parent_and_writes_nothing(
+        tmp_path: Path, db: Path | str) -> None:
     env = env_for(tmp_path)
     unknown = run_cli(db, "start", "bad_parent", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
     taken = run_cli(db, "start", "bad_parent", json.dumps(unknown), "--app", "agent_app",

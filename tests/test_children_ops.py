@@ -15,17 +15,17 @@ from conftest import ROOT, run_cli, wait_for
 from engine.store import open_store
 
 
-def statuses(db: Path, *wids: str) -> list[str]:
+def statuses(db: Path | str, *wids: str) -> list[str]:
     with open_store(db, readonly=True) as store:
         return [store.get_workflow(w).status for w in wids]
 
 
-def audit(db: Path, wid: str) -> list[tuple[str, str | None, str | None]]:
+def audit(db: Path | str, wid: str) -> list[tuple[str, str | None, str | None]]:
     with open_store(db, readonly=True) as store:
         return [(a.action, a.reason, a.detail) for a in store.list_audit(wid)]
 
 
-def start_family(db: Path, tmp_path: Path) -> tuple[str, str, str]:
+def start_family(db: Path | str, tmp_path: Path) -> tuple[str, str, str]:
     env = agent_env(tmp_path)
     wid = run_cli(db, "start", "family", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
     done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env, timeout=120)
@@ -35,8 +35,7 @@ def start_family(db: Path, tmp_path: Path) -> tuple[str, str, str]:
     return wid, child, grandchild
 
 
-def test_cancelling_a_parent_cancels_its_unfinished_children_and_theirs(tmp_path: Path) -> None:
-    db = tmp_path / "f.db"
+def test_cancelling_a_parent_cancels_its_unfinished_children_and_theirs(tmp_path: Path, db: Path | str) -> None:
     env = agent_env(tmp_path)
     wid, child, grandchild = start_family(db, tmp_path)
     said = run_cli(db, "cancel", wid, "--reason", "customer left", env=env)
@@ -52,8 +51,7 @@ def test_cancelling_a_parent_cancels_its_unfinished_children_and_theirs(tmp_path
     assert runs(tmp_path, "grandchild compensates") == 1  # the grandchild's code saw the cancel, once
 
 
-def test_cancelling_a_parent_leaves_a_finished_child_alone(tmp_path: Path) -> None:
-    db = tmp_path / "f.db"
+def test_cancelling_a_parent_leaves_a_finished_child_alone(tmp_path: Path, db: Path | str) -> None:
     env = agent_env(tmp_path)
     wid, child, grandchild = start_family(db, tmp_path)
     assert run_cli(db, "cancel", grandchild, env=env).returncode == 0  # the grandchild alone first
@@ -63,8 +61,8 @@ def test_cancelling_a_parent_leaves_a_finished_child_alone(tmp_path: Path) -> No
     assert statuses(db, wid, child, grandchild) == ["failed", "failed", "cancelled"]
 
 
-def test_terminating_a_parent_terminates_its_children_and_fences_out_a_running_one(tmp_path: Path) -> None:
-    db = tmp_path / "t.db"
+def test_terminating_a_parent_terminates_its_children_and_fences_out_a_running_one(
+        tmp_path: Path, db: Path | str) -> None:
     env = agent_env(tmp_path)
     wid = run_cli(db, "start", "parent_of_held", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
     child = f"{wid}.0"
@@ -94,8 +92,7 @@ def test_terminating_a_parent_terminates_its_children_and_fences_out_a_running_o
         assert store.get_workflow(child).error == "terminated by an operator: runaway"
 
 
-def test_terminating_a_child_alone_tells_its_parent(tmp_path: Path) -> None:
-    db = tmp_path / "t.db"
+def test_terminating_a_child_alone_tells_its_parent(tmp_path: Path, db: Path | str) -> None:
     env = agent_env(tmp_path)
     wid, child, grandchild = start_family(db, tmp_path)
     assert run_cli(db, "terminate", child, "--reason", "stuck", env=env).returncode == 0

@@ -23,7 +23,7 @@ from engine.worker import Worker
 WID = "agent-1"
 
 
-def seed(db: Path) -> Path:
+def seed(db: Path | str) -> Path | str:
     with open_store(db) as store:
         store.start_workflow("support_agent", "order-1", workflow_id=WID)
     Worker(db, load_app("sample_workflows"), poll=0.002).run(until_idle=True)
@@ -48,14 +48,14 @@ async def open_agent(pilot: Pilot[Any]) -> WorkflowScreen:
     return screen
 
 
-def answers(db: Path) -> list[Any]:
+def answers(db: Path | str) -> list[Any]:
     with open_store(db, readonly=True) as store:
         return [s.payload for s in store.list_signals(WID) if s.name.startswith("approval:")]
 
 
 @async_test
-async def test_approve_answers_the_request_on_screen_with_a_note(tmp_path: Path) -> None:
-    db = seed(tmp_path / "replaylog.db")
+async def test_approve_answers_the_request_on_screen_with_a_note(db: Path | str) -> None:
+    seed(db)
     app = make_app(db)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_agent(pilot)
@@ -71,8 +71,8 @@ async def test_approve_answers_the_request_on_screen_with_a_note(tmp_path: Path)
 
 
 @async_test
-async def test_one_dialog_rejects_with_its_button_and_x_stays_cancel(tmp_path: Path) -> None:
-    db = seed(tmp_path / "replaylog.db")
+async def test_one_dialog_rejects_with_its_button_and_x_stays_cancel(db: Path | str) -> None:
+    seed(db)
     app = make_app(db)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_agent(pilot)
@@ -95,8 +95,8 @@ async def test_one_dialog_rejects_with_its_button_and_x_stays_cancel(tmp_path: P
 
 
 @async_test
-async def test_a_stale_dialog_is_refused_in_place_when_the_request_was_answered_meanwhile(tmp_path: Path) -> None:
-    db = seed(tmp_path / "replaylog.db")
+async def test_a_stale_dialog_is_refused_in_place_when_the_request_was_answered_meanwhile(db: Path | str) -> None:
+    seed(db)
     app = make_app(db)
     async with app.run_test(size=SIZE) as pilot:
         await open_agent(pilot)
@@ -113,8 +113,8 @@ async def test_a_stale_dialog_is_refused_in_place_when_the_request_was_answered_
 
 
 @async_test
-async def test_readonly_offers_no_approve_or_reject(tmp_path: Path) -> None:
-    db = seed(tmp_path / "replaylog.db")
+async def test_readonly_offers_no_approve_or_reject(db: Path | str) -> None:
+    seed(db)
     app = make_app(db, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_agent(pilot)
@@ -134,8 +134,8 @@ async def test_readonly_offers_no_approve_or_reject(tmp_path: Path) -> None:
 
 
 @async_test
-async def test_the_transcript_shows_calls_the_child_and_the_approval(tmp_path: Path) -> None:
-    db = seed(tmp_path / "replaylog.db")
+async def test_the_transcript_shows_calls_the_child_and_the_approval(db: Path | str) -> None:
+    seed(db)
     app = make_app(db)
     async with app.run_test(size=SIZE) as pilot:
         await open_agent(pilot)
@@ -151,8 +151,8 @@ async def test_the_transcript_shows_calls_the_child_and_the_approval(tmp_path: P
 
 
 @async_test
-async def test_the_list_filters_to_workflows_waiting_for_an_approval(tmp_path: Path) -> None:
-    db = seed(tmp_path / "replaylog.db")
+async def test_the_list_filters_to_workflows_waiting_for_an_approval(db: Path | str) -> None:
+    seed(db)
     with open_store(db) as store:
         store.start_workflow("two_approvals", workflow_id="signal-waiter")  # waits for a plain signal
     Worker(db, load_app("sample_workflows"), poll=0.002).run(until_idle=True)
@@ -173,8 +173,8 @@ async def test_the_list_filters_to_workflows_waiting_for_an_approval(tmp_path: P
 
 
 @async_test
-async def test_the_workflow_screen_links_parent_and_children(tmp_path: Path) -> None:
-    db = seed(tmp_path / "replaylog.db")
+async def test_the_workflow_screen_links_parent_and_children(db: Path | str) -> None:
+    seed(db)
     app = make_app(db)
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_agent(pilot)

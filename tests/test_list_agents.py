@@ -11,8 +11,7 @@ from test_fault_agents import agent_env
 from conftest import run_cli
 
 
-def seeded(tmp_path: Path) -> tuple[Any, dict[str, str]]:
-    db = tmp_path / "l.db"
+def seeded(tmp_path: Path, db: Path | str) -> tuple[Any, dict[str, str]]:
     env = agent_env(tmp_path)
 
     def cli(*args: str) -> Any:
@@ -24,8 +23,8 @@ def seeded(tmp_path: Path) -> tuple[Any, dict[str, str]]:
     return cli, ids
 
 
-def test_list_awaiting_approval_shows_only_workflows_waiting_for_an_answer(tmp_path: Path) -> None:
-    cli, ids = seeded(tmp_path)
+def test_list_awaiting_approval_shows_only_workflows_waiting_for_an_answer(tmp_path: Path, db: Path | str) -> None:
+    cli, ids = seeded(tmp_path, db)
     listed = json.loads(cli("list", "--json", "--awaiting", "approval").stdout)
     assert [r["id"] for r in listed] == [ids["guarded"]]
     assert listed[0]["blocked_on"] == "approval:req-0"
@@ -38,8 +37,8 @@ def test_list_awaiting_approval_shows_only_workflows_waiting_for_an_answer(tmp_p
     assert bad.returncode != 0 and "'signal' is not 'approval'" in bad.stderr and bad.stdout == ""
 
 
-def test_list_tree_puts_children_under_their_parent(tmp_path: Path) -> None:
-    cli, ids = seeded(tmp_path)
+def test_list_tree_puts_children_under_their_parent(tmp_path: Path, db: Path | str) -> None:
+    cli, ids = seeded(tmp_path, db)
     fam = ids["family"]
     flat = json.loads(cli("list", "--json").stdout)
     assert {r["id"]: r["parent"] for r in flat}[f"{fam}.0.0"] == f"{fam}.0"

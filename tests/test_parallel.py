@@ -154,8 +154,7 @@ def ledger(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_worker_runs_the_tasks_at_once(tmp_path: Path) -> None:
-    db = tmp_path / "p.db"
+def test_a_worker_runs_the_tasks_at_once(tmp_path: Path, db: Path | str) -> None:
     env = agent_env(tmp_path)
     wid = run_cli(db, "start", "fan", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
     done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env, timeout=120)
@@ -165,8 +164,7 @@ def test_a_worker_runs_the_tasks_at_once(tmp_path: Path) -> None:
         assert (row.status, row.result) == ("completed", ["a", "b"]), row.error
 
 
-def test_parallel_error_carries_each_outcome_through_a_worker(tmp_path: Path) -> None:
-    db = tmp_path / "p.db"
+def test_parallel_error_carries_each_outcome_through_a_worker(tmp_path: Path, db: Path | str) -> None:
     env = agent_env(tmp_path)
     wid = run_cli(db, "start", "partly_broken", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
     assert run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env).returncode == 0
@@ -183,8 +181,7 @@ def test_parallel_error_carries_each_outcome_through_a_worker(tmp_path: Path) ->
     ("non json", "an argument of activity 'note' is of type set"),
 ])
 def test_bad_groups_fail_in_one_line_through_a_worker_and_write_no_slot(tmp_path: Path, kind: str,
-                                                                         message: str) -> None:
-    db = tmp_path / "p.db"
+                                                                         message: str, db: Path | str) -> None:
     env = agent_env(tmp_path)
     wid = run_cli(db, "start", "bad_group", json.dumps(kind), "--app", "agent_app", env=env).stdout.strip()
     assert run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env).returncode == 0

@@ -227,6 +227,50 @@ def test_an_operator_write_whose_answer_was_lost_is_made_once_and_answered_as_th
         assert s.get_workflow("y").status == "terminated"
 
 
+def test_issue_18_writes_whose_answer_was_lost_are_made_once(pg_url: str) -> None:
+    """An approval, a cascading cancel, a parallel task's slot and a child's slot: retried after a lost
+    answer, each finds its own commit and answers as the first try would have."""
+    with open_store(pg_url) as s:
+        s.start_workflow("asks", None, workflow_id="a")
+        (claim,) = s.claim("w1", ttl=30)
+        s.commit_batch(finishes=[(claim, Outcome(status="blocked", blocked_on="approval:req-0"))], ttl=30)
+        lose_the_next_answer(s)
+        assert s.answer_approval("a", approved=True, by="ann@host") == "req-0"  # not "no pending request"
+        assert s.count_signals("a") == (1, 1)
+        assert [x.action for x in s.list_audit("a")] == ["start", "approve"]
+
+        s.start_workflow("parent", None, workflow_id="p")
+        (parent,) = s.claim("w1", ttl=30, names=["parent"])
+        lose_the_next_answer(s)
+        child = CommandRecord("child", "kid", True, {"id": "p.0", "input": None}, None, 1, "[null]")
+        assert s.commit_record(parent, 0, child, ttl=30) is True  # not "'p.0' already exists"
+        assert s.family("p")["children"] == [{"id": "p.0", "workflow": "kid", "status": "pending"}]
+        lose_the_next_answer(s)
+        assert s.cancel_workflow("p", "enough") == "running"  # not "already asked to cancel"
+        assert [(x.action, x.detail) for x in s.list_audit("p.0")] == [("cancel", "with its parent, from p")]
+
+        real = s._conn
+        lost: list[int] = []
+
+        class LosesTheAnswer:
+            """The first slot statement commits, then the connection dies before its answer comes."""
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            def execute(self, statement: str, params: object = None) -> object:
+                cur = real.execute(statement, params)
+                if "INSERT INTO commands" in statement and not lost:
+                    lost.append(1)
+                    real.close()
+                    raise psycopg.OperationalError("the connection was lost")
+                return cur
+
+        s._conn = LosesTheAnswer()  # type: ignore[assignment]
+        assert s.commit_record(parent, 2, rec("task", 2), ttl=30, parallel=True) is True  # found as its own
+        assert lost and [c.slot for c in s.list_commands("p")] == [0, 2]
+
+
 def test_pg_terminate_backend_mid_run_loses_and_doubles_nothing(pg_url: str, tmp_path: Path) -> None:
     from test_worker import APP, env_for, ledger, recorded, start_many, statuses
 

@@ -8,8 +8,7 @@ from pathlib import Path
 from conftest import run_cli
 
 
-def test_the_sample_agent_waits_for_approval_then_calls_the_risky_tool_once(tmp_path: Path) -> None:
-    db = tmp_path / "s.db"
+def test_the_sample_agent_waits_for_approval_then_calls_the_risky_tool_once(db: Path | str) -> None:
     wid = run_cli(db, "start", "support_agent", '"order-5"').stdout.strip().splitlines()[-1]
     assert run_cli(db, "worker", "--until-idle", "--quiet", timeout=120).returncode == 0
     shown = json.loads(run_cli(db, "show", wid, "--json").stdout)

@@ -19,9 +19,10 @@ from typing import Any
 import psycopg
 
 from engine.core import TIMER, CommandRecord, Outcome
-from engine.errors import StoreError
+from engine.errors import DuplicateWorkflowIdError, StoreError
 from engine.store.keys import SLOT_LIMIT
 from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
+from engine.store.postgres.operations import tell_parent
 from engine.store.rows import Claim, PendingRecord, dumps
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
@@ -32,24 +33,61 @@ _SLOT = (
     "WITH f AS (UPDATE workflows SET slots = %s + 1, lease_expires = %s,"
     " updated_at = CASE WHEN updated_at < %s - 1 THEN %s ELSE updated_at END"
     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots = %s RETURNING cancel_requested)"
-    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
-    " SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM f"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
     # The fence's row also says whether an operator asked to cancel: the worker learns of
     # it from the commit itself, without a query of its own per slot (as on SQLite).
     " RETURNING (SELECT cancel_requested FROM f)"
+)
+# A task of a parallel group (engine.store.commit, Commits._write_parallel): fenced by the
+# lease alone, whatever slot is next, since the group's tasks complete in any order;
+# `slots` only grows. A slot already written is not written twice (its key is the
+# primary key): the statement then returns no row.
+_PARALLEL = (
+    "WITH f AS (UPDATE workflows SET slots = GREATEST(slots, %s + 1), lease_expires = %s"
+    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING 1)"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f ON CONFLICT (slot_key) DO NOTHING"
+    " RETURNING NULL::text"
 )
 _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_key = %s AND w.id = %s"
          " AND w.lease_owner = %s AND w.lease_epoch = %s")
 
 
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
-                 ttl: float) -> tuple[object, ...]:
+                 ttl: float, parallel: bool = False) -> tuple[object, ...]:
+    """The parameters of `_SLOT` (of `_PARALLEL` for a task of a parallel group)."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
-    kind, name, ok, value, error, attempts = rec
+    kind, name, ok, value, error, attempts, args = rec
     stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
-    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot,
-            claim.base + slot, kind, name, bool(ok), stored, error, attempts, now)
+    row = (claim.base + slot, kind, name, bool(ok), stored, error, attempts, now, args)
+    if parallel:
+        return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row)
+    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
+
+
+def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> None:
+    """Start the child workflow a parent's slot records, in the same transaction: never twice.
+
+    The worker checks the id before it commits; a workflow of that id that is not this
+    parent's child (started meanwhile) refuses the whole commit.
+    """
+    child_id = rec.value["id"]
+    child_input = rec.value.get("input")
+    cur = conn.execute(
+        "INSERT INTO workflows (id, workflow, status, input, slots, created_at, updated_at, parent)"
+        " VALUES (%s, %s, 'pending', %s, 0, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        (child_id, rec.name, None if child_input is None else dumps(child_input), now, now, claim.id))
+    if cur.rowcount == 0:
+        row = conn.execute("SELECT parent FROM workflows WHERE id = %s", (child_id,)).fetchone()
+        if row is None or row[0] != claim.id:
+            raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+
+
+def _starts_child(rec: CommandRecord) -> bool:
+    """Whether recording `rec` starts a child workflow (ctx.call_workflow's slot)."""
+    return rec.kind == "child" and bool(rec.ok) and rec.error is None
 
 
 def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
@@ -102,6 +140,11 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
             "SELECT 1 FROM workflows WHERE id = %s AND lease_owner IS NULL AND lease_epoch = %s"
             " AND status <> 'running'", (claim.id, claim.epoch)).fetchone() is None):
         return False
+    if cur.rowcount == 1 and status in ("completed", "failed", "cancelled"):
+        # (Not when a retry found its verdict committed: its parent was told then.)
+        ok = status == "completed"
+        tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
+                                     "error": None if ok else outcome.error}, now)
     if consumed:
         conn.execute("UPDATE signals SET consumed = true WHERE workflow_id = %s AND NOT consumed AND seq = ANY(%s)",
                      (claim.id, consumed))
@@ -124,18 +167,36 @@ class PGCommits(PGConnection):
         return found
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float) -> bool:
-        """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip."""
-        params = _slot_params(claim, slot, rec, text, time.time(), ttl)
+                      ttl: float, parallel: bool = False) -> bool:
+        """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip.
+
+        `parallel` marks a task of a parallel group: written if the lease holds and the
+        slot is not written yet, whatever slot is next. A child workflow's slot starts the
+        child in the same transaction.
+        """
+        now = time.time()
+        params = _slot_params(claim, slot, rec, text, now, ttl, parallel)
+        statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
-        return self._run(lambda conn, attempt: _written(conn.execute(_SLOT, params), claim, slot, attempt, cancels),
-                         write=True)
+        if not _starts_child(rec):
+            return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot, attempt,
+                                                            cancels), write=True)
+
+        def commit_child(conn: Conn, attempt: int) -> bool:
+            with conn.transaction():
+                written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
+                if written:
+                    _start_child(conn, claim, rec, now)
+                    conn.execute(NOTIFY)  # a new pending workflow
+            return written
+
+        return self._run(commit_child, write=True)
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
         now = time.time()
-        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl) for r in records]
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel) for r in records]
         cancels = self.cancels
 
         def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
@@ -143,13 +204,17 @@ class PGCommits(PGConnection):
                 # Pipelined: the slots' statements go out together and their answers come back
                 # together, one round trip for the batch instead of one per outcome.
                 with conn.pipeline() as pipe:
-                    cursors = [conn.execute(_SLOT, p) for p in params]
+                    cursors = [conn.execute(_PARALLEL if r.parallel else _SLOT, p)
+                               for r, p in zip(records, params, strict=True)]
                     pipe.sync()
                 # (After a lost answer, a refused slot is looked for as our own row.)
                 written = [_written(c, r.claim, r.slot, attempt, cancels)
                            for c, r in zip(cursors, records, strict=True)]
+                children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
+                for r in children:
+                    _start_child(conn, r.claim, r.record, now)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
-                if finishes:
+                if finishes or children:
                     conn.execute(NOTIFY)
             return written, finished
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from engine.core import CommandRecord, SignalRecord, WorkflowState, new_record
+from engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from engine.marks import Mark
 from engine.store.keys import SLOT_BITS, SLOT_LIMIT, slot_key
 from engine.store.leases import CLAIM_LOAD_SLOTS
@@ -106,12 +106,17 @@ class PGLeases(PGConnection):
         json_loads = json.loads
         rec = CommandRecord
         out: dict[str, tuple[list[CommandRecord], list[SignalRecord]]] = {wid: ([], []) for wid in ids}
-        for wid, kind, name, ok, value, error, attempts in conn.execute(
-            "SELECT w.id, c.kind, c.name, c.ok, c.value, c.error, c.attempts FROM workflows w JOIN commands c"
+        for wid, slot, kind, name, ok, value, error, attempts, args in conn.execute(
+            f"SELECT w.id, c.slot_key - (w.seq << {SLOT_BITS}), c.kind, c.name, c.ok, c.value, c.error, c.attempts,"
+            " c.args FROM workflows w JOIN commands c"
             f" ON c.slot_key BETWEEN (w.seq << {SLOT_BITS}) AND (w.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1}"
             " WHERE w.id = ANY(%s) ORDER BY w.id, c.slot_key", (list(ids),)):
-            out[wid][0].append(new_record(rec, (kind, name, ok, None if value is None else json_loads(value),
-                                                error, attempts)))
+            commands = out[wid][0]
+            if slot != len(commands):
+                # A parallel group the worker died in the middle of left a gap (engine.core.HOLE).
+                commands.extend([HOLE] * (int(slot) - len(commands)))
+            commands.append(new_record(rec, (kind, name, ok, None if value is None else json_loads(value),
+                                             error, attempts, args)))
         for wid, seq, name, payload in conn.execute(
             "SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id = ANY(%s)"
             " ORDER BY workflow_id, seq", (list(ids),)):

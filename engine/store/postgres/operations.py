@@ -1,4 +1,4 @@
-"""Operator writes on PostgreSQL: start, signal, cancel, terminate, retry, fork, import; each one announced (NOTIFY).
+"""Operator writes on PostgreSQL: start, signal, cancel, terminate, retry, fork, import, approve; each NOTIFYs.
 
 Each is one transaction that also appends the action to the audit table, refused whole
 (nothing written) on bad input, as on SQLite (engine.store.operations). The workflow's
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import errors as pg_errors
 
-from engine.core import TIMER
+from engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER
 from engine.errors import (
     DuplicateWorkflowIdError,
     OperatorRefusedError,
@@ -27,7 +27,7 @@ from engine.errors import (
     WorkflowClosedError,
 )
 from engine.store.keys import SLOT_LIMIT, slot_key
-from engine.store.operations import _check_id, actor, new_workflow_id
+from engine.store.operations import ApprovalRefusedError, _check_id, _utc, actor, new_workflow_id
 from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
 from engine.store.rows import FINISHED_STATUSES, dumps
 
@@ -59,6 +59,85 @@ def _status_of(conn: Conn, workflow_id: str) -> tuple[str, str | None]:
     if row is None:
         raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
     return row[0], row[1]
+
+
+def _append_signal(conn: Conn, workflow_id: str, name: str, text: str, now: float, status: str,
+                   blocked_on: str | None) -> int:
+    """Append a signal with the next sequence number; wake the workflow if it waits on `name`.
+
+    The caller holds the workflow's row lock: it orders concurrent senders (sequence numbers
+    without gaps or repeats) and a claim of a passed deadline, which cannot take it as well.
+    """
+    seq_row = conn.execute(
+        "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
+        " SELECT %s, COALESCE(MAX(seq), 0) + 1, %s, %s, false, %s FROM signals WHERE workflow_id = %s"
+        " RETURNING seq", (workflow_id, name, text, now, workflow_id)).fetchone()
+    assert seq_row is not None
+    if status == "blocked" and blocked_on == name and name != TIMER:
+        conn.execute("UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL,"
+                     " updated_at = %s WHERE id = %s", (now, workflow_id))
+    else:
+        conn.execute("UPDATE workflows SET updated_at = %s WHERE id = %s", (now, workflow_id))
+    return int(seq_row[0])
+
+
+def tell_parent(conn: Conn, child_id: str, outcome: dict[str, Any], now: float) -> None:
+    """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
+    row = conn.execute(
+        "SELECT p.id, p.status, p.blocked_on FROM workflows c JOIN workflows p ON p.id = c.parent"
+        " WHERE c.id = %s FOR UPDATE OF p", (child_id,)).fetchone()
+    if row is None or row[1] in FINISHED_STATUSES:
+        return
+    _append_signal(conn, row[0], CHILD_PREFIX + child_id, dumps(outcome), now, row[1], row[2])
+
+
+def _unfinished_descendants(conn: Conn, workflow_id: str) -> list[tuple[str, str | None]]:
+    """(id, cancel_requested) of a workflow's unfinished children, grandchildren, …, in start order, locked."""
+    return [(r[0], r[1]) for r in conn.execute(
+        "WITH RECURSIVE tree(id) AS (SELECT id FROM workflows WHERE parent = %s"
+        " UNION SELECT w.id FROM workflows w JOIN tree ON w.parent = tree.id)"
+        " SELECT w.id, w.cancel_requested FROM workflows w JOIN tree ON w.id = tree.id"
+        " WHERE w.status IN ('pending', 'running', 'blocked') ORDER BY w.seq FOR UPDATE OF w", (workflow_id,))]
+
+
+def _request_cancel(conn: Conn, workflow_id: str, reason: str | None, now: float, who: str,
+                    detail: str | None = None) -> None:
+    """Set an unfinished workflow's cancel request; a blocked one is made runnable so that its wait raises it."""
+    conn.execute(
+        "UPDATE workflows SET cancel_requested = %s, updated_at = %s,"
+        " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
+        " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
+        " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = %s",
+        (reason or "", now, workflow_id))
+    _audit(conn, workflow_id, "cancel", now, who, reason, detail)
+
+
+def _terminate(conn: Conn, workflow_id: str, error: str, reason: str | None, now: float, who: str,
+               detail: str | None = None) -> None:
+    """End an unfinished workflow `terminated`, its lease epoch moved on (its worker fenced out)."""
+    conn.execute(
+        "UPDATE workflows SET status = 'terminated', error = %s, blocked_on = NULL, wake_at = NULL,"
+        " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
+        " updated_at = %s WHERE id = %s", (error, now, workflow_id))
+    _audit(conn, workflow_id, "terminate", now, who, reason, detail)
+
+
+def _approval_timeout(conn: Conn, seq: int, request: str | None) -> tuple[str, float] | None:
+    """(request id, deadline) of the named approval request if it timed out, else of the latest that did; or None.
+
+    A timed-out approval leaves a `timeout` slot named "approval:RID" holding the time it
+    was decided, after the wait's `deadline` slot holding the deadline itself.
+    """
+    base = slot_key(seq)
+    which, param = (("left(t.name, %s) = %s", [len(APPROVAL_PREFIX), APPROVAL_PREFIX]) if request is None
+                    else ("t.name = %s", [APPROVAL_PREFIX + request]))
+    row = conn.execute(
+        "SELECT t.name, d.value FROM commands t JOIN commands d ON d.slot_key = t.slot_key - 1"
+        f" WHERE t.slot_key BETWEEN %s AND %s AND t.kind = 'timeout' AND d.kind = 'deadline' AND {which}"
+        " ORDER BY t.slot_key DESC LIMIT 1", (base, base + SLOT_LIMIT - 1, *param)).fetchone()
+    if row is None:
+        return None
+    return row[0][len(APPROVAL_PREFIX):], float(row[1])
 
 
 def _insert_workflow(conn: Conn, wid: str, workflow: str, input_text: str | None, now: float,
@@ -111,6 +190,10 @@ class PGOperatorWrites(PGConnection):
         """
         if not name:
             raise StoreError("the signal name must not be empty")
+        if name.startswith(APPROVAL_PREFIX):
+            raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
+        if name.startswith(CHILD_PREFIX):
+            raise StoreError(f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish")
         text = self.encode_payload(payload, f"the payload of signal {name!r}")
         now, who = time.time(), actor()
 
@@ -127,18 +210,7 @@ class PGOperatorWrites(PGConnection):
                 status, blocked_on = row
                 if status in FINISHED_STATUSES:
                     raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
-                seq_row = conn.execute(
-                    "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
-                    " SELECT %s, COALESCE(MAX(seq), 0) + 1, %s, %s, false, %s FROM signals WHERE workflow_id = %s"
-                    " RETURNING seq", (workflow_id, name, text, now, workflow_id)).fetchone()
-                assert seq_row is not None
-                seq = int(seq_row[0])
-                if status == "blocked" and blocked_on == name and name != TIMER:
-                    # Under the row lock: a claim of its passed deadline cannot take it as well.
-                    conn.execute("UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL,"
-                                 " updated_at = %s WHERE id = %s", (now, workflow_id))
-                else:
-                    conn.execute("UPDATE workflows SET updated_at = %s WHERE id = %s", (now, workflow_id))
+                seq = _append_signal(conn, workflow_id, name, text, now, status, blocked_on)
                 _audit(conn, workflow_id, "signal", now, who, detail=f"{name} #{seq}")
                 conn.execute(NOTIFY)
             return seq
@@ -146,7 +218,11 @@ class PGOperatorWrites(PGConnection):
         return self._run(send, write=True)
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
-        """Ask a pending, running or blocked workflow to cancel; return the status it had (see the SQLite store)."""
+        """Ask a pending, running or blocked workflow to cancel; return the status it had (see the SQLite store).
+
+        Its unfinished child workflows (at any depth) are asked to cancel in the same
+        transaction, each with an audit row.
+        """
         now, who = time.time(), actor()
         first: list[str] = []  # the status the first try read, for a retry that finds it committed
 
@@ -161,20 +237,21 @@ class PGOperatorWrites(PGConnection):
                 if requested is not None:
                     raise OperatorRefusedError(f"workflow {workflow_id!r} was already asked to cancel")
                 first[:] = [status]
-                conn.execute(
-                    "UPDATE workflows SET cancel_requested = %s, updated_at = %s,"
-                    " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
-                    " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
-                    " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = %s",
-                    (reason or "", now, workflow_id))
-                _audit(conn, workflow_id, "cancel", now, who, reason)
+                _request_cancel(conn, workflow_id, reason, now, who)
+                for child, child_requested in _unfinished_descendants(conn, workflow_id):
+                    if child_requested is None:  # a child already asked keeps its own request
+                        _request_cancel(conn, child, reason, now, who, detail=f"with its parent, from {workflow_id}")
                 conn.execute(NOTIFY)
             return status
 
         return self._run(cancel, write=True)
 
     def terminate_workflow(self, workflow_id: str, reason: str | None = None) -> str:
-        """Stop a pending, running or blocked workflow at once, fencing out its worker; the status it had."""
+        """Stop a pending, running or blocked workflow at once, fencing out its worker; the status it had.
+
+        Its unfinished child workflows (at any depth) are terminated with it, each with an
+        audit row; a child terminated on its own has its parent told, as when a child fails.
+        """
         now, who = time.time(), actor()
         error = f"terminated by an operator: {reason}" if reason else "terminated by an operator"
         first: list[str] = []
@@ -188,12 +265,12 @@ class PGOperatorWrites(PGConnection):
                     raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
                                                " blocked workflow can be terminated")
                 first[:] = [status]
+                descendants = _unfinished_descendants(conn, workflow_id)
                 # The epoch moves on: every later write of the worker holding the lease is refused.
-                conn.execute(
-                    "UPDATE workflows SET status = 'terminated', error = %s, blocked_on = NULL, wake_at = NULL,"
-                    " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
-                    " updated_at = %s WHERE id = %s", (error, now, workflow_id))
-                _audit(conn, workflow_id, "terminate", now, who, reason)
+                _terminate(conn, workflow_id, error, reason, now, who)
+                for child, _ in descendants:
+                    _terminate(conn, child, error, reason, now, who, detail=f"with its parent, from {workflow_id}")
+                tell_parent(conn, workflow_id, {"ok": False, "result": None, "error": error}, now)
                 conn.execute(NOTIFY)
             return status
 
@@ -245,8 +322,9 @@ class PGOperatorWrites(PGConnection):
                 new = slot_key(_insert_workflow(conn, wid, workflow, input_text, now, slots=from_slot,
                                                 forked_from=workflow_id, forked_slot=from_slot))
                 conn.execute(
-                    "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
-                    " SELECT slot_key - %s + %s, kind, name, ok, value, error, attempts, recorded_at FROM commands"
+                    "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+                    " SELECT slot_key - %s + %s, kind, name, ok, value, error, attempts, recorded_at, args"
+                    " FROM commands"
                     " WHERE slot_key BETWEEN %s AND %s", (old, new, old, old + from_slot - 1))
                 conn.execute(
                     "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
@@ -266,7 +344,7 @@ class PGOperatorWrites(PGConnection):
         input_text = self.encode_payload(doc.input, "the workflow input") if doc.has_input else None
         result = self.encode_payload(doc.result, "the workflow's result") if status == "completed" else None
         commands = [(c.kind, c.name, bool(c.ok), self.encode_payload(c.value, f"slot {i}'s value") if c.ok else None,
-                     c.error, c.attempts, at)
+                     c.error, c.attempts, at, c.args)
                     for i, (c, at) in enumerate(zip(doc.commands, doc.recorded_at, strict=True))]
         consumed = status != "pending"
         signals = [(wid, s.seq, s.name, self.encode_payload(s.payload, f"the payload of signal {s.name!r}"),
@@ -286,8 +364,8 @@ class PGOperatorWrites(PGConnection):
                 with conn.cursor() as cur:
                     if commands:
                         cur.executemany(
-                            "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at)"
-                            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                            "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at,"
+                            " args) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                             [(base + i, *c) for i, c in enumerate(commands)])
                     if signals:
                         cur.executemany(
@@ -298,3 +376,49 @@ class PGOperatorWrites(PGConnection):
 
         self._run(write, write=True)
         return wid
+
+    def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
+                        request: str | None = None) -> str:
+        """Answer the approval request a workflow waits on, in one transaction; return its id (see the SQLite store).
+
+        Refused (ApprovalRefusedError, nothing written) when the workflow waits on no
+        approval, `request` names another request than the pending one, or the pending
+        one's deadline has passed (decided under the row lock, so a claim recording the
+        timeout and an answer cannot both win).
+        """
+        now, who = time.time(), actor()
+        action = "approve" if approved else "reject"
+
+        def answer(conn: Conn, attempt: int) -> str:
+            with conn.transaction():
+                done = _done_before(conn, attempt, workflow_id, action, now, who)
+                if done is not None:
+                    return done  # detail: the request id answered
+                row = conn.execute("SELECT status, blocked_on, wake_at, seq FROM workflows WHERE id = %s FOR UPDATE",
+                                   (workflow_id,)).fetchone()
+                if row is None:
+                    raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+                status, blocked_on, wake_at, seq = row
+                waiting = status == "blocked" and bool(blocked_on) and blocked_on.startswith(APPROVAL_PREFIX)
+                pending = blocked_on[len(APPROVAL_PREFIX):] if waiting else None
+                if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
+                    raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
+                                               f" {_utc(wake_at)}: it is closed, the answer was not recorded")
+                if pending is None or (request is not None and request != pending):
+                    timed_out = _approval_timeout(conn, int(seq), request)
+                    late = "" if timed_out is None else (f"; request {timed_out[0]!r} timed out at"
+                                                         f" {_utc(timed_out[1])} and is closed")
+                    if pending is not None:
+                        raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
+                                                   f" {workflow_id!r} waits on {pending!r}{late}")
+                    waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
+                    raise ApprovalRefusedError(
+                        f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
+                payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
+                text = self.encode_payload(payload, "the approval's answer")
+                _append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
+                _audit(conn, workflow_id, action, now, who, note, detail=pending)
+                conn.execute(NOTIFY)
+            return str(pending)
+
+        return self._run(answer, write=True)

@@ -87,6 +87,11 @@ def _create(conn: psycopg.Connection[tuple[object, ...]]) -> None:
         " reason text, detail text)"
     )
     conn.execute(f"CREATE INDEX audit_workflow ON {SCHEMA}.audit (workflow_id, seq)")
+    # The argument guard's key of an activity slot's arguments (engine.core.args_key), as on
+    # SQLite; and a child workflow's parent (ctx.call_workflow), which its verdict is delivered to.
+    conn.execute(f"ALTER TABLE {SCHEMA}.commands ADD COLUMN args text")
+    conn.execute(f"ALTER TABLE {SCHEMA}.workflows ADD COLUMN parent text")
+    conn.execute(f"CREATE INDEX workflows_parent ON {SCHEMA}.workflows (parent) WHERE parent IS NOT NULL")
     # New columns and tables of schema version 1 go here, at the end, until a release ships it.
 
 

@@ -1,0 +1,175 @@
+"""Issue 18 in the store itself, on both backends: parallel commits, child workflows, approvals, argument keys.
+
+The worker and CLI tests (test_parallel, test_children*, test_approvals, test_arg_guard) run
+these paths end to end; here each store promise is pinned down on its own, so that SQLite
+and PostgreSQL are held to the same answers.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import sql
+from engine.core import CHILD_PREFIX, HOLE, CommandRecord, Outcome
+from engine.errors import DuplicateWorkflowIdError, OperatorRefusedError, StoreError
+from engine.store import PendingRecord, Store
+
+TTL = 30.0
+
+
+def rec(name: str, value: object = None, args: str | None = None) -> CommandRecord:
+    return CommandRecord("activity", name, True, value, None, 1, args)
+
+
+def child(child_id: str, workflow: str = "kid", value: object = 5) -> CommandRecord:
+    return CommandRecord("child", workflow, True, {"id": child_id, "input": value}, None, 1, f"[{value}]")
+
+
+def test_parallel_tasks_commit_in_any_order_once_each_and_only_under_the_lease(store: Store) -> None:
+    store.start_workflow("wf", None, workflow_id="p")
+    (claim,) = store.claim("w1", ttl=TTL)
+    assert store.commit_record(claim, 0, rec("before", 0), ttl=TTL)
+    assert store.commit_record(claim, 3, rec("t", 3), ttl=TTL, parallel=True)
+    assert store.commit_record(claim, 1, rec("t", 1), ttl=TTL, parallel=True)
+    assert not store.commit_record(claim, 1, rec("t", 1), ttl=TTL, parallel=True)  # never written twice
+    written, _ = store.commit_batch([PendingRecord(claim, 2, rec("t", 2), parallel=True)], ttl=TTL)
+    assert written == [True]
+    # The row's fence is at the group's end: the next plain slot is 4.
+    assert not store.commit_record(claim, 3, rec("after", 3), ttl=TTL)
+    assert store.commit_record(claim, 4, rec("after", 4), ttl=TTL)
+    assert [c.value for c in store.load_state("p").commands] == [0, 1, 2, 3, 4]
+    store.release(claim)
+    (again,) = store.claim("w2", ttl=TTL)
+    assert not store.commit_record(claim, 5, rec("t", 5), ttl=TTL, parallel=True)  # fenced out: old epoch
+    assert store.commit_record(again, 5, rec("t", 5), ttl=TTL, parallel=True)
+
+
+def test_a_gap_left_in_a_group_loads_as_a_hole_with_the_argument_keys_kept(store: Store) -> None:
+    store.start_workflow("wf", None, workflow_id="g")
+    (claim,) = store.claim("w1", ttl=TTL)
+    assert store.commit_record(claim, 0, rec("before", 0, '["x"]'), ttl=TTL)
+    assert store.commit_record(claim, 2, rec("t", 2, '["y"]'), ttl=TTL, parallel=True)
+    commands = store.load_state("g").commands
+    assert commands[1] is HOLE and [commands[0].args, commands[2].args] == ['["x"]', '["y"]']
+    assert [(c.slot, c.args) for c in store.list_commands("g")] == [(0, '["x"]'), (2, '["y"]')]
+    store.release(claim)
+    (again,) = store.claim("w1", ttl=TTL)  # a claim loads a short history itself
+    assert again.state is not None and again.state.commands == commands
+
+
+def test_a_child_slot_starts_the_child_and_its_end_wakes_the_parent(store: Store) -> None:
+    store.start_workflow("parent", None, workflow_id="p")
+    (claim,) = store.claim("w1", ttl=TTL)
+    assert store.commit_record(claim, 0, child("p.0"), ttl=TTL)
+    row = store.get_workflow("p.0")
+    assert (row.status, row.workflow, row.input, row.parent) == ("pending", "kid", 5, "p")
+    assert store.family("p") == {"parent": None, "children": [{"id": "p.0", "workflow": "kid", "status": "pending"}]}
+    assert store.family("p.0") == {"parent": "p", "children": []}
+    assert [w.id for w in store.list_workflows(top_level=True)] == ["p"]
+    assert store.count_workflows(top_level=True) == 1 and store.count_workflows() == 2
+    _, finished = store.commit_batch(finishes=[(claim, Outcome(status="blocked", blocked_on=CHILD_PREFIX + "p.0"))],
+                                     ttl=TTL)
+    assert finished == [True]
+    (kid,) = store.claim("w1", ttl=TTL)
+    assert kid.id == "p.0"
+    assert store.commit_batch(finishes=[(kid, Outcome(status="completed", result=7))], ttl=TTL)[1] == [True]
+    parent = store.get_workflow("p")
+    assert (parent.status, parent.blocked_on) == ("pending", None)  # woken by its child's verdict
+    assert [(s.name, s.payload) for s in store.list_signals("p")] == [
+        ("child:p.0", {"ok": True, "result": 7, "error": None})]
+
+
+def test_a_grandchild_is_a_descendant_and_a_cancelled_child_tells_its_parent(store: Store) -> None:
+    store.start_workflow("parent", None, workflow_id="p")
+    (claim,) = store.claim("w1", ttl=TTL)
+    written, _ = store.commit_batch([PendingRecord(claim, 0, child("p.0"))], ttl=TTL)  # a child in a batch
+    assert written == [True]
+    store.commit_batch(finishes=[(claim, Outcome(status="blocked", blocked_on=CHILD_PREFIX + "p.0"))], ttl=TTL)
+    (kid,) = store.claim("w1", ttl=TTL)
+    assert store.commit_record(kid, 0, child("p.0.0", "grandkid"), ttl=TTL)
+    assert [(w.id, w.parent) for w in store.list_descendants(["p"])] == [("p.0", "p"), ("p.0.0", "p.0")]
+    assert store.list_descendants([]) == []
+    store.commit_batch(finishes=[(kid, Outcome(status="cancelled", error="WorkflowCancelled: enough"))], ttl=TTL)
+    assert store.get_workflow("p").status == "pending"
+    assert [s.payload for s in store.list_signals("p")] == [
+        {"ok": False, "result": None, "error": "WorkflowCancelled: enough"}]
+
+
+def test_a_child_whose_id_is_taken_refuses_the_whole_commit(store: Store) -> None:
+    store.start_workflow("parent", None, workflow_id="p")
+    (claim,) = store.claim("w1", ttl=TTL)
+    store.start_workflow("other", None, workflow_id="p.0")  # started meanwhile by somebody else
+    with pytest.raises(DuplicateWorkflowIdError, match=r"'p\.0' already exists"):
+        store.commit_record(claim, 0, child("p.0"), ttl=TTL)
+    with pytest.raises(DuplicateWorkflowIdError):
+        store.commit_batch([PendingRecord(claim, 0, child("p.0"))], ttl=TTL)
+    assert store.list_commands("p") == [] and store.get_workflow("p.0").parent is None
+    # The lease still holds and slot 0 is still next: nothing of the refused commits was written.
+    assert store.commit_record(claim, 0, rec("a", 0), ttl=TTL)
+
+
+def _blocked_on_approval(store: Store, wid: str, *, wake_at: float | None = None) -> None:
+    store.start_workflow("asks", None, workflow_id=wid)
+    (claim,) = store.claim("w1", ttl=TTL)
+    request = {"request": "req-0", "action": "wire the money", "details": {"amount": 10}}
+    assert store.commit_record(claim, 0, CommandRecord("approval", "wire the money", True, request), ttl=TTL)
+    if wake_at is not None:
+        assert store.commit_record(claim, 1, CommandRecord("deadline", "approval:req-0", True, wake_at), ttl=TTL)
+    store.commit_batch(finishes=[(claim, Outcome(status="blocked", blocked_on="approval:req-0", wake_at=wake_at))],
+                       ttl=TTL)
+
+
+def test_an_approval_is_answered_once_and_only_for_the_pending_request(store: Store) -> None:
+    _blocked_on_approval(store, "a")
+    store.start_workflow("asks", None, workflow_id="other")
+    assert store.pending_approval("a") == {"request": "req-0", "action": "wire the money", "details": {"amount": 10}}
+    assert store.pending_approval("other") is None
+    assert [w.id for w in store.list_workflows(awaiting="approval")] == ["a"]
+    assert [w.id for w in store.list_workflow_summaries(awaiting="approval")] == ["a"]
+    assert store.count_workflows(awaiting="approval") == 1
+    with pytest.raises(StoreError, match="the one choice is 'approval'"):
+        store.count_workflows(awaiting="signal")
+    with pytest.raises(StoreError, match="answer approvals"):
+        store.send_signal("a", "approval:req-0", {"approved": True})
+    with pytest.raises(StoreError, match="sent by child workflows"):
+        store.send_signal("a", "child:x", {})
+    with pytest.raises(OperatorRefusedError, match=r"request 'req-5' is not the pending one.*'req-0'"):
+        store.answer_approval("a", approved=True, by="ann@host", request="req-5")
+    assert store.answer_approval("a", approved=False, by="ann@host", note="no", request="req-0") == "req-0"
+    assert store.get_workflow("a").status == "pending"
+    assert [s.payload for s in store.list_signals("a")] == [
+        {"approved": False, "by": "ann@host", "note": "no", "request": "req-0"}]
+    assert [(x.action, x.reason, x.detail) for x in store.list_audit("a")][-1] == ("reject", "no", "req-0")
+    with pytest.raises(OperatorRefusedError, match="has no pending approval request \\(it is pending\\)"):
+        store.answer_approval("a", approved=True, by="ann@host")  # used once
+    assert store.count_signals("a") == (1, 1)
+
+
+def test_a_request_past_its_deadline_is_closed_and_the_refusal_says_when(store: Store) -> None:
+    deadline = time.time() - 10
+    _blocked_on_approval(store, "late", wake_at=deadline)
+    shown = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(deadline))
+    with pytest.raises(OperatorRefusedError, match=f"request 'req-0' of workflow 'late' timed out at {shown}"):
+        store.answer_approval("late", approved=True, by="ann@host")
+    # A worker recorded the timeout (slots deadline, timeout) and the workflow went on.
+    (claim,) = store.claim("w1", ttl=TTL)
+    assert store.commit_record(claim, 2, CommandRecord("timeout", "approval:req-0", True, time.time()), ttl=TTL)
+    store.commit_batch(finishes=[(claim, Outcome(status="completed", result="timed out"))], ttl=TTL)
+    with pytest.raises(OperatorRefusedError, match=f"it is completed\\); request 'req-0' timed out at {shown}"):
+        store.answer_approval("late", approved=True, by="ann@host")
+    with pytest.raises(OperatorRefusedError, match=f"request 'req-0' timed out at {shown}"):
+        store.answer_approval("late", approved=True, by="ann@host", request="req-0")
+    assert store.count_signals("late") == (0, 0)
+    assert [x.action for x in store.list_audit("late")] == ["start"]
+
+
+def test_the_argument_keys_are_copied_by_a_fork(store: Store) -> None:
+    store.start_workflow("wf", None, workflow_id="f")
+    (claim,) = store.claim("w1", ttl=TTL)
+    assert store.commit_record(claim, 0, rec("ask", "answer", '["the prompt"]'), ttl=TTL)
+    assert store.commit_record(claim, 1, rec("ask", "answer"), ttl=TTL)  # opted out: no key
+    store.fork_workflow("f", 2, new_id="copy")
+    assert [c.args for c in store.list_commands("copy")] == ['["the prompt"]', None]
+    assert sql(store, "SELECT COUNT(*) FROM commands WHERE args IS NOT NULL")[0][0] == 2
