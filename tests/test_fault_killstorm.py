@@ -35,7 +35,7 @@ def _top_up(store: Store, expected: dict[str, int], rng: random.Random, count: i
 
 
 def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: Path | str | None = None,
-               lease: float = 60) -> dict[str, Any]:
+               lease: float = 60, workers: int = WORKERS) -> dict[str, Any]:
     """Run the storm and check every invariant; return the figures.
 
     `db`: a PostgreSQL URL to storm instead of a SQLite file. There a dead worker is found
@@ -52,12 +52,12 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
     killed: set[int] = set()
     integrity_checks = 0
     started = time.monotonic()
-    with reaping([WorkerProc(db, tmp / "logs", env, *args) for _ in range(WORKERS)]) as procs:
+    with reaping([WorkerProc(db, tmp / "logs", env, *args) for _ in range(workers)]) as procs:
         while len(killed) < kills_wanted:
             assert time.monotonic() - started < time_limit, f"only {len(killed)} kills in {time_limit:.0f} s"
             # Random points: during import, mid-claim, mid-activity, mid-commit.
             time.sleep(rng.uniform(0.1, 0.8))
-            victim = rng.randrange(WORKERS)
+            victim = rng.randrange(workers)
             procs[victim].kill()
             killed.add(procs[victim].pid)
             verdict = integrity(db)
@@ -127,7 +127,7 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
     logs = "".join(p.read_text(errors="replace") for p in (tmp / "logs").iterdir())
     assert "Traceback" not in logs and "database is locked" not in logs, logs[-2000:]
     return {
-        "kills": len(killed) - WORKERS,  # the final reaping of the survivors is not part of the storm
+        "kills": len(killed) - workers,  # the final reaping of the survivors is not part of the storm
         "storm_seconds": round(storm_seconds, 1),
         "integrity_checks_ok": integrity_checks + 2,
         "workflows": len(expected),
@@ -151,9 +151,10 @@ def test_kill_storm_loses_nothing_and_reruns_only_what_was_in_flight(tmp_path: P
 
 def test_kill_storm_on_postgresql_loses_nothing_and_reruns_only_what_was_in_flight(tmp_path: Path,
                                                                                    pg_url: str) -> None:
-    """A small storm on PostgreSQL: 12 SIGKILLs; dead workers' leases lapse (5 s) instead of being found by pid."""
+    """A small storm on PostgreSQL: 12 SIGKILLs of 3 workers (as many hosts would run them); dead workers'
+    leases lapse (5 s) instead of being found by pid."""
     figures = kill_storm(tmp_path, kills_wanted=12, time_limit=300, seed=int(os.environ.get("FAULT_SEED", "15")),
-                         db=pg_url, lease=5)
+                         db=pg_url, lease=5, workers=3)
     assert figures["kills"] >= 12
     report("kill_storm_postgresql", figures)
 
@@ -171,7 +172,7 @@ def test_soak_kill_storm_survives_a_thousand_kills(tmp_path: Path) -> None:
 def test_soak_kill_storm_on_postgresql_survives_a_thousand_kills(tmp_path: Path, pg_url: str) -> None:
     """The soak variant on PostgreSQL (make soak): at least 1,000 SIGKILLs, dead workers found by lapsed leases."""
     figures = kill_storm(tmp_path, kills_wanted=1000, time_limit=3 * 3600,
-                         seed=int(os.environ.get("FAULT_SEED", "1015")), db=pg_url, lease=5)
+                         seed=int(os.environ.get("FAULT_SEED", "1015")), db=pg_url, lease=5, workers=3)
     assert figures["kills"] >= 1000
     report("soak_kill_storm_postgresql", figures)
 
