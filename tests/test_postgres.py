@@ -402,3 +402,48 @@ def test_a_data_folder_left_by_a_cut_short_initdb_is_made_afresh() -> None:
             server.server.cleanup()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_start_mark_sent_without_waiting_outlives_a_killed_worker_and_counts_its_attempts(
+        pg_url: str, tmp_path: Path) -> None:
+    # Start marks go out without waiting for their answer (PGConnection._send_unanswered):
+    # a worker SIGKILLed while its activity runs must still leave the mark, on the server,
+    # where every host sees it; the next worker counts its attempts on from it.
+    from fault_harness import WorkerProc, fault_env, read_jsonl, reaping
+
+    ledger = tmp_path / "ledger.jsonl"
+    with open_store(pg_url) as store:
+        wid = store.start_workflow("stalled", "held")
+        held = fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "never"))
+        with reaping([]) as procs:
+            for crash in (1, 2):
+                w = WorkerProc(pg_url, tmp_path / "logs", held, "--quiet")
+                procs.append(w)
+                assert wait_for(lambda n=crash: sum(e.get("event") == "start" for e in read_jsonl(ledger)) == n,
+                                timeout=60), w.log()
+                w.kill()  # in the middle of the activity at slot 1, its mark's answer maybe unread
+                # The server runs what it was sent (a statement already in its socket): wait for it.
+                assert wait_for(lambda n=crash: (m := store.inflight(wid)) is not None and m.attempts == n,
+                                timeout=30)
+                row = store.inflight(wid)
+                assert row is not None and (row.slot, row.name, row.attempts) == (1, "stall", crash)
+        (tmp_path / "released").touch()
+        done = run_cli(pg_url, "worker", "--app", "fault_app", "--until-idle", "--quiet",
+                       env=fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "released")))
+        assert done.returncode == 0, done.stderr
+        assert store.get_workflow(wid).status == "completed"
+        assert [e["attempt"] for e in read_jsonl(ledger) if e.get("event") == "start"] == [1, 2, 3]
+
+
+def test_a_start_mark_whose_connection_broke_is_made_again_before_the_next_use(pg_url: str) -> None:
+    # A mark is sent without waiting for its answer; when the answer (read before the
+    # connection's next use) says it never ran, the store makes it again on a new connection.
+    with open_store(pg_url) as s, open_store(pg_url) as other:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (claim,) = s.claim("w1", ttl=30)
+        s.mark_started(claim, 0, "a", 1, time.time())
+        assert terminate_others(pg_url) >= 1  # the store's backend is gone; it does not know yet
+        s.mark_started(claim, 0, "a", 2, time.time())
+        s.get_workflow("x")  # the next use reads the mark's answer: lost, so it is made again
+        row = other.inflight("x")
+        assert row is not None and (row.slot, row.name, row.attempts) == (0, "a", 2)
