@@ -1,4 +1,4 @@
-"""Workloads 1–5 on DBOS (the peer), with its SQLite system database.
+"""Workloads 1–5 on DBOS (the peer), with its SQLite system database (or PostgreSQL: workload 7).
 
 Each workload runs in a fresh subprocess (`python -m bench.peer_dbos ROLE DB N ...`),
 because DBOS is a process-wide singleton; each prints one JSON line. The parent side
@@ -48,14 +48,19 @@ def version() -> str | None:
 # ---------------------------------------------------------------- the child side
 
 
+def system_url(db: str) -> str:
+    """DBOS's system database URL for `db`: a PostgreSQL URL as it is, else a SQLite file's path."""
+    return db if db.startswith(("postgresql://", "postgres://")) else f"sqlite:///{db}"
+
+
 def _configure(db: str, executor: str = "local") -> Any:
-    """Configure DBOS on `db` and register the bench workflows; return the DBOS class."""
+    """Configure DBOS on `db` (a SQLite file or a PostgreSQL URL) and register the bench workflows; return DBOS."""
     import logging
 
     from dbos import DBOS
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(config={"name": "replaylog-bench", "system_database_url": f"sqlite:///{db}", "log_level": "WARNING",
+    DBOS(config={"name": "replaylog-bench", "system_database_url": system_url(db), "log_level": "WARNING",
                  "application_version": "bench", "executor_id": executor})
     marks = os.environ.get("BENCH_MARKS")
 
@@ -187,7 +192,8 @@ def _fresh(workdir: Path, name: str) -> str:
     return str(path)
 
 
-def _call(role: str, db: str, *args: Any, timeout: float = 900, **env: str) -> dict[str, Any]:
+def call(role: str, db: str, *args: Any, timeout: float = 900, **env: str) -> dict[str, Any]:
+    """Run one DBOS workload `role` on `db` in a fresh process (DBOS is a singleton); its JSON line."""
     out = subprocess.run([sys.executable, "-m", "bench.peer_dbos", role, db, *map(str, args)], cwd=ROOT,
                          env=_env(**env), capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
@@ -291,8 +297,8 @@ def run_peer(workdir: Path, sizes: Sizes, only: set[str]) -> dict[str, Any]:
                                      "signal_samples": sizes.peer_signal_samples,
                                      "short_workflows": sizes.peer_short_workflows}}
     jobs = {
-        "single": lambda: _call("single", _fresh(workdir, "single"), sizes.peer_single_slots),
-        "group": lambda: _call("group", _fresh(workdir, "group"), sizes.peer_group_workflows,
+        "single": lambda: call("single", _fresh(workdir, "single"), sizes.peer_single_slots),
+        "group": lambda: call("group", _fresh(workdir, "group"), sizes.peer_group_workflows,
                                sizes.peer_group_slots),
         "resume": lambda: _resume(workdir, sizes.peer_resume_slots),
         "signal": lambda: _signal(workdir, sizes.peer_signal_samples),
@@ -313,8 +319,8 @@ def _resume(workdir: Path, n: int) -> dict[str, Any]:
     db = _fresh(workdir, "resume")
     marks = workdir / "dbos-resume-marks.json"
     marks.unlink(missing_ok=True)
-    _call("resume-record", db, n)
-    result = _call("resume-recover", db, n, BENCH_MARKS=str(marks))
+    call("resume-record", db, n)
+    result = call("resume-recover", db, n, BENCH_MARKS=str(marks))
     result["slots"] = n
     result["replay_slots_per_s"] = n / (result["replay_ms"] / 1000)
     return result

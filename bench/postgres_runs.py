@@ -1,8 +1,14 @@
 """The workloads on PostgreSQL, each against PostgreSQL's own floor measured in the same run.
 
 The floor: one-row autocommit INSERTs from psycopg to the same server (each one a
-durable commit, as every outcome is). The server is started here from the pgserver
-wheel with its durable defaults (fsync on).
+durable commit, as every outcome is), measured just before and just after the workload
+and averaged: on a shared machine the disk's commit time drifts by 2-4x within a minute,
+and one floor taken after the workload alone made the ratio swing with it. The server is
+started here from the pgserver wheel with its durable defaults (fsync on).
+
+The peer: DBOS (if installed, `.[peer]`) runs the same one-workflow and 50-workflow
+workloads with its system database on the same server (a database of its own), in a
+process of its own (bench.peer_dbos), at its smaller `peer_*` sizes (rates compare).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from bench import peer_dbos
 from bench.pg_server import PGServer
 from bench.replaylog_runs import REGISTRY, ROOT, _env, _pctl, _wait, run_worker_processes
 from bench.sizes import Sizes
@@ -36,11 +43,40 @@ def floor_rate(url: str, rows: int) -> float:
         return rows / (time.perf_counter() - start)
 
 
+def _floor_around(url: str, rows: int, workload: Any) -> tuple[float, float, Any]:
+    """The floor before and after `workload()` (commits/s each) and its result."""
+    before = floor_rate(url, rows)
+    result = workload()
+    return before, floor_rate(url, rows), result
+
+
+def _peer(role: str, server: PGServer, *args: int) -> dict[str, Any] | None:
+    """DBOS's figure for workload `role` on a fresh database of `server`; None without DBOS, or with --no-peer."""
+    if not PEER or not peer_dbos.available():
+        return None
+    try:
+        return peer_dbos.call(role, server.fresh_database(f"dbos_{role}"), *args)
+    except Exception as exc:  # noqa: BLE001 - a failed peer run must not sink replaylog's figures
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _versus(out: dict[str, Any], peer: dict[str, Any] | None) -> None:
+    """Add DBOS's figure and replaylog's advantage (target 5x) to a workload's result."""
+    if peer is None:
+        return
+    out["dbos"] = peer
+    theirs = peer.get("slots_per_s")
+    if theirs:
+        out["vs_dbos"] = out["slots_per_s"] / theirs
+        out["vs_dbos_met"] = out["vs_dbos"] >= 5
+
+
+# Whether the DBOS peer runs (the bench's --no-peer turns it off).
+PEER = True
+
+
 def _run(url: str, concurrency: int = 64) -> float:
-    worker = Worker(url, REGISTRY, concurrency=concurrency)
-    start = time.perf_counter()
-    worker.run(until_idle=True)
-    return time.perf_counter() - start
+    return _run_worker(Worker(url, REGISTRY, concurrency=concurrency))
 
 
 def single(server: PGServer, sizes: Sizes) -> dict[str, Any]:
@@ -49,11 +85,13 @@ def single(server: PGServer, sizes: Sizes) -> dict[str, Any]:
     url = server.fresh_database("single")
     with open_store(url) as store:
         store.start_workflow("chain", n)
-    wall = _run(url)
-    floor = floor_rate(url, n)
+    before, after, wall = _floor_around(url, min(n, 2_000), lambda: _run(url))
+    floor = (before + after) / 2
     rate = n / wall
-    return {"slots": n, "slots_per_s": rate, "floor_tx_per_s": floor, "ratio_vs_floor": rate / floor,
-            "target": ">= 0.8 of floor", "met": rate / floor >= 0.8}
+    out = {"slots": n, "slots_per_s": rate, "floor_tx_per_s": floor, "floor_before_after": [before, after],
+           "ratio_vs_floor": rate / floor, "target": ">= 0.8 of floor", "met": rate / floor >= 0.8}
+    _versus(out, _peer("single", server, sizes.peer_single_slots))
+    return out
 
 
 def group(server: PGServer, sizes: Sizes) -> dict[str, Any]:
@@ -64,15 +102,21 @@ def group(server: PGServer, sizes: Sizes) -> dict[str, Any]:
         for _ in range(n):
             store.start_workflow("chain", slots)
     worker = Worker(url, REGISTRY, concurrency=64)
+    before, after, wall = _floor_around(url, min(2_000, n * slots), lambda: _run_worker(worker))
+    floor = (before + after) / 2
+    rate = n * slots / wall
+    out = {"workflows": n, "slots_each": slots, "slots_per_s": rate, "floor_tx_per_s": floor,
+           "floor_before_after": [before, after], "ratio_vs_floor": rate / floor,
+           "outcomes_per_commit": worker.committer.commits / max(1, worker.committer.batches),
+           "target": ">= 3x floor", "met": rate / floor >= 3}
+    _versus(out, _peer("group", server, sizes.peer_group_workflows, sizes.peer_group_slots))
+    return out
+
+
+def _run_worker(worker: Worker) -> float:
     start = time.perf_counter()
     worker.run(until_idle=True)
-    wall = time.perf_counter() - start
-    floor = floor_rate(url, min(2_000, n * slots))
-    rate = n * slots / wall
-    return {"workflows": n, "slots_each": slots, "slots_per_s": rate, "floor_tx_per_s": floor,
-            "ratio_vs_floor": rate / floor,
-            "outcomes_per_commit": worker.committer.commits / max(1, worker.committer.batches),
-            "target": ">= 3x floor", "met": rate / floor >= 3}
+    return time.perf_counter() - start
 
 
 def short(server: PGServer, sizes: Sizes) -> dict[str, Any]:
