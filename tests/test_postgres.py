@@ -435,15 +435,51 @@ def test_a_start_mark_sent_without_waiting_outlives_a_killed_worker_and_counts_i
         assert [e["attempt"] for e in read_jsonl(ledger) if e.get("event") == "start"] == [1, 2, 3]
 
 
-def test_a_start_mark_whose_connection_broke_is_made_again_before_the_next_use(pg_url: str) -> None:
-    # A mark is sent without waiting for its answer; when the answer (read before the
-    # connection's next use) says it never ran, the store makes it again on a new connection.
+def test_a_start_mark_whose_connection_broke_is_made_again_when_the_next_goes_out(pg_url: str) -> None:
+    # Marks are sent without waiting for their answer (engine.store.postgres.marks); when
+    # the answer (read before the next batch is sent) says one never ran, it is made again
+    # on a new connection.
     with open_store(pg_url) as s, open_store(pg_url) as other:
         s.start_workflow("wf", 1, workflow_id="x")
-        (claim,) = s.claim("w1", ttl=30)
-        s.mark_started(claim, 0, "a", 1, time.time())
-        assert terminate_others(pg_url) >= 1  # the store's backend is gone; it does not know yet
-        s.mark_started(claim, 0, "a", 2, time.time())
-        s.get_workflow("x")  # the next use reads the mark's answer: lost, so it is made again
+        s.start_workflow("wf", 1, workflow_id="y")
+        x, y = s.claim("w1", ttl=30, limit=2)
+        s.mark_started(x, 0, "a", 1, time.time())
+        assert wait_for(lambda: other.inflight("x") is not None, timeout=30)
+        assert terminate_others(pg_url) >= 1  # the mark sender's backend is gone; it does not know yet
+        s.mark_started(x, 0, "a", 2, time.time())
+        s.mark_started(y, 0, "b", 1, time.time())  # reads the answer of x's: lost, so x's is made again
+        assert wait_for(lambda: (m := other.inflight("y")) is not None and m.name == "b", timeout=30)
         row = other.inflight("x")
         assert row is not None and (row.slot, row.name, row.attempts) == (0, "a", 2)
+
+
+def test_start_marks_of_many_threads_share_batches_and_each_workflow_keeps_its_latest(pg_url: str) -> None:
+    # The workflow threads of a process share one mark sender: marks queued while a batch
+    # is sent go out together, in one statement; two of one workflow in a batch (a parallel
+    # group's tasks) keep the later one instead of failing the statement.
+    import threading
+
+    with open_store(pg_url) as s:
+        for i in range(8):
+            s.start_workflow("wf", 1, workflow_id=f"w{i}")
+        claims = s.claim("w1", ttl=60, limit=8)
+    errors: list[BaseException] = []
+
+    def marker(k: int) -> None:
+        try:
+            with open_store(pg_url) as mine:
+                for attempt in range(1, 41):
+                    for c in (claims[k], claims[(k + 1) % 8]):  # every workflow marked by two threads
+                        mine.mark_started(c, 0, f"t{k}", attempt, time.time())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=marker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with open_store(pg_url) as s:
+        for c in claims:
+            assert wait_for(lambda c=c: (m := s.inflight(c.id)) is not None and m.attempts == 40, timeout=30)

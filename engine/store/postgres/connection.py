@@ -108,8 +108,9 @@ class PGConnection:
         # A write sent without waiting for its answer (`_send_unanswered`): how to make it again
         # if the answer, read before the connection's next use, says it failed.
         self._unanswered: Callable[[Conn, int], Any] | None = None
-        # The connection the statements of `_send_unanswered` were prepared on (none yet).
+        # The statements prepared by name (`_prepare`) and the connection they were prepared on.
         self._prepared_on: Conn | None = None
+        self._prepared: set[str] = set()
         self._conn: Conn = self._open()
 
     def _open(self) -> Conn:
@@ -239,9 +240,7 @@ class PGConnection:
             self._settle()
         conn = self._conn
         try:
-            if self._prepared_on is not conn:
-                conn.execute(f"PREPARE {name} AS {statement}")
-                self._prepared_on = conn
+            self._prepare(conn, name, statement)
             pgconn = conn.pgconn
             pgconn.send_query_prepared(name.encode(), [p.encode() for p in params])
             conn.wait(send(pgconn))
@@ -250,6 +249,14 @@ class PGConnection:
             self._run(redo, write=True)
             return
         self._unanswered = redo
+
+    def _prepare(self, conn: Conn, name: str, statement: str) -> None:
+        """PREPARE `statement` as `name` on `conn`, once per connection."""
+        if self._prepared_on is not conn:
+            self._prepared_on, self._prepared = conn, set()
+        if name not in self._prepared:
+            conn.execute(f"PREPARE {name} AS {statement}")
+            self._prepared.add(name)
 
     def _settle(self) -> None:
         """Read the answer of the write `_send_unanswered` sent; make it again if it failed."""
