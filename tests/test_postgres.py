@@ -471,7 +471,7 @@ def test_start_marks_of_many_threads_share_batches_and_each_workflow_keeps_its_l
                 for attempt in range(1, 41):
                     for c in (claims[k], claims[(k + 1) % 8]):  # every workflow marked by two threads
                         mine.mark_started(c, 0, f"t{k}", attempt, time.time())
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=marker, args=(k,)) for k in range(8)]
