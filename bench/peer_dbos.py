@@ -98,6 +98,13 @@ def _configure(db: str, executor: str = "local") -> Any:
 
 
 def _count(db: str, sql: str, *args: Any) -> int:
+    if db.startswith(("postgresql://", "postgres://")):  # DBOS's tables are in its schema `dbos`
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            pg.execute("SET search_path TO dbos")
+            row = pg.execute(sql.replace("%", "%%").replace("?", "%s"), args).fetchone()
+            return int(row[0]) if row else 0
     conn = sqlite3.connect(db, timeout=30)
     try:
         return int(conn.execute(sql, args).fetchone()[0])
@@ -202,20 +209,22 @@ def call(role: str, db: str, *args: Any, timeout: float = 900, **env: str) -> di
     return json.loads(lines[-1]) if lines else {}
 
 
-def _signal(workdir: Path, k: int) -> dict[str, Any]:
+def _signal(workdir: Path, k: int, db: str | None = None) -> dict[str, Any]:
+    """Signal to resume across processes; on a fresh SQLite file, or on the PostgreSQL database `db`."""
     from dbos import DBOSClient
 
-    db = _fresh(workdir, "signal")
+    db = db or _fresh(workdir, "signal")
+    on_file = not db.startswith(("postgresql://", "postgres://"))
     proc = subprocess.Popen([sys.executable, "-m", "bench.peer_dbos", "signal-worker", db, str(k)], cwd=ROOT,
                             env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     latencies = []
     try:
         deadline = time.monotonic() + 120
-        while (not Path(db).exists() or not _table_ready(db)) and time.monotonic() < deadline:
+        while ((on_file and not Path(db).exists()) or not _table_ready(db)) and time.monotonic() < deadline:
             time.sleep(0.05)
         while not _started(db, "pingpong-1") and time.monotonic() < deadline:
             time.sleep(0.01)  # a message to a workflow that does not exist yet is refused
-        client = DBOSClient(system_database_url=f"sqlite:///{db}")
+        client = DBOSClient(system_database_url=system_url(db))
         for i in range(k):
             while _steps(db, "pingpong-1") < i:
                 time.sleep(0.001)
@@ -241,7 +250,7 @@ def _signal(workdir: Path, k: int) -> dict[str, Any]:
 def _started(db: str, wid: str) -> bool:
     try:
         return _count(db, "SELECT COUNT(*) FROM workflow_status WHERE workflow_uuid = ?", wid) > 0
-    except sqlite3.Error:
+    except Exception:  # noqa: BLE001 - sqlite3's or psycopg's: not there yet
         return False
 
 
@@ -249,14 +258,15 @@ def _table_ready(db: str) -> bool:
     try:
         _count(db, "SELECT COUNT(*) FROM operation_outputs")
         return True
-    except sqlite3.Error:
+    except Exception:  # noqa: BLE001 - sqlite3's or psycopg's: not there yet
         return False
 
 
-def _short(workdir: Path, n: int, processes: int) -> dict[str, Any]:
+def _short(workdir: Path, n: int, processes: int, db: str | None = None) -> dict[str, Any]:
+    """3-step workflows through a DBOS queue; on a fresh SQLite file, or on the PostgreSQL database `db`."""
     from dbos import DBOSClient
 
-    db = _fresh(workdir, f"short-{processes}")
+    db = db or _fresh(workdir, f"short-{processes}")
     procs = [subprocess.Popen([sys.executable, "-m", "bench.peer_dbos", "short-worker", db, str(n)], cwd=ROOT,
                               env=_env(BENCH_EXECUTOR=f"bench-{i}"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -266,7 +276,7 @@ def _short(workdir: Path, n: int, processes: int) -> dict[str, Any]:
             assert p.stdout is not None
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError("a DBOS worker did not start")
-        client = DBOSClient(system_database_url=f"sqlite:///{db}")
+        client = DBOSClient(system_database_url=system_url(db))
         t0 = time.perf_counter()
         for _ in range(n):
             client.enqueue({"workflow_name": "chain", "queue_name": "bench"}, 3)
@@ -286,6 +296,16 @@ def _short(workdir: Path, n: int, processes: int) -> dict[str, Any]:
                 p.kill()
     wall = max(r["end"] for r in reports) - min(r["launched"] for r in reports)
     return {"starts_per_s": n / start_s, "workflows_per_s": n / wall}
+
+
+def short_on(db: str, n: int, processes: int) -> dict[str, Any]:
+    """DBOS's 3-step workflows/s with `processes` processes on the PostgreSQL database `db`."""
+    return _short(Path("."), n, processes, db)
+
+
+def signal_on(db: str, k: int) -> dict[str, Any]:
+    """DBOS's signal-to-resume latency on the PostgreSQL database `db`."""
+    return _signal(Path("."), k, db)
 
 
 def run_peer(workdir: Path, sizes: Sizes, only: set[str]) -> dict[str, Any]:
