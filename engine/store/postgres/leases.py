@@ -228,7 +228,7 @@ class PGLeases(PGConnection):
         survives the worker's death, as the mmap marks do on SQLite, and like them may be
         lost with a server crash (it only ever says "possibly ran"). Waiting for the flush
         halved a lone workflow's slots/s (107 against 397 slots/s with and without marks,
-        measured on 2 vCPUs); waiting for the answer cost 0.70 against ~1.0 of the floor.
+        measured on 2 vCPUs); so did waiting for the answer (see PGConnection._send_unanswered).
         """
         if self.readonly:
             raise ReadOnlyError(f"database {self.where} is open read-only")

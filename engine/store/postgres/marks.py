@@ -6,9 +6,10 @@ sends every mark queued by then as one statement (one transaction, committed wit
 waiting for the WAL flush) and does not wait for its answer, which is read before the
 next batch goes out (PGConnection._send_unanswered); a thread that finds a send in
 progress waits until its mark is sent (not answered). A lone workflow's mark goes out at
-once, alone. Measured on 2 vCPUs with 50 workflows at once: one transaction per mark
-kept 50 server backends busy with ~2,000 transactions/s and held the worker at ~2,000
-slots/s (~8,000-9,700 without marks); batched, see docs/postgres.md.
+once, alone. Measured on 2 vCPUs with 50 workflows at once (floor ~3,500 commits/s):
+one transaction per mark, each thread on its own connection, held the worker at
+~2,000-2,450 slots/s (8,000-9,700 without marks); batched, 4,500-6,700 slots/s, ~10
+marks per batch (docs/postgres.md).
 
 What a mark promises is unchanged: it is handed to the kernel before its activity runs,
 so it outlives the worker process (the server runs what it was sent), it is fenced by the
@@ -45,12 +46,13 @@ Mark = dict[str, Any]
 class _Waiter:
     """A thread waiting for its mark to be sent: a held lock, released once."""
 
-    __slots__ = ("done", "lead")
+    __slots__ = ("done", "error", "lead")
 
     def __init__(self) -> None:
         self.done = threading.Lock()
         self.done.acquire()
         self.lead = False
+        self.error: BaseException | None = None
 
 
 class MarkSender:
@@ -107,7 +109,9 @@ class MarkSender:
                 self._queue.append((mark, None))
                 waiter = None
         if waiter is not None:
-            waiter.done.acquire()  # released once sent, or when this thread is to send
+            waiter.done.acquire()  # released once sent (or failed), or when this thread is to send
+            if waiter.error is not None:
+                raise waiter.error
             if not waiter.lead:
                 return
         self._lead()
@@ -115,11 +119,16 @@ class MarkSender:
     def _lead(self) -> None:
         with self._state:
             batch, self._queue = self._queue, []
+        failed: BaseException | None = None
         try:
             self._send([m for m, _ in batch])
+        except BaseException as exc:
+            failed = exc  # every mark of the batch failed: each waiting thread raises it too
+            raise
         finally:
             for _, w in batch:
                 if w is not None:
+                    w.error = failed
                     w.done.release()
             with self._state:
                 if self._queue:  # queued during the send: the first of them sends next
