@@ -86,6 +86,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                  "machine": machine(), "sizes": sizes.to_dict(), "workdir": str(workdir)},
         "measurements": {},
     }
+    postgres_runs.PEER = not args.no_peer
     jobs: dict[str, Callable[[], dict[str, Any]]] = {
         "single": lambda: replaylog_runs.single(workdir, sizes),
         "group": lambda: replaylog_runs.group(workdir, sizes),

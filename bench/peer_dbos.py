@@ -1,4 +1,4 @@
-"""Workloads 1–5 on DBOS (the peer), with its SQLite system database.
+"""Workloads 1–5 on DBOS (the peer), with its SQLite system database (or PostgreSQL: workload 7).
 
 Each workload runs in a fresh subprocess (`python -m bench.peer_dbos ROLE DB N ...`),
 because DBOS is a process-wide singleton; each prints one JSON line. The parent side
@@ -48,14 +48,19 @@ def version() -> str | None:
 # ---------------------------------------------------------------- the child side
 
 
+def system_url(db: str) -> str:
+    """DBOS's system database URL for `db`: a PostgreSQL URL as it is, else a SQLite file's path."""
+    return db if db.startswith(("postgresql://", "postgres://")) else f"sqlite:///{db}"
+
+
 def _configure(db: str, executor: str = "local") -> Any:
-    """Configure DBOS on `db` and register the bench workflows; return the DBOS class."""
+    """Configure DBOS on `db` (a SQLite file or a PostgreSQL URL) and register the bench workflows; return DBOS."""
     import logging
 
     from dbos import DBOS
 
     logging.getLogger("dbos").setLevel(logging.WARNING)
-    DBOS(config={"name": "replaylog-bench", "system_database_url": f"sqlite:///{db}", "log_level": "WARNING",
+    DBOS(config={"name": "replaylog-bench", "system_database_url": system_url(db), "log_level": "WARNING",
                  "application_version": "bench", "executor_id": executor})
     marks = os.environ.get("BENCH_MARKS")
 
@@ -93,6 +98,13 @@ def _configure(db: str, executor: str = "local") -> Any:
 
 
 def _count(db: str, sql: str, *args: Any) -> int:
+    if db.startswith(("postgresql://", "postgres://")):  # DBOS's tables are in its schema `dbos`
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            pg.execute("SET search_path TO dbos")
+            row = pg.execute(sql.replace("%", "%%").replace("?", "%s"), args).fetchone()
+            return int(row[0]) if row else 0
     conn = sqlite3.connect(db, timeout=30)
     try:
         return int(conn.execute(sql, args).fetchone()[0])
@@ -187,7 +199,8 @@ def _fresh(workdir: Path, name: str) -> str:
     return str(path)
 
 
-def _call(role: str, db: str, *args: Any, timeout: float = 900, **env: str) -> dict[str, Any]:
+def call(role: str, db: str, *args: Any, timeout: float = 900, **env: str) -> dict[str, Any]:
+    """Run one DBOS workload `role` on `db` in a fresh process (DBOS is a singleton); its JSON line."""
     out = subprocess.run([sys.executable, "-m", "bench.peer_dbos", role, db, *map(str, args)], cwd=ROOT,
                          env=_env(**env), capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
@@ -196,20 +209,22 @@ def _call(role: str, db: str, *args: Any, timeout: float = 900, **env: str) -> d
     return json.loads(lines[-1]) if lines else {}
 
 
-def _signal(workdir: Path, k: int) -> dict[str, Any]:
+def _signal(workdir: Path, k: int, db: str | None = None) -> dict[str, Any]:
+    """Signal to resume across processes; on a fresh SQLite file, or on the PostgreSQL database `db`."""
     from dbos import DBOSClient
 
-    db = _fresh(workdir, "signal")
+    db = db or _fresh(workdir, "signal")
+    on_file = not db.startswith(("postgresql://", "postgres://"))
     proc = subprocess.Popen([sys.executable, "-m", "bench.peer_dbos", "signal-worker", db, str(k)], cwd=ROOT,
                             env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     latencies = []
     try:
         deadline = time.monotonic() + 120
-        while (not Path(db).exists() or not _table_ready(db)) and time.monotonic() < deadline:
+        while ((on_file and not Path(db).exists()) or not _table_ready(db)) and time.monotonic() < deadline:
             time.sleep(0.05)
         while not _started(db, "pingpong-1") and time.monotonic() < deadline:
             time.sleep(0.01)  # a message to a workflow that does not exist yet is refused
-        client = DBOSClient(system_database_url=f"sqlite:///{db}")
+        client = DBOSClient(system_database_url=system_url(db))
         for i in range(k):
             while _steps(db, "pingpong-1") < i:
                 time.sleep(0.001)
@@ -235,7 +250,7 @@ def _signal(workdir: Path, k: int) -> dict[str, Any]:
 def _started(db: str, wid: str) -> bool:
     try:
         return _count(db, "SELECT COUNT(*) FROM workflow_status WHERE workflow_uuid = ?", wid) > 0
-    except sqlite3.Error:
+    except Exception:  # noqa: BLE001 - sqlite3's or psycopg's: not there yet
         return False
 
 
@@ -243,14 +258,15 @@ def _table_ready(db: str) -> bool:
     try:
         _count(db, "SELECT COUNT(*) FROM operation_outputs")
         return True
-    except sqlite3.Error:
+    except Exception:  # noqa: BLE001 - sqlite3's or psycopg's: not there yet
         return False
 
 
-def _short(workdir: Path, n: int, processes: int) -> dict[str, Any]:
+def _short(workdir: Path, n: int, processes: int, db: str | None = None) -> dict[str, Any]:
+    """3-step workflows through a DBOS queue; on a fresh SQLite file, or on the PostgreSQL database `db`."""
     from dbos import DBOSClient
 
-    db = _fresh(workdir, f"short-{processes}")
+    db = db or _fresh(workdir, f"short-{processes}")
     procs = [subprocess.Popen([sys.executable, "-m", "bench.peer_dbos", "short-worker", db, str(n)], cwd=ROOT,
                               env=_env(BENCH_EXECUTOR=f"bench-{i}"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -260,7 +276,7 @@ def _short(workdir: Path, n: int, processes: int) -> dict[str, Any]:
             assert p.stdout is not None
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError("a DBOS worker did not start")
-        client = DBOSClient(system_database_url=f"sqlite:///{db}")
+        client = DBOSClient(system_database_url=system_url(db))
         t0 = time.perf_counter()
         for _ in range(n):
             client.enqueue({"workflow_name": "chain", "queue_name": "bench"}, 3)
@@ -282,6 +298,16 @@ def _short(workdir: Path, n: int, processes: int) -> dict[str, Any]:
     return {"starts_per_s": n / start_s, "workflows_per_s": n / wall}
 
 
+def short_on(db: str, n: int, processes: int) -> dict[str, Any]:
+    """DBOS's 3-step workflows/s with `processes` processes on the PostgreSQL database `db`."""
+    return _short(Path("."), n, processes, db)
+
+
+def signal_on(db: str, k: int) -> dict[str, Any]:
+    """DBOS's signal-to-resume latency on the PostgreSQL database `db`."""
+    return _signal(Path("."), k, db)
+
+
 def run_peer(workdir: Path, sizes: Sizes, only: set[str]) -> dict[str, Any]:
     """Run the DBOS side of workloads 1–5 (those in `only`); each is its own dict or an error."""
     out: dict[str, Any] = {"version": version(), "queue_polling_interval_s": QUEUE_POLL_S,
@@ -291,8 +317,8 @@ def run_peer(workdir: Path, sizes: Sizes, only: set[str]) -> dict[str, Any]:
                                      "signal_samples": sizes.peer_signal_samples,
                                      "short_workflows": sizes.peer_short_workflows}}
     jobs = {
-        "single": lambda: _call("single", _fresh(workdir, "single"), sizes.peer_single_slots),
-        "group": lambda: _call("group", _fresh(workdir, "group"), sizes.peer_group_workflows,
+        "single": lambda: call("single", _fresh(workdir, "single"), sizes.peer_single_slots),
+        "group": lambda: call("group", _fresh(workdir, "group"), sizes.peer_group_workflows,
                                sizes.peer_group_slots),
         "resume": lambda: _resume(workdir, sizes.peer_resume_slots),
         "signal": lambda: _signal(workdir, sizes.peer_signal_samples),
@@ -313,8 +339,8 @@ def _resume(workdir: Path, n: int) -> dict[str, Any]:
     db = _fresh(workdir, "resume")
     marks = workdir / "dbos-resume-marks.json"
     marks.unlink(missing_ok=True)
-    _call("resume-record", db, n)
-    result = _call("resume-recover", db, n, BENCH_MARKS=str(marks))
+    call("resume-record", db, n)
+    result = call("resume-recover", db, n, BENCH_MARKS=str(marks))
     result["slots"] = n
     result["replay_slots_per_s"] = n / (result["replay_ms"] / 1000)
     return result

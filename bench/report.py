@@ -32,6 +32,19 @@ def _speedup(ours: float | None, theirs: float | None, lower_is_better: bool = F
     return f"{(theirs / ours) if lower_is_better else (ours / theirs):,.1f}×"
 
 
+def _pg_peer(single: dict[str, Any], group: dict[str, Any], short: dict[str, Any], signal: dict[str, Any]) -> str:
+    """The DBOS cell of the PostgreSQL row: replaylog's advantage on the same server (target 5×)."""
+    cells = []
+    for label, r, field in (("1 wf", single, "slots_per_s"), ("50 wfs", group, "slots_per_s"),
+                            ("3-step", short, "workflows_per_s"), ("signal", signal, "median_ms")):
+        d = r.get("dbos")
+        if isinstance(d, dict) and "error" in d:
+            cells.append(f"{label} error")
+        elif isinstance(d, dict):
+            cells.append(f"{label} {_f(r.get('vs_dbos'), '×', 1)} ({_f(d.get(field), '', 1)})")
+    return "; ".join(cells) or "—"
+
+
 def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
     """(measurement, figure, target, verdict, vs DBOS) per line of the table."""
     m = results["measurements"]
@@ -105,7 +118,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f"{_f(pgg.get('ratio_vs_floor'), '×', 2)} floor; 3-step wfs/s 1/2/4 procs "
         f"{_f(psh.get('workflows_per_s_1p'))}/{_f(psh.get('workflows_per_s_2p'))}/{_f(psh.get('workflows_per_s_4p'))}; "
         f"signal median {_f(psg.get('median_ms'), ' ms', 1)}, p99 {_f(psg.get('p99_ms'), ' ms', 1)}",
-        ">= 0.8 floor, >= 3× floor, 20/100 ms")
+        ">= 0.8 floor, >= 3× floor, 20/100 ms", _pg_peer(ps, pgg, psh, psg))
     return out
 
 

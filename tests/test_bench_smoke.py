@@ -66,6 +66,9 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
             assert "error" not in peer[name], (name, peer[name])
             assert field in peer[name], (name, field)
         assert set(peer["replaylog_advantage"]) == set(PEER_FIELDS)
+        if pg["status"] == "ok":  # DBOS on the same PostgreSQL server, beside replaylog's figures
+            for key in ("single", "group"):
+                assert "error" not in pg[key]["dbos"] and "vs_dbos" in pg[key], (key, pg[key].get("dbos"))
     else:
         assert peer["note"]
     # The table went to stdout too.

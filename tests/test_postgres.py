@@ -402,3 +402,84 @@ def test_a_data_folder_left_by_a_cut_short_initdb_is_made_afresh() -> None:
             server.server.cleanup()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_start_mark_sent_without_waiting_outlives_a_killed_worker_and_counts_its_attempts(
+        pg_url: str, tmp_path: Path) -> None:
+    # Start marks go out without waiting for their answer (PGConnection._send_unanswered):
+    # a worker SIGKILLed while its activity runs must still leave the mark, on the server,
+    # where every host sees it; the next worker counts its attempts on from it.
+    from fault_harness import WorkerProc, fault_env, read_jsonl, reaping
+
+    ledger = tmp_path / "ledger.jsonl"
+    with open_store(pg_url) as store:
+        wid = store.start_workflow("stalled", "held")
+        held = fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "never"))
+        with reaping([]) as procs:
+            for crash in (1, 2):
+                w = WorkerProc(pg_url, tmp_path / "logs", held, "--quiet")
+                procs.append(w)
+                assert wait_for(lambda n=crash: sum(e.get("event") == "start" for e in read_jsonl(ledger)) == n,
+                                timeout=60), w.log()
+                w.kill()  # in the middle of the activity at slot 1, its mark's answer maybe unread
+                # The server runs what it was sent (a statement already in its socket): wait for it.
+                assert wait_for(lambda n=crash: (m := store.inflight(wid)) is not None and m.attempts == n,
+                                timeout=30)
+                row = store.inflight(wid)
+                assert row is not None and (row.slot, row.name, row.attempts) == (1, "stall", crash)
+        (tmp_path / "released").touch()
+        done = run_cli(pg_url, "worker", "--app", "fault_app", "--until-idle", "--quiet",
+                       env=fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "released")))
+        assert done.returncode == 0, done.stderr
+        assert store.get_workflow(wid).status == "completed"
+        assert [e["attempt"] for e in read_jsonl(ledger) if e.get("event") == "start"] == [1, 2, 3]
+
+
+def test_a_start_mark_whose_connection_broke_is_made_again_when_the_next_goes_out(pg_url: str) -> None:
+    # Marks are sent without waiting for their answer (engine.store.postgres.marks); when
+    # the answer (read before the next batch is sent) says one never ran, it is made again
+    # on a new connection.
+    with open_store(pg_url) as s, open_store(pg_url) as other:
+        s.start_workflow("wf", 1, workflow_id="x")
+        s.start_workflow("wf", 1, workflow_id="y")
+        x, y = s.claim("w1", ttl=30, limit=2)
+        s.mark_started(x, 0, "a", 1, time.time())
+        assert wait_for(lambda: other.inflight("x") is not None, timeout=30)
+        assert terminate_others(pg_url) >= 1  # the mark sender's backend is gone; it does not know yet
+        s.mark_started(x, 0, "a", 2, time.time())
+        s.mark_started(y, 0, "b", 1, time.time())  # reads the answer of x's: lost, so x's is made again
+        assert wait_for(lambda: (m := other.inflight("y")) is not None and m.name == "b", timeout=30)
+        row = other.inflight("x")
+        assert row is not None and (row.slot, row.name, row.attempts) == (0, "a", 2)
+
+
+def test_start_marks_of_many_threads_share_batches_and_each_workflow_keeps_its_latest(pg_url: str) -> None:
+    # The workflow threads of a process share one mark sender: marks queued while a batch
+    # is sent go out together, in one statement; two of one workflow in a batch (a parallel
+    # group's tasks) keep the later one instead of failing the statement.
+    import threading
+
+    with open_store(pg_url) as s:
+        for i in range(8):
+            s.start_workflow("wf", 1, workflow_id=f"w{i}")
+        claims = s.claim("w1", ttl=60, limit=8)
+    errors: list[BaseException] = []
+
+    def marker(k: int) -> None:
+        try:
+            with open_store(pg_url) as mine:
+                for attempt in range(1, 41):
+                    for c in (claims[k], claims[(k + 1) % 8]):  # every workflow marked by two threads
+                        mine.mark_started(c, 0, f"t{k}", attempt, time.time())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=marker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with open_store(pg_url) as s:
+        for c in claims:
+            assert wait_for(lambda c=c: (m := s.inflight(c.id)) is not None and m.attempts == 40, timeout=30)

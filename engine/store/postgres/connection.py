@@ -16,12 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg.generators import fetch_many, send
 
 from engine.errors import PayloadTooLargeError, ReadOnlyError, StoreError, ValueNotJSONError
 from engine.store.postgres.schema import SCHEMA, check_schema
@@ -103,6 +105,12 @@ class PGConnection:
         self._version = 0
         self._listener: threading.Thread | None = None
         self._closing = threading.Event()
+        # A write sent without waiting for its answer (`_send_unanswered`): how to make it again
+        # if the answer, read before the connection's next use, says it failed.
+        self._unanswered: Callable[[Conn, int], Any] | None = None
+        # The statements prepared by name (`_prepare`) and the connection they were prepared on.
+        self._prepared_on: Conn | None = None
+        self._prepared: set[str] = set()
         self._conn: Conn = self._open()
 
     def _open(self) -> Conn:
@@ -149,6 +157,8 @@ class PGConnection:
     def close(self) -> None:
         """Close the connection (and the change listener, if one was started)."""
         self._closing.set()
+        # (An unanswered write is not waited for: the server runs it before it reads the
+        # connection's end.)
         self._conn.close()
         if self._listener is not None:
             self._listener.join(timeout=2)
@@ -173,6 +183,8 @@ class PGConnection:
         """
         if write and self.readonly:
             raise ReadOnlyError(f"database {self.where} is open read-only")
+        if self._unanswered is not None:
+            self._settle()
         attempt = 0
         deadline: float | None = None
         backoff = BACKOFF_FIRST
@@ -200,6 +212,68 @@ class PGConnection:
             if attempt:
                 _Outage.back(self.where)
             return result
+
+    # -- writes that do not wait for their answer
+
+    def _send_unanswered(self, name: str, statement: str, params: Sequence[str], redo: Callable[[Conn, int], Any]
+                         ) -> None:
+        """Send one autocommit statement and go on without waiting for its answer.
+
+        Trick "unanswered marks" (the one user is engine.store.postgres.marks): the
+        statement is handed to the kernel and the caller goes on at once; its answer is read
+        before the connection's next use (`_settle`), and if that answer says it failed,
+        `redo` makes the write again the ordinary way (after a reconnect, if the connection
+        broke). Measured on 2 vCPUs (pgserver 16, fsync on, floor ~3,500 commits/s), with
+        the mark also made one statement: a lone workflow 730-970 -> ~1,450 slots/s, 50
+        workflows at once ~1,300 -> ~2,450 slots/s (each thread then on its own connection).
+
+        Once sent, such a write outlives the process that sent it: a killed process's
+        socket is closed after its queued bytes went out (nothing unread is in its receive
+        buffer, since the answer of the write before was read first: so no reset), and the
+        server runs a statement it was sent whether or not the client still listens.
+
+        `statement` is prepared once per connection under `name` (PREPARE); `params` are
+        its parameters as text.
+        """
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.where} is open read-only")
+        if self._unanswered is not None:
+            self._settle()
+        conn = self._conn
+        try:
+            self._prepare(conn, name, statement)
+            pgconn = conn.pgconn
+            pgconn.send_query_prepared(name.encode(), [p.encode() for p in params])
+            conn.wait(send(pgconn))
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            # Not sent (a broken connection, say): the ordinary way, with its retries.
+            self._run(redo, write=True)
+            return
+        except psycopg.Error as exc:  # a bad statement: one line, the URL's password hidden
+            raise StoreError(f"{self.where}: {redact_text(_first_line(exc), self.url)}") from None
+        self._unanswered = redo
+
+    def _prepare(self, conn: Conn, name: str, statement: str) -> None:
+        """PREPARE `statement` as `name` on `conn`, once per connection."""
+        if self._prepared_on is not conn:
+            self._prepared_on, self._prepared = conn, set()
+        if name not in self._prepared:
+            conn.execute(f"PREPARE {name} AS {statement}")
+            self._prepared.add(name)
+
+    def _settle(self) -> None:
+        """Read the answer of the write `_send_unanswered` sent; make it again if it failed."""
+        redo, self._unanswered = self._unanswered, None
+        if redo is None:
+            return
+        conn = self._conn
+        try:
+            results = conn.wait(fetch_many(conn.pgconn))
+            failed = any(r.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK) for r in results)
+        except psycopg.Error:
+            failed = True
+        if failed:
+            self._run(redo, write=True)
 
     def _reconnect(self, deadline: float, backoff: float) -> None:
         """A new connection, trying with growing pauses until `deadline`."""
