@@ -282,6 +282,7 @@ class TranscriptEntry:
     title: str  # what was done: the activity and its arguments, the action, the child
     outcome: str  # what came of it
     ok: bool
+    parallel: bool = False  # a task of a ctx.parallel group (consecutive slots)
 
 
 def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[TranscriptEntry], int]:
@@ -295,7 +296,7 @@ def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[Transcr
         if c.kind == "activity":
             args = c.args if c.args and not c.args.startswith(DIGEST_PREFIX) else "(…)"
             outcome = preview(c.value, 200) if c.ok else (c.error or "")
-            entries.append(TranscriptEntry(c.slot, "call", f"{c.name}{_call_args(args)}", outcome, c.ok))
+            entries.append(TranscriptEntry(c.slot, "call", f"{c.name}{_call_args(args)}", outcome, c.ok, c.parallel))
         elif c.kind == "approval":
             rid = (c.value or {}).get("request", "")
             answer = answers.get(APPROVAL_PREFIX + str(rid))

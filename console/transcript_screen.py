@@ -19,6 +19,7 @@ from console.format import text
 from engine.text import printable
 
 _MARKS = {"call": "▸", "approval": "?", "child": "⇢", "clock": "◷", "other": "·"}
+PARALLEL_MARK = "‖"  # a task of a ctx.parallel group; the group opens with a "in parallel" line
 
 
 class TranscriptScreen(ModalScreen[None]):
@@ -78,11 +79,15 @@ class TranscriptScreen(ModalScreen[None]):
         grid.add_column(justify="right", style="dim", no_wrap=True)
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
+        in_group = False
         for e in message.entries:
+            if e.parallel and not in_group:
+                grid.add_row("", PARALLEL_MARK, Text("in parallel:", style="dim italic"))
+            in_group = e.parallel
             line = text(e.title, "bold" if e.kind in ("approval", "child") else "")
             line.append("  →  ", style="dim")
             line.append_text(text(e.outcome, "" if e.ok else "red"))
-            grid.add_row(str(e.slot), _MARKS.get(e.kind, "·"), line)
+            grid.add_row(str(e.slot), PARALLEL_MARK if e.parallel else _MARKS.get(e.kind, "·"), line)
         if not message.entries:
             grid.add_row("", "", Text("no slots recorded yet", style="dim"))
         if message.total > TRANSCRIPT_SLOTS:

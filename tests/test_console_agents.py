@@ -146,6 +146,13 @@ async def test_the_transcript_shows_calls_the_child_and_the_approval(db: Path | 
         shown = rendered(body)
         assert 'ask_model("plan: refund order-1")' in shown
         assert 'lookup_order("order-1")' in shown and 'check_policy("order-1")' in shown
+        # The two tools ran in one ctx.parallel group: one "in parallel" line, then each marked ‖;
+        # the model call before them is not.
+        lines = shown.splitlines()
+        assert sum("in parallel:" in line for line in lines) == 1
+        assert [line.split()[:2] for line in lines if "_order(" in line or "_policy(" in line] == [["1", "‖"],
+                                                                                                ["2", "‖"]]
+        assert not any("‖" in line for line in lines if "ask_model(" in line)
         assert f"summarise {WID}.3" in shown and "completed" in shown
         assert "(request req-4)" in shown and "waiting for an answer" in shown
 

@@ -227,8 +227,8 @@ class Commits(SQLiteConnection):
         if ok and text is None:
             text = dumps(value)
         cur = self._cur.execute(
-            "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
+            " parallel) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
             (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args),
         )
         return cur.rowcount == 1

@@ -145,22 +145,25 @@ class Reads(SQLiteConnection):
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""
         rows = self._conn.execute(
-            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args"
+            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args,"
+            " c.parallel"
             f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY}"
             " WHERE w.id = ? ORDER BY c.slot_key LIMIT ?",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, int(limit)),
         )
-        return [CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8]) for r in rows]
+        return [CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9])) for r in rows]
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""
         r = self._conn.execute(
-            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args"
+            f"SELECT c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, recorded_at, c.args,"
+            " c.parallel"
             f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY}"
             " WHERE w.id = ? AND ok = 0 ORDER BY c.slot_key DESC LIMIT 1",
             (workflow_id,),
         ).fetchone()
-        return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8])
+        return None if r is None else CommandRow(r[0], r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8],
+                                                 bool(r[9]))
 
     def family(self, workflow_id: str) -> dict[str, Any]:
         """A workflow's parent (ctx.call_workflow) and children: {"parent": id or None, "children": [...]}."""

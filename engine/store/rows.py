@@ -173,6 +173,8 @@ class CommandRow:
     # The argument guard's key (engine.core.args_key): the canonical JSON of short
     # arguments, a digest of long ones, None when nothing was checked.
     args: str | None = None
+    # A task of a ctx.parallel group (its slots are consecutive; shown grouped).
+    parallel: bool = False
 
 
 @dataclass(frozen=True)

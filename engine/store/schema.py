@@ -80,6 +80,8 @@ def _create(conn: sqlite3.Connection) -> None:
     # The argument guard's key of an activity slot's arguments (engine.core.args_key):
     # their canonical JSON when short, else a digest; NULL when nothing is checked.
     conn.execute("ALTER TABLE commands ADD COLUMN args TEXT")
+    # 1 for a task of a ctx.parallel group (shown grouped in the console's transcript); NULL otherwise.
+    conn.execute("ALTER TABLE commands ADD COLUMN parallel INTEGER")
     # A child workflow's parent (ctx.call_workflow): the child's verdict is delivered to it.
     conn.execute("ALTER TABLE workflows ADD COLUMN parent TEXT")
     conn.execute("CREATE INDEX workflows_parent ON workflows (parent) WHERE parent IS NOT NULL")

@@ -46,8 +46,8 @@ _SLOT = (
 _PARALLEL = (
     "WITH f AS (UPDATE workflows SET slots = GREATEST(slots, %s + 1), lease_expires = %s"
     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING 1)"
-    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
-    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f ON CONFLICT (slot_key) DO NOTHING"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, parallel)"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f ON CONFLICT (slot_key) DO NOTHING"
     " RETURNING NULL::text"
 )
 _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_key = %s AND w.id = %s"

@@ -37,7 +37,7 @@ _WF_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnost
                "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
                "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent")
 _COMMAND_COLUMNS = (f"c.slot_key - (w.seq << {SLOT_BITS}), c.kind, c.name, c.ok, c.value, c.error, c.attempts,"
-                    " c.recorded_at, c.args")
+                    " c.recorded_at, c.args, c.parallel")
 _JOIN_COMMANDS = (f"workflows w JOIN commands c ON c.slot_key BETWEEN (w.seq << {SLOT_BITS}) + %s"
                   f" AND (w.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1}")
 
@@ -175,7 +175,8 @@ class PGReads(PGConnection):
         rows = self._run(lambda c, _: c.execute(
             f"SELECT {_COMMAND_COLUMNS} FROM {_JOIN_COMMANDS} WHERE w.id = %s ORDER BY c.slot_key LIMIT %s",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, _limit(limit))).fetchall())
-        return [CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8]) for r in rows]
+        return [CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]))
+                for r in rows]
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any."""
@@ -183,7 +184,7 @@ class PGReads(PGConnection):
             f"SELECT {_COMMAND_COLUMNS} FROM {_JOIN_COMMANDS} WHERE w.id = %s AND NOT c.ok"
             " ORDER BY c.slot_key DESC LIMIT 1", (0, workflow_id)).fetchone())
         return None if r is None else CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7],
-                                                 r[8])
+                                                 r[8], bool(r[9]))
 
     def family(self, workflow_id: str) -> dict[str, Any]:
         """A workflow's parent (ctx.call_workflow) and children: {"parent": id or None, "children": [...]}."""

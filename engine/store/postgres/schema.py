@@ -90,6 +90,8 @@ def _create(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     # The argument guard's key of an activity slot's arguments (engine.core.args_key), as on
     # SQLite; and a child workflow's parent (ctx.call_workflow), which its verdict is delivered to.
     conn.execute(f"ALTER TABLE {SCHEMA}.commands ADD COLUMN args text")
+    # True for a task of a ctx.parallel group (shown grouped in the transcript), as on SQLite.
+    conn.execute(f"ALTER TABLE {SCHEMA}.commands ADD COLUMN parallel boolean")
     conn.execute(f"ALTER TABLE {SCHEMA}.workflows ADD COLUMN parent text")
     conn.execute(f"CREATE INDEX workflows_parent ON {SCHEMA}.workflows (parent) WHERE parent IS NOT NULL")
     # New columns and tables of schema version 1 go here, at the end, until a release ships it.
