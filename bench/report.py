@@ -112,7 +112,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         "0.5 s, 150 MB, 0.5 s, 100 ms")
     pg = m.get("postgres", {})
     ps, pgg, psh, psg = (pg.get(k, {}) for k in ("single", "group", "short", "signal"))
-    add("postgres", "7. PostgreSQL",
+    add("postgres", "9. PostgreSQL",
         f"1 wf {_f(ps.get('slots_per_s'))} slots/s = {_f(ps.get('ratio_vs_floor'), '', 2)} of floor "
         f"({_f(ps.get('floor_tx_per_s'))} tx/s); {_f(pgg.get('workflows'))} wfs "
         f"{_f(pgg.get('ratio_vs_floor'), '×', 2)} floor; 3-step wfs/s 1/2/4 procs "
