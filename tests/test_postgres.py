@@ -347,8 +347,11 @@ def test_a_server_restart_mid_run_loses_and_doubles_nothing(pg_server: PGServer,
 @pytest.mark.soak
 def test_soak_server_restarted_every_few_seconds_loses_and_doubles_nothing(pg_server: PGServer, pg_url: str,
                                                                          tmp_path: Path) -> None:
-    """The soak variant (make soak): as DBOS's chaos suite, the server stopped and started every 3 s."""
-    assert restart_storm(pg_server, pg_url, tmp_path, workflows=20, steps=200, every=3.0, limit=1000) >= 20
+    """The soak variant (make soak): as DBOS's chaos suite, the server stopped and started every 3 s.
+
+    20 × 2,000 slots, so the run outlasts 20 restarts (20 × 200 was done after 4 once marks were batched).
+    """
+    assert restart_storm(pg_server, pg_url, tmp_path, workflows=20, steps=2000, every=3.0, limit=1000) >= 20
 
 
 def test_store_errors_are_one_line(pg_url: str) -> None:
