@@ -219,8 +219,11 @@ def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, 
                                          awaiting=query.awaiting)
     # One small read per row waiting for an approval, on this page only (a page is
     # bounded; the request's action is in its slot, not in the workflows row).
-    return tuple(ListedWorkflow.of(r, store.pending_approval(r.id) if r.status == "blocked" and r.blocked_on
-                                   and r.blocked_on.startswith(APPROVAL_PREFIX) else None) for r in rows)
+    def approval(r: WorkflowSummary) -> dict[str, Any] | None:
+        waits = r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)
+        return store.pending_approval(r.id) if waits else None
+
+    return tuple(ListedWorkflow.of(r, approval(r)) for r in rows)
 
 
 @dataclass(frozen=True)
