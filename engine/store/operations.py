@@ -12,6 +12,7 @@ import socket
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER
@@ -155,12 +156,7 @@ class OperatorWrites(SQLiteConnection):
         Returns the signal's sequence number. Refuses unknown ids, closed workflows and
         payloads over the cap, writing nothing.
         """
-        if not name:
-            raise StoreError("the signal name must not be empty")
-        if name.startswith(APPROVAL_PREFIX):
-            raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
-        if name.startswith(CHILD_PREFIX):
-            raise StoreError(f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish")
+        check_signal_name(name)
         text = self.encode_payload(payload, f"the payload of signal {name!r}")
         now = time.time()
         with self._write() as conn:
@@ -316,21 +312,8 @@ class OperatorWrites(SQLiteConnection):
             if row is None:
                 raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
             status, blocked_on, wake_at, seq = row
-            waiting = status == "blocked" and bool(blocked_on) and blocked_on.startswith(APPROVAL_PREFIX)
-            pending = blocked_on[len(APPROVAL_PREFIX):] if waiting else None
-            if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
-                raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
-                                           f" {_utc(wake_at)}: it is closed, the answer was not recorded")
-            if pending is None or (request is not None and request != pending):
-                timed_out = _approval_timeout(conn, seq, request)
-                late = "" if timed_out is None else (f"; request {timed_out[0]!r} timed out at {_utc(timed_out[1])}"
-                                                     " and is closed")
-                if pending is not None:
-                    raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
-                                               f" {workflow_id!r} waits on {pending!r}{late}")
-                waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
-                raise ApprovalRefusedError(
-                    f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
+            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, now,
+                                      lambda: _approval_timeout(conn, seq, request))
             payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
             text = self.encode_payload(payload, "the approval's answer")
             append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
@@ -347,6 +330,40 @@ class OperatorWrites(SQLiteConnection):
         if status in FINISHED_STATUSES:
             raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
         return status, blocked_on
+
+
+def check_signal_name(name: str) -> None:
+    """Refuse a signal name an operator may not send: empty, or one the store sends itself."""
+    if not name:
+        raise StoreError("the signal name must not be empty")
+    if name.startswith(APPROVAL_PREFIX):
+        raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
+    if name.startswith(CHILD_PREFIX):
+        raise StoreError(f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish")
+
+
+def pending_request(workflow_id: str, status: str, blocked_on: str | None, wake_at: float | None,
+                    request: str | None, now: float, timed_out: Callable[[], tuple[str, float] | None]) -> str:
+    """The request id an answer may unlock, read under the backend's write lock; else ApprovalRefusedError.
+
+    Refused when the workflow waits on no approval, when `request` names another one,
+    or when the pending one's deadline has passed. `timed_out` finds the last request
+    that timed out (asked only to word a refusal).
+    """
+    waiting = status == "blocked" and bool(blocked_on) and str(blocked_on).startswith(APPROVAL_PREFIX)
+    pending = str(blocked_on)[len(APPROVAL_PREFIX):] if waiting else None
+    if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
+        raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
+                                   f" {_utc(wake_at)}: it is closed, the answer was not recorded")
+    if pending is None or (request is not None and request != pending):
+        closed = timed_out()
+        late = "" if closed is None else f"; request {closed[0]!r} timed out at {_utc(closed[1])} and is closed"
+        if pending is not None:
+            raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
+                                       f" {workflow_id!r} waits on {pending!r}{late}")
+        waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
+        raise ApprovalRefusedError(f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
+    return pending
 
 
 def _utc(at: float) -> str:

@@ -22,12 +22,17 @@ from engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER
 from engine.errors import (
     DuplicateWorkflowIdError,
     OperatorRefusedError,
-    StoreError,
     UnknownWorkflowIdError,
     WorkflowClosedError,
 )
 from engine.store.keys import SLOT_LIMIT, slot_key
-from engine.store.operations import ApprovalRefusedError, _check_id, _utc, actor, new_workflow_id
+from engine.store.operations import (
+    _check_id,
+    actor,
+    check_signal_name,
+    new_workflow_id,
+    pending_request,
+)
 from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
 from engine.store.rows import FINISHED_STATUSES, dumps
 
@@ -188,12 +193,7 @@ class PGOperatorWrites(PGConnection):
         Returns the signal's sequence number. Refuses unknown ids, closed workflows and
         payloads over the cap, writing nothing.
         """
-        if not name:
-            raise StoreError("the signal name must not be empty")
-        if name.startswith(APPROVAL_PREFIX):
-            raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
-        if name.startswith(CHILD_PREFIX):
-            raise StoreError(f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish")
+        check_signal_name(name)
         text = self.encode_payload(payload, f"the payload of signal {name!r}")
         now, who = time.time(), actor()
 
@@ -399,21 +399,8 @@ class PGOperatorWrites(PGConnection):
                 if row is None:
                     raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
                 status, blocked_on, wake_at, seq = row
-                waiting = status == "blocked" and bool(blocked_on) and blocked_on.startswith(APPROVAL_PREFIX)
-                pending = blocked_on[len(APPROVAL_PREFIX):] if waiting else None
-                if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
-                    raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
-                                               f" {_utc(wake_at)}: it is closed, the answer was not recorded")
-                if pending is None or (request is not None and request != pending):
-                    timed_out = _approval_timeout(conn, int(seq), request)
-                    late = "" if timed_out is None else (f"; request {timed_out[0]!r} timed out at"
-                                                         f" {_utc(timed_out[1])} and is closed")
-                    if pending is not None:
-                        raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
-                                                   f" {workflow_id!r} waits on {pending!r}{late}")
-                    waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
-                    raise ApprovalRefusedError(
-                        f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
+                pending = pending_request(workflow_id, status, blocked_on, wake_at, request, now,
+                                          lambda: _approval_timeout(conn, int(seq), request))
                 payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
                 text = self.encode_payload(payload, "the approval's answer")
                 _append_signal(conn, workflow_id, blocked_on, text, now, status, blocked_on)
