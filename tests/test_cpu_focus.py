@@ -82,3 +82,17 @@ def test_no_cpu_focus_never_moves_a_thread(tmp_path: Path) -> None:
     worker = _run(tmp_path / "n.db", 3, crowded_at=0.0, focus=False)
     assert worker.focus is None
     assert set(SEEN["engine"]) == set(SEEN["activity"]) == {every}
+
+
+def test_a_worker_on_a_server_store_never_moves_a_thread(pg_url: str) -> None:
+    """On PostgreSQL the commits are the server's work: focusing measured a loss (bench), so it is off."""
+    every = frozenset(os.sched_getaffinity(0))
+    with open_store(pg_url) as store:
+        store.start_workflow("hops", 3)
+    worker = Worker(pg_url, Registry.from_module(sys.modules[__name__]), focus_cpu=True)
+    assert worker.focus is None
+    SEEN["engine"].clear()
+    SEEN["activity"].clear()
+    worker.run(until_idle=True)
+    assert len(SEEN["activity"]) == 3
+    assert set(SEEN["engine"]) == set(SEEN["activity"]) == {every}

@@ -183,6 +183,54 @@ def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: 
         assert [c.slot for c in s.list_commands("x")] == [0, 1]
 
 
+def _faulty(store: object, fault_after: str, fault_before: str = "") -> list[str]:
+    """Wrap the store's connection: the first statement containing `fault_after` runs and its
+    connection then dies; one containing `fault_before` (after that) dies before it runs."""
+    real = store._conn  # type: ignore[attr-defined]
+    faults: list[str] = []
+
+    class Faulty:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def execute(self, statement: str, params: object = None) -> object:
+            if fault_before and fault_before in statement and not faults:
+                faults.append("before")
+                real.close()
+                raise psycopg.OperationalError("the connection was lost")
+            cur = real.execute(statement, params)
+            if fault_after and fault_after in statement and not faults:
+                faults.append("after")
+                real.close()
+                raise psycopg.OperationalError("the connection was lost")
+            return cur
+
+    store._conn = Faulty()  # type: ignore[attr-defined]
+    return faults
+
+
+@pytest.mark.parametrize("fault", ["the claim's answer", "the history read"])
+def test_a_claim_that_met_a_fault_returns_the_workflows_it_leased_with_their_histories(pg_url: str,
+                                                                                       fault: str) -> None:
+    """The claim's one statement committed and the connection died before its answer came, or
+    the history read after it died: the retry returns the workflows that claim leased, with
+    their histories (not nothing, which would strand them until their lease lapses)."""
+    with open_store(pg_url) as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (first,) = s.claim("w1", ttl=30)
+        assert s.commit_record(first, 0, rec("a", 0), ttl=30)
+        s.release(first)
+        if fault == "the claim's answer":
+            faults = _faulty(s, fault_after="SET status = 'running'")
+        else:
+            faults = _faulty(s, fault_after="", fault_before="JOIN commands")
+        claims = s.claim("w1", ttl=30)
+        assert faults
+        assert [(c.id, c.epoch) for c in claims] == [("x", first.epoch + 1)]
+        assert claims[0].state is not None and [r.value for r in claims[0].state.commands] == [0]
+        assert s.claim("w1", ttl=30) == []  # leased once: nothing else to claim
+
+
 def lose_the_next_answer(store: object) -> None:
     """The store's next transaction commits on the server, then its connection dies before the answer comes."""
     real = store._conn  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Self
@@ -204,6 +204,9 @@ class SQLiteConnection:
         """A number that changes whenever another connection commits to the database."""
         version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
         return version
+
+    def wake_on_change(self, wake: Callable[[], None]) -> None:
+        """Nothing: SQLite tells no one of a commit; `data_version` is read when asked."""
 
     # -- maintenance
 

@@ -13,7 +13,7 @@ A store object holds one connection and stays on the thread that opened it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -42,6 +42,10 @@ class _Closable(Protocol):
 
     def data_version(self) -> int:
         """A change token: it changes whenever another connection commits to the store."""
+
+    def wake_on_change(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (from another thread) when the change token may have changed; a store
+        that learns of changes only when asked (SQLite) never calls it."""
 
 
 class ReaderStore(_Closable, Protocol):

@@ -104,6 +104,7 @@ class PGConnection:
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
         self._version = 0
         self._listener: threading.Thread | None = None
+        self._wakers: list[Callable[[], None]] = []
         self._closing = threading.Event()
         # A write sent without waiting for its answer (`_send_unanswered`): how to make it again
         # if the answer, read before the connection's next use, says it failed.
@@ -314,6 +315,12 @@ class PGConnection:
             ready.wait(5)
         return self._version
 
+    def wake_on_change(self, wake: Callable[[], None]) -> None:
+        """Call `wake` from the listening thread on each notification (the worker's idle wait
+        ends at once, where polling the token cost up to its poll interval, ~1 ms a signal)."""
+        self._wakers.append(wake)
+        self.data_version()  # start listening
+
     def _listen(self, ready: threading.Event) -> None:
         backoff = BACKOFF_FIRST
         while not self._closing.is_set():
@@ -326,6 +333,8 @@ class PGConnection:
                     while not self._closing.is_set():
                         for _ in conn.notifies(timeout=0.2):
                             self._version += 1
+                            for wake in self._wakers:
+                                wake()
             except psycopg.Error:
                 ready.set()
                 if self._closing.wait(backoff):
