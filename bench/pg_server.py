@@ -87,6 +87,14 @@ class PGServer:
                     raise
                 time.sleep(1)
 
+    def close(self) -> None:
+        """Stop the server for good, at the end of a run.
+
+        pg_ctl, not pgserver's `cleanup`: the server was restarted by pg_ctl (`restart`), and
+        pgserver's cleanup then left it running after the tests and benchmarks had ended.
+        """
+        self.stop()
+
     def start(self) -> None:
         """Start it again after `stop`: pg_ctl with pgserver's options (no TCP, the socket in pgdata).
 

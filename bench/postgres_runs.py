@@ -198,4 +198,4 @@ def postgres(workdir: Path, sizes: Sizes) -> dict[str, Any]:
                       and all(out[k].get("vs_dbos_met", True) for k in ("single", "group", "short", "signal")))
         return out
     finally:
-        server.server.cleanup()
+        server.close()

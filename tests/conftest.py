@@ -86,7 +86,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PGServer]:
     base.chmod(0o755)
     server = PGServer(base / "pg", durable=False)
     yield server
-    server.server.cleanup()
+    server.close()
     shutil.rmtree(base, ignore_errors=True)
 
 

@@ -164,21 +164,33 @@ def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: 
         params_seen: list[int] = []
 
         class LosesTheAnswer:
-            """Forwards to the real connection; the first slot statement commits, then the connection dies."""
+            """Forwards to the real connection; the first slot statement commits, then the connection dies.
+
+            (A lone slot goes straight through libpq, prepared: its answer is lost in `wait`.)
+            """
 
             def __getattr__(self, name: str) -> object:
                 return getattr(real, name)
 
             def execute(self, sql: str, params: object = None) -> object:
                 cur = real.execute(sql, params)
-                if "INSERT INTO commands" in sql and not params_seen:
+                if "INSERT INTO commands" in sql and not sql.startswith("PREPARE") and not params_seen:
                     params_seen.append(1)
                     real.close()
                     raise psycopg.OperationalError("the connection was lost")
                 return cur
 
+            def wait(self, gen: object) -> object:
+                results = real.wait(gen)
+                if not params_seen:
+                    params_seen.append(1)
+                    real.close()
+                    raise psycopg.OperationalError("the connection was lost")
+                return results
+
         s._conn = LosesTheAnswer()  # type: ignore[assignment]
         assert s.commit_record(claim, 0, rec("a", 0), ttl=30) is True
+        assert params_seen
         assert s.commit_record(claim, 1, rec("a", 1), ttl=30) is True
         assert [c.slot for c in s.list_commands("x")] == [0, 1]
 
@@ -450,7 +462,11 @@ def test_a_data_folder_left_by_a_cut_short_initdb_is_made_afresh() -> None:
         try:
             assert server.execute(server.admin_url, "SELECT 1") == [(1,)]
         finally:
-            server.server.cleanup()
+            server.close()
+        # Stopped for good (pgserver's own cleanup left a server restarted by pg_ctl running).
+        assert not (pgdata / "postmaster.pid").exists()
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(server.admin_url, connect_timeout=2).close()
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

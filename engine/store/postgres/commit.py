@@ -54,6 +54,30 @@ _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_ke
          " AND w.lease_owner = %s AND w.lease_epoch = %s")
 
 
+def _numbered(statement: str, types: Sequence[str]) -> str:
+    """`statement` with its `%s` placeholders numbered and typed ($1::bigint, ...), for PREPARE."""
+    parts = statement.split("%s")
+    assert len(parts) == len(types) + 1
+    return "".join(part + (f"${i}::{types[i - 1]}" if i <= len(types) else "")
+                   for i, part in enumerate(parts, 1))
+
+
+# `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as text.
+_SLOT_RAW = _numbered(_SLOT, ("bigint", "float8", "float8", "float8", "text", "text", "bigint", "bigint", "bigint",
+                              "text", "text", "boolean", "text", "text", "int", "float8", "text"))
+
+
+def _as_text(value: object) -> bytes | None:
+    """A parameter of `_SLOT_RAW` as PostgreSQL reads it in text."""
+    if value is None:
+        return None
+    if value is True or value is False:
+        return b"t" if value else b"f"
+    if type(value) is float:
+        return float.__repr__(value).encode()  # the shortest text that reads back as this float
+    return str(value).encode()
+
+
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
                  ttl: float, parallel: bool = False) -> tuple[object, ...]:
     """The parameters of `_SLOT` (of `_PARALLEL` for a task of a parallel group)."""
@@ -179,8 +203,27 @@ class PGCommits(PGConnection):
         statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
         if not _starts_child(rec):
-            return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot, attempt,
-                                                            cancels), write=True)
+            if parallel:
+                return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
+                                                                attempt, cancels), write=True)
+            raw = [_as_text(p) for p in params]
+
+            def commit_slot(conn: Conn, attempt: int) -> bool:
+                result = self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw)
+                row = None
+                if result.ntuples == 1:
+                    found = result.get_value(0, 0)
+                    row = (None if found is None else found.decode(),)
+                elif attempt:
+                    # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
+                    row = conn.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
+                if row is None:
+                    return False
+                if row[0] is not None:
+                    cancels[claim.id] = row[0]
+                return True
+
+            return self._run(commit_slot, write=True)
 
         def commit_child(conn: Conn, attempt: int) -> bool:
             with conn.transaction():
