@@ -562,8 +562,9 @@ class Worker:
             version = store.data_version()
             due = next_wake is not None and time.time() >= next_wake
             look = version != last_version or now >= next_lapse_check or due
-            if look:
-                next_wake = store.next_wake(self.names)
+            # (The next wake time is read after the claim below: a woken workflow is claimed
+            # one round trip sooner, and the time read then is of those still asleep.)
+            seek_wake = look
             if now >= next_dead_check and self._local is not None:
                 # Pids and mark files say something on this host only: a server's store
                 # finds dead workers by their lapsed leases alone.
@@ -590,6 +591,8 @@ class Worker:
                         claims, last_version = [], -1
                     for claim in claims:
                         self._launch(claim)
+            if seek_wake:
+                next_wake = store.next_wake(self.names)
             if now >= next_renew:
                 try:
                     self._renew(store)
