@@ -21,7 +21,6 @@ from pathlib import Path
 from engine.errors import StoreError
 from engine.store.connection import is_busy, is_damaged
 from engine.store.keys import SLOT_LIMIT, slot_key
-from engine.store.operations import operator_name
 from engine.store.postgres.url import is_postgres_url, redact_url
 from engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from engine.store.rows import (
@@ -38,6 +37,7 @@ from engine.store.rows import (
     fit_text,
     over_cap,
 )
+from engine.store.shared_operations import operator_name
 from engine.store.workers import waiting_reason
 
 __all__ = [
