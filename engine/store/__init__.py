@@ -6,8 +6,10 @@ one place a store is built. The SQLite implementation (`engine.store.sqlite`) is
 backend behind them; a second one is a module beside it, chosen here by its URL.
 
 Modules, one concern each: `rows` (values and row types), `keys` (the command key
-encoding), `schema` (tables and migrations), `connection` (opening, transactions,
-upkeep), `reads`, `operations` (operator writes), `inflight` (start marks), `leases`,
+encoding), `base` (what the backends share: the SQL dialect and the primitives),
+`shared_reads` and `shared_operations` (the reads and the operator writes, for both
+backends), `schema` (tables and migrations), `connection` (opening, transactions,
+upkeep), `operations` (inserting a workflow row), `inflight` (start marks), `leases`,
 `fence` (the commit fence), `commit` (group commit), `workers` (which worker serves
 what), `sqlite` (the class made of them).
 """
@@ -21,7 +23,6 @@ from pathlib import Path
 from engine.errors import StoreError
 from engine.store.connection import is_busy, is_damaged
 from engine.store.keys import SLOT_LIMIT, slot_key
-from engine.store.operations import operator_name
 from engine.store.postgres.url import is_postgres_url, redact_url
 from engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from engine.store.rows import (
@@ -38,6 +39,7 @@ from engine.store.rows import (
     fit_text,
     over_cap,
 )
+from engine.store.shared_operations import operator_name
 from engine.store.workers import waiting_reason
 
 __all__ = [

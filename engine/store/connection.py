@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, TypeVar
 
-from engine.errors import (
-    NotADatabaseError,
-    PayloadTooLargeError,
-    ReadOnlyError,
-    StoreBusyError,
-    StoreError,
-    ValueNotJSONError,
-)
+from engine.errors import NotADatabaseError, ReadOnlyError, StoreBusyError, StoreError
+from engine.store.base import Dialect, StoreBase
 from engine.store.fence import CommitFence
-from engine.store.rows import default_max_payload, encode_value, over_cap
+from engine.store.keys import SLOTS_NOW, SLOTS_SHOWN
+from engine.store.rows import default_max_payload
 from engine.store.schema import check_schema, refuse_foreign
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_S = 10.0
 # The size the WAL file is truncated back to after it restarts (SQLite's autocheckpoint
@@ -57,7 +54,38 @@ def is_damaged(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _DAMAGE_CODES
 
 
-class SQLiteConnection:
+class SQLiteDialect(Dialect):
+    """SQLite's SQL: `?` placeholders as written, one writer at a time (no row locks), rowid order."""
+
+    tie = "rowid"
+    # A running workflow's `slots` column lags its last slot (engine.store.commit): count it.
+    slots_shown = SLOTS_SHOWN
+    slots_now = SLOTS_NOW
+    # SQLite's LIKE has no escape character unless one is named.
+    like_escape = " ESCAPE '\\'"
+
+    def run(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Execute one statement."""
+        return conn.execute(sql, params)
+
+    def run_many(self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute one statement once per row of parameters."""
+        conn.executemany(sql, rows)
+
+    def in_list(self, column: str, values: Iterable[Any]) -> tuple[str, list[Any]]:
+        """`column IN (?, ...)`, one parameter per value."""
+        named = list(values)
+        return f"{column} IN ({', '.join('?' * len(named))})", named
+
+    def limit(self, limit: int) -> int:
+        """SQLite takes LIMIT -1 as no limit."""
+        return int(limit)
+
+
+SQLITE = SQLiteDialect()
+
+
+class SQLiteConnection(StoreBase):
     """The connection every part of the SQLite store works through.
 
     Args:
@@ -65,6 +93,8 @@ class SQLiteConnection:
         readonly: open with mode=ro; every write raises ReadOnlyError.
         max_payload: cap in bytes on a signal payload's or an input's JSON text.
     """
+
+    dialect = SQLITE
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
         self.path = Path(path)
@@ -129,12 +159,6 @@ class SQLiteConnection:
         """Close the connection."""
         self._conn.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- plumbing
 
     @contextmanager
@@ -186,15 +210,23 @@ class SQLiteConnection:
             raise
         conn.execute("COMMIT")
 
-    def encode_payload(self, value: Any, what: str) -> str:
-        """Encode a value as JSON text within the payload cap, or raise naming `what`."""
-        try:
-            text, size = encode_value(value)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
-        if size > self.max_payload:
-            raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
-        return text
+    # -- the primitives of the shared reads and operator writes (engine.store.base)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def _query_one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(sql, params).fetchone()
+
+    def _snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._read() as conn:
+            return fn(conn)
+
+    def _operate(self, workflow_id: str, action: str, now: float, who: str,
+                 body: Callable[[sqlite3.Connection], T], again: Callable[[str], T]) -> T:
+        # One try: a local file never loses the answer of a commit it made.
+        with self._write() as conn:
+            return body(conn)
 
     def local_path(self) -> Path | None:
         """The database file: workers keep their start marks beside it (engine.marks)."""

@@ -153,7 +153,7 @@ class WorkflowSummary:
     slots: int
     created_at: float
     updated_at: float
-    error: str | None = None  # the start of a failed workflow's error (reads.ERROR_PREVIEW characters)
+    error: str | None = None  # the start of a failed workflow's error (shared_reads.ERROR_PREVIEW characters)
     wake_at: float | None = None  # as WorkflowRow.wake_at
     parent: str | None = None  # as WorkflowRow.parent
 

@@ -3,7 +3,9 @@
 A `SQLiteStore` holds one connection and must stay on the thread that made it; open
 one per thread. The parts are mixins over one connection (`SQLiteConnection`), not
 objects that call each other: the per-slot path (`Commits`) reads the connection's
-attributes directly, as fast as when the store was one class.
+attributes directly, as fast as when the store was one class. The reads and the
+operator writes are the backend-neutral ones (`shared_reads`, `shared_operations`)
+over this connection's primitives (`SQLiteConnection`, engine.store.base).
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 from engine.store.commit import Commits
 from engine.store.leases import Leases
 from engine.store.operations import OperatorWrites
-from engine.store.reads import Reads
+from engine.store.shared_reads import SharedReads
 from engine.store.workers import WorkerRegistry
 
 
-class SQLiteStore(Commits, Leases, WorkerRegistry, OperatorWrites, Reads):
+class SQLiteStore(Commits, Leases, WorkerRegistry, OperatorWrites, SharedReads):
     """The log store on one SQLite file: every store protocol of `engine.store.protocols`.
 
     Args:

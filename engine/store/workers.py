@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Collection
 
+from engine.store.base import StoreBase
 from engine.store.connection import SQLiteConnection
 from engine.store.rows import dumps
 
@@ -27,7 +28,29 @@ def waiting_reason(workflow: str, served: frozenset[str] | None) -> str | None:
     return f"no running worker knows {workflow!r}"
 
 
-class WorkerRegistry(SQLiteConnection):
+class WorkerReads(StoreBase):
+    """What the `workers` table says, on either backend: the names live workers serve, what they leave."""
+
+    def served_names(self) -> frozenset[str] | None:
+        """The workflow names live workers know; None when no worker is live.
+
+        Live: seen within LIVE_TTLS of its lease length (workers stamp their row at
+        every lease renewal, a third of a lease apart).
+        """
+        rows = self._query("SELECT names FROM workers WHERE seen_at >= ? - ? * ttl", (time.time(), LIVE_TTLS))
+        if not rows:
+            return None
+        return frozenset(name for (text,) in rows for name in json.loads(text))
+
+    def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
+        """Pending workflows per name, of the names not in `names` (what a worker of those names leaves)."""
+        known, params = self.dialect.in_list("workflow", names)
+        rows = self._query(f"SELECT workflow, COUNT(*) FROM workflows WHERE status = 'pending' AND NOT ({known})"
+                           " GROUP BY workflow ORDER BY COUNT(*) DESC, workflow", params)
+        return {name: int(n) for name, n in rows}
+
+
+class WorkerRegistry(SQLiteConnection, WorkerReads):
     """The `workers` table: who runs, with which names, and what is left for nobody."""
 
     def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
@@ -46,23 +69,3 @@ class WorkerRegistry(SQLiteConnection):
         """A worker exits cleanly: it serves nothing any more."""
         with self._write() as conn:
             conn.execute("DELETE FROM workers WHERE owner = ?", (owner,))
-
-    def served_names(self) -> frozenset[str] | None:
-        """The workflow names live workers know; None when no worker is live.
-
-        Live: seen within LIVE_TTLS of its lease length (workers stamp their row at
-        every lease renewal, a third of a lease apart).
-        """
-        rows = self._conn.execute("SELECT names FROM workers WHERE seen_at >= ? - ? * ttl",
-                                  (time.time(), LIVE_TTLS)).fetchall()
-        if not rows:
-            return None
-        return frozenset(name for (text,) in rows for name in json.loads(text))
-
-    def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
-        """Pending workflows per name, of the names not in `names` (what a worker of those names leaves)."""
-        named = list(names)
-        return dict(self._conn.execute(
-            f"SELECT workflow, COUNT(*) FROM workflows WHERE status = 'pending'"
-            f" AND workflow NOT IN ({', '.join('?' * len(named))}) GROUP BY workflow ORDER BY COUNT(*) DESC, workflow",
-            named).fetchall())

@@ -2,8 +2,10 @@
 
 Modules, one concern each: `url` (which locations are ours, redacting passwords),
 `schema` (the replaylog schema and its version), `connection` (the connection, retries
-across faults, LISTEN/NOTIFY), `reads`, `operations`, `leases` (claims, renewals, start
-marks), `commit` (group commit), `workers`, `store` (the class made of them).
+across faults, LISTEN/NOTIFY), `reads` (what is in flight), `operations` (inserting a
+workflow row), `leases` (claims, renewals, start marks), `commit` (group commit),
+`workers`, `store` (the class made of them). The reads and operator writes themselves
+are the shared ones (engine.store.shared_reads, engine.store.shared_operations).
 """
 
 from engine.store.postgres.url import is_postgres_url, redact_url

@@ -16,19 +16,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg.generators import execute, fetch_many, send
 
-from engine.errors import PayloadTooLargeError, ReadOnlyError, StoreError, ValueNotJSONError
+from engine.errors import ReadOnlyError, StoreError
+from engine.store.base import Dialect, Rows, StoreBase
 from engine.store.postgres.schema import SCHEMA, check_schema
 from engine.store.postgres.url import redact_text, redact_url
-from engine.store.rows import default_max_payload, encode_value, over_cap
+from engine.store.rows import default_max_payload
 
 log = logging.getLogger("replaylog.store.postgres")
 
@@ -88,7 +89,41 @@ def connection_lost(exc: BaseException, conn: Conn | None) -> bool:
     return isinstance(exc, psycopg.InterfaceError) and (conn is None or conn.closed)
 
 
-class PGConnection:
+def pg_sql(sql: str) -> str:
+    """A statement written with `?` placeholders (engine.store.base) in psycopg's `%s` style."""
+    return sql.replace("?", "%s")
+
+
+class PGDialect(Dialect):
+    """PostgreSQL's SQL: `%s` placeholders, row locks, arrays for lists, LIMIT NULL for none."""
+
+    lock = " FOR UPDATE"
+    lock_of_format = " FOR UPDATE OF {}"
+    share_lock = " FOR SHARE"
+
+    def run(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Rows:
+        """Execute one statement."""
+        return conn.execute(pg_sql(sql), params)
+
+    def run_many(self, conn: Conn, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute one statement once per row of parameters (nothing for none)."""
+        if rows:
+            with conn.cursor() as cur:
+                cur.executemany(pg_sql(sql), rows)
+
+    def in_list(self, column: str, values: Iterable[Any]) -> tuple[str, list[Any]]:
+        """`column = ANY(?)`: one array parameter, whatever the number of values."""
+        return f"{column} = ANY(?)", [list(values)]
+
+    def limit(self, limit: int) -> int | None:
+        """SQLite's LIMIT -1 (no limit) as PostgreSQL's LIMIT NULL."""
+        return None if limit < 0 else int(limit)
+
+
+POSTGRES = PGDialect()
+
+
+class PGConnection(StoreBase):
     """The connection every part of the PostgreSQL store works through.
 
     Args:
@@ -96,6 +131,8 @@ class PGConnection:
         readonly: the session has default_transaction_read_only on; every write raises ReadOnlyError.
         max_payload: cap in bytes on a signal payload's or an input's JSON text.
     """
+
+    dialect = POSTGRES
 
     def __init__(self, url: str, *, readonly: bool = False, max_payload: int | None = None) -> None:
         self.url = url
@@ -163,12 +200,6 @@ class PGConnection:
         self._conn.close()
         if self._listener is not None:
             self._listener.join(timeout=2)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def local_path(self) -> Path | None:
         """None: a server's store has no file on this host (marks live in the database)."""
@@ -309,15 +340,41 @@ class PGConnection:
                     raise StoreError(f"lost the connection to {self.where} and could not get it back: {exc}") from None
                 backoff = min(BACKOFF_MAX, backoff * 2)
 
-    def encode_payload(self, value: Any, what: str) -> str:
-        """Encode a value as JSON text within the payload cap, or raise naming `what`."""
-        try:
-            text, size = encode_value(value)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
-        if size > self.max_payload:
-            raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
-        return text
+    # -- the primitives of the shared reads and operator writes (engine.store.base)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        statement = pg_sql(sql)
+        return self._run(lambda c, _: c.execute(statement, params).fetchall())
+
+    def _query_one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        statement = pg_sql(sql)
+        return self._run(lambda c, _: c.execute(statement, params).fetchone())
+
+    def _snapshot(self, fn: Callable[[Conn], T]) -> T:
+        def read(conn: Conn, _: int) -> T:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                return fn(conn)
+
+        return self._run(read)
+
+    def _operate(self, workflow_id: str, action: str, now: float, who: str, body: Callable[[Conn], T],
+                 again: Callable[[str], T]) -> T:
+        # After a connection fault the write is tried again on a new connection; one whose
+        # answer was lost may have committed: its audit row, stamped with this call's own
+        # time and actor, tells, and the retry returns what the first try did.
+        def operate(conn: Conn, attempt: int) -> T:
+            with conn.transaction():
+                if attempt:
+                    row = conn.execute("SELECT detail FROM audit WHERE workflow_id = %s AND action = %s"
+                                       " AND at = %s AND actor = %s", (workflow_id, action, now, who)).fetchone()
+                    if row is not None:
+                        return again(row[0] or "")
+                result = body(conn)
+                conn.execute(NOTIFY)
+            return result
+
+        return self._run(operate, write=True)
 
     # -- change detection
 

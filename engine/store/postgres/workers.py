@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Collection
 
 from engine.store.postgres.connection import Conn, PGConnection
 from engine.store.rows import dumps
-from engine.store.workers import LIVE_TTLS
+from engine.store.workers import WorkerReads
 
 
-class PGWorkerRegistry(PGConnection):
+class PGWorkerRegistry(PGConnection, WorkerReads):
     """The `workers` table: who runs, with which names, and what is left for nobody."""
 
     def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
@@ -34,18 +33,3 @@ class PGWorkerRegistry(PGConnection):
     def worker_stopped(self, owner: str) -> None:
         """A worker exits cleanly: it serves nothing any more."""
         self._run(lambda c, _: c.execute("DELETE FROM workers WHERE owner = %s", (owner,)), write=True)
-
-    def served_names(self) -> frozenset[str] | None:
-        """The workflow names live workers know; None when no worker is live."""
-        rows = self._run(lambda c, _: c.execute("SELECT names FROM workers WHERE seen_at >= %s - %s * ttl",
-                                                (time.time(), LIVE_TTLS)).fetchall())
-        if not rows:
-            return None
-        return frozenset(name for (text,) in rows for name in json.loads(text))
-
-    def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
-        """Pending workflows per name, of the names not in `names`."""
-        rows = self._run(lambda c, _: c.execute(
-            "SELECT workflow, COUNT(*) FROM workflows WHERE status = 'pending' AND NOT (workflow = ANY(%s))"
-            " GROUP BY workflow ORDER BY COUNT(*) DESC, workflow", (list(names),)).fetchall())
-        return {name: int(n) for name, n in rows}
