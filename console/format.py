@@ -37,6 +37,13 @@ def text(value: Any, style: str = "") -> Text:
     return Text(printable(str(value), oneline=True), style=style, no_wrap=True, overflow="ellipsis")
 
 
+def titled(prefix: str, name: str) -> Text:
+    """A dialog's title: `prefix` then a stored name (a workflow id, say) in bold, as text."""
+    title = Text(prefix)
+    title.append_text(text(name, "bold"))
+    return title
+
+
 def status_text(status: str) -> Text:
     """A status word in its colour."""
     return Text(status, style=STATUS_STYLES.get(status, ""))

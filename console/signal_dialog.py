@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
 from console.data import ConsoleData, SignalRefused
-from console.format import text
+from console.format import titled
 from engine.text import printable
 
 DEFAULT_PAYLOAD = '{"approved": true, "by": "operator"}'
@@ -66,10 +66,8 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
 
     def compose(self) -> ComposeResult:
         """Name, payload editor, validation line, refusal line, buttons."""
-        title = Text("Send a signal to ")
-        title.append_text(text(self.workflow_id, "bold"))
         with Vertical(id="signal-dialog", classes="dialog"):
-            yield Static(title, classes="dialog-title")
+            yield Static(titled("Send a signal to ", self.workflow_id), classes="dialog-title")
             yield Label("name")
             yield Input(self.default_name, placeholder="signal name", id="signal-name")
             yield Label("payload (JSON)")

@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from console.data import TRANSCRIPT_SLOTS, ConsoleData, TranscriptEntry
-from console.format import text
+from console.format import text, titled
 from engine.text import printable
 
 _MARKS = {"call": "▸", "approval": "?", "child": "⇢", "clock": "◷", "other": "·"}
@@ -52,10 +52,8 @@ class TranscriptScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         """Title and the conversation."""
-        title = Text("transcript of ")
-        title.append_text(text(self.workflow_id, "bold"))
         with Vertical(id="transcript-dialog", classes="dialog"):
-            yield Static(title, classes="dialog-title")
+            yield Static(titled("transcript of ", self.workflow_id), classes="dialog-title")
             with VerticalScroll():
                 yield Static(Text("reading…", style="dim"), id="transcript")
         yield Footer()

@@ -121,10 +121,7 @@ class Settings:
         db = self.db
         if not create and isinstance(db, Path) and not db.exists():
             fail(f"no database at {db}")
-        try:
-            return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -292,10 +289,7 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
     """Send a signal (payload defaults to null). PAYLOAD_JSON may be `-` (stdin) or `@path`."""
     payload, _ = read_json_arg(payload_json, f"the payload of signal {name!r}", settings.max_payload)
     with settings.open() as store:
-        try:
-            seq = store.send_signal(workflow_id, name, payload)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        seq = store.send_signal(workflow_id, name, payload)
     click.echo(f"signal {printable(name, oneline=True)!s} #{seq} sent to {printable(workflow_id, oneline=True)}")
 
 
@@ -310,11 +304,8 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
 def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None, request: str | None) -> None:
     """Answer the approval request a workflow waits on (and only it, once)."""
     with settings.open() as store:
-        try:
-            rid = store.answer_approval(workflow_id, approved=not reject, by=operator_name(), note=note,
-                                        request=request)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        rid = store.answer_approval(workflow_id, approved=not reject, by=operator_name(), note=note,
+                                    request=request)
     verb = "rejected" if reject else "approved"
     click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
 
@@ -589,10 +580,7 @@ def _status(status: str, waiting: str | None = None) -> Text:
 def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     """Show a workflow: status, input, result or error, every slot, every signal."""
     with settings.open(readonly=True) as store:
-        try:
-            row = store.get_workflow(workflow_id)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        row = store.get_workflow(workflow_id)
         data = workflow_json(store, row)
     if as_json:
         click.echo(json.dumps(data))
@@ -720,10 +708,7 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
         if not workflow_id:
             _check_all(store, registry)
             return
-        try:
-            verdict = check_workflow(store, registry, workflow_id)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        verdict = check_workflow(store, registry, workflow_id)
     if as_json:
         click.echo(json.dumps({"id": workflow_id, **verdict.to_dict()}))
     else:
@@ -797,10 +782,7 @@ def cancel(settings: Settings, workflow_id: str, reason: str | None) -> None:
     compensating activities; when the exception leaves it, its status is `cancelled`.
     """
     with settings.open() as store:
-        try:
-            was = store.cancel_workflow(workflow_id, reason)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        was = store.cancel_workflow(workflow_id, reason)
     click.echo(_one(f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled"
                     " at its next ctx call"))
 
@@ -816,10 +798,7 @@ def terminate(settings: Settings, workflow_id: str, reason: str | None) -> None:
     An activity in flight may still finish; its outcome is not recorded.
     """
     with settings.open() as store:
-        try:
-            was = store.terminate_workflow(workflow_id, reason)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        was = store.terminate_workflow(workflow_id, reason)
     click.echo(_one(f"{workflow_id} terminated (was {was})"))
 
 
@@ -837,19 +816,16 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
     failure (fork from that slot instead).
     """
     with settings.open() as store:
-        try:
-            row = store.get_workflow(workflow_id)
-            if row.status != "failed":
-                fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
-            verdict_text = "dry replay skipped (--force)"
-            if not force:
-                verdict, refusal = retry_verdict(store, _app(app), workflow_id)
-                if refusal is not None:
-                    fail(refusal)
-                verdict_text = verdict.text
-            store.retry_workflow(workflow_id, reason)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        row = store.get_workflow(workflow_id)
+        if row.status != "failed":
+            fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
+        verdict_text = "dry replay skipped (--force)"
+        if not force:
+            verdict, refusal = retry_verdict(store, _app(app), workflow_id)
+            if refusal is not None:
+                fail(refusal)
+            verdict_text = verdict.text
+        store.retry_workflow(workflow_id, reason)
     click.echo(_one(f"{workflow_id} is pending again ({verdict_text})"))
 
 
@@ -867,11 +843,8 @@ def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | Non
     idempotency keys.
     """
     with settings.open() as store:
-        try:
-            wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
-            again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
-        except ReplaylogError as exc:
-            fail(str(exc))
+        wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
+        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
     click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
@@ -904,10 +877,7 @@ def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
 def export_cmd(settings: Settings, workflow_id: str, output: str | None) -> None:
     """Write a workflow's whole history as one versioned JSON document."""
     with settings.open(readonly=True) as store:
-        try:
-            doc = history_document(store, workflow_id)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        doc = history_document(store, workflow_id)
     text = json.dumps(doc.to_json(), ensure_ascii=False)
     if output is None:
         click.echo(text)
@@ -931,10 +901,7 @@ def _read_document(path: str) -> HistoryDocument:
         fail(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except RecursionError:
         fail(f"{path}: invalid JSON: nested too deeply")
-    try:
-        return parse_document(data, path)
-    except ReplaylogError as exc:
-        fail(str(exc))
+    return parse_document(data, path)
 
 
 @cli.command(name="import")
@@ -949,10 +916,7 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
     """
     doc = _read_document(file)
     with settings.open(create=True) as store:
-        try:
-            wid = store.import_history(doc, new_id=new_id)
-        except ReplaylogError as exc:
-            fail(str(exc))
+        wid = store.import_history(doc, new_id=new_id)
     click.echo(wid)
 
 
@@ -994,7 +958,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the `replaylog` command."""
     try:
         cli.main(args=argv, prog_name="replaylog", standalone_mode=True)
-    except ReplaylogError as exc:  # a refusal that slipped past a command: still one line
+    except ReplaylogError as exc:  # every refusal of the engine or the store ends a command here, in one line
         click.echo(f"replaylog: error: {printable(str(exc), oneline=True)}", err=True)
         sys.exit(1)
     except sqlite3.Error as exc:

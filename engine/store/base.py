@@ -133,3 +133,19 @@ class StoreBase:
                          forked_from: str | None = None, forked_slot: int | None = None) -> int:
         """Insert a workflow row; return its seq. DuplicateWorkflowIdError if the id is taken."""
         raise NotImplementedError
+
+
+class SeenCancels:
+    """The cancel requests (workflow id → reason) a store's slot commits came upon; the worker takes them out.
+
+    Both backends' commits learn of an operator's cancel request from the commit fence
+    itself (no query of their own per slot) and note it here.
+    """
+
+    @property
+    def cancels(self) -> dict[str, str]:
+        """Cancel requests seen by this connection's slot commits, by workflow id (the reason, "" if none)."""
+        found: dict[str, str] | None = self.__dict__.get("_cancels")
+        if found is None:
+            found = self.__dict__["_cancels"] = {}
+        return found

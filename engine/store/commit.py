@@ -14,11 +14,12 @@ from typing import Any
 
 from engine.core import TIMER, CommandRecord, Outcome
 from engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
+from engine.store.base import SeenCancels
 from engine.store.connection import SQLiteConnection
 from engine.store.fence import FAST, REFUSE
 from engine.store.keys import SLOT_LIMIT, SLOTS_NOW
 from engine.store.operations import tell_parent
-from engine.store.rows import Claim, PendingRecord, dumps
+from engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
@@ -38,20 +39,8 @@ _INSERT_OK_ARGS = ("INSERT INTO commands (slot_key, kind, name, ok, value, attem
                    " VALUES (?, ?, ?, 1, ?, ?, ?, ?)")
 
 
-class Commits(SQLiteConnection):
-    """The worker's lease-fenced writes of outcomes and run verdicts.
-
-    `cancels` holds the cancel requests (workflow id → reason) the slot commits came upon;
-    the worker takes them out (see `_write_record`).
-    """
-
-    @property
-    def cancels(self) -> dict[str, str]:
-        """Cancel requests seen by this connection's slot commits, by workflow id (the reason, "" if none)."""
-        found: dict[str, str] | None = self.__dict__.get("_cancels")
-        if found is None:
-            found = self.__dict__["_cancels"] = {}
-        return found
+class Commits(SQLiteConnection, SeenCancels):
+    """The worker's lease-fenced writes of outcomes and run verdicts (a cancel request met: `cancels`)."""
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -262,10 +251,7 @@ class Commits(SQLiteConnection):
             # ?1 is the status written (SET sees the old row's columns); the `?` after it are 9-11.
             " worker_error = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
             " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
-            (status, blocked_on, wake_at if status == "blocked" else None,
-             dumps(outcome.result) if status == "completed" else None, outcome.error,
-             dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
-             outcome.error_kind if status == "failed" else None, now, claim.id, claim.owner, claim.epoch),
+            (*verdict_values(outcome, status, blocked_on, wake_at, now), claim.id, claim.owner, claim.epoch),
         )
         if cur.rowcount != 1:
             return False

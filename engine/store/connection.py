@@ -147,11 +147,10 @@ class SQLiteConnection(StoreBase):
                 # long reader must not leave a WAL of that size on disk for good.
                 conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             check_schema(conn, path, readonly=self.readonly)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise NotADatabaseError(f"{path} is not a usable SQLite database: {exc}") from None
-        except StoreError:
-            conn.close()
+        except BaseException as exc:
+            conn.close()  # a connection that failed its set-up is never kept
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise NotADatabaseError(f"{path} is not a usable SQLite database: {exc}") from None
             raise
         return conn
 

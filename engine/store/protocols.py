@@ -20,16 +20,7 @@ from typing import Any, Protocol, Self
 from engine.core import CommandRecord, Outcome, WorkflowState
 from engine.history import HistoryDocument
 from engine.marks import Mark
-from engine.store.rows import (
-    AuditRow,
-    Claim,
-    CommandRow,
-    InflightRow,
-    PendingRecord,
-    SignalRow,
-    WorkflowRow,
-    WorkflowSummary,
-)
+from engine.store import rows
 
 
 class _Closable(Protocol):
@@ -51,21 +42,21 @@ class _Closable(Protocol):
 class ReaderStore(_Closable, Protocol):
     """Reads: workflows, their slots and signals, counts, what is in flight."""
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRow:
+    def get_workflow(self, workflow_id: str) -> rows.WorkflowRow:
         """One workflow; UnknownWorkflowIdError if there is none."""
 
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
-                       offset: int = 0, awaiting: str | None = None, top_level: bool = False) -> list[WorkflowRow]:
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False) -> list[rows.WorkflowRow]:
         """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent)."""
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
                                 offset: int = 0, awaiting: str | None = None,
-                                top_level: bool = False) -> list[WorkflowSummary]:
+                                top_level: bool = False) -> list[rows.WorkflowSummary]:
         """Like `list_workflows`, without the payload columns."""
 
-    def list_descendants(self, workflow_ids: Sequence[str]) -> list[WorkflowSummary]:
+    def list_descendants(self, workflow_ids: Sequence[str]) -> list[rows.WorkflowSummary]:
         """The children of these workflows at any depth (ctx.call_workflow), in start order."""
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
@@ -75,7 +66,7 @@ class ReaderStore(_Closable, Protocol):
     def status_counts(self) -> dict[str, int]:
         """Workflows per status (every status present, zero where none)."""
 
-    def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
+    def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.CommandRow]:
         """Recorded slots in order, optionally a page of them."""
 
     def family(self, workflow_id: str) -> dict[str, Any]:
@@ -84,16 +75,16 @@ class ReaderStore(_Closable, Protocol):
     def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
         """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
 
-    def last_failed_command(self, workflow_id: str) -> CommandRow | None:
+    def last_failed_command(self, workflow_id: str) -> rows.CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any."""
 
-    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.SignalRow]:
         """Delivered signals in delivery order, optionally a page of them."""
 
     def count_signals(self, workflow_id: str) -> tuple[int, int]:
         """(delivered, still waiting to be consumed) signals of a workflow."""
 
-    def inflight(self, workflow_id: str) -> InflightRow | None:
+    def inflight(self, workflow_id: str) -> rows.InflightRow | None:
         """The started activity with no recorded outcome, if any (it possibly ran)."""
 
     def load_state(self, workflow_id: str) -> WorkflowState:
@@ -102,7 +93,7 @@ class ReaderStore(_Closable, Protocol):
     def served_names(self) -> frozenset[str] | None:
         """The workflow names live workers know; None when no worker is live."""
 
-    def list_audit(self, workflow_id: str) -> list[AuditRow]:
+    def list_audit(self, workflow_id: str) -> list[rows.AuditRow]:
         """The operators' actions on a workflow, oldest first."""
 
 
@@ -138,11 +129,11 @@ class OperatorStore(ReaderStore, Protocol):
 class WorkerStore(_Closable, Protocol):
     """What a worker needs: leases, fenced commits, in-flight marks, history, upkeep."""
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRow:
+    def get_workflow(self, workflow_id: str) -> rows.WorkflowRow:
         """One workflow; UnknownWorkflowIdError if there is none (a child's id is checked with it)."""
 
     def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
-              names: Collection[str] | None = None) -> list[Claim]:
+              names: Collection[str] | None = None) -> list[rows.Claim]:
         """Take the lease of up to `limit` runnable workflows (of `names` only, unless None)."""
 
     def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
@@ -167,26 +158,26 @@ class WorkerStore(_Closable, Protocol):
     def running_owners(self) -> list[str]:
         """The distinct lease owners of running workflows."""
 
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+    def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel: bool = False) -> bool:
         """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
         (any slot not yet written, for a task of a parallel group)."""
 
-    def commit_batch(self, records: Sequence[PendingRecord] = (), *,
-                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+    def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
+                     finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of many workflows in one transaction; say which were written."""
 
     @property
     def cancels(self) -> dict[str, str]:
         """Cancel requests the slot commits came upon (workflow id → reason); the worker takes them out."""
 
-    def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+    def renew(self, claims: Sequence[rows.Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
         """Extend leases still held; say which are. `worker`: stamp that worker as seen too."""
 
-    def release(self, claim: Claim) -> None:
+    def release(self, claim: rows.Claim) -> None:
         """Give a workflow back: pending again, lease dropped."""
 
-    def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+    def hand_back(self, claim: rows.Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
         """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
 
     def local_path(self) -> Path | None:
@@ -198,7 +189,7 @@ class WorkerStore(_Closable, Protocol):
         lapsed leases alone (hosts share neither files nor pids).
         """
 
-    def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
+    def mark_started(self, claim: rows.Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
         """Record in the store, before an activity runs, that it started (stores without a `local_path`)."""
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:

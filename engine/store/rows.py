@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from engine.core import CommandRecord, WorkflowState
+from engine.core import CommandRecord, Outcome, WorkflowState
 from engine.errors import StoreError
 
 STATUSES = ("pending", "running", "blocked", "completed", "failed", "cancelled", "terminated")
@@ -221,8 +221,7 @@ class Claim:
     cancel: str | None = None
 
 
-@dataclass(frozen=True)
-class AuditRow:
+class AuditRow(NamedTuple):
     """One operator action on a workflow: what, when, by whom (user@host), and why."""
 
     action: str
@@ -245,3 +244,13 @@ class PendingRecord:
     # A task of a parallel group: written in the order the group's tasks complete (see
     # Commits._write_parallel), not refused for not being the next slot.
     parallel: bool = False
+
+
+def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_at: float | None,
+                   now: float) -> tuple[object, ...]:
+    """What a run's verdict writes, in order: status, blocked_on, wake_at, result, error,
+    diagnostic, error_kind, updated_at (each backend's `_write_finish`)."""
+    return (status, blocked_on, wake_at if status == "blocked" else None,
+            dumps(outcome.result) if status == "completed" else None, outcome.error,
+            dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
+            outcome.error_kind if status == "failed" else None, now)

@@ -20,10 +20,11 @@ import psycopg
 
 from engine.core import TIMER, CommandRecord, Outcome
 from engine.errors import DuplicateWorkflowIdError, StoreError
+from engine.store.base import SeenCancels
 from engine.store.keys import SLOT_LIMIT
 from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
 from engine.store.postgres.operations import tell_parent
-from engine.store.rows import Claim, PendingRecord, dumps
+from engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
@@ -153,11 +154,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         " retry_at = NULL,"
         " worker_error = CASE WHEN %s IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
         " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
-        (status, blocked_on, wake_at if status == "blocked" else None,
-         dumps(outcome.result) if status == "completed" else None, outcome.error,
-         dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
-         outcome.error_kind if status == "failed" else None, now, status,
-         claim.id, claim.owner, claim.epoch))
+        (*verdict_values(outcome, status, blocked_on, wake_at, now), status, claim.id, claim.owner, claim.epoch))
     # Refused: the lease is gone; or, after a lost answer, this very verdict was written
     # (nobody has claimed the workflow since: a claim bumps the epoch).
     if cur.rowcount != 1 and (not attempt or conn.execute(
@@ -175,20 +172,8 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
     return True
 
 
-class PGCommits(PGConnection):
-    """The worker's lease-fenced writes of outcomes and run verdicts.
-
-    `cancels` holds the cancel requests (workflow id → reason) the slot commits came upon;
-    the worker takes them out.
-    """
-
-    @property
-    def cancels(self) -> dict[str, str]:
-        """Cancel requests seen by this connection's slot commits, by workflow id (the reason, "" if none)."""
-        found: dict[str, str] | None = self.__dict__.get("_cancels")
-        if found is None:
-            found = self.__dict__["_cancels"] = {}
-        return found
+class PGCommits(PGConnection, SeenCancels):
+    """The worker's lease-fenced writes of outcomes and run verdicts, on PostgreSQL (see `cancels`)."""
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel: bool = False) -> bool:
