@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from console.data import ActionRefused
-from engine.text import printable
+from console.write_dialog import WriteDialog
 
 
-class ActionDialog(ModalScreen[str | None]):
+class ActionDialog(WriteDialog[str | None]):
     """Confirm one operator action (cancel, terminate, retry, fork) and take it through the data layer.
 
     Dismisses with the line saying what was done once the store took the action; a
@@ -36,21 +33,9 @@ class ActionDialog(ModalScreen[str | None]):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "dismiss_dialog", "Back", tooltip="close without acting"),
+        Binding("escape", "close", "Back", tooltip="close without acting"),
         Binding("ctrl+s", "confirm", "Confirm", tooltip="confirm"),
     ]
-
-    @dataclass
-    class Done(Message):
-        """The store took the action."""
-
-        said: str
-
-    @dataclass
-    class Refused(Message):
-        """The store refused the action, writing nothing."""
-
-        reason: str
 
     def __init__(self, title: Text, body: Text, confirm: str, act: Callable[[str], str], *,
                  ask_reason: bool = False, allowed: bool = True) -> None:
@@ -61,7 +46,6 @@ class ActionDialog(ModalScreen[str | None]):
         self.act = act
         self.ask_reason = ask_reason
         self.allowed = allowed
-        self.acting = False
 
     def compose(self) -> ComposeResult:
         """Title, what it does, the reason field, the refusal line, buttons."""
@@ -75,7 +59,7 @@ class ActionDialog(ModalScreen[str | None]):
             with Horizontal(id="action-buttons"):
                 if self.allowed:
                     yield Button(f"{self.confirm_label}  ctrl+s", id="confirm", variant="error")
-                yield Button("Back  esc", id="back")
+                yield Button("Back  esc", id="close")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -83,48 +67,23 @@ class ActionDialog(ModalScreen[str | None]):
         if self.ask_reason:
             self.query_one("#reason", Input).focus()
         else:
-            self.query_one("#back", Button).focus()
+            self.query_one("#close", Button).focus()
 
     @on(Button.Pressed, "#confirm")
     def _confirm_pressed(self, _event: Button.Pressed) -> None:
         self.action_confirm()
 
-    @on(Button.Pressed, "#back")
-    def _back_pressed(self, _event: Button.Pressed) -> None:
-        self.action_dismiss_dialog()
-
     @on(Input.Submitted, "#reason")
     def _reason_submitted(self, _event: Input.Submitted) -> None:
         self.query_one("#confirm", Button).focus()  # enter moves to the button; a second enter confirms
 
-    def action_dismiss_dialog(self) -> None:
-        """Close without acting."""
-        self.dismiss(None)
-
     def action_confirm(self) -> None:
         """Take the action, off the UI thread."""
-        if not self.allowed or self.acting:
+        if not self.allowed or self.writing:
             return
-        self.acting = True
         self.query_one("#confirm", Button).disabled = True
         reason = self.query_one("#reason", Input).value.strip() if self.ask_reason else ""
-        self._act(reason)
+        self._write(lambda: self.act(reason), ActionRefused)
 
-    @work(thread=True, group="action", exit_on_error=False)
-    def _act(self, reason: str) -> None:
-        try:
-            said = self.act(reason)
-        except ActionRefused as exc:
-            self.post_message(self.Refused(str(exc)))
-            return
-        self.post_message(self.Done(said))
-
-    def on_action_dialog_done(self, message: Done) -> None:
-        """Done: close with what was done."""
-        self.dismiss(message.said)
-
-    def on_action_dialog_refused(self, message: Refused) -> None:
-        """Show the store's refusal where the operator is looking."""
-        self.acting = False
-        self.query_one("#refusal", Static).update(Text(f"refused: {printable(message.reason)}", style="bold red"))
+    def _give_back(self) -> None:
         self.query_one("#confirm", Button).disabled = False

@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
 from console.data import ConsoleData, SignalRefused
 from console.format import titled
-from engine.text import printable
+from console.write_dialog import WriteDialog
 
 DEFAULT_PAYLOAD = '{"approved": true, "by": "operator"}'
 
 
-class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
+class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
     """Send one signal through `ConsoleData.send_signal` (the store's, as `replaylog signal` uses).
 
     Dismisses with (workflow id, name, sequence number) once the store accepted it; a
@@ -36,22 +33,9 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "cancel", "Cancel", tooltip="cancel"),
+        Binding("escape", "close", "Cancel", tooltip="cancel"),
         Binding("ctrl+s", "send", "Send", tooltip="send"),
     ]
-
-    @dataclass
-    class Sent(Message):
-        """The store appended the signal."""
-
-        name: str
-        seq: int
-
-    @dataclass
-    class Refused(Message):
-        """The store refused the signal, writing nothing."""
-
-        reason: str
 
     def __init__(self, data: ConsoleData, workflow_id: str, default_name: str = "",
                  payload: str = DEFAULT_PAYLOAD) -> None:
@@ -62,7 +46,6 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
         self.initial_payload = payload
         self.payload: Any = None
         self.valid = False
-        self.sending = False
 
     def compose(self) -> ComposeResult:
         """Name, payload editor, validation line, refusal line, buttons."""
@@ -78,7 +61,7 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
             yield Static(id="refusal")
             with Horizontal(id="signal-buttons"):
                 yield Button("Send  ctrl+s", id="send", variant="primary")
-                yield Button("Cancel  esc", id="cancel")
+                yield Button("Cancel  esc", id="close")
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
         yield Footer()
 
@@ -118,37 +101,14 @@ class SignalDialog(ModalScreen[tuple[str, str, int] | None]):
     def _send_pressed(self, _event: Button.Pressed) -> None:
         self.action_send()
 
-    @on(Button.Pressed, "#cancel")
-    def _cancel_pressed(self, _event: Button.Pressed) -> None:
-        self.action_cancel()
-
-    def action_cancel(self) -> None:
-        """Close without sending."""
-        self.dismiss(None)
-
     def action_send(self) -> None:
         """Send through the store, off the UI thread."""
-        if not self.valid or self.sending:
+        if not self.valid or self.writing:
             return
-        self.sending = True
         self.query_one("#send", Button).disabled = True
-        self._send(self.query_one("#signal-name", Input).value, self.payload)
+        wid, name, payload = self.workflow_id, self.query_one("#signal-name", Input).value, self.payload
+        # (On the writing thread's own connection.) Closes with (workflow id, name, sequence number).
+        self._write(lambda: (wid, name, self.data.send_signal(wid, name, payload)), SignalRefused)
 
-    @work(thread=True, group="signal", exit_on_error=False)
-    def _send(self, name: str, payload: Any) -> None:
-        try:
-            seq = self.data.send_signal(self.workflow_id, name, payload)  # on this thread's own connection
-        except SignalRefused as exc:
-            self.post_message(self.Refused(str(exc)))
-            return
-        self.post_message(self.Sent(name, seq))
-
-    def on_signal_dialog_sent(self, message: Sent) -> None:
-        """Done: close with what was sent."""
-        self.dismiss((self.workflow_id, message.name, message.seq))
-
-    def on_signal_dialog_refused(self, message: Refused) -> None:
-        """Show the store's refusal where the operator is looking."""
-        self.sending = False
-        self.query_one("#refusal", Static).update(Text(f"refused: {printable(message.reason)}", style="bold red"))
+    def _give_back(self) -> None:
         self.query_one("#send", Button).disabled = not self.valid
