@@ -770,36 +770,43 @@ def _one(text: str) -> str:
     return printable(text, oneline=True)
 
 
-@cli.command()
-@click.argument("workflow_id")
-@click.option("--reason", help="Why: kept with the request, shown by `show` and `list`.")
-@global_options
-@pass_settings
-def cancel(settings: Settings, workflow_id: str, reason: str | None) -> None:
+def _stopping(act: Callable[[OperatorStore, str, str | None], str]) -> click.Command:
+    """A command `act.__name__ WORKFLOW_ID [--reason TEXT]`: runs `act` on the store, prints the line it returns.
+
+    Its help is `act`'s docstring. (cancel and terminate: the same arguments, one write.)
+    """
+
+    @click.argument("workflow_id")
+    @click.option("--reason", help="Why: kept with the workflow and in the audit trail, shown by `show` and `list`.")
+    @global_options
+    @pass_settings
+    def command(settings: Settings, workflow_id: str, reason: str | None) -> None:
+        with settings.open() as store:
+            said = act(store, workflow_id, reason)
+        click.echo(_one(said))
+
+    return cli.command(name=act.__name__, help=act.__doc__)(command)
+
+
+@_stopping
+def cancel(store: OperatorStore, workflow_id: str, reason: str | None) -> str:
     """Ask a pending, running or blocked workflow to cancel.
 
     Its code sees WorkflowCancelled at its current or next ctx call and may run
     compensating activities; when the exception leaves it, its status is `cancelled`.
     """
-    with settings.open() as store:
-        was = store.cancel_workflow(workflow_id, reason)
-    click.echo(_one(f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled"
-                    " at its next ctx call"))
+    was = store.cancel_workflow(workflow_id, reason)
+    return f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled at its next ctx call"
 
 
-@cli.command()
-@click.argument("workflow_id")
-@click.option("--reason", help="Why: kept with the workflow, shown by `show` and `list`.")
-@global_options
-@pass_settings
-def terminate(settings: Settings, workflow_id: str, reason: str | None) -> None:
+@_stopping
+def terminate(store: OperatorStore, workflow_id: str, reason: str | None) -> str:
     """Stop a pending, running or blocked workflow at once: no workflow code runs again.
 
     An activity in flight may still finish; its outcome is not recorded.
     """
-    with settings.open() as store:
-        was = store.terminate_workflow(workflow_id, reason)
-    click.echo(_one(f"{workflow_id} terminated (was {was})"))
+    was = store.terminate_workflow(workflow_id, reason)
+    return f"{workflow_id} terminated (was {was})"
 
 
 @cli.command()
