@@ -13,12 +13,12 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, cli_env
+from conftest import ROOT, cli_env, run_cli, wait_for
 
 
 def fault_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -101,3 +101,21 @@ def reaping(procs: list[WorkerProc]) -> Iterator[list[WorkerProc]]:
                 except ProcessLookupError:
                     pass
                 p.kill()
+
+
+def crash_mid_activity(db: Path | str, tmp: Path, crashes: int, after_kill: Callable[[int], None]) -> None:
+    """SIGKILL `crashes` workers in turn in the middle of fault_app's `stalled` activity at slot 1
+    (`after_kill(n)` after the n-th), then let one more worker finish the workflow (exit 0)."""
+    held = fault_env(tmp, FAULT_RELEASE=str(tmp / "never"))  # stall waits and waits
+    with reaping([]) as procs:
+        for crash in range(1, crashes + 1):
+            w = WorkerProc(db, tmp / "logs", held, "--quiet")
+            procs.append(w)
+            assert wait_for(lambda n=crash: sum(e.get("event") == "start" for e in read_jsonl(tmp / "ledger.jsonl"))
+                            == n, timeout=60), w.log()
+            w.kill()
+            after_kill(crash)
+    (tmp / "released").touch()
+    done = run_cli(db, "worker", "--app", "fault_app", "--until-idle", "--quiet",
+                   env=fault_env(tmp, FAULT_RELEASE=str(tmp / "released")))
+    assert done.returncode == 0, done.stderr

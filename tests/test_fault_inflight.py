@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fault_harness import WorkerProc, fault_env, read_jsonl, reaping, report
+from fault_harness import crash_mid_activity, fault_env, read_jsonl, report
 
-from conftest import run_cli, wait_for
+from conftest import run_cli
 from engine.store import open_store
 
 
@@ -21,30 +21,22 @@ def test_show_marks_the_activity_in_flight_at_a_crash_with_its_attempt_count(tmp
     ledger = tmp_path / "ledger.jsonl"
     store = open_store(db)
     wid = store.start_workflow("stalled", "held")
-    held = fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "never"))  # stall waits and waits
     seen: list[dict[str, object]] = []
-    with reaping([]) as procs:
-        for crash in (1, 2):
-            w = WorkerProc(db, tmp_path / "logs", held, "--quiet")
-            procs.append(w)
-            assert wait_for(lambda n=crash: sum(e.get("event") == "start" for e in read_jsonl(ledger)) == n,
-                            timeout=60), w.log()
-            w.kill()  # SIGKILL in the middle of the activity at slot 1
-            shown = run_cli(db, "show", "--json", wid)
-            assert shown.returncode == 0, shown.stderr
-            inflight = json.loads(shown.stdout)["inflight"]
-            seen.append(inflight)
-            assert {k: inflight[k] for k in ("slot", "name", "attempts")} == {"slot": 1, "name": "stall",
-                                                                               "attempts": crash}
-            text = run_cli(db, "show", wid, env=fault_env(tmp_path, COLUMNS="200"))
-            assert f"slot 1 activity stall started {crash} time(s), no recorded outcome" in text.stdout
-            # The console reads the same thing through the store.
-            row = store.inflight(wid)
-            assert row is not None and (row.slot, row.name, row.attempts) == (1, "stall", crash)
-    (tmp_path / "released").touch()
-    done = run_cli(db, "worker", "--app", "fault_app", "--until-idle", "--quiet",
-                   env=fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "released")))
-    assert done.returncode == 0, done.stderr
+
+    def shown_in_flight(crash: int) -> None:  # after the crash-th SIGKILL in the middle of the activity at slot 1
+        shown = run_cli(db, "show", "--json", wid)
+        assert shown.returncode == 0, shown.stderr
+        inflight = json.loads(shown.stdout)["inflight"]
+        seen.append(inflight)
+        assert {k: inflight[k] for k in ("slot", "name", "attempts")} == {"slot": 1, "name": "stall",
+                                                                           "attempts": crash}
+        text = run_cli(db, "show", wid, env=fault_env(tmp_path, COLUMNS="200"))
+        assert f"slot 1 activity stall started {crash} time(s), no recorded outcome" in text.stdout
+        # The console reads the same thing through the store.
+        row = store.inflight(wid)
+        assert row is not None and (row.slot, row.name, row.attempts) == (1, "stall", crash)
+
+    crash_mid_activity(db, tmp_path, 2, shown_in_flight)
     final = json.loads(run_cli(db, "show", "--json", wid).stdout)
     assert final["status"] == "completed" and final["inflight"] is None
     assert "in flight" not in run_cli(db, "show", wid).stdout

@@ -476,28 +476,19 @@ def test_a_start_mark_sent_without_waiting_outlives_a_killed_worker_and_counts_i
     # Start marks go out without waiting for their answer (PGConnection._send_unanswered):
     # a worker SIGKILLed while its activity runs must still leave the mark, on the server,
     # where every host sees it; the next worker counts its attempts on from it.
-    from fault_harness import WorkerProc, fault_env, read_jsonl, reaping
+    from fault_harness import crash_mid_activity, read_jsonl
 
     ledger = tmp_path / "ledger.jsonl"
     with open_store(pg_url) as store:
         wid = store.start_workflow("stalled", "held")
-        held = fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "never"))
-        with reaping([]) as procs:
-            for crash in (1, 2):
-                w = WorkerProc(pg_url, tmp_path / "logs", held, "--quiet")
-                procs.append(w)
-                assert wait_for(lambda n=crash: sum(e.get("event") == "start" for e in read_jsonl(ledger)) == n,
-                                timeout=60), w.log()
-                w.kill()  # in the middle of the activity at slot 1, its mark's answer maybe unread
-                # The server runs what it was sent (a statement already in its socket): wait for it.
-                assert wait_for(lambda n=crash: (m := store.inflight(wid)) is not None and m.attempts == n,
-                                timeout=30)
-                row = store.inflight(wid)
-                assert row is not None and (row.slot, row.name, row.attempts) == (1, "stall", crash)
-        (tmp_path / "released").touch()
-        done = run_cli(pg_url, "worker", "--app", "fault_app", "--until-idle", "--quiet",
-                       env=fault_env(tmp_path, FAULT_RELEASE=str(tmp_path / "released")))
-        assert done.returncode == 0, done.stderr
+
+        def marked(crash: int) -> None:  # killed mid-activity at slot 1, its mark's answer maybe unread
+            # The server runs what it was sent (a statement already in its socket): wait for it.
+            assert wait_for(lambda: (m := store.inflight(wid)) is not None and m.attempts == crash, timeout=30)
+            row = store.inflight(wid)
+            assert row is not None and (row.slot, row.name, row.attempts) == (1, "stall", crash)
+
+        crash_mid_activity(pg_url, tmp_path, 2, marked)
         assert store.get_workflow(wid).status == "completed"
         assert [e["attempt"] for e in read_jsonl(ledger) if e.get("event") == "start"] == [1, 2, 3]
 

@@ -14,19 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
-
-import psycopg
 
 from engine.core import TIMER, CommandRecord, Outcome
 from engine.errors import DuplicateWorkflowIdError, StoreError
 from engine.store.base import SeenCancels
 from engine.store.keys import SLOT_LIMIT
-from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
+from engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
 from engine.store.postgres.operations import tell_parent
 from engine.store.rows import Claim, PendingRecord, dumps, verdict_values
-
-Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
 # slots, so that most slot updates change no indexed column and stay HOT (no index writes).

@@ -34,6 +34,7 @@ from engine.store.rows import default_max_payload
 log = logging.getLogger("replaylog.store.postgres")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+Cursor = psycopg.Cursor[tuple[Any, ...]]
 T = TypeVar("T")
 # The channel every state change is announced on.
 CHANNEL = "replaylog"

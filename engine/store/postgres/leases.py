@@ -12,18 +12,14 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
-import psycopg
-
 from engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from engine.errors import ReadOnlyError
 from engine.marks import Mark
 from engine.store.keys import SLOT_BITS, SLOT_LIMIT, slot_key
 from engine.store.leases import CLAIM_LOAD_SLOTS
-from engine.store.postgres.connection import NOTIFY, Conn, PGConnection
+from engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
 from engine.store.postgres.marks import MarkSender
 from engine.store.rows import Claim, loads
-
-Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
