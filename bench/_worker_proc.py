@@ -12,8 +12,8 @@ import sys
 import time
 
 import bench.app
-from engine.app import Registry
-from engine.worker import Worker
+from replaylog.engine.app import Registry
+from replaylog.engine.worker import Worker
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ are timed apart as `import_s`) to the list showing rows. The console is driven
 headless with Textual's `run_test()` in a subprocess of its own
 (`python -m bench.console_runs DB WID SECONDS`), so its RSS is the console's and
 nothing else's. It uses only the console's public surface:
-`console.app.ReplaylogConsole(db_path, readonly=..., registry=...)`, `open_workflow(id)`
+`replaylog.console.app.ReplaylogConsole(db_path, readonly=..., registry=...)`, `open_workflow(id)`
 and `busy`. If the console package cannot be imported, the workload is skipped.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.sizes import Sizes
-from engine.store import open_store, slot_key
-from engine.store.schema import SCHEMA_VERSION
+from replaylog.engine.store import open_store, slot_key
+from replaylog.engine.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG_WID = "wf-bench-big-history"
@@ -31,7 +31,7 @@ BIG_WID = "wf-bench-big-history"
 
 def importable() -> str | None:
     """None if the console imports, else the reason it does not."""
-    out = subprocess.run([sys.executable, "-c", "from console.app import ReplaylogConsole"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", "from replaylog.console.app import ReplaylogConsole"], cwd=ROOT,
                          capture_output=True, text=True, env=_env())
     if out.returncode == 0:
         return None
@@ -94,7 +94,7 @@ def _rss_mb() -> tuple[float, float]:
 
 async def _probe(db: str, wid: str, refresh_s: float) -> dict[str, Any]:
     t_import = time.perf_counter()
-    from console.app import ReplaylogConsole
+    from replaylog.console.app import ReplaylogConsole
 
     t0 = time.perf_counter()
     import_s = t0 - t_import

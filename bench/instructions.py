@@ -33,8 +33,8 @@ def _child(kind: str, n: int, workdir: Path) -> None:
     """Run `n` slots (or floor commits) of `kind` in this process: what valgrind counts."""
     from bench.floor import commit_row, open_floor
     from bench.replaylog_runs import REGISTRY, fresh_db
-    from engine.store import open_store
-    from engine.worker import Worker
+    from replaylog.engine.store import open_store
+    from replaylog.engine.worker import Worker
 
     if kind == "floor":
         conn = open_floor(fresh_db(workdir, "floor"))

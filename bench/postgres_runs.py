@@ -28,8 +28,8 @@ from bench import peer_dbos
 from bench.pg_server import PGServer
 from bench.replaylog_runs import REGISTRY, ROOT, _env, _pctl, _wait, run_worker_processes
 from bench.sizes import Sizes
-from engine.store import open_store
-from engine.worker import Worker
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 
 def floor_rate(url: str, rows: int) -> float:

@@ -16,10 +16,10 @@ from typing import Any
 import bench.app
 from bench.floor import WARM_COMMITS, commit_row, floor_rate, open_floor
 from bench.sizes import Sizes
-from engine.app import Registry
-from engine.core import Context, execute
-from engine.store import open_store
-from engine.worker import Worker
+from replaylog.engine.app import Registry
+from replaylog.engine.core import Context, execute
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = Registry.from_module(bench.app, "bench.app")
@@ -148,7 +148,7 @@ def group(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     before = floor_rate(fresh_db(workdir, "floor"), floor_rows)
     rounds = []
     for r in range(sizes.group_rounds):
-        # Each round runs twice on the same floor weather: with CpuFocus (engine.cpu_focus)
+        # Each round runs twice on the same floor weather: with CpuFocus (replaylog.engine.cpu_focus)
         # and without it, so the trick's gain is measured in every run, not assumed.
         runs: dict[bool, tuple[float, Worker]] = {}
         for focus in (True, False):

@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.replaylog_runs import ROOT, _env, _pctl, _wait, fresh_db
 from bench.sizes import Sizes
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

@@ -11,7 +11,7 @@ knows both the engine and the console. `engine` and `console` are the implementa
 packages: what is not named here may change without notice.
 """
 
-from engine.core import (
+from replaylog.engine.core import (
     ActivityInfo,
     Context,
     Outcome,
@@ -25,7 +25,7 @@ from engine.core import (
     signal,
     workflow,
 )
-from engine.errors import (
+from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
     Diagnostic,

@@ -26,13 +26,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from console.format import clock_read, status_text, worker_error_line
-from engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from engine.check import check_workflow, retry_verdict
-from engine.core import APPROVAL_PREFIX, dry_replay
-from engine.errors import DuplicateWorkflowIdError, ReplaylogError, StoreError
-from engine.history import HistoryDocument, parse_document
-from engine.store import (
+from replaylog.console.format import clock_read, status_text, worker_error_line
+from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
+from replaylog.engine.check import check_workflow, retry_verdict
+from replaylog.engine.core import APPROVAL_PREFIX, dry_replay
+from replaylog.engine.errors import DuplicateWorkflowIdError, ReplaylogError, StoreError
+from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.store import (
     STATUSES,
     OperatorStore,
     ReaderStore,
@@ -47,7 +47,7 @@ from engine.store import (
     redact_url,
     waiting_reason,
 )
-from engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.text import countdown, preview, printable, waits_text
 
 DEFAULT_DB = "replaylog.db"
 
@@ -242,7 +242,7 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
 @click.argument("workflow_name", metavar="WORKFLOW")
 @click.argument("input_json", required=False, metavar="[INPUT_JSON]")
 @click.option("--id", "workflow_id", help="Use this id instead of a generated one.")
-@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--if-exists", type=click.Choice(["fail", "return"]), default="fail", show_default=True,
               help="With --id, when that workflow exists: refuse, or print its id and touch nothing"
                    " (a client that retries a start gets the same workflow).")
@@ -314,7 +314,7 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
 
 
 @cli.command()
-@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--until-idle", is_flag=True,
               help="Return once no workflow this app knows is pending or running.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
@@ -334,7 +334,7 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
            lease: float, no_inflight: bool, no_cpu_focus: bool, create: bool, quiet: bool, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
-    from engine.worker import Worker
+    from replaylog.engine.worker import Worker
 
     registry = _app(app)
     # Fail early, in one line, on a bad database; a missing one is refused unless --create:
@@ -676,7 +676,7 @@ def _slot_value(c: dict[str, Any]) -> str:
 @cli.command()
 @click.argument("workflow_id", required=False)
 @click.option("--all", "check_all", is_flag=True, help="Check every unfinished workflow.")
-@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict of one workflow as a JSON object.")
 @click.option("--history", "histories", multiple=True, metavar="FILE",
               help="Dry-replay exported histories (`replaylog export`) instead, without a database; repeatable.")
@@ -811,7 +811,7 @@ def terminate(store: OperatorStore, workflow_id: str, reason: str | None) -> str
 
 @cli.command()
 @click.argument("workflow_id")
-@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else sample_workflows).")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--force", is_flag=True, help="Skip the dry replay against the current code.")
 @click.option("--reason", help="Why: kept in the audit trail.")
 @global_options
@@ -939,7 +939,7 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
     """Open the operator console (a terminal UI) on the database."""
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
-    from console.app import ReplaylogConsole  # only the command line knows the console
+    from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
 

@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.app import load_app
-from engine.marks import marks_dir
-from engine.store import ReaderStore, open_store
-from engine.text import waits_text
-from engine.worker import Worker
+from replaylog.engine.app import load_app
+from replaylog.engine.marks import marks_dir
+from replaylog.engine.store import ReaderStore, open_store
+from replaylog.engine.text import waits_text
+from replaylog.engine.worker import Worker
 
 
 def _drain(db: Path, app: str) -> None:
@@ -37,7 +37,7 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
     with open_store(db) as store:
         # A refund started under version 1 of the code, which looked the customer up first.
         ids["nondeterministic"] = store.start_workflow("refund", 8, workflow_id="refund-v1-8")
-    _drain(db, "sample_workflows.legacy_v1")
+    _drain(db, "replaylog.samples.legacy_v1")
     with open_store(db) as store:
         store.send_signal(ids["nondeterministic"], "approval", {"approved": True, "by": "ops"})
         ids["completed"] = store.start_workflow("refund", 7, workflow_id="refund-7")
@@ -51,11 +51,11 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
         # Durable time: a reminder asleep until tomorrow, a refund whose approval expires in two days.
         ids["sleeping"] = store.start_workflow("reminder", "ann@example.com", workflow_id="reminder-ann")
         ids["deadline"] = store.start_workflow("refund_with_deadline", 21, workflow_id="refund-deadline-21")
-    _drain(db, "sample_workflows")
+    _drain(db, "replaylog.samples")
     with open_store(db) as store:
         store.send_signal(ids["completed"], "approval", {"approved": True, "by": "alice"})
         store.send_signal(ids["two_approvals"], "approval", "alice")
-    _drain(db, "sample_workflows")
+    _drain(db, "replaylog.samples")
     with open_store(db) as store:
         ids["running"] = store.start_workflow("report", 200, workflow_id="report-200")
         echo_states(store, echo)
@@ -81,9 +81,9 @@ def run_demo(db: str | os.PathLike[str], *, open_console: bool, echo: Callable[[
     try:
         interactive = sys.stdin.isatty() and sys.stdout.isatty()
         if open_console and interactive:
-            from console.app import ReplaylogConsole
+            from replaylog.console.app import ReplaylogConsole
 
-            ReplaylogConsole(db, registry=load_app("sample_workflows")).run()
+            ReplaylogConsole(db, registry=load_app("replaylog.samples")).run()
         else:
             _tour(db, ids, echo)
     finally:

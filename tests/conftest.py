@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from engine.store import Store, open_store
+from replaylog.engine.store import Store, open_store
 
 if TYPE_CHECKING:
     from pg_server import PGServer

@@ -11,7 +11,7 @@ from console_seed import frozen_clock
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from console.app import ReplaylogConsole
+from replaylog.console.app import ReplaylogConsole
 
 SIZE = (120, 40)
 

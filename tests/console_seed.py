@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from engine.app import load_app
-from engine.core import CommandRecord, Outcome
-from engine.store import PendingRecord, open_store
-from engine.worker import Worker
+from replaylog.engine.app import load_app
+from replaylog.engine.core import CommandRecord, Outcome
+from replaylog.engine.store import PendingRecord, open_store
+from replaylog.engine.worker import Worker
 
 # 2026-01-01 00:00:00 UTC: every stored timestamp in the seeded database.
 FROZEN = 1_767_225_600.0
@@ -57,7 +57,7 @@ def seed(db: Path | str) -> None:
     with frozen_time():
         with open_store(db) as store:
             store.start_workflow("refund", 8, workflow_id=ROLES["nondeterministic"])
-        _drain(db, "sample_workflows.legacy_v1")  # version 1 of the code: it diverges later
+        _drain(db, "replaylog.samples.legacy_v1")  # version 1 of the code: it diverges later
         with open_store(db) as store:
             store.start_workflow("fulfil", 3, workflow_id=ROLES["diverged"])
         _drain(db, "console_workflows_v1")

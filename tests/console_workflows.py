@@ -4,7 +4,7 @@ and names and errors full of markup and terminal escape codes."""
 from __future__ import annotations
 
 from replaylog import Context, activity, workflow
-from sample_workflows import charge_card, fetch_invoice, refund
+from replaylog.samples import charge_card, fetch_invoice, refund
 
 __all__ = ["carrier_down", "charge_card", "failing_shipment", "fetch_invoice", "fulfil", "hostile", "pick",
            "refund", "shout", "weigh"]

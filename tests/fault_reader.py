@@ -14,8 +14,8 @@ import sqlite3
 import sys
 import time
 
-from engine.core import error_text
-from engine.store import open_store
+from replaylog.engine.core import error_text
+from replaylog.engine.store import open_store
 
 
 def main(db: str, seconds: str, out: str) -> None:

@@ -15,8 +15,8 @@ import random
 import sys
 import time
 
-from engine.core import error_text
-from engine.store import open_store
+from replaylog.engine.core import error_text
+from replaylog.engine.store import open_store
 
 
 def main(db: str, plan_path: str, acks_path: str, pause: str = "0") -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from conftest import cli_env, run_cli, wait_for
-from engine import Context, SignalTimeout, WorkflowState, dry_replay, run, signal
-from engine.store import open_store
+from replaylog.engine.core import Context, SignalTimeout, WorkflowState, dry_replay, run, signal
+from replaylog.engine.store import open_store
 
 
 def clock() -> float:

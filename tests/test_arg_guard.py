@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 from conftest import run_cli
-from engine import Context, WorkflowState, dry_replay, run
-from engine.core import ARGS_TEXT_LIMIT, CommandRecord, args_key
-from engine.errors import NonDeterministicError
-from engine.store import open_store
 from replaylog import activity
+from replaylog.engine.core import ARGS_TEXT_LIMIT, CommandRecord, Context, WorkflowState, args_key, dry_replay, run
+from replaylog.engine.errors import NonDeterministicError
+from replaylog.engine.store import open_store
 
 Cli = Callable[..., CompletedProcess[str]]
 CALLS: list[Any] = []

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from conftest import cli_env, run_cli
-from engine import Context, WorkflowState, run, signal
-from engine.errors import ChildWorkflowError
-from engine.store import open_store
+from replaylog.engine.core import Context, WorkflowState, run, signal
+from replaylog.engine.errors import ChildWorkflowError
+from replaylog.engine.store import open_store
 
 
 def clock() -> float:

@@ -12,7 +12,7 @@ from pathlib import Path
 from test_fault_agents import agent_env, ledger, runs
 
 from conftest import ROOT, run_cli, wait_for
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 
 def statuses(db: Path | str, *wids: str) -> list[str]:

@@ -10,7 +10,7 @@ from subprocess import CompletedProcess
 import pytest
 
 from conftest import run_cli
-from engine.store import open_store, redact_url
+from replaylog.engine.store import open_store, redact_url
 
 Cli = Callable[..., CompletedProcess[str]]
 
@@ -108,7 +108,7 @@ def test_failed_workflow_shows_error_and_refuses_signals(cli: Cli, db: Path | st
 
 def test_nondeterministic_workflow_fails_with_positioned_diagnostic_and_is_not_retried(cli: Cli) -> None:
     wid = start(cli, "refund", "8")
-    cli("worker", "--until-idle", "--quiet", "--app", "sample_workflows.legacy_v1")
+    cli("worker", "--until-idle", "--quiet", "--app", "replaylog.samples.legacy_v1")
     cli("signal", wid, "approval", "true")
     cli("worker", "--until-idle", "--quiet")
     shown = json.loads(cli("show", wid, "--json").stdout)
@@ -127,10 +127,10 @@ def test_check_exits_zero_when_clean_and_one_with_the_diagnostic(cli: Cli) -> No
     cli("worker", "--until-idle", "--quiet")
     ok = cli("check", wid)
     assert ok.returncode == 0 and "replays cleanly" in ok.stdout
-    bad = cli("check", wid, "--app", "sample_workflows.legacy_v1")
+    bad = cli("check", wid, "--app", "replaylog.samples.legacy_v1")
     assert bad.returncode == 1
     assert "slot 0" in bad.stderr and "activity:fetch_invoice" in bad.stderr
-    everything = cli("check", "--all", "--app", "sample_workflows.legacy_v1")
+    everything = cli("check", "--all", "--app", "replaylog.samples.legacy_v1")
     assert everything.returncode == 1 and "1 diverge" in everything.stdout
     assert cli("check", "--all").returncode == 0
 
@@ -379,12 +379,12 @@ def test_check_a_workflow_failed_by_its_own_code_replays_cleanly_when_it_fails_a
 
 def test_check_a_workflow_failed_by_divergence_replays_cleanly_under_the_code_that_recorded_it(cli: Cli) -> None:
     wid = start(cli, "refund", "8")
-    cli("worker", "--until-idle", "--quiet", "--app", "sample_workflows.legacy_v1")
+    cli("worker", "--until-idle", "--quiet", "--app", "replaylog.samples.legacy_v1")
     cli("signal", wid, "approval", "true")
     cli("worker", "--until-idle", "--quiet")
     assert json.loads(cli("show", wid, "--json").stdout)["diagnostic"]["slot"] == 0
     one_line_error(cli("check", wid), "slot 0", "activity:fetch_customer", "activity:fetch_invoice")
-    fixed = cli("check", wid, "--app", "sample_workflows.legacy_v1")
+    fixed = cli("check", wid, "--app", "replaylog.samples.legacy_v1")
     assert fixed.returncode == 0 and "no longer diverges" in fixed.stdout
 
 
@@ -400,10 +400,10 @@ def test_check_says_each_verdict_once_and_piped_output_is_not_wrapped(cli: Cli) 
     long_id = "refund-" + "x" * 150
     wid = start(cli, "refund", "7", "--id", long_id)
     cli("worker", "--until-idle", "--quiet")
-    one = cli("check", wid, "--app", "sample_workflows.legacy_v1")
+    one = cli("check", wid, "--app", "replaylog.samples.legacy_v1")
     one_line_error(one, long_id, "slot 0", "activity:fetch_invoice", "activity:fetch_customer")
     assert one.stdout == ""
-    everything = cli("check", "--all", "--app", "sample_workflows.legacy_v1")
+    everything = cli("check", "--all", "--app", "replaylog.samples.legacy_v1")
     assert everything.returncode == 1
     assert everything.stderr.splitlines() == [
         f"{long_id}: NonDeterministicError: non-determinism at slot 0: history has activity:fetch_invoice, "
@@ -505,7 +505,7 @@ def test_a_foreground_worker_says_what_it_serves_on_stderr_unless_quiet(cli: Cli
     assert loud.returncode == 0, loud.stderr
     first = loud.stderr.splitlines()[0]
     where = db.resolve() if isinstance(db, Path) else redact_url(db)
-    assert first.startswith(f"replaylog worker serving {where}: app sample_workflows (10 workflow(s): ")
+    assert first.startswith(f"replaylog worker serving {where}: app replaylog.samples (10 workflow(s): ")
     assert "refund" in first and "concurrency 8, 1 process(es), pid " in first
     assert loud.stdout == ""
     quiet = cli("worker", "--until-idle", "--quiet")

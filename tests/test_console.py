@@ -18,8 +18,8 @@ from textual.widgets import DataTable, Input, Static, TextArea
 from textual.widgets.data_table import ColumnKey
 
 from conftest import run_cli, start_worker
-from console.app import ReplaylogConsole
-from console.data import (
+from replaylog.console.app import ReplaylogConsole
+from replaylog.console.data import (
     SIGNAL_PAGE,
     SLOT_PAGE,
     WORKFLOW_PAGE,
@@ -28,17 +28,17 @@ from console.data import (
     WorkflowsQuery,
     fetch_workflows,
 )
-from console.diagnosis_view import DiagnosisView
-from console.help_screen import HelpScreen
-from console.paged_table import PagedTable
-from console.signal_dialog import SignalDialog
-from console.slot_screen import SlotScreen
-from console.workflow_screen import WorkflowScreen
-from console.workflows_screen import WorkflowsScreen
-from engine.app import load_app
-from engine.core import CommandRecord
-from engine.marks import MarkBoard
-from engine.store import PendingRecord, open_store
+from replaylog.console.diagnosis_view import DiagnosisView
+from replaylog.console.help_screen import HelpScreen
+from replaylog.console.paged_table import PagedTable
+from replaylog.console.signal_dialog import SignalDialog
+from replaylog.console.slot_screen import SlotScreen
+from replaylog.console.workflow_screen import WorkflowScreen
+from replaylog.console.workflows_screen import WorkflowsScreen
+from replaylog.engine.app import load_app
+from replaylog.engine.core import CommandRecord
+from replaylog.engine.marks import MarkBoard
+from replaylog.engine.store import PendingRecord, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -758,7 +758,7 @@ async def test_c_judges_a_finished_workflow_as_replaylog_check_does(db_path: Pat
 
 @async_test
 async def test_help_names_the_code_c_checks_against(console_db: Path) -> None:
-    for registry, expected in ((load_app("sample_workflows"), "against the code (sample_workflows)"),
+    for registry, expected in ((load_app("replaylog.samples"), "against the code (replaylog.samples)"),
                                (None, "(none loaded: use --app)")):
         app = make_app(console_db, registry=registry)
         async with app.run_test(size=SIZE) as pilot:
@@ -784,7 +784,7 @@ async def test_check_reports_a_clean_replay(console_db: Path) -> None:
 
 @async_test
 async def test_check_says_when_the_code_has_no_such_workflow(console_db: Path) -> None:
-    app = make_app(console_db, registry=load_app("sample_workflows"))
+    app = make_app(console_db, registry=load_app("replaylog.samples"))
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, ROLES["activity_failure"])
         await pilot.press("c")

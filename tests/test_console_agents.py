@@ -11,14 +11,14 @@ from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
-from console.action_dialog import ActionDialog
-from console.approval_dialog import ApprovalDialog
-from console.paged_table import PagedTable
-from console.transcript_screen import TranscriptScreen
-from console.workflow_screen import WorkflowScreen
-from engine.app import load_app
-from engine.store import open_store
-from engine.worker import Worker
+from replaylog.console.action_dialog import ActionDialog
+from replaylog.console.approval_dialog import ApprovalDialog
+from replaylog.console.paged_table import PagedTable
+from replaylog.console.transcript_screen import TranscriptScreen
+from replaylog.console.workflow_screen import WorkflowScreen
+from replaylog.engine.app import load_app
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 WID = "agent-1"
 
@@ -26,7 +26,7 @@ WID = "agent-1"
 def seed(db: Path | str) -> Path | str:
     with open_store(db) as store:
         store.start_workflow("support_agent", "order-1", workflow_id=WID)
-    Worker(db, load_app("sample_workflows"), poll=0.002).run(until_idle=True)
+    Worker(db, load_app("replaylog.samples"), poll=0.002).run(until_idle=True)
     with open_store(db, readonly=True) as store:
         assert store.get_workflow(WID).blocked_on == "approval:req-4"
     return db
@@ -162,7 +162,7 @@ async def test_the_list_filters_to_workflows_waiting_for_an_approval(db: Path | 
     seed(db)
     with open_store(db) as store:
         store.start_workflow("two_approvals", workflow_id="signal-waiter")  # waits for a plain signal
-    Worker(db, load_app("sample_workflows"), poll=0.002).run(until_idle=True)
+    Worker(db, load_app("replaylog.samples"), poll=0.002).run(until_idle=True)
     app = make_app(db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

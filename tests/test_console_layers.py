@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-CONSOLE = Path(__file__).resolve().parent.parent / "console"
+CONSOLE = Path(__file__).resolve().parent.parent / "replaylog" / "console"
 
 
 def _imports(path: Path) -> set[str]:
@@ -21,20 +21,22 @@ def _imports(path: Path) -> set[str]:
 
 
 def _console_graph() -> dict[str, set[str]]:
-    modules = {f"console.{p.stem}": p for p in CONSOLE.glob("*.py") if p.stem != "__init__"}
+    modules = {f"replaylog.console.{p.stem}": p for p in CONSOLE.glob("*.py") if p.stem != "__init__"}
     return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
 
 
+STORE_SIDE = ("replaylog.engine.store.", "replaylog.engine.check", "replaylog.engine.core")
+
+
 def test_only_the_data_layer_touches_the_store() -> None:
-    touching = sorted(name for name, path in ((f"console.{p.stem}", p) for p in CONSOLE.glob("*.py"))
-                      if any(m == "engine.store" or m.startswith(("engine.store.", "engine.check", "engine.core"))
-                             for m in _imports(path)))
-    assert touching == ["console.data"]
+    touching = sorted(name for name, path in ((f"replaylog.console.{p.stem}", p) for p in CONSOLE.glob("*.py"))
+                      if any(m == "replaylog.engine.store" or m.startswith(STORE_SIDE) for m in _imports(path)))
+    assert touching == ["replaylog.console.data"]
 
 
 def test_no_screen_imports_the_app_and_console_imports_have_no_circle() -> None:
     graph = _console_graph()
-    assert sorted(name for name, deps in graph.items() if "console.app" in deps) == []
+    assert sorted(name for name, deps in graph.items() if "replaylog.console.app" in deps) == []
     # A depth-first walk: a module met again while its own imports are being walked closes a circle.
     state: dict[str, str] = {}
     circles: list[str] = []

@@ -13,14 +13,14 @@ from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
 
-from console.action_dialog import ActionDialog
-from console.data import WRITE_ACTIONS
-from console.help_screen import HelpScreen
-from console.paged_table import PagedTable
-from console.workflow_screen import WorkflowScreen
-from console.workflows_screen import WorkflowsScreen
-from engine.app import load_app
-from engine.store import open_store
+from replaylog.console.action_dialog import ActionDialog
+from replaylog.console.data import WRITE_ACTIONS
+from replaylog.console.help_screen import HelpScreen
+from replaylog.console.paged_table import PagedTable
+from replaylog.console.workflow_screen import WorkflowScreen
+from replaylog.console.workflows_screen import WorkflowsScreen
+from replaylog.engine.app import load_app
+from replaylog.engine.store import open_store
 
 
 def rendered(widget: Static) -> str:
@@ -116,7 +116,7 @@ async def test_terminate_names_the_workflow_and_the_list_shows_the_reason(consol
 async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_it_replays(
         console_any: Path | str) -> None:
     wid = ROLES["nondeterministic"]
-    app = make_app(console_any, registry=load_app("sample_workflows"))
+    app = make_app(console_any, registry=load_app("replaylog.samples"))
     async with app.run_test(size=SIZE) as pilot:
         await open_workflow(pilot, wid)
         dialog = await dialog_for(pilot, "r")
@@ -126,7 +126,7 @@ async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_
         await pilot.pause()
         with open_store(console_any, readonly=True) as store:
             assert store.get_workflow(wid).status == "failed"
-    app = make_app(console_any, registry=load_app("sample_workflows.legacy_v1"))
+    app = make_app(console_any, registry=load_app("replaylog.samples.legacy_v1"))
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, wid)
         dialog = await dialog_for(pilot, "r")
@@ -178,7 +178,7 @@ async def test_the_palette_offers_the_workflow_actions(console_any: Path | str) 
 
 @async_test
 async def test_readonly_hides_and_refuses_every_operator_action(console_any: Path | str) -> None:
-    app = make_app(console_any, readonly=True, registry=load_app("sample_workflows.legacy_v1"))
+    app = make_app(console_any, readonly=True, registry=load_app("replaylog.samples.legacy_v1"))
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_workflow(pilot, ROLES["blocked"])
         offered = {b.binding.action for b in screen.active_bindings.values() if b.enabled}

@@ -12,8 +12,8 @@ from console_seed import ROLES
 from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
-from console.paged_table import PagedTable
-from engine.app import load_app
+from replaylog.console.paged_table import PagedTable
+from replaylog.engine.app import load_app
 
 Snap = Callable[..., bool]
 

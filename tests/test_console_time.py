@@ -10,12 +10,12 @@ import timer_app
 from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
 from textual.widgets import Static
 
-from console.paged_table import PagedTable
-from console.slot_screen import SlotScreen
-from console.workflow_screen import WorkflowScreen
-from engine.app import Registry
-from engine.store import open_store
-from engine.worker import Worker
+from replaylog.console.paged_table import PagedTable
+from replaylog.console.slot_screen import SlotScreen
+from replaylog.console.workflow_screen import WorkflowScreen
+from replaylog.engine.app import Registry
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 
 def _seed(db: Path | str) -> dict[str, str]:
@@ -94,7 +94,7 @@ async def test_the_signal_dialog_offers_no_name_for_a_sleeping_workflow_and_the_
         db: Path | str) -> None:
     from textual.widgets import Input
 
-    from console.signal_dialog import SignalDialog
+    from replaylog.console.signal_dialog import SignalDialog
 
     _seed(db)
     app = make_app(db)
@@ -134,8 +134,8 @@ async def test_the_ticking_countdown_never_draws_the_last_page_over_a_read_failu
 
 @async_test
 async def test_a_tick_while_the_previous_page_loads_keeps_the_cursor_for_that_page(db: Path | str) -> None:
-    from console.data import WORKFLOW_PAGE
-    from console.workflows_screen import WorkflowsScreen
+    from replaylog.console.data import WORKFLOW_PAGE
+    from replaylog.console.workflows_screen import WorkflowsScreen
 
     with open_store(db) as store:
         for i in range(WORKFLOW_PAGE + 20):

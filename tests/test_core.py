@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from reference_refund import charge_card, fetch_invoice, refund, side_effects
 
-from engine import (
+from replaylog.engine.core import (
     ActivityError,
+    CommandRecord,
     Context,
+    WorkflowBlocked,
     WorkflowState,
     activity,
     dry_replay,
@@ -17,7 +19,6 @@ from engine import (
     signal,
     workflow,
 )
-from engine.core import CommandRecord, WorkflowBlocked
 
 # ------------------------------------------------------------------ the reference's refund
 # (refund, its activities and their side-effect counters live in tests/reference_refund.py)
@@ -336,7 +337,7 @@ def test_command_record_label() -> None:
 
 
 def test_current_activity_names_the_running_attempt_and_only_inside_an_activity() -> None:
-    from engine import current_activity
+    from replaylog.engine.core import current_activity
 
     seen: list[tuple[str, int, str, int, str]] = []
     outside: list[str] = []

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.app import Registry
-from engine.store import open_store
-from engine.worker import Worker
 from replaylog import Context, activity, workflow
+from replaylog.engine.app import Registry
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from conftest import ROOT, cli_env, run_cli
-from engine.store import open_store
 from replaylog.demo import seed
+from replaylog.engine.store import open_store
 
 
 def test_demo_seed_has_every_state(tmp_path: Path) -> None:

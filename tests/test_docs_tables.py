@@ -14,8 +14,8 @@ import click
 import pytest
 
 from bench.report import markdown as bench_markdown
-from console import keys
 from replaylog.cli import cli
+from replaylog.console import keys
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,13 +18,13 @@ from rich.console import Console
 from textual.widgets import Static
 
 from conftest import run_cli
-from console.data import is_transient
-from console.workflow_screen import WorkflowScreen
-from engine.app import load_app
-from engine.core import CommandRecord, WorkflowState, dry_replay
-from engine.store import open_store
-from engine.worker import Worker
 from replaylog import ActivityError, Context, activity, workflow
+from replaylog.console.data import is_transient
+from replaylog.console.workflow_screen import WorkflowScreen
+from replaylog.engine.app import load_app
+from replaylog.engine.core import CommandRecord, WorkflowState, dry_replay
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 APP = '''
 from replaylog import ActivityError, activity, workflow

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import ROOT, cli_env, run_cli, wait_for
-from engine.core import HOLE
-from engine.store import open_store
+from replaylog.engine.core import HOLE
+from replaylog.engine.store import open_store
 
 
 def agent_env(tmp_path: Path) -> dict[str, str]:

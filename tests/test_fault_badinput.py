@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, cli_env, run_cli
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 APP = ("--app", "fault_app")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from fault_harness import WorkerProc, fault_env, integrity, reaping, report
 
 from conftest import ROOT, run_cli
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 SECONDS = 20.0
 WAL_BOUND = 32 * 1024 * 1024

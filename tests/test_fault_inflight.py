@@ -13,7 +13,7 @@ from pathlib import Path
 from fault_harness import crash_mid_activity, fault_env, read_jsonl, report
 
 from conftest import run_cli
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 
 def test_show_marks_the_activity_in_flight_at_a_crash_with_its_attempt_count(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from fault_app import expected_value
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import run_cli
-from engine.store import Store, open_store
+from replaylog.engine.store import Store, open_store
 
 STEPS = 10  # activities per workflow
 CONCURRENCY = 8  # workflow threads per worker: the most slots one kill can leave in flight

@@ -15,7 +15,7 @@ from typing import Any
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import wait_for
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 
 def _snapshot(db: Path) -> list[Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from subprocess import Popen
 
 from conftest import cli_env, run_cli, start_worker, wait_for
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 APP = "ops_app"
 N = 4  # workflows cancelled, and as many terminated, per test

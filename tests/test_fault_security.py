@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, cli_env, run_cli, wait_for
-from engine.errors import ReadOnlyError
-from engine.store import open_store
+from replaylog.engine.errors import ReadOnlyError
+from replaylog.engine.store import open_store
 
 # Modules that turn bytes into live objects (or code): none may read stored data.
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle"}
@@ -56,7 +56,7 @@ def unsafe_uses(path: Path) -> list[str]:
 
 def test_no_source_file_unpickles_evals_or_execs_anything() -> None:
     sources = python_sources()
-    assert len(sources) > 20 and ROOT / "engine" / "store" / "rows.py" in sources
+    assert len(sources) > 20 and ROOT / "replaylog" / "engine" / "store" / "rows.py" in sources
     hits = [hit for path in sources for hit in unsafe_uses(path)]
     assert hits == [], "stored data must only ever be read as JSON:\n" + "\n".join(hits)
 

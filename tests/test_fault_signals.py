@@ -19,7 +19,7 @@ import pytest
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
 from conftest import ROOT, run_cli
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 WORKFLOWS = 200
 PER_NAME = 5  # signals "a" and "b" each: 10 per workflow

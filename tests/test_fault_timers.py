@@ -18,8 +18,8 @@ from pathlib import Path
 from fault_harness import integrity, read_jsonl, report
 
 from conftest import ROOT, cli_env, run_cli
-from engine.errors import WorkflowClosedError
-from engine.store import open_store
+from replaylog.engine.errors import WorkflowClosedError
+from replaylog.engine.store import open_store
 
 APP = "timer_app"
 

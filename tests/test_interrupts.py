@@ -21,11 +21,11 @@ import interrupt_app
 import pytest
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
-from engine.app import Registry
-from engine.core import CommandRecord, WorkflowState, execute
-from engine.store import open_store
-from engine.worker import Worker
 from replaylog import ActivityError, Context, current_activity
+from replaylog.engine.app import Registry
+from replaylog.engine.core import CommandRecord, WorkflowState, execute
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 APP = "interrupt_app"
 

@@ -13,12 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from engine.app import Registry
-from engine.core import CommandRecord
-from engine.marks import _HEADER, _SEQ, RECORD, Mark, MarkBoard, _parse, board_files, marks_dir, read_marks
-from engine.store import PendingRecord, open_store
-from engine.worker import Worker
 from replaylog import Context, activity, current_activity, workflow
+from replaylog.engine.app import Registry
+from replaylog.engine.core import CommandRecord
+from replaylog.engine.marks import _HEADER, _SEQ, RECORD, Mark, MarkBoard, _parse, board_files, marks_dir, read_marks
+from replaylog.engine.store import PendingRecord, open_store
+from replaylog.engine.worker import Worker
 
 # Linux's pid_max is at most 4,194,304: no live process has this pid.
 DEAD_PID = 4194999
@@ -224,7 +224,7 @@ def test_a_mark_file_of_the_previous_format_is_still_read(tmp_path: Path) -> Non
     # marks of such a worker that died must still be kept by a worker of this version.
     import struct
 
-    from engine.marks import MAGIC, read_board
+    from replaylog.engine.marks import MAGIC, read_board
 
     path = tmp_path / "old.marks"
     body = struct.Struct("<QqIdHH800s184s")

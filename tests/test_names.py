@@ -11,8 +11,8 @@ import pytest
 from console_helpers import SIZE, async_test, make_app, settle
 
 from conftest import run_cli
-from engine.app import AppImportError, load_app
-from engine.store import Store, open_store
+from replaylog.engine.app import AppImportError, load_app
+from replaylog.engine.store import Store, open_store
 
 
 def write_app(tmp_path: Path, source: str, name: str = "app.py") -> Path:
@@ -277,7 +277,7 @@ async def test_the_console_says_a_pending_workflow_waits_for_a_worker_that_knows
         await settle(pilot)
         assert "pending  no worker running" in _rendered(app.screen.query_one("#summary", Static))
     with open_store(db_path) as store:
-        store.worker_started("h:1:a", host="h", pid=1, app="sample_workflows", names={"shipping"}, ttl=5.0)
+        store.worker_started("h:1:a", host="h", pid=1, app="replaylog.samples", names={"shipping"}, ttl=5.0)
     app = make_app(db_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

@@ -11,10 +11,10 @@ from rich.console import Console
 from textual.widgets import Static
 
 from conftest import run_cli
-from console.format import STATUS_STYLES, status_text
-from console.workflow_screen import WorkflowScreen
-from engine.store import STATUSES, open_store
 from replaylog.cli import _status
+from replaylog.console.format import STATUS_STYLES, status_text
+from replaylog.console.workflow_screen import WorkflowScreen
+from replaylog.engine.store import STATUSES, open_store
 
 
 def test_a_status_is_styled_alike_on_the_command_line_and_in_the_console() -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from conftest import cli_env, run_cli, sql
-from engine.core import CommandRecord, Context, SignalRecord, WorkflowState, dry_replay, execute
-from engine.store import Store, open_store
 from replaylog import WorkflowCancelled
+from replaylog.engine.core import CommandRecord, Context, SignalRecord, WorkflowState, dry_replay, execute
+from replaylog.engine.store import Store, open_store
 
 APP = "ops_app"
 Cli = Callable[..., CompletedProcess[str]]
@@ -109,7 +109,7 @@ def test_a_slot_commit_comes_upon_a_cancel_request_without_a_query_of_its_own(st
 
 
 def test_a_blocked_verdict_after_a_cancel_request_leaves_the_workflow_runnable(store: Store, store_url: str) -> None:
-    from engine.core import Outcome
+    from replaylog.engine.core import Outcome
 
     wid = store.start_workflow("saga", 0)
     [claim] = store.claim("w", ttl=30)
@@ -335,7 +335,7 @@ def test_retry_of_a_diverged_workflow_refuses_the_diagnostic_and_accepts_the_cod
         return run_cli(db, *args, **kw)
 
     wid = ok(cli("start", "refund", "8"))
-    legacy = ("--app", "sample_workflows.legacy_v1")
+    legacy = ("--app", "replaylog.samples.legacy_v1")
     cli("worker", "--until-idle", "--quiet", *legacy)
     cli("signal", wid, "approval", "true")
     cli("worker", "--until-idle", "--quiet")

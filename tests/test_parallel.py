@@ -10,10 +10,18 @@ from typing import Any
 import pytest
 
 from conftest import cli_env, run_cli
-from engine import Context, WorkflowCancelled, WorkflowState, dry_replay, run
-from engine.core import HOLE, CommandRecord, execute
-from engine.store import open_store
 from replaylog import ParallelError, activity
+from replaylog.engine.core import (
+    HOLE,
+    CommandRecord,
+    Context,
+    WorkflowCancelled,
+    WorkflowState,
+    dry_replay,
+    execute,
+    run,
+)
+from replaylog.engine.store import open_store
 
 RAN: list[str] = []
 

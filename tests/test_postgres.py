@@ -18,11 +18,11 @@ from pg_server import PGServer
 from rich.text import Text
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
-from console.data import SignalRefused
-from console.paged_table import PagedTable
-from engine.core import CommandRecord, Outcome
-from engine.errors import ReadOnlyError, SchemaVersionError, StoreError
-from engine.store import PendingRecord, open_store, redact_url
+from replaylog.console.data import SignalRefused
+from replaylog.console.paged_table import PagedTable
+from replaylog.engine.core import CommandRecord, Outcome
+from replaylog.engine.errors import ReadOnlyError, SchemaVersionError, StoreError
+from replaylog.engine.store import PendingRecord, open_store, redact_url
 
 
 def rec(name: str, value: object = None) -> CommandRecord:

@@ -7,10 +7,10 @@ from pathlib import Path
 from reference_refund import charge_card, fetch_invoice, refund
 from reference_refund import side_effects as effects
 
-from engine.app import Registry
-from engine.store import open_store
-from engine.worker import Worker
 from replaylog import run
+from replaylog.engine.app import Registry
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 
 def test_reference_trace_through_the_store(db_path: Path) -> None:

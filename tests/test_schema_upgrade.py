@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import CommandRecord
-from engine.errors import SchemaVersionError, StoreError
-from engine.store import SLOT_LIMIT, PendingRecord, open_store, schema, slot_key
+from replaylog.engine.core import CommandRecord
+from replaylog.engine.errors import SchemaVersionError, StoreError
+from replaylog.engine.store import SLOT_LIMIT, PendingRecord, open_store, schema, slot_key
 
 
 def _add_note(conn: sqlite3.Connection) -> None:

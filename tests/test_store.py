@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.core import CommandRecord, Outcome
-from engine.errors import (
+from replaylog.engine.core import CommandRecord, Outcome
+from replaylog.engine.errors import (
     DuplicateWorkflowIdError,
     PayloadTooLargeError,
     ReadOnlyError,
@@ -20,7 +20,7 @@ from engine.errors import (
     UnknownWorkflowIdError,
     WorkflowClosedError,
 )
-from engine.store import Claim, PendingRecord, Store, database_path, open_store
+from replaylog.engine.store import Claim, PendingRecord, Store, database_path, open_store
 
 
 def rec(name: str, value: object = None) -> CommandRecord:
@@ -286,16 +286,16 @@ def test_open_store_refuses_other_urls_in_one_line(tmp_path: Path, monkeypatch: 
 def test_callers_see_the_store_only_through_engine_store() -> None:
     """The worker, the command line and the console import the protocols, never a backend module."""
     root = Path(__file__).resolve().parent.parent
-    callers = [root / "engine" / name for name in ("worker.py", "check.py", "app.py", "core.py")]
-    callers += sorted((root / "replaylog").glob("*.py")) + sorted((root / "console").glob("*.py"))
+    callers = [root / "replaylog" / "engine" / name for name in ("worker.py", "check.py", "app.py", "core.py")]
+    callers += sorted((root / "replaylog").glob("*.py")) + sorted((root / "replaylog" / "console").glob("*.py"))
     offenders = []
     for path in callers:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("engine.store."):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("replaylog.engine.store."):
                 offenders.append(f"{path.relative_to(root)}: from {node.module} import ...")
             elif isinstance(node, ast.Import):
                 offenders += [f"{path.relative_to(root)}: import {a.name}" for a in node.names
-                              if a.name.startswith("engine.store.")]
-            elif isinstance(node, ast.ImportFrom) and node.module == "engine.store":
+                              if a.name.startswith("replaylog.engine.store.")]
+            elif isinstance(node, ast.ImportFrom) and node.module == "replaylog.engine.store":
                 offenders += [f"{path.relative_to(root)}: {a.name}" for a in node.names if a.name == "SQLiteStore"]
     assert offenders == []

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import sql
-from engine.core import CHILD_PREFIX, HOLE, CommandRecord, Outcome
-from engine.errors import DuplicateWorkflowIdError, OperatorRefusedError, StoreError
-from engine.store import PendingRecord, Store
+from replaylog.engine.core import CHILD_PREFIX, HOLE, CommandRecord, Outcome
+from replaylog.engine.errors import DuplicateWorkflowIdError, OperatorRefusedError, StoreError
+from replaylog.engine.store import PendingRecord, Store
 
 TTL = 30.0
 

@@ -11,18 +11,21 @@ from typing import Any
 
 import pytest
 
-from engine import (
+from replaylog.engine.core import (
+    TIMER,
+    CommandRecord,
     Context,
     NonDeterministicError,
+    RunResult,
     SignalTimeout,
     WorkflowState,
     activity,
+    blocked_text,
     dry_replay,
     run,
     signal,
     workflow,
 )
-from engine.core import TIMER, CommandRecord, RunResult, blocked_text
 
 START = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 
@@ -551,7 +554,7 @@ def test_nondeterministic_error_is_what_a_patch_mismatch_raises_inside_workflow_
 
 
 def test_the_sample_refund_with_deadline_expires_or_refunds_with_a_recorded_refund_number() -> None:
-    from sample_workflows import refund_with_deadline
+    from replaylog.samples import refund_with_deadline
 
     clock = Clock()
     first = run(refund_with_deadline, WorkflowState(input=21), clock=clock)
@@ -572,7 +575,7 @@ def test_the_sample_refund_with_deadline_expires_or_refunds_with_a_recorded_refu
 
 
 def test_the_sample_reminder_sleeps_a_day_then_a_recorded_jittered_while() -> None:
-    from sample_workflows import reminder
+    from replaylog.samples import reminder
 
     clock = Clock()
     first = run(reminder, WorkflowState(input="ann"), clock=clock)
@@ -585,7 +588,7 @@ def test_the_sample_reminder_sleeps_a_day_then_a_recorded_jittered_while() -> No
 
 
 def test_waits_text_dates_a_wake_time_on_another_utc_day_so_tomorrow_never_reads_as_today() -> None:
-    from engine.text import waits_text
+    from replaylog.engine.text import waits_text
 
     now = 1_796_270_400.0  # 2026-12-03 04:00 UTC
     assert waits_text(TIMER, now + 3600, now) == "timer until 05:00:00"

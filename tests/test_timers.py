@@ -16,10 +16,10 @@ import pytest
 import timer_app
 
 from conftest import cli_env, run_cli, sql, wait_for
-from engine.app import Registry
-from engine.core import TIMER, Outcome
-from engine.store import Store, open_store
-from engine.worker import Worker
+from replaylog.engine.app import Registry
+from replaylog.engine.core import TIMER, Outcome
+from replaylog.engine.store import Store, open_store
+from replaylog.engine.worker import Worker
 
 OWNER = "host:1:test"
 

@@ -19,10 +19,10 @@ import cap_app
 import pytest
 
 from conftest import wait_for
-from engine.app import Registry
-from engine.errors import PayloadTooLargeError
-from engine.store import Store, open_store
-from engine.worker import Worker
+from replaylog.engine.app import Registry
+from replaylog.engine.errors import PayloadTooLargeError
+from replaylog.engine.store import Store, open_store
+from replaylog.engine.worker import Worker
 
 Cli = Callable[..., CompletedProcess[str]]
 MIB = 1024 * 1024

@@ -15,15 +15,18 @@ import pytest
 
 from conftest import ROOT
 
-# package → the top-level packages and modules it must never import (a name or a dotted prefix)
+# package → the modules it must never import (a name or a dotted prefix; "=name" is that
+# module alone, not its submodules)
 WALLS = {
-    # The engine knows nothing above it: not the console, not the command line, not Textual.
-    "engine": ("console", "replaylog", "textual"),
+    # The engine knows nothing above it: not the console, not the public package's top
+    # (`from replaylog import …`), not the client or the command line, not Textual.
+    "replaylog.engine": ("=replaylog", "replaylog.console", "replaylog.cli", "replaylog.client",
+                         "replaylog.demo", "replaylog.testing", "replaylog.samples", "textual"),
     # The console reads and writes through the store; it never runs workflows, and the
-    # command line above it (replaylog) is the one place that knows both.
-    "console": ("engine.worker", "replaylog"),
+    # command line above it is the one place that knows both.
+    "replaylog.console": ("replaylog.engine.worker", "replaylog.cli", "replaylog.demo"),
     # User code: the public package only (`from replaylog import …`).
-    "sample_workflows": ("engine", "console"),
+    "replaylog.samples": ("replaylog.engine", "replaylog.console"),
 }
 
 
@@ -72,39 +75,45 @@ def imported_modules(path: Path, root: Path = ROOT) -> Iterator[tuple[int, str]]
 def breaches(package: str, forbidden: tuple[str, ...], root: Path = ROOT) -> list[str]:
     """Every import in `package` of a forbidden module, as "file:line module"."""
     found = []
-    for path in sorted((root / package).rglob("*.py")):
+    for path in sorted((root / package.replace(".", "/")).rglob("*.py")):
         for line, module in imported_modules(path, root):
-            if any(module == bad or module.startswith(bad + ".") for bad in forbidden):
+            if any(module == bad.lstrip("=") or (not bad.startswith("=") and module.startswith(bad + "."))
+                   for bad in forbidden):
                 found.append(f"{path.relative_to(root)}:{line} {module}")
     return sorted(set(found))
 
 
 @pytest.mark.parametrize("package", sorted(WALLS))
 def test_no_package_imports_across_its_wall(package: str) -> None:
-    assert (ROOT / package / "__init__.py").exists()
+    assert (ROOT / package.replace(".", "/") / "__init__.py").exists()
     found = breaches(package, WALLS[package])
     assert not found, f"{package} imports across its wall:\n" + "\n".join(found)
 
 
 def test_the_scan_finds_imports_at_any_depth(tmp_path: Path) -> None:
-    pkg = tmp_path / "engine"
+    pkg = tmp_path / "replaylog" / "engine"
     (pkg / "store").mkdir(parents=True)
+    (tmp_path / "replaylog" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "store" / "__init__.py").write_text("from ... import console\n")  # relative, past the top
+    (pkg / "store" / "__init__.py").write_text("from ...console import app\n")  # relative, past the top
     (pkg / "worker.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    import textual.app\n"
         "def later():\n    from replaylog.cli import main\n    return main\n"
-        "def dynamic():\n    import importlib\n    return importlib.import_module('console.app')\n"
-        "from engine import core\n"
+        "def dynamic():\n    import importlib\n    return importlib.import_module('replaylog.console.app')\n"
+        "from replaylog.engine import core\n"
+        "from replaylog import workflow\n"
     )
-    assert breaches("engine", WALLS["engine"], root=tmp_path) == [
-        "engine/store/__init__.py:1 console",
-        "engine/worker.py:3 textual.app",
-        "engine/worker.py:5 replaylog.cli",
-        "engine/worker.py:5 replaylog.cli.main",
-        "engine/worker.py:9 console.app",
+    assert breaches("replaylog.engine", WALLS["replaylog.engine"], root=tmp_path) == [
+        "replaylog/engine/store/__init__.py:1 replaylog.console",
+        "replaylog/engine/store/__init__.py:1 replaylog.console.app",
+        "replaylog/engine/worker.py:11 replaylog",
+        "replaylog/engine/worker.py:3 textual.app",
+        "replaylog/engine/worker.py:5 replaylog.cli",
+        "replaylog/engine/worker.py:5 replaylog.cli.main",
+        "replaylog/engine/worker.py:9 replaylog.console.app",
     ]
-    (tmp_path / "console").mkdir()
-    (tmp_path / "console" / "data.py").write_text("def run():\n    from engine import worker\n")
-    assert breaches("console", WALLS["console"], root=tmp_path) == ["console/data.py:2 engine.worker"]
+    (pkg.parent / "console").mkdir()
+    (pkg.parent / "console" / "data.py").write_text("def run():\n    from replaylog.engine import worker\n")
+    assert breaches("replaylog.console", WALLS["replaylog.console"], root=tmp_path) == [
+        "replaylog/console/data.py:2 replaylog.engine.worker"]

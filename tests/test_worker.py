@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import cli_env, run_cli, start_worker, wait_for
-from engine.store import open_store
+from replaylog.engine.store import open_store
 
 APP = "worker_app"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-import engine.store.connection as connection
-from engine.app import Registry
-from engine.store import open_store
-from engine.worker import Worker
+import replaylog.engine.store.connection as connection
 from replaylog import Context, activity, workflow
+from replaylog.engine.app import Registry
+from replaylog.engine.store import open_store
+from replaylog.engine.worker import Worker
 
 
 @activity
