@@ -48,6 +48,7 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
 
 DEFAULT_DB = "replaylog.db"
 
@@ -466,7 +467,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
 def _waiting(store: ReaderStore, workflow: str, status: str,
              served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
     """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
-    if status != "pending":
+    if status != Status.PENDING:
         return None
     return waiting_reason(workflow, served() if served is not None else store.served_names())
 
@@ -499,7 +500,7 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
         approvals = {r.id: store.pending_approval(r.id) for r in rows
-                     if r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
+                     if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
@@ -518,7 +519,7 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         # A pending workflow no live worker can run says so where a blocked one names its signal.
         waits = (_t(_blocked_text(r.blocked_on, r.wake_at, now, approvals.get(r.id))) if r.blocked_on
                  else _waits(waiting[r.id]))
-        if r.status in ("cancelled", "terminated"):
+        if status_info(r.status).by_operator:
             waits = _t(preview(r.error or "", 60))  # why: the operator's reason
         # A child is indented under its parent; the id itself stays whole, to be copied.
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
@@ -603,7 +604,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     for child in data["children"]:
         head.add_row("child", _t(f"{child['id']} ({child['workflow']}, {child['status']})"))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
-    if row.status == "completed":
+    if row.status == Status.COMPLETED:
         head.add_row("result", _t(preview(row.result, 200)))
     if row.error:
         head.add_row("error", Text(printable(row.error, oneline=True), style="red"))
@@ -616,7 +617,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         # said as the console's workflow screen says it.
         line = worker_error_line(row.worker_error, row.status, row.retry_at)
         head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
-    if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+    if row.cancel_requested is not None and not status_info(row.status).finished:
         head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
                                                              else ""), oneline=True), style="yellow"))
     if row.forked_from is not None:
@@ -665,9 +666,10 @@ def _slot_value(c: dict[str, Any]) -> str:
         return preview(c["error"], 40)
     # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
     # (JSON keeps the number); a patch marker holds no value.
-    if c["kind"] in ("now", "timer", "deadline", "timeout"):
+    kind = kind_info(c["kind"])
+    if kind.time is not None:
         return _clock_value(c["value"])
-    return "(marker)" if c["kind"] == "patch" else preview(c["value"], 40)
+    return "(marker)" if kind.marker is not None else preview(c["value"], 40)
 
 
 # ---------------------------------------------------------------- check
@@ -742,7 +744,7 @@ def _check_histories(files: list[str], registry: Registry) -> None:
 def _check_all(store: ReaderStore, registry: Registry) -> None:
     from rich.progress import Progress
 
-    ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",
+    ids = [r.id for r in store.list_workflows(status=UNFINISHED, limit=-1, sort="created",
                                                descending=False)]
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
@@ -824,7 +826,7 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
     """
     with settings.open() as store:
         row = store.get_workflow(workflow_id)
-        if row.status != "failed":
+        if row.status != Status.FAILED:
             fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
         verdict_text = "dry replay skipped (--force)"
         if not force:
@@ -851,7 +853,7 @@ def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | Non
     """
     with settings.open() as store:
         wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
-        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
+        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
     click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
