@@ -327,7 +327,8 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
 @click.option("--no-cpu-focus", is_flag=True,
               help="Never move workflow threads onto one CPU while commits are crowded (docs/performance.md).")
 # A worker always creates a missing database now; --create stays accepted for scripts written before.
-@click.option("--create", is_flag=True, hidden=True, expose_value=False, help="Accepted for older scripts: a worker creates a missing database.")
+@click.option("--create", is_flag=True, hidden=True, expose_value=False,
+              help="Accepted for older scripts: a worker creates a missing database.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
