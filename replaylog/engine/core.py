@@ -1205,7 +1205,9 @@ class Context:
         Live, a marker slot is recorded and the answer is True. A replay of a history that has
         this marker here answers True; one recorded by code from before the change (something
         else at this slot, or a finished history's end) answers False and consumes nothing, so
-        the old path replays. A marker of another change here is a NonDeterministicError.
+        the old path replays. A marker of another change here is left for a later call, which
+        is how patches stack: `if ctx.patched("v3"): … elif ctx.patched("v2"): …` replays a
+        history made under `if ctx.patched("v2")` down the v2 branch.
 
         Raises:
             TypeError: the change id is not a string. ValueError: it is empty.
@@ -1214,8 +1216,10 @@ class Context:
         slot = self._cmd_index
         if self.fatal is None and (slot < self._history_len or (self._dry_run and self._finished)):
             rec = self._commands[slot] if slot < self._history_len else None
-            if rec is None or rec.kind != _PATCH:
-                return False  # recorded by the old code: take the old path, consume nothing
+            if rec is None or rec.kind != _PATCH or rec.name != change_id:
+                # Recorded by older code (no marker, or an older patch's marker, which a later
+                # `patched` call of that id consumes): take the old path, consume nothing.
+                return False
         self._cmd_index = slot + 1
         rec = self._guard(slot, _PATCH, change_id)
         if rec is not None:
