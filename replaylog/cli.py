@@ -388,6 +388,20 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         fail(f"{len(bad)} worker process(es) exited with an error")
 
 
+@cli.command()
+@global_options
+@pass_settings
+def migrate(settings: Settings) -> None:
+    """Bring the database's schema up to this replaylog's, in one transaction (every workflow kept)."""
+    with settings.open() as store:
+        before, now = store.schema_upgrade
+    where = redact_url(str(settings.db))
+    if before == now:
+        click.echo(f"{where}: schema version {now}, up to date")
+    else:
+        click.echo(f"{where}: schema version {before} -> {now}")
+
+
 def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int]) -> str:
     """The worker's start line: what it serves, how, and which processes to signal."""
     names = sorted(registry.workflows)
