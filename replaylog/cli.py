@@ -428,6 +428,17 @@ def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=_PIPED_WIDTH, soft_wrap=True)
 
 
+def _print(*renderables: Any) -> None:
+    """Print on stdout: as laid out on a terminal; piped, each line without the padding rich adds to its width."""
+    console = _console()
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
 def _t(value: Any) -> Text:
     """A table cell that is always text, never markup."""
     return Text(printable("" if value is None else str(value), oneline=True))
@@ -508,9 +519,16 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
              "parent": r.parent} for r in rows
         ]))
         return
-    table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
+    # --limit and the total count top-level workflows under --tree: a child comes with its parent, uncounted.
+    counted = "top-level workflow(s), each with its children" if tree else "workflow(s)"
+    cut = total != len(top)
+    table = Table(title=f"{len(top)} of {total} {counted}" if cut else None, box=box.SIMPLE_HEAD)
     now = time.time()
-    for col in ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)"):
+    # A failed workflow's error, or why a cancelled or terminated one was stopped (the
+    # operator's reason): a column of its own, last, when a row has one.
+    errors = any(r.error for r in rows)
+    columns = ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)") + ("error / reason",) * errors
+    for col in columns:
         # Ids are what operators copy into the next command: never cut them short.
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
                          no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
@@ -518,15 +536,15 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         # A pending workflow no live worker can run says so where a blocked one names its signal.
         waits = (_t(_blocked_text(r.blocked_on, r.wake_at, now, approvals.get(r.id))) if r.blocked_on
                  else _waits(waiting[r.id]))
-        if r.status in ("cancelled", "terminated"):
-            waits = _t(preview(r.error or "", 60))  # why: the operator's reason
         # A child is indented under its parent; the id itself stays whole, to be copied.
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
-        table.add_row(shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
-                      _t(_when(r.updated_at, short=True)))
-    _console().print(table)
-    if total != len(rows):
-        click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
+        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots), _t(_when(r.updated_at, short=True))]
+        if errors:
+            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == "failed" else ""))
+        table.add_row(*cells)
+    _print(table)
+    if cut:
+        click.echo(f"showing {len(top)} of {total} {counted}; use --limit 0 for all", err=True)
 
 
 def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
@@ -585,7 +603,6 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data))
         return
-    console = _console()
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -627,24 +644,24 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
-    console.print(head)
-    console.print(_listing(
+    shown: list[Any] = [head, _listing(
         f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
         [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
           Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
           _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
          for c in data["commands"]],
-        wide="value / error"))
+        wide="value / error")]
     if data["signals"]:
-        console.print(_listing(
+        shown.append(_listing(
             f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
             [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
               _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"]))) for s in data["signals"]]))
     if data["audit"]:
-        console.print(_listing(
+        shown.append(_listing(
             f"{len(data['audit'])} operator action(s)", ("when (UTC)", "action", "by", "reason", "detail"),
             [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
              for a in data["audit"]]))
+    _print(*shown)
 
 
 def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:

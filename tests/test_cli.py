@@ -73,6 +73,16 @@ def test_refund_tour_start_worker_signal_show(cli: Cli) -> None:
     assert table.returncode == 0 and "charge_card" in table.stdout and "completed" in table.stdout
 
 
+def test_piped_tables_carry_no_trailing_spaces(cli: Cli) -> None:
+    wid = start(cli, "refund", "7")
+    assert cli("worker", "--until-idle", "--quiet").returncode == 0
+    assert cli("signal", wid, "approval", '{"approved": true}').returncode == 0
+    for args in (("show", wid), ("list",)):
+        out = cli(*args).stdout
+        assert "fetch_invoice" in out or wid in out
+        assert [line for line in out.splitlines() if line != line.rstrip()] == [], args
+
+
 def test_start_prints_the_id_on_the_last_line_and_honours_id(cli: Cli) -> None:
     assert start(cli, "refund", "7", "--id", "my-refund") == "my-refund"
     one_line_error(cli("start", "refund", "7", "--id", "my-refund"), "already exists")
