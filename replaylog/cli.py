@@ -326,20 +326,25 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
 @click.option("--no-inflight", is_flag=True, help="Do not record that an activity started before running it.")
 @click.option("--no-cpu-focus", is_flag=True,
               help="Never move workflow threads onto one CPU while commits are crowded (docs/performance.md).")
-@click.option("--create", is_flag=True, help="Create the database if there is none (else a missing one is an error).")
+# A worker always creates a missing database now; --create stays accepted for scripts written before.
+@click.option("--create", is_flag=True, hidden=True, expose_value=False,
+              help="Accepted for older scripts: a worker creates a missing database.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
-           lease: float, no_inflight: bool, no_cpu_focus: bool, create: bool, quiet: bool, child: bool) -> None:
+           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
 
     registry = _app(app)
-    # Fail early, in one line, on a bad database; a missing one is refused unless --create:
-    # a worker on a mistyped path would otherwise wait for ever on an empty new file.
-    settings.open(create=create).close()
+    # A worker is the natural first process on a new database (started before any workflow),
+    # so it creates a missing one; its start line says it did, so a mistyped path shows at once.
+    # A bad database (not replaylog's, damaged, newer) still fails here, in one line.
+    db = settings.db
+    created = isinstance(db, Path) and not db.exists()
+    settings.open(create=True).close()
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
@@ -352,10 +357,6 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         # process took the second as "leave now" and dropped its workflows. Only this
         # process passes signals on (on_signal).
         children = [subprocess.Popen(base, start_new_session=True) for _ in range(processes - 1)]
-    if not quiet and not child:
-        # On stderr, with the per-workflow events: stdout stays for what a script reads.
-        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children]),
-                             oneline=True), err=True)
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
@@ -364,15 +365,23 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
 
+    stopped_by: list[str] = []
+
     def on_signal(signum: int, _frame: object) -> None:
         if w.stop_requested:
             os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
+        stopped_by.append(signal_mod.Signals(signum).name)
         w.request_stop()
         for proc in children:
             proc.send_signal(signum)
 
     signal_mod.signal(signal_mod.SIGTERM, on_signal)
     signal_mod.signal(signal_mod.SIGINT, on_signal)
+    if not quiet and not child:
+        # On stderr, with the per-workflow events: stdout stays for what a script reads. Said
+        # once the signal handlers are in place: a SIGTERM after it always stops the worker cleanly.
+        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children],
+                                      created=created), oneline=True), err=True)
     try:
         w.run(until_idle=until_idle)
     except ReplaylogError as exc:
@@ -380,6 +389,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     finally:
         for proc in children:  # not `child`: that is the --child flag
             proc.wait()
+    if stopped_by and not quiet:
+        click.echo(_one(_stopped_line(stopped_by[0], w.handed_back, w.completed)), err=True)
     if w.left_unknown:
         names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
         click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
@@ -388,13 +399,22 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         fail(f"{len(bad)} worker process(es) exited with an error")
 
 
-def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int]) -> str:
-    """The worker's start line: what it serves, how, and which processes to signal."""
+def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:
+    """What a worker stopped by a signal says last: which workflows it gave back unfinished."""
+    back = (f"handed back {len(handed_back)} unfinished workflow(s), their history kept, for the next worker:"
+            f" {', '.join(handed_back[:10])}{', …' if len(handed_back) > 10 else ''}" if handed_back
+            else "no workflow was running, none handed back")
+    return f"replaylog worker (pid {os.getpid()}) stopped by {signame}: {back}; {completed} completed while it ran"
+
+
+def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int], *, created: bool) -> str:
+    """The worker's start line: what it serves (and whether it just created it), how, and which processes to signal."""
     names = sorted(registry.workflows)
     shown = ", ".join(names[:8]) + (f", … ({len(names)} in all)" if len(names) > 8 else "")
     db = settings.db
     where = db.resolve() if isinstance(db, Path) else redact_url(db)  # a URL's password stays out
-    return (f"replaylog worker serving {where}: app {registry.spec} "
+    new = " (a new database: created it, as there was none)" if created else ""
+    return (f"replaylog worker serving {where}{new}: app {registry.spec} "
             f"({len(names)} workflow(s): {shown or 'none'}), concurrency {concurrency}, "
             f"{len(pids)} process(es), pid {', '.join(map(str, pids))}")
 
