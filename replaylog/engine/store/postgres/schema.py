@@ -179,7 +179,7 @@ def check_schema(conn: psycopg.Connection[tuple[object, ...]], where: str, *, re
     if readonly:
         if version == 0:
             raise SchemaVersionError(f"{where} is not initialised (no {SCHEMA} schema yet): "
-                                     "`replaylog start` or `replaylog worker --create` makes it")
+                                     "`replaylog start` or `replaylog worker` makes it")
         raise SchemaVersionError(older_text(where, version))
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
