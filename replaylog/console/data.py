@@ -313,6 +313,8 @@ def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[Transcr
                 outcome, ok = "waiting for an answer", True
             details = preview((c.value or {}).get("details"), 120)
             entries.append(TranscriptEntry(c.slot, group, f"{c.name} {details} (request {rid})", outcome, ok))
+        elif group is Group.CHILD and not c.ok:  # the child's id was taken: none was started
+            entries.append(TranscriptEntry(c.slot, group, c.name, c.error or "", False))
         elif group is Group.CHILD:
             child_id = str((c.value or {}).get("id"))
             child = children.get(child_id, {})

@@ -22,6 +22,7 @@ from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
     Diagnostic,
+    DuplicateWorkflowIdError,
     NonDeterministicError,
     ParallelError,
     ReplaylogError,
@@ -947,6 +948,8 @@ class Context:
 
         Raises:
             ChildWorkflowError: the child failed (its error text is carried).
+            DuplicateWorkflowIdError: another workflow has the id given (recorded in this
+                slot: the workflow's code may handle it, and a replay raises it again).
         """
         name = workflow if isinstance(workflow, str) else registered_name(workflow)
         slot = self._cmd_index
@@ -956,16 +959,23 @@ class Context:
             if rec.args is not None:
                 self._guard_args(slot, name, rec.args, (input,), {})
             self.replayed_commands += 1
+            if not rec.ok:
+                raise DuplicateWorkflowIdError(rec.error or "")
             child_id = str(rec.value["id"])
         else:
             child_id = self._child_id(slot, id)
             input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
             self.executed_commands += 1
+            key = args_key((input,), {})
             try:
                 # The store starts the child in the transaction that records this slot.
-                self._append(slot, CommandRecord(_CHILD, name, True, {"id": child_id, "input": input}, None, 1,
-                                                 args_key((input,), {})))
-            except ReplaylogError as exc:  # an unknown workflow name, an id taken: nothing was recorded
+                self._append(slot, CommandRecord(_CHILD, name, True, {"id": child_id, "input": input}, None, 1, key))
+            except DuplicateWorkflowIdError as exc:
+                # Whether the id is free depends on other workflows, not on history: the refusal
+                # is recorded, so that code which handles it replays down the same path.
+                self._append(slot, CommandRecord(_CHILD, name, False, None, str(exc), 1, key))
+                raise
+            except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
                 self.fatal = exc
                 raise
         outcome: dict[str, Any] = self.wait_signal(CHILD_PREFIX + child_id)
