@@ -25,6 +25,9 @@ from replaylog.engine.text import printable
 COLUMNS = (("id", "id", 28, 11), ("workflow", "workflow", 18, 12), ("status", "status", 10, 9),
            ("blocked_on", "blocked on", 24, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
            ("error", "error", 30, 8))
+# On a wide terminal "blocked on" grows beside the error up to this: room for an approval's
+# action, request and deadline with its countdown; the error takes the rest.
+BLOCKED_ON_WIDEST = 64
 # The columns `o` steps through and a header click sorts by (the error is not indexed: no sort).
 SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
@@ -98,7 +101,7 @@ class WorkflowsScreen(LiveScreen):
         """Build the columns and ask for the first page."""
         table = self.query_one(PagedTable)
         table.define_columns([(key, self._label(key), width, narrowest) for key, _, width, narrowest in COLUMNS],
-                             grow=["error"])
+                             grow=["blocked_on", "error"], widest={"blocked_on": BLOCKED_ON_WIDEST})
         self.query_one("#filter", Input).display = False
         self._draw_topbar()
         self.reload()
@@ -367,6 +370,8 @@ def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
     soonest = min((r.wake_at for r in page.rows if r.wake_at is not None), default=None)
     return [
         (r.id, [text(r.id), text(r.workflow), status_text(r.status),
+                # A pending workflow no live worker can run says so, as `replaylog list` does.
+                text(r.no_worker, "yellow") if r.no_worker else
                 waits_cell(r.waits, r.wake_at, now, first=r.wake_at is not None and r.wake_at == soonest),
                 Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim"),
                 # Stored text: one line, never markup; the column cuts it with `…`.
