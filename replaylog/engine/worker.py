@@ -881,7 +881,7 @@ class Worker:
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
                     rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts, rec.args)
                     text = None
-            elif rec.kind == "child":
+            elif rec.kind == "child" and rec.ok:
                 self._check_child(store, slot, rec)
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception

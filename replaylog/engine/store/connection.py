@@ -146,7 +146,8 @@ class SQLiteConnection(StoreBase):
                 # Once a checkpoint lets the WAL restart, cut the file back: a burst behind a
                 # long reader must not leave a WAL of that size on disk for good.
                 conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
-            check_schema(conn, path, readonly=self.readonly)
+            # (version before, version now): `replaylog migrate` reports it.
+            self.schema_upgrade = check_schema(conn, path, readonly=self.readonly)
         except BaseException as exc:
             conn.close()  # a connection that failed its set-up is never kept
             if isinstance(exc, sqlite3.DatabaseError):

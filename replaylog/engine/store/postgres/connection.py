@@ -182,7 +182,8 @@ class PGConnection(StoreBase):
                 # The server refuses every write of this session, whatever the code asks.
                 conn.execute("SET default_transaction_read_only = on")
             if first:
-                check_schema(conn, self.where, readonly=self.readonly)
+                # (version before, version now): `replaylog migrate` reports it.
+                self.schema_upgrade = check_schema(conn, self.where, readonly=self.readonly)
         except psycopg.Error as exc:  # lost again while setting the session up: a reconnect tries again
             lost = connection_lost(exc, conn)
             conn.close()
