@@ -97,6 +97,13 @@ class PagedTable(DataTable[Text]):
             self.add_column(header(label), key=key, width=width)
         self._fit()
 
+    def set_widest(self, key: str, width: int) -> None:
+        """How wide a growing column may get from now on (say, its widest cell on this page); refits if it changed."""
+        index = [k for k, _, _, _ in self._specs].index(key)
+        if self._widest[index] != width:
+            self._widest[index] = width
+            self._fit()
+
     def set_label(self, key: str, label: str | Text) -> None:
         """Change a column's label (cut with `…` like every label)."""
         self.columns[ColumnKey(key)].label = header(label)
