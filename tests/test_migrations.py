@@ -250,3 +250,76 @@ def test_two_processes_opening_an_old_database_at_once_migrate_it_once(old_db: P
     with open_store(old_db, readonly=True) as store:
         applied = [r[0] for r in sql(store, "SELECT version FROM migrations ORDER BY version")]
     assert applied == list(range(2, latest + 1))
+
+
+Shape = dict[str, object]
+
+
+def _sqlite_shape(db: Path) -> Shape:
+    conn = sqlite3.connect(db)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        views = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'view'")}
+        columns = {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
+        indexes = set()
+        for t in tables:
+            for _, name, unique, origin, partial in conn.execute(f"PRAGMA index_list({t})"):
+                if origin != "pk":  # a primary key: compared as the table's own key, not as an index
+                    cols = tuple(r[2] for r in conn.execute(f"PRAGMA index_info({name})"))
+                    indexes.add((t, cols, bool(unique), bool(partial)))
+        pk = {t: tuple(r[1] for r in sorted(conn.execute(f"PRAGMA table_info({t})"), key=lambda r: r[5]) if r[5])
+              for t in tables}
+    finally:
+        conn.close()
+    return {"tables": set(tables), "views": views, "columns": columns, "indexes": indexes, "keys": pk}
+
+
+def _postgres_shape(url: str) -> Shape:
+    with psycopg.connect(url) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'replaylog'"
+            " AND table_type = 'BASE TABLE' AND table_name <> 'meta'")]  # meta: SQLite's PRAGMAs instead
+        views = {r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.views WHERE table_schema = 'replaylog'")}
+        columns: dict[str, set[str]] = {t: set() for t in tables}
+        for t, c in conn.execute("SELECT table_name, column_name FROM information_schema.columns"
+                                 " WHERE table_schema = 'replaylog'"):
+            if t in columns:
+                columns[t].add(c)
+        indexes = set()
+        pk: dict[str, tuple[str, ...]] = {t: () for t in tables}
+        for t, cols, unique, primary, partial in conn.execute(
+                "SELECT t.relname, array(SELECT a.attname FROM unnest(ix.indkey) WITH ORDINALITY k(num, n)"
+                " JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.num ORDER BY k.n),"
+                " ix.indisunique, ix.indisprimary, ix.indpred IS NOT NULL"
+                " FROM pg_index ix JOIN pg_class t ON t.oid = ix.indrelid"
+                " JOIN pg_namespace ns ON ns.oid = t.relnamespace WHERE ns.nspname = 'replaylog'"):
+            if t not in pk:
+                continue
+            if primary:
+                pk[t] = tuple(cols)
+            else:
+                indexes.add((t, tuple(cols), bool(unique), bool(partial)))
+    return {"tables": set(tables), "views": views, "columns": columns, "indexes": indexes, "keys": pk}
+
+
+def test_both_backends_have_the_same_tables_columns_indexes_and_keys(tmp_path: Path, pg_url: str) -> None:
+    open_store(tmp_path / "shape.db").close()
+    open_store(pg_url).close()
+    sqlite_shape, postgres_shape = _sqlite_shape(tmp_path / "shape.db"), _postgres_shape(pg_url)
+    for part in ("tables", "views", "columns", "indexes", "keys"):
+        assert sqlite_shape[part] == postgres_shape[part], part
+    assert "migrations" in sqlite_shape["tables"]  # and the comparison saw something
+
+
+def test_a_010_database_after_every_migration_has_the_shape_of_a_new_one(tmp_path: Path, pg_url: str) -> None:
+    old = tmp_path / "v010.db"
+    shutil.copyfile(FIXTURES / "v010.db", old)
+    open_store(old).close()
+    open_store(tmp_path / "new.db").close()
+    assert _sqlite_shape(old) == _sqlite_shape(tmp_path / "new.db")
+    server_old = pg_url
+    with psycopg.connect(server_old, autocommit=True) as conn:
+        psycopg.ClientCursor(conn).execute((FIXTURES / "v010-postgres.sql").read_text())  # type: ignore[arg-type]
+    open_store(server_old).close()
+    assert _postgres_shape(server_old) == _sqlite_shape(tmp_path / "new.db")

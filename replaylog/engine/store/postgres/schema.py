@@ -12,7 +12,7 @@ import time
 import psycopg
 
 from replaylog.engine.errors import SchemaVersionError
-from replaylog.engine.store.keys import SLOT_BITS, SLOT_LIMIT
+from replaylog.engine.store.shared.keys import SLOT_BITS, SLOT_LIMIT
 from replaylog.engine.store.shared.migrations import (
     FIRST,
     AddColumn,
@@ -57,7 +57,7 @@ def _create(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     conn.execute(f"CREATE INDEX workflows_updated ON {SCHEMA}.workflows (updated_at)")
     conn.execute(f"CREATE INDEX workflows_pending ON {SCHEMA}.workflows (workflow, updated_at)"
                  " WHERE status = 'pending'")
-    # Keyed as on SQLite (engine.store.keys): (workflow seq << 32) + slot.
+    # Keyed as on SQLite (engine.store.shared.keys): (workflow seq << 32) + slot.
     conn.execute(
         f"CREATE TABLE {SCHEMA}.commands (slot_key bigint PRIMARY KEY, kind text NOT NULL, name text NOT NULL,"
         " ok boolean NOT NULL, value text, error text, attempts int NOT NULL,"

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from replaylog.engine.errors import SchemaVersionError
-from replaylog.engine.store.keys import key_bounds
+from replaylog.engine.store.shared.keys import key_bounds
 from replaylog.engine.store.shared.migrations import (
     FIRST,
     AddColumn,
@@ -39,7 +39,7 @@ def _create(conn: sqlite3.Connection) -> None:
     """Schema version 1: the tables a new database starts with.
 
     Commands live in a rowid table keyed by one integer, (workflow seq << 32) + slot
-    (engine.store.keys): SQLite appends to a rowid table's last page cheaply (a full
+    (engine.store.shared.keys): SQLite appends to a rowid table's last page cheaply (a full
     page gets one new page beside it), but splits an index b-tree, such as a WITHOUT
     ROWID table keyed (workflow_id, slot), by spreading its cells over three pages: a
     lone workflow's slots then averaged 1.2 to 1.7 WAL pages a commit instead of 1.02,

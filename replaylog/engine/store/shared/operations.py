@@ -7,7 +7,7 @@ write changes are read under the backend's lock (`Dialect.lock`: SQLite's single
 holds the whole file; a server locks the row), which orders an operator's write against
 a worker's claim, verdict or another operator.
 
-Written once over the primitives of `engine.store.base`; inserting a workflow row is
+Written once over the primitives of `engine.store.shared.base`; inserting a workflow row is
 the one step each backend spells itself (`_insert_workflow`: how `seq` is numbered, how
 a taken id is told).
 """
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from replaylog.engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER, signal_name_refusal
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
-from replaylog.engine.store.base import Dialect, StoreBase
-from replaylog.engine.store.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.rows import FINISHED_STATUSES, dumps
+from replaylog.engine.store.shared.base import Dialect, StoreBase
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
