@@ -1,15 +1,13 @@
-"""The background worker: claim (lease) → load history once → run core → commit each outcome.
+"""The worker: the claim/renew loop, its pool of workflow threads, and the store's upkeep on this host.
 
-One worker process runs many workflows at once, one thread each; one write connection
-commits the outcomes of every thread that is waiting in one transaction (group commit,
-led by whichever waiting thread finds the connection free). Each outcome is durable before its
-workflow continues. Writes are fenced by the lease epoch: a worker that lost its
-lease has its writes refused, so no slot is ever recorded twice.
+The loop claims runnable workflows (a lease with an epoch), hands each to a pooled thread
+that runs it (`WorkflowRun`), renews the leases of the running ones, and hands a run's
+verdict to the committer; on a database file of this host it also folds dead workers'
+marks, finds dead owners by pid and keeps the WAL bounded.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import queue
@@ -18,41 +16,40 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.core import Outcome, error_text
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
-    ActivityError,
-    DuplicateWorkflowIdError,
     LeaseLostError,
     NotADatabaseError,
-    PayloadTooLargeError,
     ReplaylogError,
     StoreBusyError,
     StoreError,
-    UnknownWorkflowError,
-    UnknownWorkflowIdError,
 )
 from replaylog.engine.marks import MarkBoard, board_files, board_owner, read_board
 from replaylog.engine.store import (
     Claim,
-    PendingRecord,
     WorkerStore,
     default_max_payload,
-    encode_value,
-    fit_text,
     is_damaged,
     is_postgres_url,
     open_store,
-    over_cap,
     redact_url,
 )
-from replaylog.engine.vocab import SlotKind, Status
+from replaylog.engine.vocab import Status
+from replaylog.engine.worker.committer import Committer, Request
+from replaylog.engine.worker.run import (
+    PooledThread,
+    RunInterrupted,
+    RunParts,
+    StopFlag,
+    WorkerStopping,
+    WorkflowRun,
+)
 
 log = logging.getLogger("replaylog.worker")
 
@@ -85,289 +82,6 @@ WAL_RESTART_BACKOFF_MAX = 60.0
 # interrupted every time costs a claim and a replay a minute, not a spinning worker.
 INTERRUPTED_BACKOFF = 1.0
 INTERRUPTED_BACKOFF_MAX = 60.0
-
-
-class _Thread:
-    """What a pooled workflow thread keeps from slot to slot and from run to run.
-
-    A plain object with slots rather than a threading.local: the slot path reads and
-    writes these several times per slot, and each access to a threading.local cost
-    ~1,000 CPU instructions (README, Performance).
-    """
-
-    __slots__ = ("focused", "index", "inflight", "store")
-
-    def __init__(self, index: int) -> None:
-        self.index = index  # the thread's own record in the mark file
-        self.focused = False  # moved to the focus CPU (CpuFocus)
-        # The run's latest start mark (the thread's record) is of an activity with no
-        # recorded outcome yet.
-        self.inflight = False
-        self.store: WorkerStore | None = None  # the thread's own connection, opened on first use
-
-
-class _StopFlag(threading.Event):
-    """An Event whose state is also a plain attribute, `up`.
-
-    Workflow threads look at it twice per slot; reading an attribute costs a tenth of
-    calling is_set() (a Python method). `up` turns True before the Event is set.
-    """
-
-    up = False
-
-    def set(self) -> None:
-        """Raise the flag and wake every waiter."""
-        self.up = True
-        super().set()
-
-    def clear(self) -> None:
-        """Lower the flag."""
-        super().clear()
-        self.up = False
-
-
-class WorkerStopping(BaseException):
-    """Raised in a workflow thread when the worker stops: the workflow is handed back."""
-
-
-class _CommitFailed(BaseException):
-    """A commit of an outcome raised (the store failed): a BaseException, so that workflow code
-    cannot catch it and the core cannot take it for the workflow's own failure."""
-
-    def __init__(self, exc: Exception) -> None:
-        super().__init__(exc)
-        self.exc = exc
-
-
-class _RunInterrupted(BaseException):
-    """A run stopped by a BaseException that is not the engine's own, and where it was raised."""
-
-    def __init__(self, exc: BaseException, where: str) -> None:
-        super().__init__(exc, where)
-        self.exc = exc
-        self.where = where
-
-
-class _Request:
-    """One thing to commit (an outcome or a run's verdict) and its answer.
-
-    A plain class with slots, and a bare lock to wait on instead of an Event: one is
-    made per slot, and an Event (a Condition around a lock) cost more than the rest.
-    The lock exists only when the request has to wait for another thread's commit.
-    """
-
-    __slots__ = ("done", "error", "finish", "lead", "ok", "record", "then")
-
-    def __init__(self, record: PendingRecord | None = None, finish: tuple[Claim, Outcome] | None = None,
-                 then: Callable[[_Request], None] | None = None) -> None:
-        self.record = record
-        self.finish = finish
-        # For a request nobody waits for (`submit_later`): called once it was committed or failed.
-        self.then = then
-        # Held while the request waits; released when it was committed, or when its
-        # thread is to commit next (`lead`).
-        self.done: threading.Lock | None = None
-        self.ok = False
-        self.error: BaseException | None = None
-        self.lead = False
-
-    def wake(self) -> None:
-        """Let the waiting thread go on (a request committed by its own thread has no lock)."""
-        done = self.done
-        if done is not None:
-            self.done = None
-            done.release()
-
-
-class Committer:
-    """Owns the write connection; commits every waiting request in one transaction.
-
-    Group commit by leader hand-off rather than by a commit thread: a thread that
-    submits while no commit is in progress commits its own request at once (a lone
-    workflow pays no thread switch per slot, which cost as much as the fsync); a thread
-    that submits during a commit queues its request and sleeps, and when that commit
-    ends the first queued thread commits everything queued by then in one transaction.
-    The connection is used by one thread at a time: only the leader touches it.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None) -> None:
-        self._path = path
-        self._ttl = ttl
-        self._max_payload = max_payload
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._pending: list[_Request] = []
-        self._leading = False
-        self._store: WorkerStore | None = None
-        self._stop_waiting = False
-        self.cancels: dict[str, str] = {}
-        self.batches = 0
-        self.commits = 0
-        # Outcomes per commit, a moving average (updated by the committing thread only;
-        # others read it, and a stale read only delays CpuFocus (engine.cpu_focus) by a commit).
-        self.crowd = 0.0
-
-    def start(self) -> None:
-        """Open the write connection."""
-        self._store = open_store(self._path, max_payload=self._max_payload)
-        # The cancel requests its slot commits come upon (workflow id → reason): the
-        # workflow threads take theirs out after each commit.
-        self.cancels = self._store.cancels
-
-    def stop(self) -> None:
-        """Wait for the commit in progress and what is queued behind it, then close the connection."""
-        with self._lock:
-            while self._leading or self._pending:
-                self._stop_waiting = True
-                self._idle.wait()
-            store, self._store = self._store, None
-        if store is not None:
-            store.close()
-
-    def submit(self, req: _Request) -> bool:
-        """Commit a request (alone, or with others in one transaction); True if it was written."""
-        with self._lock:
-            lead = not self._leading
-            if lead:
-                self._leading = True
-            else:
-                done = req.done = threading.Lock()
-                done.acquire()
-            self._pending.append(req)
-        if not lead:
-            done.acquire()  # until committed, or handed the lead
-            lead = req.lead
-        if lead:
-            self._lead()
-        if req.error is not None:
-            raise req.error
-        return req.ok
-
-    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
-                      parallel: bool = False) -> bool:
-        """Commit one outcome, durably, before returning; True if it was written (the lease held).
-
-        `text` is the value's JSON text if the caller encoded it already; `parallel`
-        marks a task of a parallel group (written in completion order).
-
-        The fast path of `submit` for a lone workflow: when no commit is in progress
-        and nothing waits, this thread commits its outcome alone without building a
-        request; otherwise the outcome joins the group commit.
-        """
-        lock = self._lock  # bare acquire/release, as in _hand_over: once per slot
-        lock.acquire()
-        store = self._store
-        fast = not self._leading and not self._pending and store is not None
-        if fast:
-            self._leading = True
-        lock.release()
-        if not fast or store is None:
-            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text, parallel)))
-        try:
-            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel)
-            self.batches += 1
-            self.commits += 1
-            self.crowd = self.crowd * 0.9 + 0.1
-        finally:
-            if self._hand_over():
-                self._lead()  # verdicts queued meanwhile, with nobody waiting for them
-        return written
-
-    def submit_later(self, req: _Request) -> None:
-        """Queue a request nobody waits for; `req.then` is called once it was committed (or failed).
-
-        If no commit is in progress the caller commits it at once, as `submit` would;
-        otherwise it rides in the next commit and the caller goes on.
-        """
-        with self._lock:
-            lead = not self._leading
-            self._leading = True
-            self._pending.append(req)
-        if lead:
-            self._lead()
-
-    def _lead(self) -> None:
-        again = True
-        while again:
-            with self._lock:
-                batch, self._pending = self._pending, []
-            try:
-                store = self._store
-                if store is None:
-                    err = RuntimeError("the committer is stopped")
-                    for r in batch:
-                        r.error = err
-                        self._answer(r)
-                else:
-                    self._commit(store, batch)
-            finally:
-                again = self._hand_over()
-
-    def _hand_over(self) -> bool:
-        """After a commit: wake the oldest waiter to commit what queued up; True if nobody waits for it."""
-        # Bare acquire/release, and the common case (nothing queued) first: this runs
-        # after every commit, a lone workflow's included, and a `with` block here cost
-        # ~1,500 CPU instructions a slot (README, Performance).
-        lock = self._lock
-        lock.acquire()
-        try:
-            pending = self._pending
-            if not pending:
-                self._leading = False
-                if self._stop_waiting:  # notify_all costs a few µs per commit even with nobody waiting
-                    self._idle.notify_all()
-                return False
-            for r in pending:
-                if r.done is not None:
-                    r.lead = True
-                    r.wake()
-                    return False
-            return True  # only requests nobody waits for: this thread commits them too
-        finally:
-            lock.release()
-
-    @staticmethod
-    def _answer(r: _Request) -> None:
-        r.wake()
-        if r.then is not None:
-            try:
-                r.then(r)
-            except Exception:  # another workflow's bookkeeping must not fail this commit
-                log.exception("a commit's follow-up failed")
-
-    def _commit(self, store: WorkerStore, batch: list[_Request]) -> None:
-        records: list[PendingRecord] = []
-        finishes: list[tuple[Claim, Outcome]] = []
-        for r in batch:
-            if r.record is not None:
-                records.append(r.record)
-            if r.finish is not None:
-                finishes.append(r.finish)
-        try:
-            written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl)
-        except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
-            for r in batch:
-                r.error = exc
-                self._answer(r)
-            return
-        self.batches += 1
-        self.commits += len(records)
-        self.crowd = self.crowd * 0.9 + len(records) * 0.1
-        answers = iter(written)
-        verdicts = iter(finished)
-        for r in batch:
-            r.ok = next(answers) if r.record is not None else next(verdicts)
-            self._answer(r)
-
-
-def _store_marks(store: WorkerStore, claim: Claim) -> Callable[[int, str, int, float], None]:
-    """A mark writer for a store without local files: each mark one write to the database."""
-
-    def write_mark(slot: int, name: str, attempts: int, started_at: float) -> None:
-        store.mark_started(claim, slot, name, attempts, started_at)
-
-    return write_mark
-
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -436,7 +150,7 @@ class Worker:
         self.on_event = on_event
         self.owner = _owner_id()
         self._host = socket.gethostname()
-        self._stopping = _StopFlag()
+        self._stopping = StopFlag()
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._active: dict[str, Claim] = {}
@@ -446,6 +160,8 @@ class Worker:
         self._claim_batch = max(1, self.concurrency // 4)
         self.committer = Committer(self.path, ttl, self.max_payload)
         self._board: MarkBoard | None = None
+        # What every run shares; run() adds where the marks go once it has opened the store.
+        self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self.focus)
         # The database file when the store is one on this host (store.local_path): marks
         # in files beside it, dead owners by pid, WAL upkeep. None on a server's store.
         self._local: Path | None = None
@@ -508,6 +224,9 @@ class Worker:
             except OSError as exc:
                 store.close()
                 raise StoreError(f"cannot create the in-flight mark file beside {self.path}: {exc}") from None
+        # Without a mark file (a server's store) a mark is a row, where every host sees it.
+        self._parts = replace(self._parts, board=self._board,
+                              marks_in_store=self.track_inflight and self._local is None)
         try:
             store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
                                  names=self.names, ttl=self.ttl)
@@ -707,7 +426,7 @@ class Worker:
         `index` is the thread's own record in the mark file (there are at most
         `concurrency` threads, and as many records).
         """
-        me = _Thread(index)
+        me = PooledThread(index)
         try:
             while (claim := self._ready.get()) is not None:
                 try:
@@ -722,23 +441,21 @@ class Worker:
 
     # -- one workflow
 
-    def _run_one(self, claim: Claim, me: _Thread) -> None:
+    def _run_one(self, claim: Claim, me: PooledThread) -> None:
         store = me.store
         if store is None:
             store = me.store = open_store(self.path, max_payload=self.max_payload)
         finishing = False
         me.inflight = False
         try:
-            outcome = self._execute(store, claim, me)
+            outcome = WorkflowRun(self._parts, store, claim, me).execute()
             self._keep_mark(store, me)  # an activity that ran and returned no JSON value, say
-            if outcome is None:
-                return
             # The verdict needs no wait: this thread takes its next workflow while the
             # verdict rides in the next group commit. The workflow stays active (its lease
             # renewed) until `_finished` hears that the verdict was written.
             finishing = True
             self.committer.submit_later(
-                _Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
+                Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
         except WorkerStopping:
             self._keep_mark(store, me)  # stopped in a retry's backoff: that attempt ran
             try:
@@ -750,7 +467,7 @@ class Worker:
         except LeaseLostError:
             self._keep_mark(store, me)
             self._event(claim.id, "lease lost to another worker; its writes were refused")
-        except _RunInterrupted as stop:
+        except RunInterrupted as stop:
             # Not an outcome: nothing is recorded and the workflow runs again. The started
             # activity's mark is kept, so the interrupted attempt counts towards max_retries.
             self._keep_mark(store, me)
@@ -769,17 +486,7 @@ class Worker:
             if not finishing:
                 self._wake.set()
 
-    def _check_child(self, store: WorkerStore, slot: int, rec: CommandRecord) -> None:
-        """Refuse a child workflow this app does not know, or whose id another workflow has, before it is recorded."""
-        self.registry.workflow(rec.name)  # UnknownWorkflowError naming the known ones
-        child_id = rec.value["id"]
-        try:
-            store.get_workflow(child_id)
-        except UnknownWorkflowIdError:
-            return
-        raise DuplicateWorkflowIdError(f"slot {slot}: a workflow with id {child_id!r} already exists")
-
-    def _keep_mark(self, store: WorkerStore, me: _Thread) -> None:
+    def _keep_mark(self, store: WorkerStore, me: PooledThread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
 
         The thread's record in the mark file is overwritten by its next activity, and
@@ -796,7 +503,7 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - only the attempt count and a hint are lost
             log.warning("%s: could not keep the in-flight mark of slot %s: %s", mark.workflow_id, mark.slot, exc)
 
-    def _finished(self, claim: Claim, outcome: Outcome, req: _Request) -> None:
+    def _finished(self, claim: Claim, outcome: Outcome, req: Request) -> None:
         """A workflow's verdict was committed (or refused, or failed): report it, let the workflow go."""
         try:
             if req.error is not None:
@@ -833,153 +540,3 @@ class Worker:
             self._event(claim.id, "lease lost to another worker; its writes were refused")
         else:
             self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s")
-
-    def _execute(self, store: WorkerStore, claim: Claim, me: _Thread) -> Outcome | None:
-        try:
-            fn = self.registry.workflow(claim.workflow)
-        except UnknownWorkflowError as exc:
-            return Outcome(status=Status.FAILED, error=f"UnknownWorkflowError: {exc}", error_kind="engine")
-        # The claim loaded a short history along with its batch; a long one is loaded here.
-        state = claim.state if claim.state is not None else store.load_state(claim.id)
-        if self._stopping.is_set():
-            raise WorkerStopping()
-        committer = self.committer
-        board = self._board
-        # Bound once: record and on_start run once per slot each.
-        stopping = self._stopping
-        commit = committer.commit_record
-        write_mark: Callable[[int, str, int, float], None] | None = None
-        if board is not None:
-            write_mark = board.writer(me.index, claim.id, claim.epoch)
-        elif self.track_inflight and self._local is None:
-            write_mark = _store_marks(store, claim)  # a server's store: where every host sees it
-        prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
-        clock = time.time
-        focus = self.focus
-        cap = self.max_payload
-        cancels = committer.cancels
-        wid = claim.id
-        activity = SlotKind.ACTIVITY.value
-
-        def record(slot: int, rec: CommandRecord, parallel: bool = False) -> None:
-            # From a task thread (parallel) the workflow thread's CPU focus is not its to move.
-            if focus is not None and not parallel:
-                focus.engine_code(me, committer.crowd)
-            # The value is encoded here, once: its size is checked against the cap before
-            # anything is committed, and the store writes this text without encoding again.
-            # (A clock read is a float: never near a cap, and the store encodes it.)
-            text = None
-            refused = None
-            if rec.ok and rec.kind == activity:
-                value = rec.value
-                if type(value) is int:  # encode_value's int case, inline: the common value on this path
-                    text = int.__repr__(value)
-                    size = len(text)
-                else:
-                    text, size = encode_value(value)
-                if size > cap:
-                    # Retrying would not make the value smaller: the failure is recorded at once.
-                    refused = error_text(PayloadTooLargeError(
-                        over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
-                    rec = CommandRecord(activity, rec.name, False, None, refused, rec.attempts, rec.args)
-                    text = None
-            elif rec.kind == SlotKind.CHILD and rec.ok:
-                self._check_child(store, slot, rec)
-            elif not rec.ok:
-                # An error text is stored too: cut to the cap, and made UTF-8 (an exception
-                # may carry a lone surrogate, from a file name say), or the commit would fail.
-                error = rec.error or ""
-                fitted = fit_text(error, cap, f"slot {slot}: the error text of activity {rec.name!r}")
-                if fitted is not error:
-                    refused = fitted
-                    rec = rec._replace(error=fitted)
-            try:
-                written = commit(claim, slot, rec, text, parallel)
-            except Exception as exc:  # the store failed: not the workflow's outcome
-                raise _CommitFailed(exc) from exc
-            if not written:
-                raise LeaseLostError(claim.id)
-            if not parallel:
-                me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
-            else:
-                with group_lock:
-                    if marked[0] == slot:
-                        me.inflight = False  # the thread's mark is this task's
-            if cancels and wid in cancels:
-                # The commit came upon an operator's cancel request: the next ctx call raises it
-                # (a parallel group's tasks run on; the call after the group raises it).
-                reason = cancels.pop(wid)
-                if ctx.cancel_requested is None:
-                    ctx.cancel_requested = reason
-            if stopping.up:
-                raise WorkerStopping()  # the current slot is committed: stop here
-            if refused is not None:
-                # The workflow code sees what a replay of this slot will show it.
-                raise ActivityError(slot, rec.name, refused, rec.attempts)
-
-        def on_start(slot: int, name: str, attempt: int) -> None:
-            # Stop between slots: the slot before this one is already committed.
-            if stopping.up:
-                raise WorkerStopping()
-            if me.focused and focus is not None:
-                focus.activity(me)  # the activity, and whatever it starts, may use every CPU
-            if write_mark is not None:
-                # Before the activity runs; `attempt` counts on from the starts of earlier
-                # runs (crashed workers included). No commit and no wait (engine.marks).
-                write_mark(slot, name, attempt, clock())
-                me.inflight = True
-
-        def sleep(seconds: float) -> None:
-            if self._stopping.wait(seconds):
-                raise WorkerStopping()
-
-        # A parallel group's tasks share the workflow thread's one mark record (engine.marks):
-        # it holds the latest task started, written under this lock so two tasks never tear
-        # it. After a crash that task counts its attempts on and shows as possibly run; the
-        # group's other unrecorded tasks run again from their first attempt.
-        group_lock = threading.Lock()
-        marked = [-1]  # the slot the thread's mark is of
-
-        def on_task_start(slot: int, name: str, attempt: int) -> None:
-            if stopping.up:
-                raise WorkerStopping()
-            if write_mark is not None:
-                with group_lock:
-                    write_mark(slot, name, attempt, clock())
-                    marked[0] = slot
-                    me.inflight = True
-
-        def run_group(thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
-            if me.focused and focus is not None:
-                focus.activity(me)  # the task threads inherit this thread's CPUs: all of them
-            with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
-                                    thread_name_prefix=f"replaylog-task-{me.index}") as pool:
-                for future in [pool.submit(thunk) for thunk in thunks]:
-                    future.result()
-
-        hooks = ParallelHooks(run_group, functools.partial(record, parallel=True), on_task_start)
-        ctx = Context(
-            state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
-            sleep=sleep, record=record, on_start=on_start, prior=prior, cancel=claim.cancel,
-            parallel=hooks,
-        )
-        try:
-            outcome = execute(fn, ctx, state)
-        except _CommitFailed as failed:
-            raise failed.exc from None  # a worker error: the workflow is handed back (_run_one)
-        except (WorkerStopping, LeaseLostError, Exception):
-            raise
-        except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back
-            raise _RunInterrupted(exc, ctx.interrupted_in or "workflow code") from exc
-        if outcome.status == Status.FAILED and outcome.error:
-            error = fit_text(outcome.error, cap, "the workflow's error text")
-            if error is not outcome.error:
-                return replace(outcome, error=error)
-        elif outcome.status == Status.COMPLETED:
-            # The store encodes the result again when it writes the verdict: once per
-            # workflow, not per slot.
-            size = encode_value(outcome.result)[1]
-            if size > cap:
-                error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
-                return replace(outcome, status=Status.FAILED, result=None, error=error, error_kind="engine")
-        return outcome
