@@ -29,6 +29,7 @@ from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
     Diagnostic,
+    DuplicateWorkflowIdError,
     NonDeterministicError,
     ParallelError,
     ReplaylogError,
@@ -42,13 +43,15 @@ from replaylog.engine.errors import (
 # SignalRecord) and dry_replay, which serve the worker and `replaylog check`;
 # WorkflowBlocked and LeaseLostError, control flow that workflow code must never catch;
 # the store's refusals (StoreError …) and UnknownWorkflowError, which reach operators
-# through the command line, not workflow code.
+# through the command line, not workflow code. DuplicateWorkflowIdError is the exception:
+# ctx.call_workflow raises it into workflow code when a child's id is taken.
 __all__ = [
     "ActivityError",
     "ActivityInfo",
     "ChildWorkflowError",
     "Context",
     "Diagnostic",
+    "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",

@@ -18,6 +18,7 @@ PUBLIC = [
     "ChildWorkflowError",
     "Context",
     "Diagnostic",
+    "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",

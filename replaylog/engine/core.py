@@ -22,6 +22,7 @@ from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
     Diagnostic,
+    DuplicateWorkflowIdError,
     NonDeterministicError,
     ParallelError,
     ReplaylogError,
@@ -187,6 +188,25 @@ APPROVAL_PREFIX = "approval:"
 # A parent waits for its child on the signal CHILD_PREFIX + the child's id, which the store
 # sends when the child finishes ({"ok": bool, "result": …, "error": …}).
 CHILD_PREFIX = "child:"
+
+
+def signal_name_refusal(name: str) -> str | None:
+    """Why no operator may send, and no workflow code wait on, a signal of this name; None if it may.
+
+    The engine names what a workflow waits on with these: TIMER for a durable sleep,
+    APPROVAL_PREFIX + request id for an approval, CHILD_PREFIX + id for a child's outcome.
+    Only the engine delivers them, so a signal of such a name sent by hand would be
+    mistaken for one, or wait for ever.
+    """
+    if not name:
+        return "the signal name must not be empty"
+    if name == TIMER:
+        return f"the signal name {TIMER!r} is reserved for durable timers (a sleeping workflow is blocked on it)"
+    if name.startswith(APPROVAL_PREFIX):
+        return f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`"
+    if name.startswith(CHILD_PREFIX):
+        return f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish"
+    return None
 
 
 def approval_request_id(slot: int) -> str:
@@ -936,6 +956,8 @@ class Context:
 
         Raises:
             ChildWorkflowError: the child failed (its error text is carried).
+            DuplicateWorkflowIdError: another workflow has the id given (recorded in this
+                slot: the workflow's code may handle it, and a replay raises it again).
         """
         name = workflow if isinstance(workflow, str) else registered_name(workflow)
         slot = self._cmd_index
@@ -945,19 +967,26 @@ class Context:
             if rec.args is not None:
                 self._guard_args(slot, name, rec.args, (input,), {})
             self.replayed_commands += 1
+            if not rec.ok:
+                raise DuplicateWorkflowIdError(rec.error or "")
             child_id = str(rec.value["id"])
         else:
             child_id = self._child_id(slot, id)
             input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
             self.executed_commands += 1
+            key = args_key((input,), {})
             try:
                 # The store starts the child in the transaction that records this slot.
-                self._append(slot, CommandRecord("child", name, True, {"id": child_id, "input": input}, None, 1,
-                                                 args_key((input,), {})))
-            except ReplaylogError as exc:  # an unknown workflow name, an id taken: nothing was recorded
+                self._append(slot, CommandRecord("child", name, True, {"id": child_id, "input": input}, None, 1, key))
+            except DuplicateWorkflowIdError as exc:
+                # Whether the id is free depends on other workflows, not on history: the refusal
+                # is recorded, so that code which handles it replays down the same path.
+                self._append(slot, CommandRecord("child", name, False, None, str(exc), 1, key))
+                raise
+            except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
                 self.fatal = exc
                 raise
-        outcome: dict[str, Any] = self.wait_signal(CHILD_PREFIX + child_id)
+        outcome: dict[str, Any] = self._wait_signal(CHILD_PREFIX + child_id)
         if outcome.get("ok"):
             return outcome.get("result")
         raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
@@ -1006,7 +1035,7 @@ class Context:
             self.executed_commands += 1
             self._append(slot, CommandRecord("approval", action, True,
                                              {"request": rid, "action": action, "details": details}))
-        answer: dict[str, Any] = self.wait_signal(APPROVAL_PREFIX + rid, timeout)
+        answer: dict[str, Any] = self._wait_signal(APPROVAL_PREFIX + rid, timeout)
         return answer
 
     def now(self) -> float:
@@ -1118,11 +1147,16 @@ class Context:
             WorkflowCancelled: an operator cancelled the workflow while (or before) it waited.
             SignalTimeout: no signal of that name arrived before the deadline.
             TypeError: `timeout` is not a number. ValueError: it is negative or not finite,
-                or the name is "timer" (reserved: `blocked_on` says it for a sleep).
+                or the name is empty or reserved (see `signal_name_refusal`: "timer", and
+                names starting "approval:" or "child:", which only the engine sends).
         """
-        if name == TIMER:
-            # `blocked_on` says "timer" for a sleep: a signal of that name would be mistaken for one.
-            raise ValueError(f"ctx.wait_signal: the signal name {TIMER!r} is reserved for durable timers")
+        refusal = signal_name_refusal(name)
+        if refusal is not None:
+            raise ValueError(f"ctx.wait_signal: {refusal}")
+        return self._wait_signal(name, timeout)
+
+    def _wait_signal(self, name: str, timeout: float | None = None) -> Any:
+        """`wait_signal` on any name: for the engine's own waits (a child's outcome, an approval's answer)."""
         if timeout is None:
             self._cancelled_here(f"signal:{name}")
             payload = self._next_signal(name)
@@ -1194,7 +1228,9 @@ class Context:
         Live, a marker slot is recorded and the answer is True. A replay of a history that has
         this marker here answers True; one recorded by code from before the change (something
         else at this slot, or a finished history's end) answers False and consumes nothing, so
-        the old path replays. A marker of another change here is a NonDeterministicError.
+        the old path replays. A marker of another change here is left for a later call, which
+        is how patches stack: `if ctx.patched("v3"): … elif ctx.patched("v2"): …` replays a
+        history made under `if ctx.patched("v2")` down the v2 branch.
 
         Raises:
             TypeError: the change id is not a string. ValueError: it is empty.
@@ -1203,8 +1239,10 @@ class Context:
         slot = self._cmd_index
         if self.fatal is None and (slot < self._history_len or (self._dry_run and self._finished)):
             rec = self._commands[slot] if slot < self._history_len else None
-            if rec is None or rec.kind != "patch":
-                return False  # recorded by the old code: take the old path, consume nothing
+            if rec is None or rec.kind != "patch" or rec.name != change_id:
+                # Recorded by older code (no marker, or an older patch's marker, which a later
+                # `patched` call of that id consumes): take the old path, consume nothing.
+                return False
         self._cmd_index = slot + 1
         rec = self._guard(slot, "patch", change_id)
         if rec is not None:

@@ -24,6 +24,10 @@ from replaylog.engine.store import rows
 
 
 class _Closable(Protocol):
+    # The schema version the database had when this store opened it, and the one it has
+    # now: different when this open took migrations (`replaylog migrate` says which).
+    schema_upgrade: tuple[int, int]
+
     def close(self) -> None:
         """Close the store's connection."""
 
