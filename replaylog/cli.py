@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import signal as signal_mod
 import sqlite3
@@ -48,6 +49,7 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
 DEFAULT_DB = "replaylog.db"
 
@@ -329,7 +331,8 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
 # A worker always creates a missing database now; --create stays accepted for scripts written before.
 @click.option("--create", is_flag=True, hidden=True, expose_value=False,
               help="Accepted for older scripts: a worker creates a missing database.")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Print no start line and nothing per workflow; of the workflows' log lines, WARNING and above.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
@@ -339,6 +342,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     from replaylog.engine.worker import Worker
 
     registry = _app(app)
+    _show_workflow_logs(quiet)
     # A worker is the natural first process on a new database (started before any workflow),
     # so it creates a missing one; its start line says it did, so a mistyped path shows at once.
     # A bad database (not replaylog's, damaged, newer) still fails here, in one line.
@@ -411,6 +415,33 @@ def migrate(settings: Settings) -> None:
         click.echo(f"{where}: schema version {now}, up to date")
     else:
         click.echo(f"{where}: schema version {before} -> {now}")
+
+
+class _WorkflowLines(logging.Formatter):
+    """A workflow's log line as the worker shows it: time, workflow id, level, message (and any traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(workflow_id)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The line, its control characters made visible (a message is the workflow code's text)."""
+        return printable(super().format(record))
+
+
+def _show_workflow_logs(quiet: bool) -> None:
+    """Show the workflows' `ctx.logger` lines on stderr: INFO and above, WARNING and above with --quiet.
+
+    Unless the app set up logging itself while it was imported (a handler of its own on
+    the root or the workflow logger): then its set-up decides where the lines go.
+    """
+    wf_logger = logging.getLogger(WORKFLOW_LOGGER)
+    if logging.getLogger().handlers or wf_logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_WorkflowLines())
+    wf_logger.addHandler(handler)
+    wf_logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    wf_logger.propagate = False  # ours alone: a root handler the app adds later would print each line twice
 
 
 def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:

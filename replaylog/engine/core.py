@@ -31,6 +31,7 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.workflow_log import WorkflowLog
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -625,11 +626,31 @@ class Context:
         # records where it was delivered and raises WorkflowCancelled, once.
         self.cancel_requested: str | None = cancel
         self.cancel_delivered = False
+        self._logger: WorkflowLog | None = None  # made when the code first asks for it
 
     @property
     def workflow_id(self) -> str:
         """The id of the workflow this context runs."""
         return self._workflow_id
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the code replays recorded slots; False from the first slot it runs live.
+
+        The cursor decides: True while the next command's slot is in history. A signal wait
+        takes no slot, so code between the last recorded slot and a wait that blocked an
+        earlier run runs again, live, on the resumption. A dry run (`replaylog check`) is all replay.
+        """
+        return self._dry_run or self._cmd_index < self._history_len
+
+    @property
+    def logger(self) -> WorkflowLog:
+        """A `logging` logger (a LoggerAdapter of "replaylog.workflow") that writes nothing while
+        `is_replaying`: a line is written once, when the code reaches it live. Each record carries
+        the workflow id (`record.workflow_id`)."""
+        if self._logger is None:
+            self._logger = WorkflowLog(self._workflow_id, lambda: self.is_replaying)
+        return self._logger
 
     # -- the guard
 
