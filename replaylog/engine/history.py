@@ -15,7 +15,8 @@ from replaylog.engine.errors import HistoryFormatError
 FORMAT = "replaylog-history"
 VERSION = 1
 # Every kind of slot the core records (a parallel group's unrecorded gap is never stored).
-_KINDS = ("activity", "now", "cancel", "uuid", "random", "timer", "deadline", "timeout", "patch", "approval", "child")
+_KINDS = ("activity", "now", "cancel", "uuid", "random", "timer", "deadline", "timeout", "patch", "approval", "child",
+          "event")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
@@ -497,7 +497,7 @@ class Worker:
 
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
-        store = open_store(self.path, max_payload=self.max_payload)
+        store = open_store(self.path, max_payload=self.max_payload, wake_clock=self.clock)
         self._local = store.local_path()
         if self.track_inflight and self._local is not None:
             try:
@@ -560,7 +560,7 @@ class Worker:
                 break
             now = time.monotonic()
             version = store.data_version()
-            due = next_wake is not None and time.time() >= next_wake
+            due = next_wake is not None and self.clock() >= next_wake
             look = version != last_version or now >= next_lapse_check or due
             # (The next wake time is read after the claim below: a woken workflow is claimed
             # one round trip sooner, and the time read then is of those still asleep.)
@@ -880,6 +880,11 @@ class Worker:
                     text = None
             elif rec.kind == "child":
                 self._check_child(store, slot, rec)
+            elif rec.kind == EVENT:
+                text, size = encode_value(rec.value)
+                if size > cap:
+                    # Refused before anything is written: ctx.set_event raises it, its slot stays free.
+                    raise PayloadTooLargeError(over_cap(f"slot {slot}: the value of event {rec.name!r}", size, cap))
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception
                 # may carry a lone surrogate, from a file name say), or the commit would fail.
