@@ -308,6 +308,38 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
     click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
 
 
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("key", required=False)
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With KEY: wait up to SECONDS for the workflow to set it (exit 1 if it does not).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each key and its latest value.")
+@global_options
+@pass_settings
+def events(settings: Settings, workflow_id: str, key: str | None, wait: float | None, as_json: bool) -> None:
+    """Show a workflow's events (ctx.set_event): the latest value of each key, or of KEY.
+
+    With KEY the value is printed as JSON alone, for scripts; an unset KEY exits 1.
+    """
+    if wait is not None and key is None:
+        fail("--wait waits for one KEY: give it")
+    with settings.client(readonly=True) as client:
+        if key is not None and wait:
+            client.get_event(workflow_id, key, timeout=wait)
+        found = client.events(workflow_id)
+    if key is not None:
+        if key not in found:
+            fail(f"workflow {workflow_id} has set no event {key!r}" + (f" within {wait:g} s" if wait else ""))
+        found = {key: found[key]}
+    if as_json:
+        click.echo(json.dumps(found))
+    elif key is not None:
+        click.echo(json.dumps(found[key]))
+    else:
+        _console().print(_listing(f"{len(found)} event(s)", ("key", "value"),
+                                  [(_t(k), _t(preview(v, 200))) for k, v in found.items()], wide="value"))
+
+
 # ---------------------------------------------------------------- worker
 
 

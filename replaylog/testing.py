@@ -102,12 +102,14 @@ class WorkflowEnvironment:
             shutil.rmtree(self._folder, ignore_errors=True)
 
     def advance(self, seconds: float) -> None:
-        """Move the clock forward by `seconds` and return once the workflows that came due have run.
+        """Let the workflows run until each waits, move the clock forward by `seconds`, and
+        return once the workflows that came due have run (each has finished or waits again).
 
-        Returns when no workflow is pending, running or due (each has finished or waits again).
+        A workflow just started first reaches its sleep, so the sleep is measured from now.
         """
         if seconds < 0:
             raise ValueError(f"advance: time moves forward only, got {seconds!r} seconds")
+        self.wait_idle()
         with self._clock_lock:
             self._offset += seconds
         self.wait_idle()
