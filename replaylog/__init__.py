@@ -41,6 +41,7 @@ from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
     Diagnostic,
+    DuplicateWorkflowIdError,
     NonDeterministicError,
     ParallelError,
     ReplaylogError,
@@ -55,6 +56,8 @@ from replaylog.worker import Worker
 # SignalRecord) and dry_replay, which serve the worker and `replaylog check`;
 # WorkflowBlocked and LeaseLostError, control flow that workflow code must never catch;
 # the store's refusals (StoreError …), which reach callers as ReplaylogError with one line.
+# DuplicateWorkflowIdError is the exception: ctx.call_workflow raises it into workflow code
+# when a child's id is taken, and Client.start when a workflow of that id exists.
 __all__ = [
     "ActivityError",
     "ActivityInfo",
@@ -62,6 +65,7 @@ __all__ = [
     "Client",
     "Context",
     "Diagnostic",
+    "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",

@@ -356,20 +356,25 @@ def events(settings: Settings, workflow_id: str, key: str | None, wait: float | 
 @click.option("--no-inflight", is_flag=True, help="Do not record that an activity started before running it.")
 @click.option("--no-cpu-focus", is_flag=True,
               help="Never move workflow threads onto one CPU while commits are crowded (docs/performance.md).")
-@click.option("--create", is_flag=True, help="Create the database if there is none (else a missing one is an error).")
+# A worker always creates a missing database now; --create stays accepted for scripts written before.
+@click.option("--create", is_flag=True, hidden=True, expose_value=False,
+              help="Accepted for older scripts: a worker creates a missing database.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
-           lease: float, no_inflight: bool, no_cpu_focus: bool, create: bool, quiet: bool, child: bool) -> None:
+           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
 
     registry = _app(app)
-    # Fail early, in one line, on a bad database; a missing one is refused unless --create:
-    # a worker on a mistyped path would otherwise wait for ever on an empty new file.
-    settings.open(create=create).close()
+    # A worker is the natural first process on a new database (started before any workflow),
+    # so it creates a missing one; its start line says it did, so a mistyped path shows at once.
+    # A bad database (not replaylog's, damaged, newer) still fails here, in one line.
+    db = settings.db
+    created = isinstance(db, Path) and not db.exists()
+    settings.open(create=True).close()
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
@@ -382,10 +387,6 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         # process took the second as "leave now" and dropped its workflows. Only this
         # process passes signals on (on_signal).
         children = [subprocess.Popen(base, start_new_session=True) for _ in range(processes - 1)]
-    if not quiet and not child:
-        # On stderr, with the per-workflow events: stdout stays for what a script reads.
-        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children]),
-                             oneline=True), err=True)
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
@@ -394,15 +395,23 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
 
+    stopped_by: list[str] = []
+
     def on_signal(signum: int, _frame: object) -> None:
         if w.stop_requested:
             os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
+        stopped_by.append(signal_mod.Signals(signum).name)
         w.request_stop()
         for proc in children:
             proc.send_signal(signum)
 
     signal_mod.signal(signal_mod.SIGTERM, on_signal)
     signal_mod.signal(signal_mod.SIGINT, on_signal)
+    if not quiet and not child:
+        # On stderr, with the per-workflow events: stdout stays for what a script reads. Said
+        # once the signal handlers are in place: a SIGTERM after it always stops the worker cleanly.
+        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children],
+                                      created=created), oneline=True), err=True)
     try:
         w.run(until_idle=until_idle)
     except ReplaylogError as exc:
@@ -410,6 +419,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     finally:
         for proc in children:  # not `child`: that is the --child flag
             proc.wait()
+    if stopped_by and not quiet:
+        click.echo(_one(_stopped_line(stopped_by[0], w.handed_back, w.completed)), err=True)
     if w.left_unknown:
         names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
         click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
@@ -418,13 +429,22 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         fail(f"{len(bad)} worker process(es) exited with an error")
 
 
-def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int]) -> str:
-    """The worker's start line: what it serves, how, and which processes to signal."""
+def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:
+    """What a worker stopped by a signal says last: which workflows it gave back unfinished."""
+    back = (f"handed back {len(handed_back)} unfinished workflow(s), their history kept, for the next worker:"
+            f" {', '.join(handed_back[:10])}{', …' if len(handed_back) > 10 else ''}" if handed_back
+            else "no workflow was running, none handed back")
+    return f"replaylog worker (pid {os.getpid()}) stopped by {signame}: {back}; {completed} completed while it ran"
+
+
+def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int], *, created: bool) -> str:
+    """The worker's start line: what it serves (and whether it just created it), how, and which processes to signal."""
     names = sorted(registry.workflows)
     shown = ", ".join(names[:8]) + (f", … ({len(names)} in all)" if len(names) > 8 else "")
     db = settings.db
     where = db.resolve() if isinstance(db, Path) else redact_url(db)  # a URL's password stays out
-    return (f"replaylog worker serving {where}: app {registry.spec} "
+    new = " (a new database: created it, as there was none)" if created else ""
+    return (f"replaylog worker serving {where}{new}: app {registry.spec} "
             f"({len(names)} workflow(s): {shown or 'none'}), concurrency {concurrency}, "
             f"{len(pids)} process(es), pid {', '.join(map(str, pids))}")
 
@@ -456,6 +476,17 @@ def _console(stderr: bool = False) -> Console:
     if stream.isatty():
         return Console(stderr=stderr)
     return Console(stderr=stderr, width=_PIPED_WIDTH, soft_wrap=True)
+
+
+def _print(*renderables: Any) -> None:
+    """Print on stdout: as laid out on a terminal; piped, each line without the padding rich adds to its width."""
+    console = _console()
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def _t(value: Any) -> Text:
@@ -538,9 +569,16 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
              "parent": r.parent} for r in rows
         ]))
         return
-    table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
+    # --limit and the total count top-level workflows under --tree: a child comes with its parent, uncounted.
+    counted = "top-level workflow(s), each with its children" if tree else "workflow(s)"
+    cut = total != len(top)
+    table = Table(title=f"{len(top)} of {total} {counted}" if cut else None, box=box.SIMPLE_HEAD)
     now = time.time()
-    for col in ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)"):
+    # A failed workflow's error, or why a cancelled or terminated one was stopped (the
+    # operator's reason): a column of its own, last, when a row has one.
+    errors = any(r.error for r in rows)
+    columns = ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)") + ("error / reason",) * errors
+    for col in columns:
         # Ids are what operators copy into the next command: never cut them short.
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
                          no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
@@ -548,15 +586,15 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         # A pending workflow no live worker can run says so where a blocked one names its signal.
         waits = (_t(_blocked_text(r.blocked_on, r.wake_at, now, approvals.get(r.id))) if r.blocked_on
                  else _waits(waiting[r.id]))
-        if r.status in ("cancelled", "terminated"):
-            waits = _t(preview(r.error or "", 60))  # why: the operator's reason
         # A child is indented under its parent; the id itself stays whole, to be copied.
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
-        table.add_row(shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
-                      _t(_when(r.updated_at, short=True)))
-    _console().print(table)
-    if total != len(rows):
-        click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
+        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots), _t(_when(r.updated_at, short=True))]
+        if errors:
+            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == "failed" else ""))
+        table.add_row(*cells)
+    _print(table)
+    if cut:
+        click.echo(f"showing {len(top)} of {total} {counted}; use --limit 0 for all", err=True)
 
 
 def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
@@ -615,7 +653,6 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data))
         return
-    console = _console()
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -657,24 +694,24 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
-    console.print(head)
-    console.print(_listing(
+    shown: list[Any] = [head, _listing(
         f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
         [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
           Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
           _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
          for c in data["commands"]],
-        wide="value / error"))
+        wide="value / error")]
     if data["signals"]:
-        console.print(_listing(
+        shown.append(_listing(
             f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
             [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
               _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"]))) for s in data["signals"]]))
     if data["audit"]:
-        console.print(_listing(
+        shown.append(_listing(
             f"{len(data['audit'])} operator action(s)", ("when (UTC)", "action", "by", "reason", "detail"),
             [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
              for a in data["audit"]]))
+    _print(*shown)
 
 
 def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:

@@ -14,6 +14,7 @@ from typing import Any
 from replaylog import (
     ChildWorkflowError,
     Context,
+    DuplicateWorkflowIdError,
     ParallelError,
     SignalTimeout,
     WorkflowCancelled,
@@ -155,6 +156,17 @@ def bad_parent(ctx: Context, child_id: str | None = None) -> Any:
     if child_id:
         return ctx.call_workflow(child_task, {"n": 2}, id=child_id)
     return ctx.call_workflow("no_such_workflow")
+
+
+@workflow
+def handles_taken_id(ctx: Context, input: dict[str, str]) -> Any:
+    """A child with a given id; a refusal of the id raises the parent's own error, or takes a fallback."""
+    try:
+        return ctx.call_workflow(child_task, {"n": 3}, id=input["id"])
+    except DuplicateWorkflowIdError:
+        if input["then"] == "raise":
+            raise ValueError("mine") from None
+    return {"fallback": ctx.call_activity(note, "fallback")}
 
 
 @workflow

@@ -20,6 +20,7 @@ PUBLIC = [
     "Client",
     "Context",
     "Diagnostic",
+    "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",

@@ -311,6 +311,8 @@ def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[Transcr
                 outcome, ok = "waiting for an answer", True
             details = preview((c.value or {}).get("details"), 120)
             entries.append(TranscriptEntry(c.slot, "approval", f"{c.name} {details} (request {rid})", outcome, ok))
+        elif c.kind == "child" and not c.ok:  # the child's id was taken: none was started
+            entries.append(TranscriptEntry(c.slot, "child", c.name, c.error or "", False))
         elif c.kind == "child":
             child_id = str((c.value or {}).get("id"))
             child = children.get(child_id, {})

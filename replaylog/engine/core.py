@@ -22,6 +22,7 @@ from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
     Diagnostic,
+    DuplicateWorkflowIdError,
     NonDeterministicError,
     ParallelError,
     ReplaylogError,
@@ -942,6 +943,8 @@ class Context:
 
         Raises:
             ChildWorkflowError: the child failed (its error text is carried).
+            DuplicateWorkflowIdError: another workflow has the id given (recorded in this
+                slot: the workflow's code may handle it, and a replay raises it again).
         """
         name = workflow if isinstance(workflow, str) else registered_name(workflow)
         slot = self._cmd_index
@@ -951,16 +954,23 @@ class Context:
             if rec.args is not None:
                 self._guard_args(slot, name, rec.args, (input,), {})
             self.replayed_commands += 1
+            if not rec.ok:
+                raise DuplicateWorkflowIdError(rec.error or "")
             child_id = str(rec.value["id"])
         else:
             child_id = self._child_id(slot, id)
             input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
             self.executed_commands += 1
+            key = args_key((input,), {})
             try:
                 # The store starts the child in the transaction that records this slot.
-                self._append(slot, CommandRecord("child", name, True, {"id": child_id, "input": input}, None, 1,
-                                                 args_key((input,), {})))
-            except ReplaylogError as exc:  # an unknown workflow name, an id taken: nothing was recorded
+                self._append(slot, CommandRecord("child", name, True, {"id": child_id, "input": input}, None, 1, key))
+            except DuplicateWorkflowIdError as exc:
+                # Whether the id is free depends on other workflows, not on history: the refusal
+                # is recorded, so that code which handles it replays down the same path.
+                self._append(slot, CommandRecord("child", name, False, None, str(exc), 1, key))
+                raise
+            except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
                 self.fatal = exc
                 raise
         outcome: dict[str, Any] = self.wait_signal(CHILD_PREFIX + child_id)
@@ -1234,7 +1244,9 @@ class Context:
         Live, a marker slot is recorded and the answer is True. A replay of a history that has
         this marker here answers True; one recorded by code from before the change (something
         else at this slot, or a finished history's end) answers False and consumes nothing, so
-        the old path replays. A marker of another change here is a NonDeterministicError.
+        the old path replays. A marker of another change here is left for a later call, which
+        is how patches stack: `if ctx.patched("v3"): … elif ctx.patched("v2"): …` replays a
+        history made under `if ctx.patched("v2")` down the v2 branch.
 
         Raises:
             TypeError: the change id is not a string. ValueError: it is empty.
@@ -1243,8 +1255,10 @@ class Context:
         slot = self._cmd_index
         if self.fatal is None and (slot < self._history_len or (self._dry_run and self._finished)):
             rec = self._commands[slot] if slot < self._history_len else None
-            if rec is None or rec.kind != "patch":
-                return False  # recorded by the old code: take the old path, consume nothing
+            if rec is None or rec.kind != "patch" or rec.name != change_id:
+                # Recorded by older code (no marker, or an older patch's marker, which a later
+                # `patched` call of that id consumes): take the old path, consume nothing.
+                return False
         self._cmd_index = slot + 1
         rec = self._guard(slot, "patch", change_id)
         if rec is not None:

@@ -169,7 +169,12 @@ class PayloadTooLargeError(StoreError):
 
 
 class DuplicateWorkflowIdError(StoreError):
-    """A workflow with that id already exists."""
+    """A workflow with that id already exists.
+
+    Workflow code meets it from `ctx.call_workflow(..., id=...)` when another workflow has
+    the id: the refusal is recorded in the child's slot, so code that catches it goes on
+    (its own outcome decides the workflow's) and replays the same way.
+    """
 
 
 class SchemaVersionError(StoreError):

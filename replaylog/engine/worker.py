@@ -449,6 +449,8 @@ class Worker:
         # in files beside it, dead owners by pid, WAL upkeep. None on a server's store.
         self._local: Path | None = None
         self.completed = 0
+        # The workflows given back to the store unfinished because this worker stopped (in order).
+        self.handed_back: list[str] = []
         self._wal_backoff = WAL_CHECK
         self._stop_requested = False  # set by request_stop (a signal handler)
         self._busy_quiet_until = 0.0  # a busy database is logged at most once a minute
@@ -742,6 +744,7 @@ class Worker:
                 store.release(claim)
             except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
                 log.warning("%s could not be released: %s", claim.id, exc)
+            self.handed_back.append(claim.id)
             self._event(claim.id, "handed back (worker stopping)")
         except LeaseLostError:
             self._keep_mark(store, me)
@@ -878,7 +881,7 @@ class Worker:
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
                     rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts, rec.args)
                     text = None
-            elif rec.kind == "child":
+            elif rec.kind == "child" and rec.ok:
                 self._check_child(store, slot, rec)
             elif rec.kind == EVENT:
                 text, size = encode_value(rec.value)

@@ -133,7 +133,7 @@ def check_schema(conn: psycopg.Connection[tuple[object, ...]], where: str, *, re
     if readonly:
         if version == 0:
             raise SchemaVersionError(f"{where} is not initialised (no {SCHEMA} schema yet): "
-                                     "`replaylog start` or `replaylog worker --create` makes it")
+                                     "`replaylog start` or `replaylog worker` makes it")
         raise SchemaVersionError(
             f"{where} has schema version {version}, older than this replaylog's ({SCHEMA_VERSION}); "
             "stop its workers, then open it writable once to upgrade it")
