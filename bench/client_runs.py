@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.replaylog_runs import ROOT, _env, _pctl, fresh_db
 from bench.sizes import Sizes
-from replaylog import Client
+from replaylog import Client, WorkflowHandle
 
 TARGET_MS = 50.0
 
@@ -40,7 +40,12 @@ def _latencies(db: Path | str, samples: int) -> list[float]:
                         raise RuntimeError("the workflow did not block on its signal")
                     time.sleep(0.002)
                 returned: list[float] = []
-                waiter = threading.Thread(target=lambda h=handle: (h.result(timeout=60), returned.append(time.time())))
+
+                def wait(h: WorkflowHandle[Any] = handle, into: list[float] = returned) -> None:
+                    h.result(timeout=60)
+                    into.append(time.time())
+
+                waiter = threading.Thread(target=wait)
                 waiter.start()
                 time.sleep(random.uniform(0.005, 0.02))  # the waiter settles into its wait
                 handle.signal("ping")
@@ -66,7 +71,8 @@ def _figures(latencies: list[float]) -> dict[str, Any]:
 def result_wakeup(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     """The wake-up latency of `result()` on SQLite, and on PostgreSQL when pgserver is installed."""
     db = fresh_db(workdir, "wake")
-    Client(db).start("pingpong", 0).id  # creates the database before the worker opens it
+    with Client(db) as client:
+        client.start("pingpong", 0)  # creates the database before the worker opens it
     out: dict[str, Any] = {"sqlite": _figures(_latencies(db, sizes.wake_samples))}
     try:
         from bench.pg_server import PGServer
