@@ -429,6 +429,20 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         fail(f"{len(bad)} worker process(es) exited with an error")
 
 
+@cli.command()
+@global_options
+@pass_settings
+def migrate(settings: Settings) -> None:
+    """Bring the database's schema up to this replaylog's, in one transaction (every workflow kept)."""
+    with settings.open() as store:
+        before, now = store.schema_upgrade
+    where = redact_url(str(settings.db))
+    if before == now:
+        click.echo(f"{where}: schema version {now}, up to date")
+    else:
+        click.echo(f"{where}: schema version {before} -> {now}")
+
+
 def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:
     """What a worker stopped by a signal says last: which workflows it gave back unfinished."""
     back = (f"handed back {len(handed_back)} unfinished workflow(s), their history kept, for the next worker:"

@@ -153,6 +153,7 @@ def test_check_exits_zero_when_clean_and_one_with_the_diagnostic(cli: Cli) -> No
         (("start", "refund", "--app", "no.such.module"), ("no.such.module", "failed to import")),
         (("signal", "wf-missing", "approval"), ("no workflow with id 'wf-missing'",)),
         (("signal", "WID", "approval", "{bad"), ("invalid JSON", "approval")),
+        (("signal", "WID", "timer"), ("the signal name 'timer' is reserved for durable timers",)),
         (("show", "wf-missing"), ("no workflow with id",)),
         (("check",), ("WORKFLOW_ID or --all",)),
     ],

@@ -497,15 +497,22 @@ async def test_sending_a_valid_signal_writes_through_the_store_and_shows_the_new
         assert await wait_until(pilot, lambda: "pending" in rendered(screen.query_one("#summary", Static)), 2.0)
 
 
+@pytest.mark.parametrize(("field", "typed", "reason"), [
+    ("#payload", '{"approved": tru', "not JSON: Expecting value at line 1"),
+    ("#signal-name", "timer", "the signal name 'timer' is reserved for durable timers"),
+])
 @async_test
-async def test_invalid_json_is_refused_with_the_reason_as_you_type(console_db: Path) -> None:
+async def test_invalid_json_or_a_reserved_name_is_refused_with_the_reason_as_you_type_and_nothing_is_sent(
+        console_db: Path, field: str, typed: str, reason: str) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
         dialog = await open_dialog(pilot, ROLES["blocked"])
-        dialog.query_one("#payload", TextArea).text = '{"approved": tru'
+        if field == "#payload":
+            dialog.query_one(field, TextArea).text = typed
+        else:
+            dialog.query_one(field, Input).value = typed
         await pilot.pause()
-        reason = rendered(dialog.query_one("#validation", Static))
-        assert "not JSON" in reason and "line 1" in reason
+        assert reason in rendered(dialog.query_one("#validation", Static))
         assert dialog.query_one("#send").disabled
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)

@@ -25,6 +25,10 @@ WALLS = {
     # The console reads and writes through the store; it never runs workflows, and the
     # command line above it is the one place that knows both.
     "replaylog.console": ("replaylog.engine.worker", "replaylog.cli", "replaylog.demo"),
+    # A backend is a package beside the other, never built on it; what both need is in shared/.
+    "replaylog.engine.store.postgres": ("replaylog.engine.store.sqlite",),
+    "replaylog.engine.store.sqlite": ("replaylog.engine.store.postgres",),
+    "replaylog.engine.store.shared": ("replaylog.engine.store.sqlite", "replaylog.engine.store.postgres"),
     # User code: the public package only (`from replaylog import …`).
     "replaylog.samples": ("replaylog.engine", "replaylog.console"),
 }

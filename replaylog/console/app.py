@@ -35,7 +35,8 @@ from replaylog.console.signal_dialog import SignalDialog
 from replaylog.console.workflow_screen import WorkflowScreen
 from replaylog.console.workflows_screen import WorkflowsScreen
 from replaylog.engine.app import Registry
-from replaylog.engine.text import TIMER, printable
+from replaylog.engine.core import signal_name_refusal
+from replaylog.engine.text import printable
 
 # Well under the one second the issue allows, and a data_version read is a read of
 # shared memory, so polling this often costs nothing measurable.
@@ -207,8 +208,8 @@ class ReplaylogConsole(App[None]):
         """Ask for a signal to send, unless the console is read-only (then there is no write path)."""
         if self.data.readonly or self.exiting:
             return
-        if default_name == TIMER:
-            default_name = None  # a sleeping workflow waits on no signal: offer no name
+        if default_name is not None and signal_name_refusal(default_name) is not None:
+            default_name = None  # it sleeps, or waits on a child or an approval: no name of it may be sent
         self.push_screen(SignalDialog(self.data, workflow_id, default_name or ""), self._signal_sent)
 
     def open_approval_dialog(self, workflow_id: str, request: dict[str, Any]) -> None:

@@ -196,6 +196,25 @@ APPROVAL_PREFIX = "approval:"
 CHILD_PREFIX = "child:"
 
 
+def signal_name_refusal(name: str) -> str | None:
+    """Why no operator may send, and no workflow code wait on, a signal of this name; None if it may.
+
+    The engine names what a workflow waits on with these: TIMER for a durable sleep,
+    APPROVAL_PREFIX + request id for an approval, CHILD_PREFIX + id for a child's outcome.
+    Only the engine delivers them, so a signal of such a name sent by hand would be
+    mistaken for one, or wait for ever.
+    """
+    if not name:
+        return "the signal name must not be empty"
+    if name == TIMER:
+        return f"the signal name {TIMER!r} is reserved for durable timers (a sleeping workflow is blocked on it)"
+    if name.startswith(APPROVAL_PREFIX):
+        return f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`"
+    if name.startswith(CHILD_PREFIX):
+        return f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish"
+    return None
+
+
 def approval_request_id(slot: int) -> str:
     """The id of the approval request recorded at `slot`: the same on every replay."""
     return f"req-{slot}"
@@ -973,7 +992,7 @@ class Context:
             except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
                 self.fatal = exc
                 raise
-        outcome: dict[str, Any] = self.wait_signal(CHILD_PREFIX + child_id)
+        outcome: dict[str, Any] = self._wait_signal(CHILD_PREFIX + child_id)
         if outcome.get("ok"):
             return outcome.get("result")
         raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
@@ -1022,7 +1041,7 @@ class Context:
             self.executed_commands += 1
             self._append(slot, CommandRecord("approval", action, True,
                                              {"request": rid, "action": action, "details": details}))
-        answer: dict[str, Any] = self.wait_signal(APPROVAL_PREFIX + rid, timeout)
+        answer: dict[str, Any] = self._wait_signal(APPROVAL_PREFIX + rid, timeout)
         return answer
 
     def now(self) -> float:
@@ -1168,11 +1187,16 @@ class Context:
             WorkflowCancelled: an operator cancelled the workflow while (or before) it waited.
             SignalTimeout: no signal of that name arrived before the deadline.
             TypeError: `timeout` is not a number. ValueError: it is negative or not finite,
-                or the name is "timer" (reserved: `blocked_on` says it for a sleep).
+                or the name is empty or reserved (see `signal_name_refusal`: "timer", and
+                names starting "approval:" or "child:", which only the engine sends).
         """
-        if name == TIMER:
-            # `blocked_on` says "timer" for a sleep: a signal of that name would be mistaken for one.
-            raise ValueError(f"ctx.wait_signal: the signal name {TIMER!r} is reserved for durable timers")
+        refusal = signal_name_refusal(name)
+        if refusal is not None:
+            raise ValueError(f"ctx.wait_signal: {refusal}")
+        return self._wait_signal(name, timeout)
+
+    def _wait_signal(self, name: str, timeout: float | None = None) -> Any:
+        """`wait_signal` on any name: for the engine's own waits (a child's outcome, an approval's answer)."""
         if timeout is None:
             self._cancelled_here(f"signal:{name}")
             payload = self._next_signal(name)

@@ -1,17 +1,18 @@
-"""The log store: the only package that speaks SQL.
+"""The log store: the only package that speaks SQL or names a driver.
 
 Callers (the worker, the command line, the console) see the protocols of
-`engine.store.protocols`, the row types of `engine.store.rows`, and `open_store`, the
-one place a store is built. The SQLite implementation (`engine.store.sqlite`) is one
-backend behind them; a second one is a module beside it, chosen here by its URL.
+`engine.store.protocols`, the row types of `engine.store.rows`, the errors of
+`engine.errors` (every driver error is one of them by the time it leaves this package:
+`StoreError`, `StoreBusyError` for a lock held too long, `NotADatabaseError` for a
+damaged file), and `open_store`, the one place a store is built, which picks the
+backend by the location's URL.
 
-Modules, one concern each: `rows` (values and row types), `keys` (the command key
-encoding), `base` (what the backends share: the SQL dialect and the primitives),
-`shared_reads` and `shared_operations` (the reads and the operator writes, for both
-backends), `schema` (tables and migrations), `connection` (opening, transactions,
-upkeep), `operations` (inserting a workflow row), `inflight` (start marks), `leases`,
-`fence` (the commit fence), `commit` (group commit), `workers` (which worker serves
-what), `sqlite` (the class made of them).
+- `shared/`: what both backends run, written once: `base` (the SQL dialect and the
+  primitives each connection implements), `keys` (the command key encoding), `reads`
+  and `operations` (the reads and the operator writes), `workers` (which worker serves
+  what), `migrations` (every schema change after 0.1.0, for both).
+- `sqlite/`: one file shared by the processes of one host (`SQLiteStore`).
+- `postgres/`: a server shared by hosts (`PostgresStore`); it imports nothing of `sqlite/`.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from replaylog.engine.errors import StoreError
-from replaylog.engine.store.connection import is_busy, is_damaged
-from replaylog.engine.store.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.postgres.url import is_postgres_url, redact_url
 from replaylog.engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from replaylog.engine.store.rows import (
@@ -42,8 +41,10 @@ from replaylog.engine.store.rows import (
     fit_text,
     over_cap,
 )
-from replaylog.engine.store.shared_operations import operator_name
-from replaylog.engine.store.workers import waiting_reason
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.operations import operator_name
+from replaylog.engine.store.shared.workers import waiting_reason
+from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
     "FINISHED_STATUSES", "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
@@ -105,7 +106,7 @@ def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
         store = PostgresStore(url_or_path, readonly=readonly, max_payload=max_payload)
     else:
         path = database_path(url_or_path)
-        from replaylog.engine.store.sqlite import SQLiteStore  # the backend: named only here
+        from replaylog.engine.store.sqlite.store import SQLiteStore  # the backend: named only here
 
         store = SQLiteStore(path, readonly=readonly, max_payload=max_payload)
     if wake_clock is not None:

@@ -26,6 +26,9 @@ from replaylog.engine.store import rows
 class _Closable(Protocol):
     # The clock a recorded wake time is due by (see StoreBase.wake_clock).
     wake_clock: Callable[[], float]
+    # The schema version the database had when this store opened it, and the one it has
+    # now: different when this open took migrations (`replaylog migrate` says which).
+    schema_upgrade: tuple[int, int]
 
     def close(self) -> None:
         """Close the store's connection."""

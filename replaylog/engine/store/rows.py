@@ -164,7 +164,7 @@ class WorkflowSummary:
     slots: int
     created_at: float
     updated_at: float
-    error: str | None = None  # the start of a failed workflow's error (shared_reads.ERROR_PREVIEW characters)
+    error: str | None = None  # the start of a failed workflow's error (shared.reads.ERROR_PREVIEW characters)
     wake_at: float | None = None  # as WorkflowRow.wake_at
     parent: str | None = None  # as WorkflowRow.parent
 
@@ -217,7 +217,7 @@ class Claim:
     workflow: str
     owner: str
     epoch: int
-    # The key of its slot 0 in the commands table (engine.store.keys.slot_key).
+    # The key of its slot 0 in the commands table (engine.store.shared.keys.slot_key).
     base: int
     input: Any
     has_input: bool

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 from replaylog.engine.core import EVENT, TIMER, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
-from replaylog.engine.store.base import SeenCancels
-from replaylog.engine.store.keys import SLOT_LIMIT
 from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import tell_parent
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+from replaylog.engine.store.shared.base import SeenCancels
+from replaylog.engine.store.shared.keys import SLOT_LIMIT
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
 # slots, so that most slot updates change no indexed column and stay HOT (no index writes).
@@ -35,7 +35,7 @@ _SLOT = (
     # it from the commit itself, without a query of its own per slot (as on SQLite).
     " RETURNING (SELECT cancel_requested FROM f)"
 )
-# A task of a parallel group (engine.store.commit, Commits._write_parallel): fenced by the
+# A task of a parallel group (engine.store.sqlite.commit, Commits._write_parallel): fenced by the
 # lease alone, whatever slot is next, since the group's tasks complete in any order;
 # `slots` only grows. A slot already written is not written twice (its key is the
 # primary key): the statement then returns no row.

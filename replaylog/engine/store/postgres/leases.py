@@ -15,11 +15,10 @@ from typing import Any
 from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from replaylog.engine.errors import ReadOnlyError
 from replaylog.engine.marks import Mark
-from replaylog.engine.store.keys import SLOT_BITS, SLOT_LIMIT, slot_key
-from replaylog.engine.store.leases import CLAIM_LOAD_SLOTS
 from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
+from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"

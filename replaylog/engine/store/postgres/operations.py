@@ -1,4 +1,4 @@
-"""Operator writes on PostgreSQL: the shared ones (engine.store.shared_operations) over this connection.
+"""Operator writes on PostgreSQL: the shared ones (engine.store.shared.operations) over this connection.
 
 The workflow's row is locked first (FOR UPDATE), which orders an operator's write
 against a worker's claim, verdict or another operator; each write NOTIFYs, and one
@@ -14,9 +14,9 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from replaylog.engine.errors import DuplicateWorkflowIdError
-from replaylog.engine.store import shared_operations
 from replaylog.engine.store.postgres.connection import POSTGRES, Conn, PGConnection
-from replaylog.engine.store.shared_operations import SharedOperatorWrites
+from replaylog.engine.store.shared import operations as shared_operations
+from replaylog.engine.store.shared.operations import SharedOperatorWrites
 
 
 def tell_parent(conn: Conn, child_id: str, outcome: dict[str, Any], now: float) -> None:

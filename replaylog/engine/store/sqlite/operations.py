@@ -1,4 +1,4 @@
-"""Operator writes on SQLite: the shared ones (engine.store.shared_operations) over this connection.
+"""Operator writes on SQLite: the shared ones (engine.store.shared.operations) over this connection.
 
 SQLite's single writer (BEGIN IMMEDIATE) orders them against workers and other
 operators; what it spells itself is how a new workflow row is numbered.
@@ -10,9 +10,9 @@ import sqlite3
 from typing import Any
 
 from replaylog.engine.errors import DuplicateWorkflowIdError
-from replaylog.engine.store import shared_operations
-from replaylog.engine.store.connection import SQLITE, SQLiteConnection
-from replaylog.engine.store.shared_operations import SharedOperatorWrites
+from replaylog.engine.store.shared import operations as shared_operations
+from replaylog.engine.store.shared.operations import SharedOperatorWrites
+from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection
 
 
 def tell_parent(conn: sqlite3.Connection, child_id: str, outcome: dict[str, Any], now: float) -> None:

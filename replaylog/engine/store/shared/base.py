@@ -1,6 +1,6 @@
 """What both backends share under the reads and the operator writes: the SQL dialect and the primitives.
 
-The reads (`shared_reads`) and the operator writes (`shared_operations`) are written
+The reads (`shared.reads`) and the operator writes (`shared.operations`) are written
 once, over a few primitives each backend's connection class implements (`StoreBase`),
 in SQL with `?` placeholders whose few differences a `Dialect` names (locks, list
 parameters, LIMIT without a bound, the row that breaks ties, the slot count). Where a
@@ -46,7 +46,7 @@ class Dialect:
     share_lock: ClassVar[str] = ""
     # The column that breaks ties in a sorted page of workflows.
     tie: ClassVar[str] = "seq"
-    # A workflow's slot count as shown, and as it is now (see engine.store.keys.SLOTS_NOW).
+    # A workflow's slot count as shown, and as it is now (see engine.store.shared.keys.SLOTS_NOW).
     slots_shown: ClassVar[str] = "slots"
     slots_now: ClassVar[str] = "slots"
     # What a LIKE with backslash escapes needs after it.

@@ -7,7 +7,7 @@ write changes are read under the backend's lock (`Dialect.lock`: SQLite's single
 holds the whole file; a server locks the row), which orders an operator's write against
 a worker's claim, verdict or another operator.
 
-Written once over the primitives of `engine.store.base`; inserting a workflow row is
+Written once over the primitives of `engine.store.shared.base`; inserting a workflow row is
 the one step each backend spells itself (`_insert_workflow`: how `seq` is numbered, how
 a taken id is told).
 """
@@ -22,11 +22,11 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from replaylog.engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER
+from replaylog.engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER, signal_name_refusal
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
-from replaylog.engine.store.base import Dialect, StoreBase
-from replaylog.engine.store.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.rows import FINISHED_STATUSES, dumps
+from replaylog.engine.store.shared.base import Dialect, StoreBase
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -58,16 +58,6 @@ def new_workflow_id() -> str:
 def _check_id(wid: str) -> None:
     if not wid or len(wid) > 200 or any(c.isspace() or not c.isprintable() for c in wid):
         raise StoreError(f"workflow id {wid!r} is not valid: use 1-200 printable characters without spaces")
-
-
-def check_signal_name(name: str) -> None:
-    """Refuse a signal name an operator may not send: empty, or one the store sends itself."""
-    if not name:
-        raise StoreError("the signal name must not be empty")
-    if name.startswith(APPROVAL_PREFIX):
-        raise StoreError(f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`")
-    if name.startswith(CHILD_PREFIX):
-        raise StoreError(f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish")
 
 
 def pending_request(workflow_id: str, status: str, blocked_on: str | None, wake_at: float | None,
@@ -223,7 +213,9 @@ class SharedOperatorWrites(StoreBase):
         Returns the signal's sequence number. Refuses unknown ids, closed workflows and
         payloads over the cap, writing nothing.
         """
-        check_signal_name(name)
+        refusal = signal_name_refusal(name)  # the engine's own names: timer, approval:…, child:…
+        if refusal is not None:
+            raise StoreError(refusal)
         text = self.encode_payload(payload, f"the payload of signal {name!r}")
         now, who, sql = time.time(), actor(), self.dialect
 

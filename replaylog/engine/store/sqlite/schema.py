@@ -1,18 +1,33 @@
-"""The SQLite schema and its migrations: one list of steps, taken in one transaction.
+"""The SQLite schema: version 1 (0.1.0's) created here, later versions by the shared migrations.
 
 A file is ours when its application_id says so (or it is empty); its user_version is
-the schema version, the number of steps it has taken. A newer or foreign file is
-refused before anything writes to it; a reader never migrates.
+the schema version. A newer or foreign file is refused before anything writes to it, and
+so is one a development build made before 0.1.0 (a version past 1 with no `migrations`
+table: those builds numbered their own layouts). A reader never migrates.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+import time
 from pathlib import Path
 
 from replaylog.engine.errors import SchemaVersionError
-from replaylog.engine.store.keys import key_bounds
+from replaylog.engine.store.shared.keys import key_bounds
+from replaylog.engine.store.shared.migrations import (
+    FIRST,
+    AddColumn,
+    AddIndex,
+    Change,
+    ColumnType,
+    Migration,
+    Sql,
+    Transform,
+    latest,
+    newer_text,
+    older_text,
+    take,
+)
 
 # "RPLG": marks a database as ours, so we never add tables to somebody else's file.
 APPLICATION_ID = 0x52504C47
@@ -24,7 +39,7 @@ def _create(conn: sqlite3.Connection) -> None:
     """Schema version 1: the tables a new database starts with.
 
     Commands live in a rowid table keyed by one integer, (workflow seq << 32) + slot
-    (engine.store.keys): SQLite appends to a rowid table's last page cheaply (a full
+    (engine.store.shared.keys): SQLite appends to a rowid table's last page cheaply (a full
     page gets one new page beside it), but splits an index b-tree, such as a WITHOUT
     ROWID table keyed (workflow_id, slot), by spreading its cells over three pages: a
     lone workflow's slots then averaged 1.2 to 1.7 WAL pages a commit instead of 1.02,
@@ -106,68 +121,103 @@ def _create(conn: sqlite3.Connection) -> None:
         " at REAL NOT NULL, actor TEXT NOT NULL, reason TEXT, detail TEXT)"
     )
     conn.execute("CREATE INDEX audit_workflow ON audit (workflow_id, seq)")
-    # New columns and tables of schema version 1 go here, at the end, until a release
-    # ships it; after that, each change is a new step in STEPS.
+    # Version 1 is 0.1.0's layout, as 0.1.0 made it: changes go in shared/migrations.py.
 
 
-Step = Callable[[sqlite3.Connection], None]
-# STEPS[i] brings a file from version i to version i + 1; STEPS[0] creates a new one. A
-# new database takes every step, so the upgrade path of an old one is the path every new
-# one is created by. The mechanism reads this list when it runs (a test registers a step).
-STEPS: list[Step] = [_create]
-# The version this replaylog writes: how many steps there are.
-SCHEMA_VERSION = len(STEPS)
+_TYPES: dict[ColumnType, str] = {"text": "TEXT", "integer": "INTEGER", "real": "REAL", "boolean": "INTEGER"}
+_PY_TYPES: dict[ColumnType, type] = {"text": str, "integer": int, "real": float, "boolean": int}
+# Which migrations a file has taken, and when (a file past version 1 without it was made
+# by a development build before 0.1.0).
+_LOG = ("CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, summary TEXT NOT NULL,"
+        " applied_at REAL NOT NULL)")
+
+
+def _transform(conn: sqlite3.Connection, change: Transform) -> None:
+    """Rebuild a table with sqlite-utils, inside the migration's transaction.
+
+    sqlite-utils refuses to carry a partial index over a rebuild that renames or drops a
+    column, so those are dropped here and made again from their own SQL afterwards.
+    """
+    # Imported only when a migration rebuilds a table: it takes ~40 ms to import.
+    import sqlite_utils
+
+    partial = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
+                           " AND sql LIKE '% WHERE %'", (change.table,)).fetchall()
+    for name, _ in partial:
+        conn.execute(f"DROP INDEX {name}")
+    sqlite_utils.Database(conn).table(change.table).transform(
+        types={c: _PY_TYPES[t] for c, t in change.types.items()}, rename=dict(change.rename),
+        drop=set(change.drop), not_null=dict(change.not_null))
+    for _, sql in partial:
+        conn.execute(sql)
+
+
+def _apply(conn: sqlite3.Connection, change: Change) -> None:
+    if isinstance(change, AddColumn):
+        conn.execute(f"ALTER TABLE {change.table} ADD COLUMN {change.column} {_TYPES[change.type]}")
+    elif isinstance(change, AddIndex):
+        conn.execute(change.sql(change.table))
+    elif isinstance(change, Transform):
+        _transform(conn, change)
+    elif isinstance(change, Sql):
+        conn.execute(change.sqlite)
+
+
+def _record(conn: sqlite3.Connection, migration: Migration) -> None:
+    conn.execute(_LOG)
+    conn.execute("INSERT INTO migrations (version, summary, applied_at) VALUES (?, ?, ?)",
+                 (migration.version, migration.summary, time.time()))
 
 
 def refuse_foreign(conn: sqlite3.Connection, path: Path) -> int:
-    """Raise SchemaVersionError for a file that is not ours or is newer; return its version."""
-    latest = len(STEPS)
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    """Raise SchemaVersionError for a file that is not ours, newer, or pre-0.1.0; return its version."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
         raise SchemaVersionError(f"{path} is a SQLite database, but not a replaylog one")
-    if version > latest:
-        raise SchemaVersionError(
-            f"{path} has schema version {version}, newer than this replaylog "
-            f"understands ({latest}); upgrade replaylog"
-        )
-    return int(version)
+    if version > latest():
+        raise SchemaVersionError(newer_text(path, version))
+    if version > FIRST and "migrations" not in tables:
+        raise SchemaVersionError(f"{path} was made by a development build of replaylog before 0.1.0"
+                                 f" (schema version {version}), which cannot be upgraded: make it again")
+    return version
 
 
-def check_schema(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> None:
-    """Bring a writable file to the latest version; refuse a read-only one that is not there yet."""
+def check_schema(conn: sqlite3.Connection, path: Path, *, readonly: bool) -> tuple[int, int]:
+    """Bring a writable file to the latest version; refuse a read-only one that is not there yet.
+
+    Returns the version the file had and the one it has now.
+    """
     version = refuse_foreign(conn, path)
-    latest = len(STEPS)
-    if version == latest:
-        return
+    if version == latest():
+        return version, version
     if readonly:
         if version == 0:
             raise SchemaVersionError(
                 f"{path} is not initialised (schema version 0); open it writable once"
             )
-        raise SchemaVersionError(
-            f"{path} has schema version {version}, older than this replaylog's ({latest}); "
-            "stop its workers, then open it writable once (`replaylog console` without --readonly) to upgrade it"
-        )
-    migrate(conn)
+        raise SchemaVersionError(older_text(path, version))
+    return migrate(conn)
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Take every step the file has not taken, in one transaction: all of them or none."""
-    steps = list(STEPS)
+def migrate(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Create the file or take every migration it lacks, in one transaction: all of them or none."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Read under the write lock: another process may have migrated while we waited.
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version >= len(steps):
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        target = latest()
+        if version >= target:
             conn.execute("COMMIT")
-            return
-        for step in steps[version:]:
-            step(conn)
+            return version, version
+        if version < FIRST:
+            _create(conn)
+        take(version, lambda change: _apply(conn, change), lambda done: _record(conn, done))
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute(f"PRAGMA user_version = {len(steps)}")
+        conn.execute(f"PRAGMA user_version = {target}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    return version, target

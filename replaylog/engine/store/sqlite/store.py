@@ -3,18 +3,18 @@
 A `SQLiteStore` holds one connection and must stay on the thread that made it; open
 one per thread. The parts are mixins over one connection (`SQLiteConnection`), not
 objects that call each other: the per-slot path (`Commits`) reads the connection's
-attributes directly, as fast as when the store was one class. The reads and the
-operator writes are the backend-neutral ones (`shared_reads`, `shared_operations`)
-over this connection's primitives (`SQLiteConnection`, engine.store.base).
+attributes directly, with no call between parts. The reads and the
+operator writes are the backend-neutral ones (`engine.store.shared`)
+over this connection's primitives (`SQLiteConnection`, engine.store.shared.base).
 """
 
 from __future__ import annotations
 
-from replaylog.engine.store.commit import Commits
-from replaylog.engine.store.leases import Leases
-from replaylog.engine.store.operations import OperatorWrites
-from replaylog.engine.store.shared_reads import SharedReads
-from replaylog.engine.store.workers import WorkerRegistry
+from replaylog.engine.store.shared.reads import SharedReads
+from replaylog.engine.store.sqlite.commit import Commits
+from replaylog.engine.store.sqlite.leases import Leases
+from replaylog.engine.store.sqlite.operations import OperatorWrites
+from replaylog.engine.store.sqlite.workers import WorkerRegistry
 
 
 class SQLiteStore(Commits, Leases, WorkerRegistry, OperatorWrites, SharedReads):

@@ -14,12 +14,12 @@ from typing import Any
 
 from replaylog.engine.core import TIMER, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
-from replaylog.engine.store.base import SeenCancels
-from replaylog.engine.store.connection import SQLiteConnection
-from replaylog.engine.store.fence import FAST, REFUSE
-from replaylog.engine.store.keys import SLOT_LIMIT, SLOTS_NOW
-from replaylog.engine.store.operations import tell_parent
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+from replaylog.engine.store.shared.base import SeenCancels
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
+from replaylog.engine.store.sqlite.connection import SQLiteConnection
+from replaylog.engine.store.sqlite.fence import FAST, REFUSE
+from replaylog.engine.store.sqlite.operations import tell_parent
 
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")

@@ -13,15 +13,10 @@ from collections.abc import Collection, Sequence
 
 from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from replaylog.engine.marks import Mark, board_path, read_board
-from replaylog.engine.store.inflight import IN_CHUNK, InflightMarks
-from replaylog.engine.store.keys import FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
 from replaylog.engine.store.rows import Claim, loads
+from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
+from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
 
-# A claim loads the histories of the workflows it takes when they are at most this many
-# slots long: one query per table for the whole batch, instead of a read transaction per
-# workflow. Longer ones are loaded by their worker thread, so a claim never holds the
-# write lock for long.
-CLAIM_LOAD_SLOTS = 256
 # Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
 # AND workflow IN (...)` and walks every pending row, those of other names included (a
 # worker that lacks their code leaves them there): name the partial index instead.

@@ -1,4 +1,4 @@
-"""Which worker serves what: the workers running on a database and the workflow names they know.
+"""Which worker serves what, on either backend: the workers on a database and the workflow names they know.
 
 A pending workflow no live worker knows waits for ever; this is what lets the CLI and
 the console say so. A worker writes its row at start, stamps it at each lease renewal
@@ -11,9 +11,7 @@ import json
 import time
 from collections.abc import Collection
 
-from replaylog.engine.store.base import StoreBase
-from replaylog.engine.store.connection import SQLiteConnection
-from replaylog.engine.store.rows import dumps
+from replaylog.engine.store.shared.base import StoreBase
 
 # A worker not seen for this many of its lease lengths counts as gone (served_names).
 LIVE_TTLS = 3
@@ -48,24 +46,3 @@ class WorkerReads(StoreBase):
         rows = self._query(f"SELECT workflow, COUNT(*) FROM workflows WHERE status = 'pending' AND NOT ({known})"
                            " GROUP BY workflow ORDER BY COUNT(*) DESC, workflow", params)
         return {name: int(n) for name, n in rows}
-
-
-class WorkerRegistry(SQLiteConnection, WorkerReads):
-    """The `workers` table: who runs, with which names, and what is left for nobody."""
-
-    def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
-                       ttl: float) -> None:
-        """Say that a worker runs, and the workflow names its app knows (see `served_names`)."""
-        now = time.time()
-        with self._write() as conn:
-            # Rows of workers that died without a word, long gone: keep the table small.
-            conn.execute("DELETE FROM workers WHERE seen_at < ? - 10 * ttl", (now,))
-            conn.execute(
-                "INSERT OR REPLACE INTO workers (owner, host, pid, app, names, ttl, started_at, seen_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (owner, host, pid, app, dumps(sorted(names)), ttl, now, now))
-
-    def worker_stopped(self, owner: str) -> None:
-        """A worker exits cleanly: it serves nothing any more."""
-        with self._write() as conn:
-            conn.execute("DELETE FROM workers WHERE owner = ?", (owner,))

@@ -1,7 +1,7 @@
 """Reading the log, on either backend: workflows, their slots and signals, pages and counts.
 
 One query each, paged and filtered in SQL, written once over the primitives of
-`engine.store.base` (each backend's connection class runs them; its `Dialect` names
+`engine.store.shared.base` (each backend's connection class runs them; its `Dialect` names
 the few words that differ). What operators look at: the console, `list`, `show`, `check`.
 """
 
@@ -22,8 +22,6 @@ from replaylog.engine.core import (
     new_record,
 )
 from replaylog.engine.errors import StoreError, UnknownWorkflowIdError
-from replaylog.engine.store.base import Dialect, StoreBase
-from replaylog.engine.store.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
 from replaylog.engine.store.rows import (
     SORT_COLUMNS,
     STATUSES,
@@ -34,6 +32,8 @@ from replaylog.engine.store.rows import (
     WorkflowSummary,
     loads,
 )
+from replaylog.engine.store.shared.base import Dialect, StoreBase
+from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
 
 # Characters of a workflow's error a list row carries: a line on any terminal, while a page
 # stays small whatever a stored error (a traceback) holds.

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from replaylog.engine.errors import NotADatabaseError, ReadOnlyError, StoreBusyError, StoreError
-from replaylog.engine.store.base import Dialect, StoreBase
-from replaylog.engine.store.fence import CommitFence
-from replaylog.engine.store.keys import SLOTS_NOW, SLOTS_SHOWN
 from replaylog.engine.store.rows import default_max_payload
-from replaylog.engine.store.schema import check_schema, refuse_foreign
+from replaylog.engine.store.shared.base import Dialect, StoreBase
+from replaylog.engine.store.shared.keys import SLOTS_NOW, SLOTS_SHOWN
+from replaylog.engine.store.sqlite.fence import CommitFence
+from replaylog.engine.store.sqlite.schema import check_schema, refuse_foreign
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class SQLiteDialect(Dialect):
     """SQLite's SQL: `?` placeholders as written, one writer at a time (no row locks), rowid order."""
 
     tie = "rowid"
-    # A running workflow's `slots` column lags its last slot (engine.store.commit): count it.
+    # A running workflow's `slots` column lags its last slot (engine.store.sqlite.commit): count it.
     slots_shown = SLOTS_SHOWN
     slots_now = SLOTS_NOW
     # SQLite's LIKE has no escape character unless one is named.
@@ -146,7 +146,8 @@ class SQLiteConnection(StoreBase):
                 # Once a checkpoint lets the WAL restart, cut the file back: a burst behind a
                 # long reader must not leave a WAL of that size on disk for good.
                 conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
-            check_schema(conn, path, readonly=self.readonly)
+            # (version before, version now): `replaylog migrate` reports it.
+            self.schema_upgrade = check_schema(conn, path, readonly=self.readonly)
         except BaseException as exc:
             conn.close()  # a connection that failed its set-up is never kept
             if isinstance(exc, sqlite3.DatabaseError):
@@ -209,7 +210,7 @@ class SQLiteConnection(StoreBase):
             raise
         conn.execute("COMMIT")
 
-    # -- the primitives of the shared reads and operator writes (engine.store.base)
+    # -- the primitives of the shared reads and operator writes (engine.store.shared.base)
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._conn.execute(sql, params).fetchall()

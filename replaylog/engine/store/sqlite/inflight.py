@@ -11,9 +11,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 
 from replaylog.engine.marks import Mark, read_marks
-from replaylog.engine.store.connection import SQLiteConnection
-from replaylog.engine.store.keys import SLOTS_NOW
 from replaylog.engine.store.rows import Claim, InflightRow
+from replaylog.engine.store.shared.keys import SLOTS_NOW
+from replaylog.engine.store.sqlite.connection import SQLiteConnection
 
 _FOLD_MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at) VALUES (?, ?, ?, ?, ?)"

@@ -32,3 +32,9 @@ FIRST_KEY, LAST_KEY = key_bounds("w")
 SLOTS_NOW = ("COALESCE((SELECT c.slot_key - {0} + 1 FROM commands c WHERE c.slot_key BETWEEN {0} AND {1}"
              " ORDER BY c.slot_key DESC LIMIT 1), 0)").format(*key_bounds("workflows"))
 SLOTS_SHOWN = f"CASE WHEN status = 'running' THEN {SLOTS_NOW} ELSE slots END AS slots"
+
+# A claim loads the histories of the workflows it takes when they are at most this many
+# slots long: one query per table for the whole batch, instead of a read transaction per
+# workflow. Longer ones are loaded by their worker thread, so a claim never holds the
+# write lock for long.
+CLAIM_LOAD_SLOTS = 256
