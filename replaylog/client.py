@@ -43,7 +43,6 @@ from replaylog.engine.errors import (
 )
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.store import (
-    FINISHED_STATUSES,
     ReaderStore,
     Store,
     WorkflowRow,
@@ -54,6 +53,7 @@ from replaylog.engine.store import (
     open_store,
     operator_name,
 )
+from replaylog.engine.vocab import status_info
 
 __all__ = [
     "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
@@ -178,7 +178,7 @@ class WorkflowInfo:
     @property
     def finished(self) -> bool:
         """True once the workflow is completed, failed, cancelled or terminated: nothing runs it again."""
-        return self.status in FINISHED_STATUSES
+        return status_info(self.status).finished
 
 
 @dataclass(frozen=True)
@@ -572,7 +572,7 @@ class WorkflowHandle(Generic[R]):
             found = store.events(self._id, key)
             if key in found:
                 return True, found[key]
-            if timeout is None and store.get_workflow(self._id).status in FINISHED_STATUSES:
+            if timeout is None and status_info(store.get_workflow(self._id).status).finished:
                 return False, None  # it never will be set
             return None
 
@@ -656,4 +656,4 @@ class WorkflowHandle(Generic[R]):
 
 
 def _finished(row: WorkflowRow) -> WorkflowRow | None:
-    return row if row.status in FINISHED_STATUSES else None
+    return row if status_info(row.status).finished else None

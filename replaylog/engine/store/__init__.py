@@ -26,7 +26,6 @@ from replaylog.engine.errors import StoreError
 from replaylog.engine.store.postgres.url import is_postgres_url, redact_url
 from replaylog.engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from replaylog.engine.store.rows import (
-    FINISHED_STATUSES,
     STATUSES,
     Claim,
     CommandRow,
@@ -47,7 +46,7 @@ from replaylog.engine.store.shared.workers import waiting_reason
 from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
-    "FINISHED_STATUSES", "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
+    "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
     "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
