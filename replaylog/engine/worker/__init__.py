@@ -11,7 +11,7 @@ epoch: a worker that lost its lease has its writes refused, so no slot is record
 - `committer.py`: `Committer`, group commit by leader hand-off.
 """
 
-from replaylog.engine.worker.loop import Worker
+from replaylog.engine.worker.loop import DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, Worker
 from replaylog.engine.worker.run import WorkerStopping
 
-__all__ = ["Worker", "WorkerStopping"]
+__all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_LEASE_TTL", "Worker", "WorkerStopping"]

@@ -216,7 +216,7 @@ class Worker:
 
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
-        store = open_store(self.path, max_payload=self.max_payload)
+        store = open_store(self.path, max_payload=self.max_payload, wake_clock=self.clock)
         self._local = store.local_path()
         if self.track_inflight and self._local is not None:
             try:
@@ -282,7 +282,7 @@ class Worker:
                 break
             now = time.monotonic()
             version = store.data_version()
-            due = next_wake is not None and time.time() >= next_wake
+            due = next_wake is not None and self.clock() >= next_wake
             look = version != last_version or now >= next_lapse_check or due
             # (The next wake time is read after the claim below: a woken workflow is claimed
             # one round trip sooner, and the time read then is of those still asleep.)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
@@ -235,6 +235,12 @@ class WorkflowRun:
                 text = None
         elif rec.kind == SlotKind.CHILD and rec.ok:
             self._check_child(slot, rec)
+        elif rec.kind == EVENT:
+            text, size = encode_value(rec.value)
+            if size > parts.max_payload:
+                # Refused before anything is written: ctx.set_event raises it, its slot stays free.
+                raise PayloadTooLargeError(
+                    over_cap(f"slot {slot}: the value of event {rec.name!r}", size, parts.max_payload))
         elif not rec.ok:
             # An error text is stored too: cut to the cap, and made UTF-8 (an exception
             # may carry a lone surrogate, from a file name say), or the commit would fail.
