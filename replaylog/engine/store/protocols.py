@@ -108,6 +108,9 @@ class ReaderStore(_Closable, Protocol):
     def list_audit(self, workflow_id: str) -> list[rows.AuditRow]:
         """The operators' actions on a workflow, oldest first."""
 
+    def stats(self) -> rows.StoreStats:
+        """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot."""
+
 
 class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
