@@ -10,7 +10,6 @@ import functools
 import json
 import os
 import signal as signal_mod
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -40,7 +39,6 @@ from replaylog.engine.store import (
     WorkflowSummary,
     database_path,
     default_max_payload,
-    is_damaged,
     is_postgres_url,
     open_store,
     operator_name,
@@ -1018,14 +1016,6 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="replaylog", standalone_mode=True)
     except ReplaylogError as exc:  # every refusal of the engine or the store ends a command here, in one line
         click.echo(f"replaylog: error: {printable(str(exc), oneline=True)}", err=True)
-        sys.exit(1)
-    except sqlite3.Error as exc:
-        # SQLite finds most damage only when a query reaches the damaged page, long after
-        # the file opened cleanly: still one line, and no traceback.
-        hint = ("; the file is damaged: check it with PRAGMA integrity_check and restore it from a backup"
-                if is_damaged(exc) else "")
-        click.echo(f"replaylog: error: the database cannot be read: {printable(str(exc), oneline=True)}{hint}",
-                   err=True)
         sys.exit(1)
 
 
