@@ -923,6 +923,21 @@ async def test_go_to_an_unknown_id_says_so_in_place(console_db: Path) -> None:
 
 
 @async_test
+async def test_go_to_replaces_the_workflow_screens_so_one_esc_per_level_reaches_the_list(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_workflow(pilot, ROLES["blocked"])
+        for wid in (ROLES["completed"], "ship-9", ROLES["nondeterministic"]):
+            await pilot.press("g", *wid, "enter")
+            await settle(pilot)
+            assert isinstance(app.screen, WorkflowScreen) and app.screen.workflow_id == wid
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, WorkflowsScreen)
+        assert [type(s) for s in app.screen_stack[1:]] == [WorkflowsScreen]
+
+
+@async_test
 async def test_keys_typed_after_quit_open_nothing(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:

@@ -9,6 +9,7 @@ store's rows. The app watches for commits through `ChangeWatch`, also from here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -65,12 +66,16 @@ class ListedWorkflow:
     # What the "blocked on" column shows: blocked_on, or for an approval request
     # "approval: ACTION (request RID)" as `list` and the workflow screen name it.
     waits: str | None = None
+    # Why a pending workflow waits for a worker ("no worker running", "no running worker knows 'x'").
+    no_worker: str | None = None
 
     @classmethod
-    def of(cls, r: WorkflowSummary, approval: dict[str, Any] | None = None) -> ListedWorkflow:
-        """The view of a store summary (with the approval request it waits on, if any)."""
+    def of(cls, r: WorkflowSummary, approval: dict[str, Any] | None = None,
+           no_worker: str | None = None) -> ListedWorkflow:
+        """The view of a store summary (with the approval request it waits on, if any, and why no worker runs it)."""
         waits = r.blocked_on if approval is None else f"approval: {approval['action']} (request {approval['request']})"
-        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at, waits)
+        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at, waits,
+                   no_worker)
 
 
 @dataclass(frozen=True)
@@ -223,7 +228,12 @@ def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, 
         waits = r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)
         return store.pending_approval(r.id) if waits else None
 
-    return tuple(ListedWorkflow.of(r, approval(r)) for r in rows)
+    served = functools.cache(store.served_names)  # read once, and only if a pending row asks
+
+    def no_worker(r: WorkflowSummary) -> str | None:
+        return waiting_reason(r.workflow, served()) if r.status == "pending" else None
+
+    return tuple(ListedWorkflow.of(r, approval(r), no_worker(r)) for r in rows)
 
 
 @dataclass(frozen=True)
