@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
@@ -474,7 +474,7 @@ class Worker:
 
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
-        store = open_store(self.path, max_payload=self.max_payload)
+        store = open_store(self.path, max_payload=self.max_payload, wake_clock=self.clock)
         try:
             # A store on this host's file keeps start marks in a file beside it; a server's, as rows.
             self._board = store.open_marks(self.owner, self.concurrency) if self.track_inflight else None
@@ -528,7 +528,7 @@ class Worker:
                 break
             now = time.monotonic()
             version = store.data_version()
-            due = next_wake is not None and time.time() >= next_wake
+            due = next_wake is not None and self.clock() >= next_wake
             look = version != last_version or now >= next_lapse_check or due
             # (The next wake time is read after the claim below: a woken workflow is claimed
             # one round trip sooner, and the time read then is of those still asleep.)
@@ -799,6 +799,11 @@ class Worker:
                     text = None
             elif rec.kind == SlotKind.CHILD and rec.ok:
                 self._check_child(store, slot, rec)
+            elif rec.kind == EVENT:
+                text, size = encode_value(rec.value)
+                if size > cap:
+                    # Refused before anything is written: ctx.set_event raises it, its slot stays free.
+                    raise PayloadTooLargeError(over_cap(f"slot {slot}: the value of event {rec.name!r}", size, cap))
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception
                 # may carry a lone surrogate, from a file name say), or the commit would fail.

@@ -398,11 +398,12 @@ class PGConnection(StoreBase):
             ready.wait(5)
         return self._version
 
-    def wake_on_change(self, wake: Callable[[], None]) -> None:
-        """Call `wake` from the listening thread on each notification (the worker's idle wait
-        ends at once, where polling the token cost up to its poll interval, ~1 ms a signal)."""
+    def wake_on_change(self, wake: Callable[[], None]) -> bool:
+        """Call `wake` from the listening thread on each notification (True): the worker's idle
+        wait ends at once, where polling the token cost up to its poll interval."""
         self._wakers.append(wake)
         self.data_version()  # start listening
+        return True
 
     def _listen(self, ready: threading.Event) -> None:
         backoff = BACKOFF_FIRST

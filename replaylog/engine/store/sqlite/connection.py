@@ -256,5 +256,6 @@ class SQLiteConnection(StoreBase):
             raise store_error(exc, self.path) from exc
         return version
 
-    def wake_on_change(self, wake: Callable[[], None]) -> None:
-        """Nothing: SQLite tells no one of a commit; `data_version` is read when asked."""
+    def wake_on_change(self, wake: Callable[[], None]) -> bool:
+        """Nothing (False): SQLite tells no one of a commit; `data_version` is read when asked."""
+        return False
