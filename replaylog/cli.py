@@ -1028,15 +1028,41 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
 @cli.command()
 @click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
 @click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@click.option("--serve", is_flag=True, help="Serve the console in a browser (one console per browser session).")
+@click.option("--host", help="With --serve: the address to bind (default 127.0.0.1; any other needs a token).")
+@click.option("--port", type=click.IntRange(1, 65535), help="With --serve: the TCP port (default 8080).")
+@click.option("--token", envvar="REPLAYLOG_CONSOLE_TOKEN", show_envvar=True,
+              help="With --serve: the secret the page asks for before a session starts.")
 @global_options
 @pass_settings
-def console(settings: Settings, readonly: bool, app: str | None) -> None:
-    """Open the operator console (a terminal UI) on the database."""
+def console(settings: Settings, readonly: bool, app: str | None, serve: bool, host: str | None, port: int | None,
+            token: str | None) -> None:
+    """Open the operator console (a terminal UI) on the database, or serve it in a browser (--serve)."""
+    if not serve and (host is not None or port is not None):
+        fail("--host and --port serve the console in a browser: add --serve")
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
+    if serve:
+        _serve_console(settings, readonly, app, host or "127.0.0.1", port or 8080, token)
+        return
     from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
+
+
+def _serve_console(settings: Settings, readonly: bool, app: str | None, host: str, port: int,
+                   token: str | None) -> None:
+    from replaylog.console.serve import ConsoleServer, ServeRefused
+
+    try:  # each session's process starts in this folder: a relative --db or --app means the same there
+        server = ConsoleServer(settings.db, host=host, port=port, token=token, readonly=readonly, app=app,
+                               max_payload=settings.max_payload)
+    except ServeRefused as exc:
+        fail(str(exc))
+    try:
+        server.serve()
+    except OSError as exc:  # the port is taken, the address is not this machine's
+        fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
 
 
 @cli.command()

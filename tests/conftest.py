@@ -211,3 +211,21 @@ def console_any(request: pytest.FixtureRequest) -> Path | str:
                 raise
             time.sleep(0.1)
     return server.url(name)
+
+
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's database (`replaylog demo`'s seed), made once per test process."""
+    db = tmp_path_factory.mktemp("demo-seed") / "demo.db"
+    from replaylog.demo import seed
+
+    seed(db, echo=lambda _line: None)
+    return db
+
+
+@pytest.fixture
+def demo_db(demo_template: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the demo's database."""
+    from console_seed import copy_db
+
+    return copy_db(demo_template, tmp_path / "demo.db")
