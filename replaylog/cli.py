@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import signal as signal_mod
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -41,7 +40,6 @@ from replaylog.engine.store import (
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
-    is_damaged,
     open_store,
     operator_name,
     redact_url,
@@ -1123,14 +1121,6 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="replaylog", standalone_mode=True)
     except ReplaylogError as exc:  # every refusal of the engine or the store ends a command here, in one line
         click.echo(f"replaylog: error: {printable(str(exc), oneline=True)}", err=True)
-        sys.exit(1)
-    except sqlite3.Error as exc:
-        # SQLite finds most damage only when a query reaches the damaged page, long after
-        # the file opened cleanly: still one line, and no traceback.
-        hint = ("; the file is damaged: check it with PRAGMA integrity_check and restore it from a backup"
-                if is_damaged(exc) else "")
-        click.echo(f"replaylog: error: the database cannot be read: {printable(str(exc), oneline=True)}{hint}",
-                   err=True)
         sys.exit(1)
 
 
