@@ -122,10 +122,17 @@ def store(store_url: str) -> Iterator[Store]:
     s.close()
 
 
+def on_server(store: Store) -> bool:
+    """Whether a store is a server's (PostgreSQL) rather than one host's file (SQLite)."""
+    from replaylog.engine.store.sqlite.store import SQLiteStore
+
+    return not isinstance(store, SQLiteStore)
+
+
 def sql(store: Store, statement: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
     """Run one SQL statement on a store's own connection, either backend: `?` placeholders
     (SQLite's) become `%s` on PostgreSQL. For tests that set a row up by hand."""
-    if store.local_path() is None:  # a server's store: psycopg
+    if on_server(store):  # psycopg
         statement = statement.replace("?", "%s")
     cur = store._conn.execute(statement, params)  # type: ignore[attr-defined]
     return list(cur.fetchall()) if cur.description else []
