@@ -36,7 +36,6 @@ from replaylog.engine.store import (
     is_damaged,
     is_postgres_url,
     open_store,
-    redact_url,
 )
 from replaylog.engine.vocab import Status
 from replaylog.engine.worker.committer import Committer, Request
@@ -170,11 +169,6 @@ class Worker:
     def stop_requested(self) -> bool:
         """True once request_stop() or stop() was called."""
         return self._stop_requested or self._stopping.is_set()
-
-    @property
-    def _where(self) -> str:
-        """The database as messages may show it (a URL without its password)."""
-        return redact_url(str(self.path)) if isinstance(self.path, str) else str(self.path)
 
     @property
     def stopping(self) -> bool:
