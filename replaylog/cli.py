@@ -997,15 +997,21 @@ def console(settings: Settings, readonly: bool, app: str | None) -> None:
 
 @cli.command()
 @click.option("--no-console", is_flag=True, help="Only seed and print the tour; do not open the console.")
+@click.option("--fresh", is_flag=True,
+              help="Seed an existing demo database afresh, dropping the changes made in it (else they are kept).")
 @global_options
 @pass_settings
-def demo(settings: Settings, no_console: bool) -> None:
-    """Seed a demo database with workflows in every state, run a worker, open the console."""
-    from replaylog.demo import run_demo
+def demo(settings: Settings, no_console: bool, fresh: bool) -> None:
+    """Seed a demo database with workflows in every state (once: a second run keeps your changes), run a worker,
+    open the console."""
+    from replaylog.demo import DemoRefused, run_demo
 
     if isinstance(settings.db, str):
         fail("the demo seeds a SQLite file; give --db a file path")
-    run_demo(settings.db, open_console=not no_console, echo=_echo_err)
+    try:
+        run_demo(settings.db, open_console=not no_console, echo=_echo_err, fresh=fresh)
+    except DemoRefused as exc:
+        fail(str(exc))
 
 
 def _echo_err(text: str) -> None:
