@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import signal as signal_mod
 import sqlite3
@@ -48,6 +49,8 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
+from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
 DEFAULT_DB = "replaylog.db"
 
@@ -329,7 +332,8 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
 # A worker always creates a missing database now; --create stays accepted for scripts written before.
 @click.option("--create", is_flag=True, hidden=True, expose_value=False,
               help="Accepted for older scripts: a worker creates a missing database.")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Print no start line and nothing per workflow; of the workflows' log lines, WARNING and above.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
@@ -339,6 +343,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     from replaylog.engine.worker import Worker
 
     registry = _app(app)
+    _show_workflow_logs(quiet)
     # A worker is the natural first process on a new database (started before any workflow),
     # so it creates a missing one; its start line says it did, so a mistyped path shows at once.
     # A bad database (not replaylog's, damaged, newer) still fails here, in one line.
@@ -411,6 +416,33 @@ def migrate(settings: Settings) -> None:
         click.echo(f"{where}: schema version {now}, up to date")
     else:
         click.echo(f"{where}: schema version {before} -> {now}")
+
+
+class _WorkflowLines(logging.Formatter):
+    """A workflow's log line as the worker shows it: time, workflow id, level, message (and any traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(workflow_id)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The line, its control characters made visible (a message is the workflow code's text)."""
+        return printable(super().format(record))
+
+
+def _show_workflow_logs(quiet: bool) -> None:
+    """Show the workflows' `ctx.logger` lines on stderr: INFO and above, WARNING and above with --quiet.
+
+    Unless the app set up logging itself while it was imported (a handler of its own on
+    the root or the workflow logger): then its set-up decides where the lines go.
+    """
+    wf_logger = logging.getLogger(WORKFLOW_LOGGER)
+    if logging.getLogger().handlers or wf_logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_WorkflowLines())
+    wf_logger.addHandler(handler)
+    wf_logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    wf_logger.propagate = False  # ours alone: a root handler the app adds later would print each line twice
 
 
 def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:
@@ -511,7 +543,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
 def _waiting(store: ReaderStore, workflow: str, status: str,
              served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
     """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
-    if status != "pending":
+    if status != Status.PENDING:
         return None
     return waiting_reason(workflow, served() if served is not None else store.served_names())
 
@@ -544,7 +576,7 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
         approvals = {r.id: store.pending_approval(r.id) for r in rows
-                     if r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
+                     if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
@@ -574,7 +606,7 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
         cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots), _t(_when(r.updated_at, short=True))]
         if errors:
-            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == "failed" else ""))
+            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == Status.FAILED else ""))
         table.add_row(*cells)
     _print(table)
     if cut:
@@ -654,7 +686,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     for child in data["children"]:
         head.add_row("child", _t(f"{child['id']} ({child['workflow']}, {child['status']})"))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
-    if row.status == "completed":
+    if row.status == Status.COMPLETED:
         head.add_row("result", _t(preview(row.result, 200)))
     if row.error:
         head.add_row("error", Text(printable(row.error, oneline=True), style="red"))
@@ -667,7 +699,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         # said as the console's workflow screen says it.
         line = worker_error_line(row.worker_error, row.status, row.retry_at)
         head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
-    if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+    if row.cancel_requested is not None and not status_info(row.status).finished:
         head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
                                                              else ""), oneline=True), style="yellow"))
     if row.forked_from is not None:
@@ -716,9 +748,10 @@ def _slot_value(c: dict[str, Any]) -> str:
         return preview(c["error"], 40)
     # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
     # (JSON keeps the number); a patch marker holds no value.
-    if c["kind"] in ("now", "timer", "deadline", "timeout"):
+    kind = kind_info(c["kind"])
+    if kind.time is not None:
         return _clock_value(c["value"])
-    return "(marker)" if c["kind"] == "patch" else preview(c["value"], 40)
+    return "(marker)" if kind.marker is not None else preview(c["value"], 40)
 
 
 # ---------------------------------------------------------------- check
@@ -793,7 +826,7 @@ def _check_histories(files: list[str], registry: Registry) -> None:
 def _check_all(store: ReaderStore, registry: Registry) -> None:
     from rich.progress import Progress
 
-    ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",
+    ids = [r.id for r in store.list_workflows(status=UNFINISHED, limit=-1, sort="created",
                                                descending=False)]
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
@@ -875,7 +908,7 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
     """
     with settings.open() as store:
         row = store.get_workflow(workflow_id)
-        if row.status != "failed":
+        if row.status != Status.FAILED:
             fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
         verdict_text = "dry replay skipped (--force)"
         if not force:
@@ -902,7 +935,7 @@ def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | Non
     """
     with settings.open() as store:
         wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
-        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
+        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
     click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "

@@ -201,3 +201,14 @@ def family(ctx: Context) -> Any:
 def parent_of_held(ctx: Context) -> Any:
     """Waits for a child whose activity is held."""
     return {"from child": ctx.call_workflow(held_child)}
+
+
+@workflow
+def logs_as_it_goes(ctx: Context, n: int) -> Any:
+    """Logs through ctx.logger around an activity and a timed wait for "go"."""
+    ctx.logger.info("charging %s", n)
+    ctx.call_activity(note, f"charge {n}")
+    ctx.logger.info("waiting for go")
+    go = ctx.wait_signal("go", timeout=3600)
+    ctx.logger.warning("go: %s", go)
+    return go

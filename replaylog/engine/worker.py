@@ -52,6 +52,7 @@ from replaylog.engine.store import (
     over_cap,
     redact_url,
 )
+from replaylog.engine.vocab import SlotKind, Status
 
 log = logging.getLogger("replaylog.worker")
 
@@ -803,9 +804,9 @@ class Worker:
             elif not req.ok:
                 self._event(claim.id, "lease lost to another worker; its writes were refused")
             else:
-                if outcome.status == "completed":
+                if outcome.status == Status.COMPLETED:
                     self.completed += 1
-                detail = outcome.blocked_on if outcome.status == "blocked" else (outcome.error or "")
+                detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
                 self._event(claim.id, f"{outcome.status} {detail}".rstrip())
         finally:
             with self._lock:
@@ -837,7 +838,7 @@ class Worker:
         try:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:
-            return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}", error_kind="engine")
+            return Outcome(status=Status.FAILED, error=f"UnknownWorkflowError: {exc}", error_kind="engine")
         # The claim loaded a short history along with its batch; a long one is loaded here.
         state = claim.state if claim.state is not None else store.load_state(claim.id)
         if self._stopping.is_set():
@@ -858,6 +859,7 @@ class Worker:
         cap = self.max_payload
         cancels = committer.cancels
         wid = claim.id
+        activity = SlotKind.ACTIVITY.value
 
         def record(slot: int, rec: CommandRecord, parallel: bool = False) -> None:
             # From a task thread (parallel) the workflow thread's CPU focus is not its to move.
@@ -868,7 +870,7 @@ class Worker:
             # (A clock read is a float: never near a cap, and the store encodes it.)
             text = None
             refused = None
-            if rec.ok and rec.kind == "activity":
+            if rec.ok and rec.kind == activity:
                 value = rec.value
                 if type(value) is int:  # encode_value's int case, inline: the common value on this path
                     text = int.__repr__(value)
@@ -879,9 +881,9 @@ class Worker:
                     # Retrying would not make the value smaller: the failure is recorded at once.
                     refused = error_text(PayloadTooLargeError(
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
-                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts, rec.args)
+                    rec = CommandRecord(activity, rec.name, False, None, refused, rec.attempts, rec.args)
                     text = None
-            elif rec.kind == "child" and rec.ok:
+            elif rec.kind == SlotKind.CHILD and rec.ok:
                 self._check_child(store, slot, rec)
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception
@@ -969,15 +971,15 @@ class Worker:
             raise
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back
             raise _RunInterrupted(exc, ctx.interrupted_in or "workflow code") from exc
-        if outcome.status == "failed" and outcome.error:
+        if outcome.status == Status.FAILED and outcome.error:
             error = fit_text(outcome.error, cap, "the workflow's error text")
             if error is not outcome.error:
                 return replace(outcome, error=error)
-        elif outcome.status == "completed":
+        elif outcome.status == Status.COMPLETED:
             # The store encodes the result again when it writes the verdict: once per
             # workflow, not per slot.
             size = encode_value(outcome.result)[1]
             if size > cap:
                 error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
-                return replace(outcome, status="failed", result=None, error=error, error_kind="engine")
+                return replace(outcome, status=Status.FAILED, result=None, error=error, error_kind="engine")
         return outcome

@@ -22,6 +22,7 @@ from replaylog.engine.store.postgres.operations import tell_parent
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
+from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
 # slots, so that most slot updates change no indexed column and stay HOT (no index writes).
@@ -107,7 +108,7 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
 
 def _starts_child(rec: CommandRecord) -> bool:
     """Whether recording `rec` starts a child workflow (ctx.call_workflow's slot)."""
-    return rec.kind == "child" and bool(rec.ok) and rec.error is None
+    return rec.kind == SlotKind.CHILD and bool(rec.ok) and rec.error is None
 
 
 def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
@@ -124,10 +125,10 @@ def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[s
 
 
 def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
-    status: str = outcome.status
+    status = str(outcome.status)  # plain text; may become pending below
     blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
     consumed = list(outcome.consumed_signals)
-    if status == "blocked":
+    if status == Status.BLOCKED:
         # Lock the row first: a signal or cancel request sent meanwhile (send_signal and
         # cancel_workflow lock it too) is then either committed and counted here, or sees
         # the workflow blocked and wakes it.
@@ -142,7 +143,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         arrived = found is not None and bool(found[0])
         cancelled = not outcome.cancel_delivered and locked is not None and locked[0] is not None
         if arrived or cancelled:
-            status, blocked_on, wake_at = "pending", None, None
+            status, blocked_on, wake_at = Status.PENDING.value, None, None
     cur = conn.execute(
         "UPDATE workflows SET status = %s, blocked_on = %s, wake_at = %s, result = %s, error = %s, diagnostic = %s,"
         " error_kind = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s, interruptions = 0,"
@@ -156,9 +157,9 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
             "SELECT 1 FROM workflows WHERE id = %s AND lease_owner IS NULL AND lease_epoch = %s"
             " AND status <> 'running'", (claim.id, claim.epoch)).fetchone() is None):
         return False
-    if cur.rowcount == 1 and status in ("completed", "failed", "cancelled"):
+    if cur.rowcount == 1 and status_info(status).code_ended:
         # (Not when a retry found its verdict committed: its parent was told then.)
-        ok = status == "completed"
+        ok = status == Status.COMPLETED
         tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
                                      "error": None if ok else outcome.error}, now)
     if consumed:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from replaylog.engine.errors import PayloadTooLargeError, ValueNotJSONError
 from replaylog.engine.store.rows import encode_value, over_cap
+from replaylog.engine.vocab import Status
 
 T = TypeVar("T")
 
@@ -128,7 +129,7 @@ class StoreBase:
         raise NotImplementedError
 
     def _insert_workflow(self, conn: Any, wid: str, workflow: str, input_text: str | None, now: float,
-                         *, status: str = "pending", slots: int = 0, result: str | None = None,
+                         *, status: str = Status.PENDING.value, slots: int = 0, result: str | None = None,
                          error: str | None = None, diagnostic: str | None = None, error_kind: str | None = None,
                          forked_from: str | None = None, forked_slot: int | None = None) -> int:
         """Insert a workflow row; return its seq. DuplicateWorkflowIdError if the id is taken."""

@@ -33,6 +33,7 @@ from replaylog.engine.store.rows import (
 )
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
+from replaylog.engine.vocab import Status
 
 # Characters of a workflow's error a list row carries: a line on any terminal, while a page
 # stays small whatever a stored error (a traceback) holds.
@@ -213,7 +214,7 @@ class SharedReads(StoreBase):
     def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
         """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
         row = self._query_one("SELECT status, blocked_on, seq FROM workflows WHERE id = ?", (workflow_id,))
-        if row is None or row[0] != "blocked" or not (row[1] or "").startswith(APPROVAL_PREFIX):
+        if row is None or row[0] != Status.BLOCKED or not (row[1] or "").startswith(APPROVAL_PREFIX):
             return None
         rid = row[1][len(APPROVAL_PREFIX):]
         slot = approval_slot(rid)
