@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import signal as signal_mod
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from replaylog.client import Client, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import check_workflow, retry_verdict
@@ -39,10 +39,7 @@ from replaylog.engine.store import (
     ReaderStore,
     WorkflowRow,
     WorkflowSummary,
-    database_path,
     default_max_payload,
-    is_damaged,
-    is_postgres_url,
     open_store,
     operator_name,
     redact_url,
@@ -51,8 +48,6 @@ from replaylog.engine.store import (
 from replaylog.engine.text import countdown, preview, printable, waits_text
 from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
-
-DEFAULT_DB = "replaylog.db"
 
 
 class CLIError(click.ClickException):
@@ -83,12 +78,9 @@ class Settings:
     def db(self) -> Path | str:
         """--db, else $REPLAYLOG_DB, else ./replaylog.db: a file path, a sqlite:///path URL
         (both as a Path), or a PostgreSQL URL (as given: a string)."""
-        location = self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB
-        if is_postgres_url(location):
-            return location
         try:
             # Other URL schemes say in one line that they are not supported.
-            return database_path(location)
+            return resolve_db(self._db)
         except StoreError as exc:
             fail(str(exc))
 
@@ -125,6 +117,10 @@ class Settings:
         if not create and isinstance(db, Path) and not db.exists():
             fail(f"no database at {db}")
         return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
+
+    def client(self, *, readonly: bool = False, app: Registry | None = None) -> Client:
+        """A client on the database (see `open` for when a missing one is an error)."""
+        return Client(self.db, max_payload=self.max_payload, readonly=readonly, app=app)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -311,6 +307,38 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
                                     request=request)
     verb = "rejected" if reject else "approved"
     click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("key", required=False)
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With KEY: wait up to SECONDS for the workflow to set it (exit 1 if it does not).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each key and its latest value.")
+@global_options
+@pass_settings
+def events(settings: Settings, workflow_id: str, key: str | None, wait: float | None, as_json: bool) -> None:
+    """Show a workflow's events (ctx.set_event): the latest value of each key, or of KEY.
+
+    With KEY the value is printed as JSON alone, for scripts; an unset KEY exits 1.
+    """
+    if wait is not None and key is None:
+        fail("--wait waits for one KEY: give it")
+    with settings.client(readonly=True) as client:
+        if key is not None and wait:
+            client.get_event(workflow_id, key, timeout=wait)
+        found = client.events(workflow_id)
+    if key is not None:
+        if key not in found:
+            fail(f"workflow {workflow_id} has set no event {key!r}" + (f" within {wait:g} s" if wait else ""))
+        found = {key: found[key]}
+    if as_json:
+        click.echo(json.dumps(found))
+    elif key is not None:
+        click.echo(json.dumps(found[key]))
+    else:
+        _console().print(_listing(f"{len(found)} event(s)", ("key", "value"),
+                                  [(_t(k), _t(preview(v, 200))) for k, v in found.items()], wide="value"))
 
 
 # ---------------------------------------------------------------- worker
@@ -944,22 +972,6 @@ def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | Non
                        "no recorded activity runs again")), err=True)
 
 
-def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
-    """A stored workflow's whole history as an export document."""
-    row = store.get_workflow(workflow_id)
-    state = store.load_state(workflow_id)
-    commands = store.list_commands(workflow_id)
-    signals = store.list_signals(workflow_id)
-    # Separate reads: a running workflow may have recorded more in between; keep the common prefix.
-    n, m = min(len(state.commands), len(commands)), min(len(state.signals), len(signals))
-    return HistoryDocument(
-        id=row.id, workflow=row.workflow, input=row.input, has_input=row.has_input, status=row.status,
-        result=row.result, error=row.error, diagnostic=row.diagnostic, commands=state.commands[:n],
-        recorded_at=tuple(c.recorded_at for c in commands[:n]), signals=state.signals[:m],
-        sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot,
-        error_kind=row.error_kind)
-
-
 @cli.command(name="export")
 @click.argument("workflow_id")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to FILE (else stdout).")
@@ -967,9 +979,8 @@ def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
 @pass_settings
 def export_cmd(settings: Settings, workflow_id: str, output: str | None) -> None:
     """Write a workflow's whole history as one versioned JSON document."""
-    with settings.open(readonly=True) as store:
-        doc = history_document(store, workflow_id)
-    text = json.dumps(doc.to_json(), ensure_ascii=False)
+    with settings.client(readonly=True) as client:
+        text = json.dumps(client.get_handle(workflow_id).export(), ensure_ascii=False)
     if output is None:
         click.echo(text)
         return
@@ -1017,15 +1028,41 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
 @cli.command()
 @click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
 @click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@click.option("--serve", is_flag=True, help="Serve the console in a browser (one console per browser session).")
+@click.option("--host", help="With --serve: the address to bind (default 127.0.0.1; any other needs a token).")
+@click.option("--port", type=click.IntRange(1, 65535), help="With --serve: the TCP port (default 8080).")
+@click.option("--token", envvar="REPLAYLOG_CONSOLE_TOKEN", show_envvar=True,
+              help="With --serve: the secret the page asks for before a session starts.")
 @global_options
 @pass_settings
-def console(settings: Settings, readonly: bool, app: str | None) -> None:
-    """Open the operator console (a terminal UI) on the database."""
+def console(settings: Settings, readonly: bool, app: str | None, serve: bool, host: str | None, port: int | None,
+            token: str | None) -> None:
+    """Open the operator console (a terminal UI) on the database, or serve it in a browser (--serve)."""
+    if not serve and (host is not None or port is not None):
+        fail("--host and --port serve the console in a browser: add --serve")
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
+    if serve:
+        _serve_console(settings, readonly, app, host or "127.0.0.1", port or 8080, token)
+        return
     from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
+
+
+def _serve_console(settings: Settings, readonly: bool, app: str | None, host: str, port: int,
+                   token: str | None) -> None:
+    from replaylog.console.serve import ConsoleServer, ServeRefused
+
+    try:  # each session's process starts in this folder: a relative --db or --app means the same there
+        server = ConsoleServer(settings.db, host=host, port=port, token=token, readonly=readonly, app=app,
+                               max_payload=settings.max_payload)
+    except ServeRefused as exc:
+        fail(str(exc))
+    try:
+        server.serve()
+    except OSError as exc:  # the port is taken, the address is not this machine's
+        fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
 
 
 @cli.command()
@@ -1057,14 +1094,6 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="replaylog", standalone_mode=True)
     except ReplaylogError as exc:  # every refusal of the engine or the store ends a command here, in one line
         click.echo(f"replaylog: error: {printable(str(exc), oneline=True)}", err=True)
-        sys.exit(1)
-    except sqlite3.Error as exc:
-        # SQLite finds most damage only when a query reaches the damaged page, long after
-        # the file opened cleanly: still one line, and no traceback.
-        hint = ("; the file is damaged: check it with PRAGMA integrity_check and restore it from a backup"
-                if is_damaged(exc) else "")
-        click.echo(f"replaylog: error: the database cannot be read: {printable(str(exc), oneline=True)}{hint}",
-                   err=True)
         sys.exit(1)
 
 

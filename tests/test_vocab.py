@@ -52,6 +52,7 @@ def every_command(ctx: Any, _input: Any) -> None:
     ctx.now()
     ctx.uuid4()
     ctx.random()
+    ctx.set_event("progress", 0.5)
     ctx.patched("v2")
     ctx.sleep(0)  # due at once: recorded, not waited on
     try:

@@ -254,6 +254,8 @@ class WorkflowDetail:
     # ctx.call_workflow's links: the parent that started it, and its children as (id, workflow, status).
     parent: str | None = None
     children: tuple[tuple[str, str, str], ...] = ()
+    # What its code published with ctx.set_event: (key, latest value), in the order first set.
+    events: tuple[tuple[str, Any], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -280,7 +282,7 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
-                          family["parent"], children)
+                          family["parent"], children, tuple(store.events(workflow_id).items()))
 
 
 # The transcript shows at most this many slots: it is read whole, not paged.

@@ -292,6 +292,10 @@ class WorkflowScreen(LiveScreen):
             shown = ", ".join(f"{cid} ({status})" for cid, _, status in detail.children[:4])
             more = f", … ({len(detail.children)} in all)" if len(detail.children) > 4 else ""
             grid.add_row("children", text(shown + more))
+        if detail.events:
+            shown = ", ".join(f"{key}: {preview(value, 60)}" for key, value in detail.events[:6])
+            more = f", … ({len(detail.events)} keys)" if len(detail.events) > 6 else ""
+            grid.add_row("events", text(shown + more))
         if row.worker_error:
             # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))

@@ -59,6 +59,12 @@ MAX_EPOCH = 253402300799.0
 # catches it (a saga's compensations) replays deterministically.
 CANCEL = SlotKind.CANCEL.value
 
+# The kind of the slot `ctx.set_event(key, value)` records: its name is the key, its value
+# the value. Readers outside the workflow take the latest slot of each key.
+EVENT = SlotKind.EVENT.value
+# The longest event key, in characters: a key is a name a reader asks for, not a value.
+EVENT_KEY_LIMIT = 200
+
 
 # ---------------------------------------------------------------- decorators
 
@@ -1108,6 +1114,40 @@ class Context:
         """A random float in [0, 1), generated once and recorded: the same on every replay."""
         value: float = self._recorded(SlotKind.RANDOM.value, "random", _random.random)
         return value
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish a value under `key` for readers outside the workflow (a progress bar, a chat UI).
+
+        Recorded in a slot of kind `event` when first reached and replayed ever after:
+        readers (`handle.get_event`, `replaylog events`) see the latest value of each key,
+        and every set stays in history. The value is capped like any stored value.
+
+        Raises:
+            TypeError: the key is not a string. ValueError: it is empty or longer than
+                200 characters. ValueNotJSONError: JSON cannot hold the value.
+        """
+        if not isinstance(key, str):
+            raise TypeError(f"ctx.set_event(key, value): the key must be a string, got {type(key).__name__}")
+        if not key or len(key) > EVENT_KEY_LIMIT:
+            raise ValueError(f"ctx.set_event(key, value): the key must be 1-{EVENT_KEY_LIMIT} characters,"
+                             f" got {len(key)}")
+        slot = self._cmd_index
+        self._cmd_index = slot + 1
+        rec = self._guard(slot, EVENT, key)
+        if rec is not None:
+            self.replayed_commands += 1
+            return
+        if self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, f"{EVENT}:{key}")
+        try:
+            value = to_json_value(value, f"slot {slot}: the value of event {key!r}")
+            self._append(slot, new_record(CommandRecord, (EVENT, key, True, value, None, 1, None)))
+        except ReplaylogError:
+            # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
+            # slot stays free, so code that catches the error records its next command there.
+            self._cmd_index = slot
+            raise
+        self.executed_commands += 1
 
     # -- durable time
 

@@ -78,6 +78,8 @@ class SlotKind(_Described):
     CANCEL = "cancel", KindInfo()
     APPROVAL = "approval", KindInfo(Group.APPROVAL)
     CHILD = "child", KindInfo(Group.CHILD)
+    # ctx.set_event(key, value): its name is the key; readers take the latest slot of each key.
+    EVENT = "event", KindInfo()
 
 
 # Every kind's stored text, and its member: a row's text looked up without a ValueError.

@@ -14,16 +14,17 @@ A store object holds one connection and stays on the thread that opened it.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from pathlib import Path
 from typing import Any, Protocol, Self
 
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
 from replaylog.engine.history import HistoryDocument
-from replaylog.engine.marks import Mark
+from replaylog.engine.marks import Mark, MarkBoard
 from replaylog.engine.store import rows
 
 
 class _Closable(Protocol):
+    # The clock a recorded wake time is due by (see StoreBase.wake_clock).
+    wake_clock: Callable[[], float]
     # The schema version the database had when this store opened it, and the one it has
     # now: different when this open took migrations (`replaylog migrate` says which).
     schema_upgrade: tuple[int, int]
@@ -38,9 +39,9 @@ class _Closable(Protocol):
     def data_version(self) -> int:
         """A change token: it changes whenever another connection commits to the store."""
 
-    def wake_on_change(self, wake: Callable[[], None]) -> None:
-        """Call `wake` (from another thread) when the change token may have changed; a store
-        that learns of changes only when asked (SQLite) never calls it."""
+    def wake_on_change(self, wake: Callable[[], None]) -> bool:
+        """Call `wake` (from another thread) when the change token may have changed; True if it
+        will. A store that learns of changes only when asked (SQLite) never calls it: False."""
 
 
 class ReaderStore(_Closable, Protocol):
@@ -51,8 +52,10 @@ class ReaderStore(_Closable, Protocol):
 
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
-                       offset: int = 0, awaiting: str | None = None, top_level: bool = False) -> list[rows.WorkflowRow]:
-        """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent)."""
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False,
+                       workflow: str | None = None, parent: str | None = None) -> list[rows.WorkflowRow]:
+        """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent,
+        workflow: of that name, parent: children of that workflow)."""
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
@@ -64,7 +67,8 @@ class ReaderStore(_Closable, Protocol):
         """The children of these workflows at any depth (ctx.call_workflow), in start order."""
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
-                        awaiting: str | None = None, top_level: bool = False) -> int:
+                        awaiting: str | None = None, top_level: bool = False, workflow: str | None = None,
+                        parent: str | None = None) -> int:
         """How many workflows match a filter."""
 
     def status_counts(self) -> dict[str, int]:
@@ -81,6 +85,9 @@ class ReaderStore(_Closable, Protocol):
 
     def last_failed_command(self, workflow_id: str) -> rows.CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any."""
+
+    def events(self, workflow_id: str, key: str | None = None) -> dict[str, Any]:
+        """The current events of a workflow (ctx.set_event): the latest value per key, of one key if given."""
 
     def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.SignalRow]:
         """Delivered signals in delivery order, optionally a page of them."""
@@ -159,9 +166,6 @@ class WorkerStore(_Closable, Protocol):
     def worker_stopped(self, owner: str) -> None:
         """A worker exits cleanly: it serves nothing any more."""
 
-    def running_owners(self) -> list[str]:
-        """The distinct lease owners of running workflows."""
-
     def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel: bool = False) -> bool:
         """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
@@ -184,17 +188,12 @@ class WorkerStore(_Closable, Protocol):
     def hand_back(self, claim: rows.Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
         """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
 
-    def local_path(self) -> Path | None:
-        """The database file, when the store is a file on this host; None for a server.
-
-        With a file, a worker keeps its start marks in memory-mapped files beside it,
-        judges other workers on this host by their pids, and bounds the WAL; with a
-        server, marks go through `mark_started` and dead workers are found by their
-        lapsed leases alone (hosts share neither files nor pids).
-        """
+    def open_marks(self, owner: str, records: int) -> MarkBoard | None:
+        """A file for this worker's start marks, `records` workflow threads' worth (a store on this
+        host's file keeps them beside it); None where marks go through `mark_started` (a server)."""
 
     def mark_started(self, claim: rows.Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
-        """Record in the store, before an activity runs, that it started (stores without a `local_path`)."""
+        """Record in the store, before an activity runs, that it started (a store with no `open_marks` file)."""
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the store; return how many were written."""
@@ -202,11 +201,13 @@ class WorkerStore(_Closable, Protocol):
     def load_state(self, workflow_id: str) -> WorkflowState:
         """The whole history of a workflow."""
 
-    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
-        """Fold the write-ahead log back into the store; return (busy, log frames, frames copied)."""
+    def upkeep(self, owner: str) -> list[str] | None:
+        """Upkeep the worker's loop asks for on every pass, done only when due; the owners whose
+        process is known gone when it looked (a claim need not wait out their leases), else None.
 
-    def wal_bytes(self) -> int:
-        """The size of the write-ahead log in bytes."""
+        On one host's file: dead workers' mark files folded into the store, dead owners found
+        by pid, the write-ahead log kept bounded. On a server: nothing (None).
+        """
 
 
 class Store(WorkerStore, OperatorStore, Protocol):

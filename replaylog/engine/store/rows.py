@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
-from replaylog.engine.errors import StoreError
+from replaylog.engine.errors import PayloadTooLargeError, StoreError, ValueNotJSONError
 from replaylog.engine.vocab import Status
 
 # Every status as stored, in the order lists and filters show them (engine.vocab.Status).
@@ -64,6 +64,17 @@ def encode_value(value: Any) -> tuple[str, int]:
     except UnicodeEncodeError:
         text = _encode_ascii(value)
         return text, len(text)
+
+
+def encode_payload(value: Any, what: str, cap: int) -> str:
+    """A value's JSON text within the payload cap `cap`: ValueNotJSONError or PayloadTooLargeError naming `what`."""
+    try:
+        text, size = encode_value(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
+    if size > cap:
+        raise PayloadTooLargeError(over_cap(what, size, cap))
+    return text
 
 
 def dumps(value: Any) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from replaylog.engine.core import TIMER, CommandRecord, Outcome
+from replaylog.engine.core import EVENT, TIMER, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
 from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import tell_parent
@@ -111,6 +111,11 @@ def _starts_child(rec: CommandRecord) -> bool:
     return rec.kind == SlotKind.CHILD and bool(rec.ok) and rec.error is None
 
 
+def _notifies(rec: CommandRecord) -> bool:
+    """Whether committing `rec` is told to listeners: a child it starts, or an event a reader waits for."""
+    return _starts_child(rec) or rec.kind == EVENT
+
+
 def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
     """Whether the slot statement run on `cur` wrote the slot; note a cancel request its fence came upon."""
     row = cur.fetchone() if cur.rowcount == 1 else None
@@ -183,7 +188,7 @@ class PGCommits(PGConnection, SeenCancels):
         params = _slot_params(claim, slot, rec, text, now, ttl, parallel)
         statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
-        if not _starts_child(rec):
+        if not _notifies(rec):
             if parallel:
                 return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
                                                                 attempt, cancels), write=True)
@@ -210,8 +215,9 @@ class PGCommits(PGConnection, SeenCancels):
             with conn.transaction():
                 written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
                 if written:
-                    _start_child(conn, claim, rec, now)
-                    conn.execute(NOTIFY)  # a new pending workflow
+                    if _starts_child(rec):
+                        _start_child(conn, claim, rec, now)
+                    conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
 
         return self._run(commit_child, write=True)
@@ -226,7 +232,7 @@ class PGCommits(PGConnection, SeenCancels):
         # Only slots, none of which starts a child: nothing is read before the COMMIT, so
         # BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
         # (it was three: BEGIN, the pipelined slots, COMMIT).
-        slots_only = not finishes and not any(_starts_child(r.record) for r in records)
+        slots_only = not finishes and not any(_notifies(r.record) for r in records)
 
         def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
             if slots_only:
@@ -249,7 +255,7 @@ class PGCommits(PGConnection, SeenCancels):
                 for r in children:
                     _start_child(conn, r.claim, r.record, now)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
-                if finishes or children:
+                if finishes or children or any(r.record.kind == EVENT for r in records):
                     conn.execute(NOTIFY)
             return written, finished
 

@@ -37,13 +37,18 @@ class ApprovalRefusedError(OperatorRefusedError):
     """An approval answer that does not fit: nothing is pending, or another request is."""
 
 
+# Set by the console's web server in each browser session's process: the browser's address.
+REMOTE_ADDR_ENV = "REPLAYLOG_REMOTE_ADDR"
+
+
 def actor() -> str:
-    """Who acts: user@host, as the audit trail records it."""
+    """Who acts, as the audit trail records it: user@host, and the browser's address in a served console."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container): its number says who
         user = f"uid {os.getuid()}"
-    return f"{user}@{socket.gethostname()}"
+    remote = os.environ.get(REMOTE_ADDR_ENV)
+    return f"{user}@{socket.gethostname()}" + (f" for browser {remote}" if remote else "")
 
 
 def operator_name() -> str:
@@ -393,7 +398,8 @@ class SharedOperatorWrites(StoreBase):
         def answer(conn: Any) -> str:
             status, blocked_on, wake_at, seq = _workflow(sql, conn, workflow_id, "status, blocked_on, wake_at, seq",
                                                          sql.lock)
-            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, now,
+            # The deadline is a recorded wake time: due by the wake clock (see StoreBase.wake_clock).
+            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, self.wake_clock(),
                                       lambda: _approval_timeout(sql, conn, int(seq), request))
             payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
             text = self.encode_payload(payload, "the approval's answer")
