@@ -263,6 +263,23 @@ async def test_enter_on_a_slot_shows_its_value_as_pretty_json(console_db: Path) 
 
 
 @async_test
+async def test_a_failed_slot_and_the_failed_workflow_show_their_tracebacks(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_workflow(pilot, ROLES["activity_failure"])
+        await pilot.press("enter")  # slot 0, the activity that failed
+        await pilot.pause()
+        assert isinstance(app.screen, SlotScreen)
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert 'traceback\nTraceback (most recent call last):\n  File "tests/console_workflows.py", line' in shown
+        assert "in carrier_down" in shown and "replaylog/engine" not in shown
+        await pilot.press("escape")
+        await pilot.press("v")  # the workflow's error in full, and where in its code it surfaced
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert "traceback\nTraceback (most recent call last):" in shown and "in failing_shipment" in shown
+
+
+@async_test
 async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> None:
     seed_long_history(db_path, "long-1", 50_000)
     seed_long_history(db_path, "short-1", 1)
