@@ -27,6 +27,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from replaylog.client import Client, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import check_workflow, retry_verdict
@@ -39,19 +40,16 @@ from replaylog.engine.store import (
     ReaderStore,
     WorkflowRow,
     WorkflowSummary,
-    database_path,
     default_max_payload,
     is_damaged,
-    is_postgres_url,
     open_store,
     operator_name,
     redact_url,
     waiting_reason,
 )
 from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
-
-DEFAULT_DB = "replaylog.db"
 
 
 class CLIError(click.ClickException):
@@ -82,12 +80,9 @@ class Settings:
     def db(self) -> Path | str:
         """--db, else $REPLAYLOG_DB, else ./replaylog.db: a file path, a sqlite:///path URL
         (both as a Path), or a PostgreSQL URL (as given: a string)."""
-        location = self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB
-        if is_postgres_url(location):
-            return location
         try:
             # Other URL schemes say in one line that they are not supported.
-            return database_path(location)
+            return resolve_db(self._db)
         except StoreError as exc:
             fail(str(exc))
 
@@ -124,6 +119,10 @@ class Settings:
         if not create and isinstance(db, Path) and not db.exists():
             fail(f"no database at {db}")
         return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
+
+    def client(self, *, readonly: bool = False, app: Registry | None = None) -> Client:
+        """A client on the database (see `open` for when a missing one is an error)."""
+        return Client(self.db, max_payload=self.max_payload, readonly=readonly, app=app)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -310,6 +309,38 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
                                     request=request)
     verb = "rejected" if reject else "approved"
     click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("key", required=False)
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With KEY: wait up to SECONDS for the workflow to set it (exit 1 if it does not).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each key and its latest value.")
+@global_options
+@pass_settings
+def events(settings: Settings, workflow_id: str, key: str | None, wait: float | None, as_json: bool) -> None:
+    """Show a workflow's events (ctx.set_event): the latest value of each key, or of KEY.
+
+    With KEY the value is printed as JSON alone, for scripts; an unset KEY exits 1.
+    """
+    if wait is not None and key is None:
+        fail("--wait waits for one KEY: give it")
+    with settings.client(readonly=True) as client:
+        if key is not None and wait:
+            client.get_event(workflow_id, key, timeout=wait)
+        found = client.events(workflow_id)
+    if key is not None:
+        if key not in found:
+            fail(f"workflow {workflow_id} has set no event {key!r}" + (f" within {wait:g} s" if wait else ""))
+        found = {key: found[key]}
+    if as_json:
+        click.echo(json.dumps(found))
+    elif key is not None:
+        click.echo(json.dumps(found[key]))
+    else:
+        _console().print(_listing(f"{len(found)} event(s)", ("key", "value"),
+                                  [(_t(k), _t(preview(v, 200))) for k, v in found.items()], wide="value"))
 
 
 # ---------------------------------------------------------------- worker
@@ -546,7 +577,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
 def _waiting(store: ReaderStore, workflow: str, status: str,
              served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
     """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
-    if status != "pending":
+    if status != Status.PENDING:
         return None
     return waiting_reason(workflow, served() if served is not None else store.served_names())
 
@@ -579,7 +610,7 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
         approvals = {r.id: store.pending_approval(r.id) for r in rows
-                     if r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
+                     if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
@@ -609,7 +640,7 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
         cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots), _t(_when(r.updated_at, short=True))]
         if errors:
-            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == "failed" else ""))
+            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == Status.FAILED else ""))
         table.add_row(*cells)
     _print(table)
     if cut:
@@ -689,7 +720,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     for child in data["children"]:
         head.add_row("child", _t(f"{child['id']} ({child['workflow']}, {child['status']})"))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
-    if row.status == "completed":
+    if row.status == Status.COMPLETED:
         head.add_row("result", _t(preview(row.result, 200)))
     if row.error:
         head.add_row("error", Text(printable(row.error, oneline=True), style="red"))
@@ -702,7 +733,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         # said as the console's workflow screen says it.
         line = worker_error_line(row.worker_error, row.status, row.retry_at)
         head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
-    if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+    if row.cancel_requested is not None and not status_info(row.status).finished:
         head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
                                                              else ""), oneline=True), style="yellow"))
     if row.forked_from is not None:
@@ -762,9 +793,10 @@ def _slot_value(c: dict[str, Any]) -> str:
         return preview(c["error"], 40)
     # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
     # (JSON keeps the number); a patch marker holds no value.
-    if c["kind"] in ("now", "timer", "deadline", "timeout"):
+    kind = kind_info(c["kind"])
+    if kind.time is not None:
         return _clock_value(c["value"])
-    return "(marker)" if c["kind"] == "patch" else preview(c["value"], 40)
+    return "(marker)" if kind.marker is not None else preview(c["value"], 40)
 
 
 # ---------------------------------------------------------------- check
@@ -839,7 +871,7 @@ def _check_histories(files: list[str], registry: Registry) -> None:
 def _check_all(store: ReaderStore, registry: Registry) -> None:
     from rich.progress import Progress
 
-    ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",
+    ids = [r.id for r in store.list_workflows(status=UNFINISHED, limit=-1, sort="created",
                                                descending=False)]
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
@@ -921,7 +953,7 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
     """
     with settings.open() as store:
         row = store.get_workflow(workflow_id)
-        if row.status != "failed":
+        if row.status != Status.FAILED:
             fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
         verdict_text = "dry replay skipped (--force)"
         if not force:
@@ -948,29 +980,13 @@ def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | Non
     """
     with settings.open() as store:
         wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
-        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
+        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
     click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
                     + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {from_slot}"
                        f" will run again, with new idempotency keys: {names}" if again else
                        "no recorded activity runs again")), err=True)
-
-
-def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
-    """A stored workflow's whole history as an export document."""
-    row = store.get_workflow(workflow_id)
-    state = store.load_state(workflow_id)
-    commands = store.list_commands(workflow_id)
-    signals = store.list_signals(workflow_id)
-    # Separate reads: a running workflow may have recorded more in between; keep the common prefix.
-    n, m = min(len(state.commands), len(commands)), min(len(state.signals), len(signals))
-    return HistoryDocument(
-        id=row.id, workflow=row.workflow, input=row.input, has_input=row.has_input, status=row.status,
-        result=row.result, error=row.error, diagnostic=row.diagnostic, commands=state.commands[:n],
-        recorded_at=tuple(c.recorded_at for c in commands[:n]), signals=state.signals[:m],
-        sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot,
-        error_kind=row.error_kind)
 
 
 @cli.command(name="export")
@@ -980,9 +996,8 @@ def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
 @pass_settings
 def export_cmd(settings: Settings, workflow_id: str, output: str | None) -> None:
     """Write a workflow's whole history as one versioned JSON document."""
-    with settings.open(readonly=True) as store:
-        doc = history_document(store, workflow_id)
-    text = json.dumps(doc.to_json(), ensure_ascii=False)
+    with settings.client(readonly=True) as client:
+        text = json.dumps(client.get_handle(workflow_id).export(), ensure_ascii=False)
     if output is None:
         click.echo(text)
         return

@@ -1051,3 +1051,18 @@ async def test_a_deleted_database_is_reported_and_never_recreated(console_db: Pa
         await settle(pilot)
         assert "no database at" in rendered(app.screen.query_one("#pageinfo", Static))
         assert not console_db.exists()  # reads never create a database
+
+
+@async_test
+async def test_the_workflow_screen_shows_the_latest_value_of_each_event(db_path: Path) -> None:
+    with frozen_time(), open_store(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="events-1")
+        (claim,) = store.claim("otherhost:4194995:cafebabe", ttl=30)
+        store.commit_batch([PendingRecord(claim, 0, CommandRecord("event", "progress", True, 0.25)),
+                            PendingRecord(claim, 1, CommandRecord("event", "stage", True, "[bold]charging[/bold]")),
+                            PendingRecord(claim, 2, CommandRecord("event", "progress", True, 0.75))], ttl=30)
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        summary = rendered((await open_workflow(pilot, "events-1")).query_one("#summary", Static))
+        # The latest value per key, stored text shown as text, never markup.
+        assert 'events    progress: 0.75, stage: [bold]charging[/bold]' in summary, summary

@@ -7,7 +7,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -118,10 +118,18 @@ class Registry:
         recorded names both register. AppImportError if two workflows (or two
         activities) share a recorded name, or a workflow can never be called.
         """
-        reg = cls(spec or module.__name__)
-        candidates: dict[int, Callable[..., Any]] = {}
         # The namespace too: functions imported from other modules count, as they always did.
-        for value in [*decorated_in(module.__name__), *vars(module).values()]:
+        return cls.from_functions([*decorated_in(module.__name__), *vars(module).values()], spec or module.__name__)
+
+    @classmethod
+    def from_functions(cls, functions: Iterable[Any], spec: str) -> Registry:
+        """Collect the @workflow and @activity functions among `functions` (anything else is passed over).
+
+        AppImportError as `from_module` raises it.
+        """
+        reg = cls(spec)
+        candidates: dict[int, Callable[..., Any]] = {}
+        for value in functions:
             if getattr(value, "_replaylog_kind", None) in ("workflow", "activity"):
                 candidates.setdefault(id(value), value)
         for fn in candidates.values():

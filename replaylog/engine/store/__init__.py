@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from replaylog.engine.errors import StoreError
@@ -34,6 +35,7 @@ from replaylog.engine.store.rows import (
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
+    encode_payload,
     encode_value,
     fit_text,
     over_cap,
@@ -46,7 +48,7 @@ from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 __all__ = [
     "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
-    "database_path", "default_max_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
+    "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
 ]
 
@@ -80,7 +82,7 @@ def database_path(url_or_path: str | os.PathLike[str]) -> Path:
 
 
 def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
-               max_payload: int | None = None) -> Store:
+               max_payload: int | None = None, wake_clock: Callable[[], float] | None = None) -> Store:
     """Open the log store at a file path or URL: the one place a store is built.
 
     Args:
@@ -90,15 +92,22 @@ def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
         readonly: reads only; every write raises ReadOnlyError.
         max_payload: cap in bytes on a signal payload's or an input's JSON text
             (default: $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).
+        wake_clock: the clock recorded wake times (timers, deadlines) are due by; the wall
+            clock unless given (replaylog.testing gives one it moves by hand).
     """
+    store: Store
     if is_postgres_url(url_or_path):
         assert isinstance(url_or_path, str)
         try:
             from replaylog.engine.store.postgres.store import PostgresStore  # the backend: named only here
         except ImportError:
             raise StoreError("PostgreSQL stores need psycopg: pip install 'replaylog[postgres]'") from None
-        return PostgresStore(url_or_path, readonly=readonly, max_payload=max_payload)
-    path = database_path(url_or_path)
-    from replaylog.engine.store.sqlite.store import SQLiteStore  # the backend: named only here
+        store = PostgresStore(url_or_path, readonly=readonly, max_payload=max_payload)
+    else:
+        path = database_path(url_or_path)
+        from replaylog.engine.store.sqlite.store import SQLiteStore  # the backend: named only here
 
-    return SQLiteStore(path, readonly=readonly, max_payload=max_payload)
+        store = SQLiteStore(path, readonly=readonly, max_payload=max_payload)
+    if wake_clock is not None:
+        store.wake_clock = wake_clock
+    return store

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from replaylog.engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER, signal_name_refusal
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
-from replaylog.engine.store.rows import FINISHED_STATUSES, dumps
+from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.vocab import FINISHED, Status
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -68,7 +69,7 @@ def pending_request(workflow_id: str, status: str, blocked_on: str | None, wake_
     or when the pending one's deadline has passed. `timed_out` finds the last request
     that timed out (asked only to word a refusal).
     """
-    waiting = status == "blocked" and bool(blocked_on) and str(blocked_on).startswith(APPROVAL_PREFIX)
+    waiting = status == Status.BLOCKED and bool(blocked_on) and str(blocked_on).startswith(APPROVAL_PREFIX)
     pending = str(blocked_on)[len(APPROVAL_PREFIX):] if waiting else None
     if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
         raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
@@ -79,7 +80,7 @@ def pending_request(workflow_id: str, status: str, blocked_on: str | None, wake_
         if pending is not None:
             raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
                                        f" {workflow_id!r} waits on {pending!r}{late}")
-        waits = f"waits for signal {blocked_on!r}" if status == "blocked" else f"is {status}"
+        waits = f"waits for signal {blocked_on!r}" if status == Status.BLOCKED else f"is {status}"
         raise ApprovalRefusedError(f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
     return pending
 
@@ -122,7 +123,7 @@ def append_signal(sql: Dialect, conn: Any, workflow_id: str, name: str, text: st
         conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
         " SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, false, ? FROM signals WHERE workflow_id = ?"
         " RETURNING seq", (workflow_id, name, text, now, workflow_id)).fetchone()
-    if status == "blocked" and blocked_on == name and name != TIMER:
+    if status == Status.BLOCKED and blocked_on == name and name != TIMER:
         sql.run(conn, "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
                 " WHERE id = ?", (now, workflow_id))
     else:
@@ -134,7 +135,7 @@ def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any],
     """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
     row = sql.run(conn, "SELECT p.id, p.status, p.blocked_on FROM workflows c JOIN workflows p ON p.id = c.parent"
                   f" WHERE c.id = ?{sql.lock_of('p')}", (child_id,)).fetchone()
-    if row is None or row[1] in FINISHED_STATUSES:
+    if row is None or row[1] in FINISHED:
         return
     append_signal(sql, conn, row[0], CHILD_PREFIX + child_id, dumps(outcome), now, row[1], row[2])
 
@@ -222,7 +223,7 @@ class SharedOperatorWrites(StoreBase):
         def send(conn: Any) -> int:
             # Locked: the lock orders concurrent senders (sequence numbers without gaps or repeats).
             status, blocked_on = _workflow(sql, conn, workflow_id, "status, blocked_on", sql.lock)
-            if status in FINISHED_STATUSES:
+            if status in FINISHED:
                 raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
             seq = append_signal(sql, conn, workflow_id, name, text, now, status, blocked_on)
             _audit(sql, conn, workflow_id, "signal", now, who, detail=f"{name} #{seq}")
@@ -245,7 +246,7 @@ class SharedOperatorWrites(StoreBase):
 
         def cancel(conn: Any) -> str:
             status, requested = _status_of(sql, conn, workflow_id)
-            if status in FINISHED_STATUSES:
+            if status in FINISHED:
                 raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
                                            " blocked workflow can be cancelled")
             if requested is not None:
@@ -274,7 +275,7 @@ class SharedOperatorWrites(StoreBase):
 
         def terminate(conn: Any) -> str:
             status, _ = _status_of(sql, conn, workflow_id)
-            if status in FINISHED_STATUSES:
+            if status in FINISHED:
                 raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
                                            " blocked workflow can be terminated")
             first[:] = [status]
@@ -296,7 +297,7 @@ class SharedOperatorWrites(StoreBase):
 
         def retry(conn: Any) -> None:
             status, _ = _status_of(sql, conn, workflow_id)
-            if status != "failed":
+            if status != Status.FAILED:
                 raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a failed workflow can be"
                                            " retried")
             sql.run(
@@ -349,13 +350,13 @@ class SharedOperatorWrites(StoreBase):
         """
         wid = new_id or doc.id
         _check_id(wid)
-        status = "pending" if doc.status in ("running", "blocked") else doc.status
+        status = Status.PENDING if doc.status in (Status.RUNNING, Status.BLOCKED) else doc.status
         input_text = self.encode_payload(doc.input, "the workflow input") if doc.has_input else None
-        result = self.encode_payload(doc.result, "the workflow's result") if status == "completed" else None
+        result = self.encode_payload(doc.result, "the workflow's result") if status == Status.COMPLETED else None
         commands = [(c.kind, c.name, bool(c.ok), self.encode_payload(c.value, f"slot {i}'s value") if c.ok else None,
                      c.error, c.attempts, at, c.args)
                     for i, (c, at) in enumerate(zip(doc.commands, doc.recorded_at, strict=True))]
-        consumed = status != "pending"
+        consumed = status != Status.PENDING
         signals = [(wid, s.seq, s.name, self.encode_payload(s.payload, f"the payload of signal {s.name!r}"),
                     consumed, at) for s, at in zip(doc.signals, doc.sent_at, strict=True)]
         now, who, sql = time.time(), actor(), self.dialect
@@ -364,7 +365,7 @@ class SharedOperatorWrites(StoreBase):
             base = slot_key(self._insert_workflow(
                 conn, wid, doc.workflow, input_text, now, status=status, slots=len(doc.commands), result=result,
                 error=doc.error, diagnostic=None if doc.diagnostic is None else dumps(doc.diagnostic),
-                error_kind=doc.error_kind if status == "failed" else None,
+                error_kind=doc.error_kind if status == Status.FAILED else None,
                 forked_from=doc.forked_from, forked_slot=doc.forked_slot))
             sql.run_many(conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at,"
                          " args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(base + i, *c) for i, c in enumerate(commands)])
@@ -393,7 +394,8 @@ class SharedOperatorWrites(StoreBase):
         def answer(conn: Any) -> str:
             status, blocked_on, wake_at, seq = _workflow(sql, conn, workflow_id, "status, blocked_on, wake_at, seq",
                                                          sql.lock)
-            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, now,
+            # The deadline is a recorded wake time: due by the wake clock (see StoreBase.wake_clock).
+            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, self.wake_clock(),
                                       lambda: _approval_timeout(sql, conn, int(seq), request))
             payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
             text = self.encode_payload(payload, "the approval's answer")

@@ -20,6 +20,10 @@ from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.sqlite.connection import SQLiteConnection
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
 from replaylog.engine.store.sqlite.operations import tell_parent
+from replaylog.engine.vocab import SlotKind, Status, status_info
+
+# Bound once: compared on every slot (a global is cheaper to read than an enum member).
+_ACTIVITY = SlotKind.ACTIVITY.value
 
 # A failed slot, or one whose value the caller did not encode: with the failure's traceback.
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
@@ -158,11 +162,11 @@ class Commits(SQLiteConnection, SeenCancels):
                 text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
             if args is None:
                 self._cur.execute(_INSERT_OK, (row_key, kind, name, text, attempts, now))
-            elif attempts == 1 and kind == "activity":
+            elif attempts == 1 and kind == _ACTIVITY:
                 self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
             else:
                 self._cur.execute(_INSERT_OK_ARGS, (row_key, kind, name, text, attempts, now, args))
-                if kind == "child":
+                if kind == SlotKind.CHILD:
                     self._start_child(claim, name, value, now)
         else:
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
@@ -225,10 +229,11 @@ class Commits(SQLiteConnection, SeenCancels):
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
-        status: str = outcome.status  # may become "pending" below
+        # Plain text (sqlite3 binds an exact str without its adapter look-up); may become pending below.
+        status = str(outcome.status)
         blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
         consumed = ",".join(map(str, outcome.consumed_signals))
-        if status == "blocked":
+        if status == Status.BLOCKED:
             # A signal of this name that arrived during the run makes a wait runnable, not
             # blocked; so does a cancel request the run has not raised yet, for a wait or a
             # sleep (its wait is to raise it).
@@ -241,7 +246,7 @@ class Commits(SQLiteConnection, SeenCancels):
                 " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
             arrived = conn.execute(f"SELECT {signals}{cancel}", (claim.id, blocked_on)).fetchone()[0]
             if arrived:
-                status, blocked_on, wake_at = "pending", None, None
+                status, blocked_on, wake_at = Status.PENDING.value, None, None
         cur = conn.execute(
             "UPDATE workflows SET status = ?, blocked_on = ?, wake_at = ?, result = ?, error = ?, diagnostic = ?,"
             " error_kind = ?, traceback = ?,"
@@ -256,8 +261,8 @@ class Commits(SQLiteConnection, SeenCancels):
         )
         if cur.rowcount != 1:
             return False
-        if status in ("completed", "failed", "cancelled"):
-            ok = status == "completed"
+        if status_info(status).code_ended:
+            ok = status == Status.COMPLETED
             tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
                                          "error": None if ok else outcome.error}, now)
         if consumed:
