@@ -266,10 +266,11 @@ async def test_enter_on_a_slot_shows_its_value_as_pretty_json(console_db: Path) 
 async def test_a_failed_slot_and_the_failed_workflow_show_their_tracebacks(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
-        await open_workflow(pilot, ROLES["activity_failure"])
+        screen = await open_workflow(pilot, ROLES["activity_failure"])  # it opens on the diagnosis
+        await pilot.press("1")  # the slots
+        screen.query_one("#slot-table", PagedTable).move_cursor(row=0)
         await pilot.press("enter")  # slot 0, the activity that failed
-        await pilot.pause()
-        assert isinstance(app.screen, SlotScreen)
+        assert await wait_until(pilot, lambda: isinstance(app.screen, SlotScreen))
         shown = rendered(app.screen.query_one("#slot-value Static", Static))
         assert 'traceback\nTraceback (most recent call last):\n  File "tests/console_workflows.py", line' in shown
         assert "in carrier_down" in shown and "replaylog/engine" not in shown
