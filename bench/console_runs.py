@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.sizes import Sizes
 from replaylog.engine.store import open_store, slot_key
-from replaylog.engine.store.schema import SCHEMA_VERSION
+from replaylog.engine.store.shared.migrations import latest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG_WID = "wf-bench-big-history"
@@ -52,7 +52,7 @@ def build_db(path: Path, workflows: int, slots: int) -> None:
     a million); the schema is the store's own. Kept between runs: building is slow.
     """
     # (Not "built-v…": files marked so before the schema was renumbered 1 have the old layout.)
-    marker = Path(f"{path}.built-schema{SCHEMA_VERSION}-{workflows}-{slots}")
+    marker = Path(f"{path}.built-schema{latest()}-{workflows}-{slots}")
     if marker.exists() and path.exists():
         return
     for suffix in ("", "-wal", "-shm"):

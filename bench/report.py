@@ -104,6 +104,12 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f"worker RSS {_f(z.get('worker_rss_mb'), ' MB')}, idle CPU {_f(z.get('idle_cpu_percent'), '%', 1)}; "
         f"all woke in {_f(z.get('all_awake_after_s'), ' s', 1)} ({_f(z.get('wakeups_per_s'))}/s)",
         "idle CPU < 5%")
+    w = m.get("wake", {})
+    ws, wp = w.get("sqlite", {}), w.get("postgres", {})
+    add("wake", f"10. handle.result() wakes after the workflow finishes ({ws.get('samples', '—')} samples)",
+        f"SQLite median {_f(ws.get('median_ms'), ' ms', 1)}, p99 {_f(ws.get('p99_ms'), ' ms', 1)}; "
+        f"PostgreSQL median {_f(wp.get('median_ms'), ' ms', 1)}, p99 {_f(wp.get('p99_ms'), ' ms', 1)}",
+        "median <= 50 ms")
     c = m.get("console", {})
     add("console", f"6. console, {_f(c.get('workflows'))} workflows",
         f"paint {_f(c.get('first_paint_s'), ' s', 2)}, RSS {_f(c.get('peak_rss_mb'), ' MB')}, "

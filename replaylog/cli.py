@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import signal as signal_mod
 import sqlite3
@@ -26,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from replaylog.client import Client, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import check_workflow, retry_verdict
@@ -38,18 +40,16 @@ from replaylog.engine.store import (
     ReaderStore,
     WorkflowRow,
     WorkflowSummary,
-    database_path,
     default_max_payload,
     is_damaged,
-    is_postgres_url,
     open_store,
     operator_name,
     redact_url,
     waiting_reason,
 )
 from replaylog.engine.text import countdown, preview, printable, waits_text
-
-DEFAULT_DB = "replaylog.db"
+from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
+from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
 
 class CLIError(click.ClickException):
@@ -80,12 +80,9 @@ class Settings:
     def db(self) -> Path | str:
         """--db, else $REPLAYLOG_DB, else ./replaylog.db: a file path, a sqlite:///path URL
         (both as a Path), or a PostgreSQL URL (as given: a string)."""
-        location = self._db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB
-        if is_postgres_url(location):
-            return location
         try:
             # Other URL schemes say in one line that they are not supported.
-            return database_path(location)
+            return resolve_db(self._db)
         except StoreError as exc:
             fail(str(exc))
 
@@ -122,6 +119,10 @@ class Settings:
         if not create and isinstance(db, Path) and not db.exists():
             fail(f"no database at {db}")
         return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
+
+    def client(self, *, readonly: bool = False, app: Registry | None = None) -> Client:
+        """A client on the database (see `open` for when a missing one is an error)."""
+        return Client(self.db, max_payload=self.max_payload, readonly=readonly, app=app)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -310,6 +311,38 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
     click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
 
 
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("key", required=False)
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With KEY: wait up to SECONDS for the workflow to set it (exit 1 if it does not).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each key and its latest value.")
+@global_options
+@pass_settings
+def events(settings: Settings, workflow_id: str, key: str | None, wait: float | None, as_json: bool) -> None:
+    """Show a workflow's events (ctx.set_event): the latest value of each key, or of KEY.
+
+    With KEY the value is printed as JSON alone, for scripts; an unset KEY exits 1.
+    """
+    if wait is not None and key is None:
+        fail("--wait waits for one KEY: give it")
+    with settings.client(readonly=True) as client:
+        if key is not None and wait:
+            client.get_event(workflow_id, key, timeout=wait)
+        found = client.events(workflow_id)
+    if key is not None:
+        if key not in found:
+            fail(f"workflow {workflow_id} has set no event {key!r}" + (f" within {wait:g} s" if wait else ""))
+        found = {key: found[key]}
+    if as_json:
+        click.echo(json.dumps(found))
+    elif key is not None:
+        click.echo(json.dumps(found[key]))
+    else:
+        _console().print(_listing(f"{len(found)} event(s)", ("key", "value"),
+                                  [(_t(k), _t(preview(v, 200))) for k, v in found.items()], wide="value"))
+
+
 # ---------------------------------------------------------------- worker
 
 
@@ -326,20 +359,27 @@ def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None
 @click.option("--no-inflight", is_flag=True, help="Do not record that an activity started before running it.")
 @click.option("--no-cpu-focus", is_flag=True,
               help="Never move workflow threads onto one CPU while commits are crowded (docs/performance.md).")
-@click.option("--create", is_flag=True, help="Create the database if there is none (else a missing one is an error).")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
+# A worker always creates a missing database now; --create stays accepted for scripts written before.
+@click.option("--create", is_flag=True, hidden=True, expose_value=False,
+              help="Accepted for older scripts: a worker creates a missing database.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Print no start line and nothing per workflow; of the workflows' log lines, WARNING and above.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
-           lease: float, no_inflight: bool, no_cpu_focus: bool, create: bool, quiet: bool, child: bool) -> None:
+           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
 
     registry = _app(app)
-    # Fail early, in one line, on a bad database; a missing one is refused unless --create:
-    # a worker on a mistyped path would otherwise wait for ever on an empty new file.
-    settings.open(create=create).close()
+    _show_workflow_logs(quiet)
+    # A worker is the natural first process on a new database (started before any workflow),
+    # so it creates a missing one; its start line says it did, so a mistyped path shows at once.
+    # A bad database (not replaylog's, damaged, newer) still fails here, in one line.
+    db = settings.db
+    created = isinstance(db, Path) and not db.exists()
+    settings.open(create=True).close()
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
@@ -352,10 +392,6 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         # process took the second as "leave now" and dropped its workflows. Only this
         # process passes signals on (on_signal).
         children = [subprocess.Popen(base, start_new_session=True) for _ in range(processes - 1)]
-    if not quiet and not child:
-        # On stderr, with the per-workflow events: stdout stays for what a script reads.
-        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children]),
-                             oneline=True), err=True)
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
@@ -364,15 +400,23 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
 
+    stopped_by: list[str] = []
+
     def on_signal(signum: int, _frame: object) -> None:
         if w.stop_requested:
             os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
+        stopped_by.append(signal_mod.Signals(signum).name)
         w.request_stop()
         for proc in children:
             proc.send_signal(signum)
 
     signal_mod.signal(signal_mod.SIGTERM, on_signal)
     signal_mod.signal(signal_mod.SIGINT, on_signal)
+    if not quiet and not child:
+        # On stderr, with the per-workflow events: stdout stays for what a script reads. Said
+        # once the signal handlers are in place: a SIGTERM after it always stops the worker cleanly.
+        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children],
+                                      created=created), oneline=True), err=True)
     try:
         w.run(until_idle=until_idle)
     except ReplaylogError as exc:
@@ -380,6 +424,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     finally:
         for proc in children:  # not `child`: that is the --child flag
             proc.wait()
+    if stopped_by and not quiet:
+        click.echo(_one(_stopped_line(stopped_by[0], w.handed_back, w.completed)), err=True)
     if w.left_unknown:
         names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
         click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
@@ -388,13 +434,63 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         fail(f"{len(bad)} worker process(es) exited with an error")
 
 
-def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int]) -> str:
-    """The worker's start line: what it serves, how, and which processes to signal."""
+@cli.command()
+@global_options
+@pass_settings
+def migrate(settings: Settings) -> None:
+    """Bring the database's schema up to this replaylog's, in one transaction (every workflow kept)."""
+    with settings.open() as store:
+        before, now = store.schema_upgrade
+    where = redact_url(str(settings.db))
+    if before == now:
+        click.echo(f"{where}: schema version {now}, up to date")
+    else:
+        click.echo(f"{where}: schema version {before} -> {now}")
+
+
+class _WorkflowLines(logging.Formatter):
+    """A workflow's log line as the worker shows it: time, workflow id, level, message (and any traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(workflow_id)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The line, its control characters made visible (a message is the workflow code's text)."""
+        return printable(super().format(record))
+
+
+def _show_workflow_logs(quiet: bool) -> None:
+    """Show the workflows' `ctx.logger` lines on stderr: INFO and above, WARNING and above with --quiet.
+
+    Unless the app set up logging itself while it was imported (a handler of its own on
+    the root or the workflow logger): then its set-up decides where the lines go.
+    """
+    wf_logger = logging.getLogger(WORKFLOW_LOGGER)
+    if logging.getLogger().handlers or wf_logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_WorkflowLines())
+    wf_logger.addHandler(handler)
+    wf_logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    wf_logger.propagate = False  # ours alone: a root handler the app adds later would print each line twice
+
+
+def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:
+    """What a worker stopped by a signal says last: which workflows it gave back unfinished."""
+    back = (f"handed back {len(handed_back)} unfinished workflow(s), their history kept, for the next worker:"
+            f" {', '.join(handed_back[:10])}{', …' if len(handed_back) > 10 else ''}" if handed_back
+            else "no workflow was running, none handed back")
+    return f"replaylog worker (pid {os.getpid()}) stopped by {signame}: {back}; {completed} completed while it ran"
+
+
+def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int], *, created: bool) -> str:
+    """The worker's start line: what it serves (and whether it just created it), how, and which processes to signal."""
     names = sorted(registry.workflows)
     shown = ", ".join(names[:8]) + (f", … ({len(names)} in all)" if len(names) > 8 else "")
     db = settings.db
     where = db.resolve() if isinstance(db, Path) else redact_url(db)  # a URL's password stays out
-    return (f"replaylog worker serving {where}: app {registry.spec} "
+    new = " (a new database: created it, as there was none)" if created else ""
+    return (f"replaylog worker serving {where}{new}: app {registry.spec} "
             f"({len(names)} workflow(s): {shown or 'none'}), concurrency {concurrency}, "
             f"{len(pids)} process(es), pid {', '.join(map(str, pids))}")
 
@@ -426,6 +522,17 @@ def _console(stderr: bool = False) -> Console:
     if stream.isatty():
         return Console(stderr=stderr)
     return Console(stderr=stderr, width=_PIPED_WIDTH, soft_wrap=True)
+
+
+def _print(*renderables: Any) -> None:
+    """Print on stdout: as laid out on a terminal; piped, each line without the padding rich adds to its width."""
+    console = _console()
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
 def _t(value: Any) -> Text:
@@ -466,7 +573,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
 def _waiting(store: ReaderStore, workflow: str, status: str,
              served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
     """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
-    if status != "pending":
+    if status != Status.PENDING:
         return None
     return waiting_reason(workflow, served() if served is not None else store.served_names())
 
@@ -499,7 +606,7 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
         approvals = {r.id: store.pending_approval(r.id) for r in rows
-                     if r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
+                     if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
@@ -508,9 +615,16 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
              "parent": r.parent} for r in rows
         ]))
         return
-    table = Table(title=f"{len(rows)} of {total} workflow(s)" if total != len(rows) else None, box=box.SIMPLE_HEAD)
+    # --limit and the total count top-level workflows under --tree: a child comes with its parent, uncounted.
+    counted = "top-level workflow(s), each with its children" if tree else "workflow(s)"
+    cut = total != len(top)
+    table = Table(title=f"{len(top)} of {total} {counted}" if cut else None, box=box.SIMPLE_HEAD)
     now = time.time()
-    for col in ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)"):
+    # A failed workflow's error, or why a cancelled or terminated one was stopped (the
+    # operator's reason): a column of its own, last, when a row has one.
+    errors = any(r.error for r in rows)
+    columns = ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)") + ("error / reason",) * errors
+    for col in columns:
         # Ids are what operators copy into the next command: never cut them short.
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
                          no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
@@ -518,15 +632,15 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         # A pending workflow no live worker can run says so where a blocked one names its signal.
         waits = (_t(_blocked_text(r.blocked_on, r.wake_at, now, approvals.get(r.id))) if r.blocked_on
                  else _waits(waiting[r.id]))
-        if r.status in ("cancelled", "terminated"):
-            waits = _t(preview(r.error or "", 60))  # why: the operator's reason
         # A child is indented under its parent; the id itself stays whole, to be copied.
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
-        table.add_row(shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
-                      _t(_when(r.updated_at, short=True)))
-    _console().print(table)
-    if total != len(rows):
-        click.echo(f"showing {len(rows)} of {total}; use --limit 0 for all", err=True)
+        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots), _t(_when(r.updated_at, short=True))]
+        if errors:
+            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == Status.FAILED else ""))
+        table.add_row(*cells)
+    _print(table)
+    if cut:
+        click.echo(f"showing {len(top)} of {total} {counted}; use --limit 0 for all", err=True)
 
 
 def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
@@ -585,7 +699,6 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(data))
         return
-    console = _console()
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -603,7 +716,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     for child in data["children"]:
         head.add_row("child", _t(f"{child['id']} ({child['workflow']}, {child['status']})"))
     head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
-    if row.status == "completed":
+    if row.status == Status.COMPLETED:
         head.add_row("result", _t(preview(row.result, 200)))
     if row.error:
         head.add_row("error", Text(printable(row.error, oneline=True), style="red"))
@@ -616,7 +729,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         # said as the console's workflow screen says it.
         line = worker_error_line(row.worker_error, row.status, row.retry_at)
         head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
-    if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+    if row.cancel_requested is not None and not status_info(row.status).finished:
         head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
                                                              else ""), oneline=True), style="yellow"))
     if row.forked_from is not None:
@@ -627,24 +740,24 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
-    console.print(head)
-    console.print(_listing(
+    shown: list[Any] = [head, _listing(
         f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
         [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
           Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
           _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
          for c in data["commands"]],
-        wide="value / error"))
+        wide="value / error")]
     if data["signals"]:
-        console.print(_listing(
+        shown.append(_listing(
             f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
             [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
               _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"]))) for s in data["signals"]]))
     if data["audit"]:
-        console.print(_listing(
+        shown.append(_listing(
             f"{len(data['audit'])} operator action(s)", ("when (UTC)", "action", "by", "reason", "detail"),
             [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
              for a in data["audit"]]))
+    _print(*shown)
 
 
 def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:
@@ -665,9 +778,10 @@ def _slot_value(c: dict[str, Any]) -> str:
         return preview(c["error"], 40)
     # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
     # (JSON keeps the number); a patch marker holds no value.
-    if c["kind"] in ("now", "timer", "deadline", "timeout"):
+    kind = kind_info(c["kind"])
+    if kind.time is not None:
         return _clock_value(c["value"])
-    return "(marker)" if c["kind"] == "patch" else preview(c["value"], 40)
+    return "(marker)" if kind.marker is not None else preview(c["value"], 40)
 
 
 # ---------------------------------------------------------------- check
@@ -742,7 +856,7 @@ def _check_histories(files: list[str], registry: Registry) -> None:
 def _check_all(store: ReaderStore, registry: Registry) -> None:
     from rich.progress import Progress
 
-    ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",
+    ids = [r.id for r in store.list_workflows(status=UNFINISHED, limit=-1, sort="created",
                                                descending=False)]
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
@@ -824,7 +938,7 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
     """
     with settings.open() as store:
         row = store.get_workflow(workflow_id)
-        if row.status != "failed":
+        if row.status != Status.FAILED:
             fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
         verdict_text = "dry replay skipped (--force)"
         if not force:
@@ -851,29 +965,13 @@ def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | Non
     """
     with settings.open() as store:
         wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
-        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
+        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
     click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
                     + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {from_slot}"
                        f" will run again, with new idempotency keys: {names}" if again else
                        "no recorded activity runs again")), err=True)
-
-
-def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
-    """A stored workflow's whole history as an export document."""
-    row = store.get_workflow(workflow_id)
-    state = store.load_state(workflow_id)
-    commands = store.list_commands(workflow_id)
-    signals = store.list_signals(workflow_id)
-    # Separate reads: a running workflow may have recorded more in between; keep the common prefix.
-    n, m = min(len(state.commands), len(commands)), min(len(state.signals), len(signals))
-    return HistoryDocument(
-        id=row.id, workflow=row.workflow, input=row.input, has_input=row.has_input, status=row.status,
-        result=row.result, error=row.error, diagnostic=row.diagnostic, commands=state.commands[:n],
-        recorded_at=tuple(c.recorded_at for c in commands[:n]), signals=state.signals[:m],
-        sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot,
-        error_kind=row.error_kind)
 
 
 @cli.command(name="export")
@@ -883,9 +981,8 @@ def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
 @pass_settings
 def export_cmd(settings: Settings, workflow_id: str, output: str | None) -> None:
     """Write a workflow's whole history as one versioned JSON document."""
-    with settings.open(readonly=True) as store:
-        doc = history_document(store, workflow_id)
-    text = json.dumps(doc.to_json(), ensure_ascii=False)
+    with settings.client(readonly=True) as client:
+        text = json.dumps(client.get_handle(workflow_id).export(), ensure_ascii=False)
     if output is None:
         click.echo(text)
         return

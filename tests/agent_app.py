@@ -14,6 +14,7 @@ from typing import Any
 from replaylog import (
     ChildWorkflowError,
     Context,
+    DuplicateWorkflowIdError,
     ParallelError,
     SignalTimeout,
     WorkflowCancelled,
@@ -158,6 +159,17 @@ def bad_parent(ctx: Context, child_id: str | None = None) -> Any:
 
 
 @workflow
+def handles_taken_id(ctx: Context, input: dict[str, str]) -> Any:
+    """A child with a given id; a refusal of the id raises the parent's own error, or takes a fallback."""
+    try:
+        return ctx.call_workflow(child_task, {"n": 3}, id=input["id"])
+    except DuplicateWorkflowIdError:
+        if input["then"] == "raise":
+            raise ValueError("mine") from None
+    return {"fallback": ctx.call_activity(note, "fallback")}
+
+
+@workflow
 def held_child(ctx: Context) -> Any:
     """A child whose activity is held."""
     return ctx.call_activity(held, "in child")
@@ -189,3 +201,14 @@ def family(ctx: Context) -> Any:
 def parent_of_held(ctx: Context) -> Any:
     """Waits for a child whose activity is held."""
     return {"from child": ctx.call_workflow(held_child)}
+
+
+@workflow
+def logs_as_it_goes(ctx: Context, n: int) -> Any:
+    """Logs through ctx.logger around an activity and a timed wait for "go"."""
+    ctx.logger.info("charging %s", n)
+    ctx.call_activity(note, f"charge {n}")
+    ctx.logger.info("waiting for go")
+    go = ctx.wait_signal("go", timeout=3600)
+    ctx.logger.warning("go: %s", go)
+    return go

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from conftest import cli_env, run_cli
-from replaylog.engine.core import Context, WorkflowState, run, signal
-from replaylog.engine.errors import ChildWorkflowError
+from replaylog.console.data import fetch_transcript
+from replaylog.engine.core import CommandRecord, Context, WorkflowState, execute, run, signal
+from replaylog.engine.errors import ChildWorkflowError, DuplicateWorkflowIdError
 from replaylog.engine.store import open_store
 
 
@@ -61,6 +62,30 @@ def test_a_bad_child_id_or_input_records_nothing() -> None:
     assert r1.state.commands == () and r2.state.commands == ()
 
 
+def test_a_refused_child_id_is_recorded_and_code_that_catches_it_decides_the_outcome() -> None:
+    def catches(ctx: Context, _input: Any) -> Any:
+        try:
+            return ctx.call_workflow("kid", id="taken")
+        except DuplicateWorkflowIdError as exc:
+            raise ValueError(f"mine ({exc})") from None
+
+    recorded: list[CommandRecord] = []
+
+    def store_refuses(slot: int, rec: CommandRecord) -> None:
+        if rec.ok:  # what the worker's store says of an id another workflow has
+            raise DuplicateWorkflowIdError(f"slot {slot}: a workflow with id 'taken' already exists")
+        recorded.append(rec)
+
+    live = execute(catches, Context(WorkflowState(), clock=clock, record=store_refuses), WorkflowState())
+    mine = "workflow code raised ValueError: mine (slot 0: a workflow with id 'taken' already exists)"
+    assert (live.status, live.error, live.error_kind) == ("failed", mine, "code")
+    assert recorded == [CommandRecord("child", "kid", False, None, "slot 0: a workflow with id 'taken' already exists",
+                                      1, "[null]")]
+    # A replay raises the recorded refusal at the same place: nothing is started, the same outcome.
+    again = run(catches, WorkflowState(commands=tuple(recorded)), clock=clock)
+    assert (again.status, again.outcome.error, again.context.executed_commands) == ("failed", mine, 0)
+
+
 # ------------------------------------------------------------------ a real worker
 
 
@@ -99,7 +124,7 @@ def test_a_parent_gets_its_childrens_results_and_show_links_both_ways(tmp_path: 
     assert workflow_ids(db) == sorted([wid, f"{wid}.0", f"{wid}.1"]) and runs(tmp_path, "child 1") == 1
 
 
-def test_a_child_of_an_unknown_workflow_or_a_taken_id_fails_the_parent_and_writes_nothing(
+def test_a_child_of_an_unknown_workflow_fails_the_parent_and_writes_nothing_an_uncaught_taken_id_fails_it_too(
         tmp_path: Path, db: Path | str) -> None:
     env = env_for(tmp_path)
     unknown = run_cli(db, "start", "bad_parent", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
@@ -109,6 +134,32 @@ def test_a_child_of_an_unknown_workflow_or_a_taken_id_fails_the_parent_and_write
     with open_store(db, readonly=True) as store:
         first, second = store.get_workflow(unknown), store.get_workflow(taken)
         assert first.status == "failed" and "no_such_workflow" in (first.error or ""), first.error
-        assert second.status == "failed" and f"a workflow with id {unknown!r} already exists" in (second.error or "")
-        assert store.list_commands(unknown) == [] and store.list_commands(taken) == []
+        assert second.status == "failed" and second.error == (
+            f"DuplicateWorkflowIdError: slot 0: a workflow with id {unknown!r} already exists")
+        assert store.list_commands(unknown) == []
+        assert [(c.kind, c.ok) for c in store.list_commands(taken)] == [("child", False)]  # the refusal
     assert workflow_ids(db) == sorted([unknown, taken])
+
+
+def test_a_caught_refusal_of_a_taken_child_id_leaves_the_outcome_to_the_workflow(
+        tmp_path: Path, db: Path | str) -> None:
+    env = env_for(tmp_path)
+    app = ("--app", "agent_app")
+    other = run_cli(db, "start", "child_task", json.dumps({"n": 0}), *app, env=env).stdout.strip().splitlines()[-1]
+    raises, falls_back = (
+        run_cli(db, "start", "handles_taken_id", json.dumps({"id": other, "then": then}), *app,
+                env=env).stdout.strip().splitlines()[-1] for then in ("raise", "fall back"))
+    assert run_cli(db, "worker", "--until-idle", "--quiet", *app, env=env).returncode == 0
+    with open_store(db, readonly=True) as store:
+        mine = store.get_workflow(raises)
+        assert (mine.status, mine.error, mine.error_kind) == ("failed", "workflow code raised ValueError: mine", "code")
+        fallback = store.get_workflow(falls_back)
+        assert (fallback.status, fallback.result) == ("completed", {"fallback": "fallback"})
+        assert [(c.kind, c.ok) for c in store.list_commands(falls_back)] == [("child", False), ("activity", True)]
+        refused = fetch_transcript(store, falls_back)[0][0]
+        assert (refused.title, refused.outcome, refused.ok) == (
+            "child_task", f"slot 0: a workflow with id {other!r} already exists", False)
+    assert workflow_ids(db) == sorted([other, raises, falls_back])  # no child started for either
+    for wid in (raises, falls_back):  # their histories replay: the recorded refusal is raised again
+        checked = run_cli(db, "check", wid, *app, env=env)
+        assert checked.returncode == 0, checked.stdout + checked.stderr

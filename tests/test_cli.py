@@ -73,6 +73,16 @@ def test_refund_tour_start_worker_signal_show(cli: Cli) -> None:
     assert table.returncode == 0 and "charge_card" in table.stdout and "completed" in table.stdout
 
 
+def test_piped_tables_carry_no_trailing_spaces(cli: Cli) -> None:
+    wid = start(cli, "refund", "7")
+    assert cli("worker", "--until-idle", "--quiet").returncode == 0
+    assert cli("signal", wid, "approval", '{"approved": true}').returncode == 0
+    for args in (("show", wid), ("list",)):
+        out = cli(*args).stdout
+        assert "fetch_invoice" in out or wid in out
+        assert [line for line in out.splitlines() if line != line.rstrip()] == [], args
+
+
 def test_start_prints_the_id_on_the_last_line_and_honours_id(cli: Cli) -> None:
     assert start(cli, "refund", "7", "--id", "my-refund") == "my-refund"
     one_line_error(cli("start", "refund", "7", "--id", "my-refund"), "already exists")
@@ -143,6 +153,7 @@ def test_check_exits_zero_when_clean_and_one_with_the_diagnostic(cli: Cli) -> No
         (("start", "refund", "--app", "no.such.module"), ("no.such.module", "failed to import")),
         (("signal", "wf-missing", "approval"), ("no workflow with id 'wf-missing'",)),
         (("signal", "WID", "approval", "{bad"), ("invalid JSON", "approval")),
+        (("signal", "WID", "timer"), ("the signal name 'timer' is reserved for durable timers",)),
         (("show", "wf-missing"), ("no workflow with id",)),
         (("check",), ("WORKFLOW_ID or --all",)),
     ],
@@ -417,7 +428,7 @@ def test_check_says_each_verdict_once_and_piped_output_is_not_wrapped(cli: Cli) 
 
 @pytest.mark.parametrize("args", [("console",), ("console", "--readonly"), ("list",), ("list", "--json"),
                                   ("show", "wf-1"), ("check", "wf-1"), ("check", "--all"),
-                                  ("signal", "wf-1", "approval"), ("worker", "--until-idle")])
+                                  ("signal", "wf-1", "approval")])
 def test_a_command_on_a_missing_database_says_so_and_creates_nothing(tmp_path: Path, args: tuple[str, ...]) -> None:
     from conftest import run_cli
 
@@ -428,12 +439,18 @@ def test_a_command_on_a_missing_database_says_so_and_creates_nothing(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def test_start_and_worker_create_create_the_database(tmp_path: Path) -> None:
+def test_start_and_worker_create_the_database_and_the_worker_says_so(tmp_path: Path) -> None:
     from conftest import run_cli
 
-    served = run_cli(tmp_path / "served.db", "worker", "--until-idle", "--quiet", "--create")
+    db = tmp_path / "served.db"
+    served = run_cli(db, "worker", "--until-idle")
     assert served.returncode == 0, served.stderr
-    assert (tmp_path / "served.db").exists()
+    assert db.exists()
+    assert served.stderr.startswith(f"replaylog worker serving {db} (a new database: created it, as there was none):")
+    again = run_cli(db, "worker", "--until-idle")
+    assert again.returncode == 0 and again.stderr.startswith(f"replaylog worker serving {db}: app ")
+    # --create, from scripts written when a worker needed it, is still accepted.
+    assert run_cli(tmp_path / "old.db", "worker", "--until-idle", "--quiet", "--create").returncode == 0
     assert run_cli(tmp_path / "started.db", "start", "refund", "1").returncode == 0
     assert (tmp_path / "started.db").exists()
 

@@ -501,15 +501,22 @@ async def test_sending_a_valid_signal_writes_through_the_store_and_shows_the_new
         assert await wait_until(pilot, lambda: "pending" in rendered(screen.query_one("#summary", Static)), 2.0)
 
 
+@pytest.mark.parametrize(("field", "typed", "reason"), [
+    ("#payload", '{"approved": tru', "not JSON: Expecting value at line 1"),
+    ("#signal-name", "timer", "the signal name 'timer' is reserved for durable timers"),
+])
 @async_test
-async def test_invalid_json_is_refused_with_the_reason_as_you_type(console_db: Path) -> None:
+async def test_invalid_json_or_a_reserved_name_is_refused_with_the_reason_as_you_type_and_nothing_is_sent(
+        console_db: Path, field: str, typed: str, reason: str) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
         dialog = await open_dialog(pilot, ROLES["blocked"])
-        dialog.query_one("#payload", TextArea).text = '{"approved": tru'
+        if field == "#payload":
+            dialog.query_one(field, TextArea).text = typed
+        else:
+            dialog.query_one(field, Input).value = typed
         await pilot.pause()
-        reason = rendered(dialog.query_one("#validation", Static))
-        assert "not JSON" in reason and "line 1" in reason
+        assert reason in rendered(dialog.query_one("#validation", Static))
         assert dialog.query_one("#send").disabled
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
@@ -920,6 +927,21 @@ async def test_go_to_an_unknown_id_says_so_in_place(console_db: Path) -> None:
 
 
 @async_test
+async def test_go_to_replaces_the_workflow_screens_so_one_esc_per_level_reaches_the_list(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_workflow(pilot, ROLES["blocked"])
+        for wid in (ROLES["completed"], "ship-9", ROLES["nondeterministic"]):
+            await pilot.press("g", *wid, "enter")
+            await settle(pilot)
+            assert isinstance(app.screen, WorkflowScreen) and app.screen.workflow_id == wid
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, WorkflowsScreen)
+        assert [type(s) for s in app.screen_stack[1:]] == [WorkflowsScreen]
+
+
+@async_test
 async def test_keys_typed_after_quit_open_nothing(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
@@ -1016,3 +1038,18 @@ async def test_a_deleted_database_is_reported_and_never_recreated(console_db: Pa
         await settle(pilot)
         assert "no database at" in rendered(app.screen.query_one("#pageinfo", Static))
         assert not console_db.exists()  # reads never create a database
+
+
+@async_test
+async def test_the_workflow_screen_shows_the_latest_value_of_each_event(db_path: Path) -> None:
+    with frozen_time(), open_store(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="events-1")
+        (claim,) = store.claim("otherhost:4194995:cafebabe", ttl=30)
+        store.commit_batch([PendingRecord(claim, 0, CommandRecord("event", "progress", True, 0.25)),
+                            PendingRecord(claim, 1, CommandRecord("event", "stage", True, "[bold]charging[/bold]")),
+                            PendingRecord(claim, 2, CommandRecord("event", "progress", True, 0.75))], ttl=30)
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        summary = rendered((await open_workflow(pilot, "events-1")).query_one("#summary", Static))
+        # The latest value per key, stored text shown as text, never markup.
+        assert 'events    progress: 0.75, stage: [bold]charging[/bold]' in summary, summary

@@ -88,7 +88,7 @@ def test_diagnosis_after_the_code_is_fixed(snap_compare: Snap, console_db: Path)
 
 
 def test_workflows_screen_wide(snap_compare: Snap, console_db: Path) -> None:
-    # 200 columns: the error column takes the room left over.
+    # 200 columns: the error column takes the room "blocked on" (its longest wait here is short) leaves.
     assert snap_compare(make_app(console_db), terminal_size=(200, 30), run_before=opening())
 
 

@@ -55,6 +55,24 @@ async def test_the_list_shows_until_when_with_a_countdown_and_marks_what_fires_n
 
 
 @async_test
+async def test_a_wide_list_shows_what_a_workflow_waits_on_whole_and_a_pending_one_without_a_worker_says_so(
+        db: Path | str) -> None:
+    _seed(db)
+    with open_store(db) as store:
+        store.start_workflow("nap", 5, workflow_id="nap-unserved")  # no worker runs now
+    app = make_app(db)
+    async with app.run_test(size=(200, 30)) as pilot:
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        waits = dict(zip(column(table, "id"), column(table, "blocked_on"), strict=True))
+        assert waits["nap-unserved"] == "no worker running"
+        # Drawn whole, not cut with "…" while the error column takes the rest of the width.
+        drawn = [table.render_line(y).text for y in range(1, table.row_count + 1)]
+        (line,) = [line for line in drawn if "approval-3d" in line]
+        assert waits["approval-3d"] in line and "…" not in line
+
+
+@async_test
 async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_readably(db: Path | str) -> None:
     _seed(db)
     with open_store(db, readonly=True) as s:

@@ -1,4 +1,4 @@
-"""Every Python and shell example in README.md, docs/tutorial.md and docs/workflows.md runs, so none can rot.
+"""Every Python and shell example in README.md and the docs that teach (DOCUMENTS) runs, so none can rot.
 
 The convention, for whoever writes the docs:
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ["README.md", "docs/tutorial.md", "docs/workflows.md"]
+DOCUMENTS = ["README.md", "docs/tutorial.md", "docs/workflows.md", "docs/client.md", "docs/testing.md"]
 FENCE = re.compile(r"^```(\S*)(.*)$")
 FILE_LINE = re.compile(r"^# file: (\S+\.py)\s*$")
 # One block's time limit: a worker --until-idle on a workflow or two takes about a second.

@@ -55,3 +55,15 @@ def test_list_tree_puts_children_under_their_parent(tmp_path: Path, db: Path | s
     # --limit counts top-level workflows: the one shown comes with its whole family.
     limited = json.loads(cli("list", "--json", "--tree", "--status", "blocked", "--limit", "1").stdout)
     assert limited[0]["parent"] is None and all(r["parent"] is not None for r in limited[1:])
+
+
+def test_list_tree_counts_top_level_workflows_and_shows_every_child(tmp_path: Path, db: Path | str) -> None:
+    cli, ids = seeded(tmp_path, db)
+    everything = cli("list", "--tree")
+    # All of them shown: no "N of M" (a child is not a workflow the count missed).
+    assert everything.returncode == 0 and " of " not in everything.stdout and everything.stderr == ""
+    assert f"{ids['family']}.0.0" in everything.stdout
+    assert cli("list", "--tree", "--limit", "0").stdout.splitlines()[1:] == everything.stdout.splitlines()[1:]
+    cut = cli("list", "--tree", "--limit", "1")
+    assert cut.stdout.splitlines()[0] == "1 of 3 top-level workflow(s), each with its children"
+    assert cut.stderr.strip() == "showing 1 of 3 top-level workflow(s), each with its children; use --limit 0 for all"

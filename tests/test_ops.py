@@ -198,6 +198,41 @@ def test_terminate_stops_a_blocked_workflow_and_no_code_runs_again(ops: Cli) -> 
     assert [r["status"] for r in json.loads(ok(ops("list", "--status", "terminated", "--json")))] == ["terminated"]
 
 
+def table_rows(text: str) -> dict[str, dict[str, str]]:
+    """A piped `list` table as {id: {column: cell}}, cut at the header's column starts."""
+    lines = text.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("id "))
+    names = ["id", "workflow", "status", "blocked on", "slots", "updated (UTC)", "error / reason"]
+    starts = [header.index(n) for n in names if n in header]
+    rows = {}
+    for line in lines[lines.index(header) + 2:]:
+        if line.strip():
+            cells = [line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)]
+            rows[cells[0]] = dict(zip([n for n in names if n in header], cells, strict=True))
+    return rows
+
+
+def test_list_shows_the_error_of_a_failed_workflow_and_the_reason_a_stopped_one_was_stopped(ops: Cli,
+                                                                                           tmp_path: Path) -> None:
+    (tmp_path / "bug").touch()
+    failed = ok(ops("start", "buggy", "--id", "bug-1"))
+    cancelled = ok(ops("start", "saga", "1", "--id", "trip"))
+    terminated = ok(ops("start", "saga", "1", "--id", "stuck-1"))
+    ok(ops("worker", "--until-idle", "--quiet"))
+    ok(ops("cancel", cancelled, "--reason", "flight cancelled"))
+    ok(ops("terminate", terminated, "--reason", "stuck"))
+    ok(ops("worker", "--until-idle", "--quiet"))
+    error = shown(ops, failed)["error"]
+    only_failed = table_rows(ok(ops("list", "--status", "failed")))
+    assert only_failed[failed]["error / reason"] == error and only_failed[failed]["blocked on"] == ""
+    everything = table_rows(ok(ops("list")))
+    assert everything[cancelled]["error / reason"] == "WorkflowCancelled: flight cancelled"
+    assert everything[terminated]["error / reason"] == "terminated by an operator: stuck"
+    assert everything[cancelled]["blocked on"] == everything[terminated]["blocked on"] == ""
+    # No row with an error, no empty column.
+    assert "error / reason" not in ok(ops("list", "--status", "completed"))
+
+
 def test_retry_replays_a_fixed_workflow_and_goes_on(ops: Cli, tmp_path: Path) -> None:
     (tmp_path / "bug").touch()
     wid = ok(ops("start", "buggy"))

@@ -10,25 +10,35 @@ import pytest
 import replaylog
 import replaylog.engine
 
-# The authoring API, the errors workflow code and its callers catch, and the in-memory
-# runner for testing workflows. Adding a name here is a promise to users: do it on purpose.
+# The authoring API, the client and the embedded worker, the errors workflow code and its
+# callers catch, and the in-memory runner for testing workflows. Adding a name here is a
+# promise to users: do it on purpose.
 PUBLIC = [
     "ActivityError",
     "ActivityInfo",
     "ChildWorkflowError",
+    "Client",
     "Context",
     "Diagnostic",
+    "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",
     "ReplaylogError",
     "RunResult",
     "SignalTimeout",
+    "Slot",
     "Task",
     "UnknownActivityError",
+    "UnknownWorkflowError",
     "ValueNotJSONError",
+    "Worker",
     "WorkflowCancelled",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowInfo",
     "WorkflowState",
+    "WorkflowTerminated",
     "activity",
     "current_activity",
     "idempotency_key",

@@ -168,7 +168,7 @@ def test_list_pages_filters_and_sorts_in_sql(store: Store) -> None:
     assert store.count_workflows(text="%") == 0  # LIKE wildcards in the filter are literal
 
 
-# -- slot commits that write only the command row (engine.store.commit, the fast path)
+# -- slot commits that write only the command row (engine.store.sqlite.commit, the fast path)
 
 
 def _wal_frames(store: Store) -> int:

@@ -121,6 +121,18 @@ def _blocked_on_approval(store: Store, wid: str, *, wake_at: float | None = None
                        ttl=TTL)
 
 
+@pytest.mark.parametrize("name", ["timer", "approval:req-0", "child:kid", ""])
+def test_the_engines_own_signal_names_are_refused_and_nothing_is_written(store: Store, name: str) -> None:
+    store.start_workflow("wf", None, workflow_id="w")
+    (claim,) = store.claim("w1", ttl=TTL)
+    store.commit_batch(finishes=[(claim, Outcome(status="blocked", blocked_on="timer", wake_at=time.time() + 3600))],
+                       ttl=TTL)
+    with pytest.raises(StoreError, match=r"reserved for durable timers|answer approvals|sent by child|empty"):
+        store.send_signal("w", name, {})
+    assert store.list_signals("w") == [] and [a.action for a in store.list_audit("w")] == ["start"]
+    assert store.get_workflow("w").status == "blocked"
+
+
 def test_an_approval_is_answered_once_and_only_for_the_pending_request(store: Store) -> None:
     _blocked_on_approval(store, "a")
     store.start_workflow("asks", None, workflow_id="other")

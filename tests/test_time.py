@@ -323,6 +323,10 @@ def test_random_where_history_has_a_uuid_diverges() -> None:
          "ctx.wait_signal('x', timeout=...): seconds must be a number, got str"),
         (lambda ctx: ctx.wait_signal("x", timeout=-5), ValueError, "got -5"),
         (lambda ctx: ctx.wait_signal("timer"), ValueError, "the signal name 'timer' is reserved for durable timers"),
+        (lambda ctx: ctx.wait_signal("approval:req-0"), ValueError,
+         "ctx.wait_signal: signal names starting 'approval:' answer approvals"),
+        (lambda ctx: ctx.wait_signal("child:kid"), ValueError, "signal names starting 'child:' are sent by child"),
+        (lambda ctx: ctx.wait_signal(""), ValueError, "ctx.wait_signal: the signal name must not be empty"),
         (lambda ctx: ctx.patched(""), ValueError, "ctx.patched(change_id): the change id must not be empty"),
         (lambda ctx: ctx.patched(7), TypeError, "ctx.patched(change_id): the change id must be a string, got int"),
         (lambda ctx: ctx.deprecate_patch(" "), ValueError, "must not be empty"),
@@ -372,13 +376,18 @@ def order_v2(ctx: Context, amount: int) -> Any:
     return ctx.call_activity(notify, "shipped")
 
 
-def _v1_history(*, shipped: bool) -> WorkflowState:
-    r = run(order_v1, WorkflowState(input=9), clock=no_clock)
+def _history(version: Any, *, shipped: bool) -> WorkflowState:
+    """A history `version` of `order` recorded: blocked on "shipped", or completed."""
+    r = run(version, WorkflowState(input=9), clock=no_clock)
     if shipped:
-        r = run(order_v1, signal(r.state, "shipped"), clock=no_clock)
+        r = run(version, signal(r.state, "shipped"), clock=no_clock)
         assert r.status == "completed"
     effects.clear()
     return r.state
+
+
+def _v1_history(*, shipped: bool) -> WorkflowState:
+    return _history(order_v1, shipped=shipped)
 
 
 def test_patched_run_live_records_a_marker_and_takes_the_new_path() -> None:
@@ -404,21 +413,68 @@ def test_patched_at_the_end_of_a_blocked_old_history_records_the_marker_and_take
     assert kinds(r)[1:] == [("patch", "notify-by-sms"), ("activity", "notify")]
 
 
-def test_a_marker_of_another_change_at_the_slot_is_nondeterministic_naming_the_slot() -> None:
+@workflow(name="order")
+def order_v3(ctx: Context, amount: int) -> Any:
+    ctx.call_activity(charge, amount)
+    ctx.wait_signal("shipped")
+    if ctx.patched("notify-by-push"):
+        return ctx.call_activity(notify, "push")
+    elif ctx.patched("notify-by-sms"):
+        return ctx.call_activity(notify, "sms")
+    return ctx.call_activity(notify, "shipped")
+
+
+@pytest.mark.parametrize(("version", "path"), [(order_v1, "shipped"), (order_v2, "sms"), (order_v3, "push")])
+def test_stacked_patches_replay_each_versions_finished_history_down_its_own_branch(version: Any, path: str) -> None:
+    recorded = _history(version, shipped=True)
+    r = run(order_v3, recorded, clock=no_clock)
+    assert (r.status, r.outcome.result) == ("completed", path)
+    assert r.state.commands == recorded.commands and effects == []  # every slot replayed, nothing new
+    verdict = dry_replay(order_v3, recorded, status="completed")
+    assert verdict.ok and verdict.text == f"replays cleanly; completes ({len(recorded.commands)} slot(s) replayed)"
+
+
+@pytest.mark.parametrize(("version", "path"), [(order_v1, "push"), (order_v2, "push"), (order_v3, "push")])
+def test_stacked_patches_take_the_newest_branch_where_a_blocked_history_of_any_version_runs_on(
+        version: Any, path: str) -> None:
+    # Blocked before the patch point, no version has recorded a marker yet: the newest code decides live.
+    r = run(order_v3, signal(_history(version, shipped=False), "shipped"), clock=no_clock)
+    assert r.outcome.result == path
+    assert kinds(r)[1:] == [("patch", "notify-by-push"), ("activity", "notify")]
+
+
+def test_an_older_patch_marker_is_left_for_the_later_patched_call_of_its_id() -> None:
+    recorded = _history(order_v2, shipped=True)
+
+    @workflow(name="order")
+    def asks_in_turn(ctx: Context, amount: int) -> Any:
+        ctx.call_activity(charge, amount)
+        ctx.wait_signal("shipped")
+        answers = [ctx.patched("notify-by-push"), ctx.patched("notify-by-mail"), ctx.patched("notify-by-sms")]
+        ctx.call_activity(notify, "sms")
+        return answers
+
+    r = run(asks_in_turn, recorded, clock=no_clock)
+    assert (r.status, r.outcome.result) == ("completed", [False, False, True])
+    assert r.context.replayed_commands == 3 and r.context.executed_commands == 0
+
+
+def test_a_marker_no_patched_call_consumes_is_nondeterministic_naming_the_slot() -> None:
     r = run(order_v2, signal(WorkflowState(input=9), "shipped"), clock=no_clock)
 
     @workflow(name="order")
-    def order_v3(ctx: Context, amount: int) -> Any:
+    def order_mail(ctx: Context, amount: int) -> Any:
         ctx.call_activity(charge, amount)
         ctx.wait_signal("shipped")
         if ctx.patched("notify-by-mail"):
             return ctx.call_activity(notify, "mail")
         return ctx.call_activity(notify, "shipped")
 
-    out = run(order_v3, r.state, clock=no_clock)
+    out = run(order_mail, r.state, clock=no_clock)
     diag = out.outcome.diagnostic
     assert out.status == "failed" and diag is not None
-    assert (diag.slot, diag.recorded, diag.issued) == (1, "patch:notify-by-sms", "patch:notify-by-mail")
+    # patched("notify-by-mail") answered False and left the marker; the next command meets it.
+    assert (diag.slot, diag.recorded, diag.issued) == (1, "patch:notify-by-sms", "activity:notify")
 
 
 def test_a_marker_where_the_code_calls_no_patched_is_nondeterministic_naming_the_slot() -> None:
@@ -532,7 +588,7 @@ def test_dry_replay_of_a_wait_with_a_deadline_and_of_a_finished_one_that_lost_it
     assert (bad.diagnostic.slot, bad.diagnostic.issued) == (1, "timeout:approval")
 
 
-def test_nondeterministic_error_is_what_a_patch_mismatch_raises_inside_workflow_code() -> None:
+def test_nondeterministic_error_is_what_a_command_at_a_patch_marker_raises_inside_workflow_code() -> None:
     seen: list[BaseException] = []
     r = run(order_v2, signal(WorkflowState(input=9), "shipped"), clock=no_clock)
 
@@ -541,7 +597,7 @@ def test_nondeterministic_error_is_what_a_patch_mismatch_raises_inside_workflow_
         ctx.call_activity(charge, amount)
         ctx.wait_signal("shipped")
         try:
-            ctx.patched("other-change")
+            ctx.call_activity(notify, "shipped")  # history has the patch marker here
         except NonDeterministicError as exc:
             seen.append(exc)
         return "carried on"

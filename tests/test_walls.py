@@ -21,10 +21,14 @@ WALLS = {
     # The engine knows nothing above it: not the console, not the public package's top
     # (`from replaylog import …`), not the client or the command line, not Textual.
     "replaylog.engine": ("=replaylog", "replaylog.console", "replaylog.cli", "replaylog.client",
-                         "replaylog.demo", "replaylog.testing", "replaylog.samples", "textual"),
+                         "replaylog.worker", "replaylog.demo", "replaylog.testing", "replaylog.samples", "textual"),
     # The console reads and writes through the store; it never runs workflows, and the
     # command line above it is the one place that knows both.
     "replaylog.console": ("replaylog.engine.worker", "replaylog.cli", "replaylog.demo"),
+    # A backend is a package beside the other, never built on it; what both need is in shared/.
+    "replaylog.engine.store.postgres": ("replaylog.engine.store.sqlite",),
+    "replaylog.engine.store.sqlite": ("replaylog.engine.store.postgres",),
+    "replaylog.engine.store.shared": ("replaylog.engine.store.sqlite", "replaylog.engine.store.postgres"),
     # User code: the public package only (`from replaylog import …`).
     "replaylog.samples": ("replaylog.engine", "replaylog.console"),
 }

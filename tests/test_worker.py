@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -98,10 +100,17 @@ def test_processes_option_runs_several_workers(db: Path | str, tmp_path: Path) -
 def test_sigterm_finishes_the_current_slot_and_hands_the_workflow_back(db: Path | str, tmp_path: Path) -> None:
     env = env_for(tmp_path, 0.3)
     (wid,) = start_many(db, 1, 20, env)
-    worker = start_worker(db, "--app", APP, env=env)
+    # Not --quiet: its last line says what it handed back.
+    worker = subprocess.Popen([sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", APP],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
     assert wait_for(lambda: len(recorded(db)) >= 2, timeout=60)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
+    assert worker.stderr is not None
+    last = worker.stderr.read().splitlines()[-1]
+    assert f"(pid {worker.pid}) stopped by SIGTERM: handed back 1 unfinished workflow(s)" in last
+    assert last.endswith(f"for the next worker: {wid}; 0 completed while it ran")
     with open_store(db, readonly=True) as s:
         row = s.get_workflow(wid)
         assert (row.status, row.lease_owner) == ("pending", None)
@@ -111,6 +120,19 @@ def test_sigterm_finishes_the_current_slot_and_hands_the_workflow_back(db: Path 
                    timeout=120).returncode == 0
     assert statuses(db) == {wid: "completed"}
     assert set(ledger(tmp_path).values()) == {1}
+
+
+def test_a_worker_stopped_while_idle_says_it_handed_nothing_back(db: Path | str, tmp_path: Path) -> None:
+    worker = subprocess.Popen([sys.executable, "-m", "replaylog", "--db", str(db), "worker",
+                               "--app", APP], env=env_for(tmp_path), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert worker.stderr is not None
+    assert "replaylog worker serving" in worker.stderr.readline()  # started: its signal handlers are set
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    assert worker.stderr.read().splitlines() == [
+        f"replaylog worker (pid {worker.pid}) stopped by SIGTERM: no workflow was running, none handed back;"
+        " 0 completed while it ran"]
 
 
 def test_signal_from_another_process_wakes_a_blocked_workflow(db: Path | str, tmp_path: Path) -> None:

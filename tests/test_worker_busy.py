@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import replaylog.engine.store.connection as connection
+import replaylog.engine.store.sqlite.connection as connection
 from replaylog import Context, activity, workflow
 from replaylog.engine.app import Registry
 from replaylog.engine.store import open_store

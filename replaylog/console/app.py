@@ -35,7 +35,8 @@ from replaylog.console.signal_dialog import SignalDialog
 from replaylog.console.workflow_screen import WorkflowScreen
 from replaylog.console.workflows_screen import WorkflowsScreen
 from replaylog.engine.app import Registry
-from replaylog.engine.text import TIMER, printable
+from replaylog.engine.core import signal_name_refusal
+from replaylog.engine.text import printable
 
 # Well under the one second the issue allows, and a data_version read is a read of
 # shared memory, so polling this often costs nothing measurable.
@@ -198,17 +199,28 @@ class ReplaylogConsole(App[None]):
 
     # -- actions shared by the screens
 
-    def open_workflow(self, workflow_id: str) -> None:
-        """Show one workflow."""
-        if not self.exiting:
-            self.push_screen(WorkflowScreen(self.data, workflow_id))
+    def open_workflow(self, workflow_id: str, *, jump: bool = False) -> None:
+        """Show one workflow; a `jump` (go to id, the palette) first goes back to the list.
+
+        A jump replaces the screens above the list rather than stacking on them, so `esc`
+        always reaches the list in one press per level (workflow, then list).
+        """
+        if self.exiting:
+            return
+        if jump:
+            self._back_to_list()
+        self.push_screen(WorkflowScreen(self.data, workflow_id))
+
+    def _back_to_list(self) -> None:
+        while len(self.screen_stack) > 2 and not isinstance(self.screen, WorkflowsScreen):
+            self.pop_screen()
 
     def open_signal_dialog(self, workflow_id: str, default_name: str | None) -> None:
         """Ask for a signal to send, unless the console is read-only (then there is no write path)."""
         if self.data.readonly or self.exiting:
             return
-        if default_name == TIMER:
-            default_name = None  # a sleeping workflow waits on no signal: offer no name
+        if default_name is not None and signal_name_refusal(default_name) is not None:
+            default_name = None  # it sleeps, or waits on a child or an approval: no name of it may be sent
         self.push_screen(SignalDialog(self.data, workflow_id, default_name or ""), self._signal_sent)
 
     def open_approval_dialog(self, workflow_id: str, request: dict[str, Any]) -> None:
@@ -246,12 +258,11 @@ class ReplaylogConsole(App[None]):
 
     def on_workflow_commands_workflow_chosen(self, message: WorkflowCommands.WorkflowChosen) -> None:
         """The palette found a workflow and the operator chose it."""
-        self.open_workflow(message.workflow_id)
+        self.open_workflow(message.workflow_id, jump=True)
 
     def on_workflow_commands_status_chosen(self, message: WorkflowCommands.StatusChosen) -> None:
         """The palette's "Show <status> workflows": back to the list, filtered."""
-        while len(self.screen_stack) > 2 and not isinstance(self.screen, WorkflowsScreen):
-            self.pop_screen()
+        self._back_to_list()
         if isinstance(self.screen, WorkflowsScreen):
             self.screen.action_status(message.status)
 
@@ -265,7 +276,7 @@ class ReplaylogConsole(App[None]):
         """Ask for a workflow id and open it."""
         def opened(workflow_id: str | None) -> None:
             if workflow_id:
-                self.open_workflow(workflow_id)
+                self.open_workflow(workflow_id, jump=True)
 
         if not self.exiting:
             self.push_screen(GoToDialog(), opened)

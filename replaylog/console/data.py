@@ -9,6 +9,7 @@ store's rows. The app watches for commits through `ChangeWatch`, also from here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.text import preview
+from replaylog.engine.vocab import Group, SlotKind, Status, kind_info
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -65,12 +67,16 @@ class ListedWorkflow:
     # What the "blocked on" column shows: blocked_on, or for an approval request
     # "approval: ACTION (request RID)" as `list` and the workflow screen name it.
     waits: str | None = None
+    # Why a pending workflow waits for a worker ("no worker running", "no running worker knows 'x'").
+    no_worker: str | None = None
 
     @classmethod
-    def of(cls, r: WorkflowSummary, approval: dict[str, Any] | None = None) -> ListedWorkflow:
-        """The view of a store summary (with the approval request it waits on, if any)."""
+    def of(cls, r: WorkflowSummary, approval: dict[str, Any] | None = None,
+           no_worker: str | None = None) -> ListedWorkflow:
+        """The view of a store summary (with the approval request it waits on, if any, and why no worker runs it)."""
         waits = r.blocked_on if approval is None else f"approval: {approval['action']} (request {approval['request']})"
-        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at, waits)
+        return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at, waits,
+                   no_worker)
 
 
 @dataclass(frozen=True)
@@ -220,10 +226,15 @@ def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, 
     # One small read per row waiting for an approval, on this page only (a page is
     # bounded; the request's action is in its slot, not in the workflows row).
     def approval(r: WorkflowSummary) -> dict[str, Any] | None:
-        waits = r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)
+        waits = r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)
         return store.pending_approval(r.id) if waits else None
 
-    return tuple(ListedWorkflow.of(r, approval(r)) for r in rows)
+    served = functools.cache(store.served_names)  # read once, and only if a pending row asks
+
+    def no_worker(r: WorkflowSummary) -> str | None:
+        return waiting_reason(r.workflow, served()) if r.status == "pending" else None
+
+    return tuple(ListedWorkflow.of(r, approval(r), no_worker(r)) for r in rows)
 
 
 @dataclass(frozen=True)
@@ -243,6 +254,8 @@ class WorkflowDetail:
     # ctx.call_workflow's links: the parent that started it, and its children as (id, workflow, status).
     parent: str | None = None
     children: tuple[tuple[str, str, str], ...] = ()
+    # What its code published with ctx.set_event: (key, latest value), in the order first set.
+    events: tuple[tuple[str, Any], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -264,12 +277,12 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     latest = max(0, total - SIGNAL_PAGE)
     signal_offset = latest if signal_offset is None else max(0, min(signal_offset, latest))
     signals = tuple(map(Signal.of, store.list_signals(workflow_id, offset=signal_offset, limit=SIGNAL_PAGE)))
-    worker = waiting_reason(row.workflow, store.served_names()) if row.status == "pending" else None
+    worker = waiting_reason(row.workflow, store.served_names()) if row.status == Status.PENDING else None
     family = store.family(workflow_id)
     children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
-                          family["parent"], children)
+                          family["parent"], children, tuple(store.events(workflow_id).items()))
 
 
 # The transcript shows at most this many slots: it is read whole, not paged.
@@ -281,7 +294,7 @@ class TranscriptEntry:
     """One line of a workflow's transcript: a model or tool call, an approval and its answer, a child."""
 
     slot: int
-    kind: str  # "call", "approval", "child", "clock", "other"
+    group: Group  # how it is shown: a call, an approval, a child, a clock read or another slot
     title: str  # what was done: the activity and its arguments, the action, the child
     outcome: str  # what came of it
     ok: bool
@@ -296,11 +309,12 @@ def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[Transcr
     children = {c["id"]: c for c in store.family(workflow_id)["children"]}
     entries = []
     for c in commands:
-        if c.kind == "activity":
+        group = kind_info(c.kind).group
+        if group is Group.CALL:
             args = c.args if c.args and not c.args.startswith(DIGEST_PREFIX) else "(…)"
             outcome = preview(c.value, 200) if c.ok else (c.error or "")
-            entries.append(TranscriptEntry(c.slot, "call", f"{c.name}{_call_args(args)}", outcome, c.ok, c.parallel))
-        elif c.kind == "approval":
+            entries.append(TranscriptEntry(c.slot, group, f"{c.name}{_call_args(args)}", outcome, c.ok, c.parallel))
+        elif group is Group.APPROVAL:
             rid = (c.value or {}).get("request", "")
             answer = answers.get(APPROVAL_PREFIX + str(rid))
             if isinstance(answer, dict):
@@ -310,16 +324,18 @@ def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[Transcr
             else:
                 outcome, ok = "waiting for an answer", True
             details = preview((c.value or {}).get("details"), 120)
-            entries.append(TranscriptEntry(c.slot, "approval", f"{c.name} {details} (request {rid})", outcome, ok))
-        elif c.kind == "child":
+            entries.append(TranscriptEntry(c.slot, group, f"{c.name} {details} (request {rid})", outcome, ok))
+        elif group is Group.CHILD and not c.ok:  # the child's id was taken: none was started
+            entries.append(TranscriptEntry(c.slot, group, c.name, c.error or "", False))
+        elif group is Group.CHILD:
             child_id = str((c.value or {}).get("id"))
             child = children.get(child_id, {})
-            entries.append(TranscriptEntry(c.slot, "child", f"{c.name} {child_id}",
-                                           str(child.get("status", "not started")), child.get("status") != "failed"))
-        elif c.kind == "now":
-            entries.append(TranscriptEntry(c.slot, "clock", "clock read", preview(c.value), True))
+            status = str(child.get("status", "not started"))
+            entries.append(TranscriptEntry(c.slot, group, f"{c.name} {child_id}", status, status != Status.FAILED))
+        elif group is Group.CLOCK:
+            entries.append(TranscriptEntry(c.slot, group, "clock read", preview(c.value), True))
         else:
-            entries.append(TranscriptEntry(c.slot, "other", f"{c.kind}:{c.name}", preview(c.value), c.ok))
+            entries.append(TranscriptEntry(c.slot, group, f"{c.kind}:{c.name}", preview(c.value), c.ok))
     return entries, row.slots
 
 
@@ -454,7 +470,7 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
         return Diagnosis(workflow_id, "nondeterministic", source, str(d.get("message", "")), slot,
                          d.get("recorded"), d.get("issued"), aligned, None, verdict, verdict_ok, (), code,
                          replay is not None, current, check)
-    if row.status == "failed":
+    if row.status == Status.FAILED:
         failed = store.last_failed_command(workflow_id)
         kind = "activity" if failed is not None and row.error_kind == "activity" else "other"
         return Diagnosis(workflow_id, kind, "the stored error", row.error or "", failed.slot if failed else None,
@@ -602,7 +618,7 @@ class ConsoleData:
                                 " first: open the console with --app")
         with self._reader() as store:
             row = store.get_workflow(workflow_id)
-            if row.status != "failed":
+            if row.status != Status.FAILED:
                 return RetryPreview(f"the workflow is {row.status}",
                                     f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
             verdict, refusal = retry_verdict(store, self.registry, workflow_id)
@@ -620,7 +636,7 @@ class ConsoleData:
         with self._reader() as store:
             total = store.get_workflow(workflow_id).slots
             again = tuple(f"{c.name} (slot {c.slot})" for c in store.list_commands(workflow_id, offset=slot)
-                          if c.kind == "activity")
+                          if c.kind == SlotKind.ACTIVITY)
         return ForkPreview(slot, total, again)
 
     def fork(self, workflow_id: str, slot: int) -> str:

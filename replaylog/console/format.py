@@ -14,15 +14,17 @@ from typing import Any
 from rich.text import Text
 
 from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.vocab import Status
 
-STATUS_STYLES = {
-    "pending": "bold cyan",
-    "running": "bold blue",
-    "blocked": "bold yellow",
-    "completed": "bold green",
-    "failed": "bold red",
-    "cancelled": "bold magenta",
-    "terminated": "bold magenta",
+# Every status's colour (a test asks that each Status has one).
+STATUS_STYLES: dict[str, str] = {
+    Status.PENDING: "bold cyan",
+    Status.RUNNING: "bold blue",
+    Status.BLOCKED: "bold yellow",
+    Status.COMPLETED: "bold green",
+    Status.FAILED: "bold red",
+    Status.CANCELLED: "bold magenta",
+    Status.TERMINATED: "bold magenta",
 }
 
 
@@ -97,7 +99,7 @@ def worker_error_line(error: str, status: str, retry_at: float | None) -> str:
 
     Kept until a run completes or fails the workflow; "runs again" only while it waits to.
     """
-    if status == "pending" and retry_at is not None:
+    if status == Status.PENDING and retry_at is not None:
         return f"{error} — runs again from {utc(retry_at, clock=True)}"
     return error
 

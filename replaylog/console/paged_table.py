@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, cast
 
@@ -78,19 +78,31 @@ class PagedTable(DataTable[Text]):
         self._keys: list[str] = []
         self._specs: list[ColumnSpec] = []
         self._grow: list[bool] = []
+        self._widest: list[int | None] = []
 
-    def define_columns(self, specs: Sequence[ColumnSpec], grow: Sequence[str] = ()) -> None:
+    def define_columns(self, specs: Sequence[ColumnSpec], grow: Sequence[str] = (),
+                       widest: Mapping[str, int] | None = None) -> None:
         """Add the columns; their widths then follow the table's width (see `fit_widths`).
 
         Args:
             specs: (key, label, width, narrowest) per column, in order.
             grow: the keys of the columns that share the room left over on a wide terminal.
+            widest: how wide a growing column may get (its longest useful content); the
+                others take the rest.
         """
         self._specs = list(specs)
         self._grow = [key in grow for key, _, _, _ in self._specs]
+        self._widest = [(widest or {}).get(key) for key, _, _, _ in self._specs]
         for key, label, width, _ in self._specs:
             self.add_column(header(label), key=key, width=width)
         self._fit()
+
+    def set_widest(self, key: str, width: int) -> None:
+        """How wide a growing column may get from now on (say, its widest cell on this page); refits if it changed."""
+        index = [k for k, _, _, _ in self._specs].index(key)
+        if self._widest[index] != width:
+            self._widest[index] = width
+            self._fit()
 
     def set_label(self, key: str, label: str | Text) -> None:
         """Change a column's label (cut with `…` like every label)."""
@@ -105,7 +117,8 @@ class PagedTable(DataTable[Text]):
             return
         # Keep room for the vertical scrollbar, so a page that starts to scroll still fits.
         room = self.size.width - self.styles.scrollbar_size_vertical - 2 * self.cell_padding * len(self._specs)
-        widths = fit_widths([(width, narrowest) for _, _, width, narrowest in self._specs], room, self._grow)
+        widths = fit_widths([(width, narrowest) for _, _, width, narrowest in self._specs], room, self._grow,
+                            self._widest)
         columns = list(self.ordered_columns)
         if [c.width for c in columns] == widths:
             return
@@ -242,17 +255,30 @@ def _same(a: Text, b: object) -> bool:
             and a.justify == b.justify)
 
 
-def fit_widths(columns: Sequence[tuple[int, int]], room: int, grow: Sequence[bool] = ()) -> list[int]:
+def fit_widths(columns: Sequence[tuple[int, int]], room: int, grow: Sequence[bool] = (),
+               widest: Sequence[int | None] = ()) -> list[int]:
     """Column widths that fit `room` cells: each (width, narrowest) gives up cells in
     proportion to what it can spare, and never goes below its narrowest; with room to
-    spare, the columns marked in `grow` share it (the first ones take the odd cells)."""
+    spare, the columns marked in `grow` share it (the first ones take the odd cells), each
+    up to its `widest` (None: no limit), the others taking what a full one leaves."""
     widths = [width for width, _ in columns]
     deficit = sum(widths) - room
+    caps = list(widest) + [None] * (len(columns) - len(widest))
     growing = [i for i, g in enumerate(grow) if g]
     if deficit < 0 and growing:
-        extra, odd = divmod(-deficit, len(growing))
-        for n, i in enumerate(growing):
-            widths[i] += extra + (1 if n < odd else 0)
+        left = -deficit
+        while left > 0:
+            open_ = [i for i in growing if caps[i] is None or widths[i] < (caps[i] or 0)]
+            if not open_:
+                break
+            extra, odd = divmod(left, len(open_))
+            for n, i in enumerate(open_):
+                give = extra + (1 if n < odd else 0)
+                cap = caps[i]
+                if cap is not None:
+                    give = min(give, cap - widths[i])
+                widths[i] += give
+                left -= give
         return widths
     spare = [width - narrowest for width, narrowest in columns]
     if deficit <= 0 or not sum(spare):

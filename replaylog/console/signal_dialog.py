@@ -15,6 +15,7 @@ from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 from replaylog.console.data import ConsoleData, SignalRefused
 from replaylog.console.format import titled
 from replaylog.console.write_dialog import WriteDialog
+from replaylog.engine.core import signal_name_refusal
 
 DEFAULT_PAYLOAD = '{"approved": true, "by": "operator"}'
 
@@ -92,9 +93,11 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
             self.valid = False
             line.update(Text(f"✗ not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}", style="bold red"))
         else:
-            self.valid = bool(name)
-            line.update(Text("✓ valid JSON", style="green") if name
-                        else Text("✗ the signal needs a name", style="bold red"))
+            # The store refuses these names too (its write is where the rule lives); said here as you type.
+            refusal = signal_name_refusal(name)
+            self.valid = refusal is None
+            line.update(Text("✓ valid JSON", style="green") if refusal is None
+                        else Text(f"✗ {refusal}", style="bold red"))
         self.query_one("#send", Button).disabled = not self.valid
 
     @on(Button.Pressed, "#send")

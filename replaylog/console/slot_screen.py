@@ -17,6 +17,7 @@ from textual.widgets import Footer, Static
 from replaylog.console.data import InFlight, Signal, Slot, WorkflowView
 from replaylog.console.format import text, utc
 from replaylog.engine.text import pretty_json, printable
+from replaylog.engine.vocab import Status, kind_info
 
 
 class SlotScreen(ModalScreen[None]):
@@ -41,13 +42,14 @@ class SlotScreen(ModalScreen[None]):
         facts = [("workflow", text(workflow_id)),
                  ("outcome", Text("ok", style="green") if cmd.ok else Text("failed", style="bold red")),
                  ("attempts", text(cmd.attempts)), ("recorded", text(utc(cmd.recorded_at)))]
-        when = _TIME_FACTS.get(cmd.kind)
+        kind = kind_info(cmd.kind)
+        when = kind.time
         if when is not None and isinstance(cmd.value, int | float) and not isinstance(cmd.value, bool):
             # Not a time a datetime can hold: the value below shows the number.
             with contextlib.suppress(OverflowError, OSError, ValueError):
                 facts.append((when, text(utc(cmd.value), "bold")))
-        elif cmd.kind == "patch":
-            facts.append(("marker", text(f"change {cmd.name!r}: replays take the patched code", "cyan")))
+        elif kind.marker is not None:
+            facts.append(("marker", text(f"change {cmd.name!r}: {kind.marker}", "cyan")))
         body: Syntax | Text = (_json(cmd.value) if cmd.ok
                                else Text(printable(cmd.error or ""), style="red"))
         return cls(title, facts, body)
@@ -78,7 +80,7 @@ class SlotScreen(ModalScreen[None]):
         facts = [("workflow", text(row.workflow)), ("status", text(row.status))]
         body = Text()
         sections: list[tuple[str, str, str]] = [("input", pretty_json(row.input) if row.has_input else "(none)", "")]
-        if row.status == "completed":
+        if row.status == Status.COMPLETED:
             sections.append(("result", pretty_json(row.result), "green"))
         if row.error:
             sections.append(("error", printable(row.error), "red"))
@@ -102,10 +104,6 @@ class SlotScreen(ModalScreen[None]):
             yield Static(Text("esc: close", style="dim"))
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
         yield Footer()
-
-# Slots whose value is a time (epoch seconds), and what that time is.
-_TIME_FACTS = {"timer": "wake time", "deadline": "deadline", "timeout": "timed out at"}
-
 
 def _title(lead: str, name: object) -> Text:
     """A dialog title: what it shows, then its stored name in bold (never parsed as markup)."""

@@ -17,8 +17,10 @@ from textual.widgets import Footer, Static
 from replaylog.console.data import TRANSCRIPT_SLOTS, ConsoleData, TranscriptEntry
 from replaylog.console.format import text, titled
 from replaylog.engine.text import printable
+from replaylog.engine.vocab import Group
 
-_MARKS = {"call": "▸", "approval": "?", "child": "⇢", "clock": "◷", "other": "·"}
+# Each transcript group's mark in the margin.
+MARKS = {Group.CALL: "▸", Group.APPROVAL: "?", Group.CHILD: "⇢", Group.CLOCK: "◷", Group.OTHER: "·"}
 PARALLEL_MARK = "‖"  # a task of a ctx.parallel group; the group opens with a "in parallel" line
 
 
@@ -82,10 +84,10 @@ class TranscriptScreen(ModalScreen[None]):
             if e.parallel and not in_group:
                 grid.add_row("", PARALLEL_MARK, Text("in parallel:", style="dim italic"))
             in_group = e.parallel
-            line = text(e.title, "bold" if e.kind in ("approval", "child") else "")
+            line = text(e.title, "bold" if e.group in (Group.APPROVAL, Group.CHILD) else "")
             line.append("  →  ", style="dim")
             line.append_text(text(e.outcome, "" if e.ok else "red"))
-            grid.add_row(str(e.slot), PARALLEL_MARK if e.parallel else _MARKS.get(e.kind, "·"), line)
+            grid.add_row(str(e.slot), PARALLEL_MARK if e.parallel else MARKS[e.group], line)
         if not message.entries:
             grid.add_row("", "", Text("no slots recorded yet", style="dim"))
         if message.total > TRANSCRIPT_SLOTS:

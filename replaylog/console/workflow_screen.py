@@ -40,6 +40,7 @@ from replaylog.console.paged_table import PagedTable
 from replaylog.console.slot_screen import SlotScreen
 from replaylog.console.transcript_screen import TranscriptScreen
 from replaylog.engine.text import TIMER, preview, printable
+from replaylog.engine.vocab import SlotKind, Status, kind_info, status_info
 
 if TYPE_CHECKING:
     from textual.timer import Timer
@@ -219,7 +220,7 @@ class WorkflowScreen(LiveScreen):
         if status != self._shown_status:
             first = self._shown_status is None
             self._shown_status = status
-            if status == "failed":
+            if status == Status.FAILED:
                 self._diagnosing = True
                 self._diagnose(False)
                 if first:
@@ -275,11 +276,11 @@ class WorkflowScreen(LiveScreen):
             status.append_text(text(f"  {detail.waiting}", "yellow"))
         grid.add_row("status", status)
         grid.add_row("input", Text(preview(row.input, 200) if row.has_input else "(none)", no_wrap=True))
-        if row.status == "completed":
+        if row.status == Status.COMPLETED:
             grid.add_row("result", Text(preview(row.result, 200), style="green", no_wrap=True))
         if row.error:
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
-        if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+        if row.cancel_requested is not None and not status_info(row.status).finished:
             said = f"requested: {row.cancel_requested}" if row.cancel_requested else "requested"
             grid.add_row("cancel", text(said, "bold magenta"))
         if row.forked_from is not None:
@@ -291,6 +292,10 @@ class WorkflowScreen(LiveScreen):
             shown = ", ".join(f"{cid} ({status})" for cid, _, status in detail.children[:4])
             more = f", … ({len(detail.children)} in all)" if len(detail.children) > 4 else ""
             grid.add_row("children", text(shown + more))
+        if detail.events:
+            shown = ", ".join(f"{key}: {preview(value, 60)}" for key, value in detail.events[:6])
+            more = f", … ({len(detail.events)} keys)" if len(detail.events) > 6 else ""
+            grid.add_row("events", text(shown + more))
         if row.worker_error:
             # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))
@@ -324,7 +329,7 @@ class WorkflowScreen(LiveScreen):
     def _lease_live(self, detail: WorkflowDetail) -> bool:
         """Whether a worker holds the workflow's lease now (its in-flight activity is running, not lost)."""
         row = detail.row
-        return row.status == "running" and row.lease_expires is not None and row.lease_expires > self.data.clock()
+        return row.status == Status.RUNNING and row.lease_expires is not None and row.lease_expires > self.data.clock()
 
     def _draw_slots(self, detail: WorkflowDetail) -> None:
         table = self.query_one("#slot-table", PagedTable)
@@ -343,7 +348,7 @@ class WorkflowScreen(LiveScreen):
             i = detail.inflight
             note = "running now" if self._lease_live(detail) else "started, no outcome: possibly ran"
             rows.append(("inflight", [
-                Text(str(i.slot), justify="right", style="bold yellow"), text("activity"), text(i.name),
+                Text(str(i.slot), justify="right", style="bold yellow"), text(SlotKind.ACTIVITY), text(i.name),
                 Text("in flight", style="bold yellow"), Text(note, style="yellow"),
                 Text(str(i.attempts), justify="right", style="yellow"), Text(utc(i.started_at, millis=True), "dim"),
             ]))
@@ -618,16 +623,12 @@ def _value_cell(c: Slot) -> Text:
     """A slot's value or error, one line; a clock read shows as a time (the raw number is in its detail)."""
     if not c.ok:
         return text(c.error or "", "red")
-    if c.kind in _TIMES and isinstance(c.value, int | float) and not isinstance(c.value, bool):
+    kind = kind_info(c.kind)
+    if kind.time_note is not None and isinstance(c.value, int | float) and not isinstance(c.value, bool):
         try:
-            return Text(f"{utc(c.value)}  ({_TIMES[c.kind]})", no_wrap=True, overflow="ellipsis")
+            return Text(f"{utc(c.value)}  ({kind.time_note})", no_wrap=True, overflow="ellipsis")
         except (OverflowError, OSError, ValueError):
             pass  # not a time a datetime can hold: show the number
-    if c.kind == "patch":
-        return Text("marker: runs the patched code", style="cyan", no_wrap=True, overflow="ellipsis")
+    if kind.marker is not None:
+        return Text(f"marker: {kind.marker}", style="cyan", no_wrap=True, overflow="ellipsis")
     return value_preview(c.value, CELL_PREVIEW)
-
-
-# Slots whose value is a time, and what that time is.
-_TIMES = {"now": "clock read", "timer": "wake time", "deadline": "deadline of the wait",
-          "timeout": "timed out: no signal by the deadline"}

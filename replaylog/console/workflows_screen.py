@@ -25,6 +25,12 @@ from replaylog.engine.text import printable
 COLUMNS = (("id", "id", 28, 11), ("workflow", "workflow", 18, 12), ("status", "status", 10, 9),
            ("blocked_on", "blocked on", 24, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
            ("error", "error", 30, 8))
+# On a wide terminal "blocked on" grows beside the error until the page's longest wait fits
+# (an approval's action, request and deadline with its countdown), at most this wide; the
+# error takes the rest. Its width moves in steps of BLOCKED_ON_STEP, so a ticking countdown
+# does not re-lay the table out every second.
+BLOCKED_ON_WIDEST = 72
+BLOCKED_ON_STEP = 8
 # The columns `o` steps through and a header click sorts by (the error is not indexed: no sort).
 SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
@@ -98,7 +104,7 @@ class WorkflowsScreen(LiveScreen):
         """Build the columns and ask for the first page."""
         table = self.query_one(PagedTable)
         table.define_columns([(key, self._label(key), width, narrowest) for key, _, width, narrowest in COLUMNS],
-                             grow=["error"])
+                             grow=["blocked_on", "error"], widest={"blocked_on": _blocked_on_width([])})
         self.query_one("#filter", Input).display = False
         self._draw_topbar()
         self.reload()
@@ -220,6 +226,7 @@ class WorkflowsScreen(LiveScreen):
         table = self.query_one(PagedTable)
         for key, _, _, _ in COLUMNS:
             table.set_label(key, self._label(key))
+        table.set_widest("blocked_on", _blocked_on_width(self._cells))
         table.has_more_before = q.offset > 0
         table.has_more_after = q.offset + len(page.rows) < page.total if counted else len(page.rows) >= q.limit
         table.set_page(self._cells, cursor_at=self._cursor_after)
@@ -361,12 +368,22 @@ class WorkflowsScreen(LiveScreen):
         self.request_signal(key, row.blocked_on if row else None)
 
 
+def _blocked_on_width(cells: list[Row]) -> int:
+    """How wide "blocked on" may grow for these rows: its longest cell, in steps, within its bounds."""
+    index = [key for key, _, _, _ in COLUMNS].index("blocked_on")
+    default = COLUMNS[index][2]
+    longest = max((row[index].cell_len for _, row in cells), default=0)
+    return max(default, min(BLOCKED_ON_WIDEST, -(-longest // BLOCKED_ON_STEP) * BLOCKED_ON_STEP))
+
+
 def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
     """The table's cells for a page, built where the page is read (a worker thread)."""
     # The soonest timer or deadline on the page is marked: it fires next.
     soonest = min((r.wake_at for r in page.rows if r.wake_at is not None), default=None)
     return [
         (r.id, [text(r.id), text(r.workflow), status_text(r.status),
+                # A pending workflow no live worker can run says so, as `replaylog list` does.
+                text(r.no_worker, "yellow") if r.no_worker else
                 waits_cell(r.waits, r.wake_at, now, first=r.wake_at is not None and r.wake_at == soonest),
                 Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim"),
                 # Stored text: one line, never markup; the column cuts it with `…`.

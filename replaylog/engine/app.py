@@ -7,7 +7,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -23,13 +23,29 @@ class AppImportError(ReplaylogError):
     """The APP could not be imported."""
 
 
-def _place(fn: Callable[..., Any]) -> str:
-    """Where a function was defined: module.qualname (file:line), for load errors."""
-    where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+def _source(fn: Callable[..., Any]) -> str | None:
+    """Where a function was written, as file:line (the path relative to the current folder when
+    inside it, else the file's name); None where Python does not know (a builtin, say).
+
+    Never the module's name: an app given as a file is imported under a made-up one
+    (replaylog_app_…) that means nothing to its author.
+    """
     code = getattr(fn, "__code__", None)
-    if code is not None:
-        where += f" ({Path(code.co_filename).name}:{code.co_firstlineno})"
-    return where
+    if code is None:
+        return None
+    path = Path(code.co_filename)
+    try:
+        shown = str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        shown = path.name
+    return f"{shown}:{code.co_firstlineno}"
+
+
+def _place(fn: Callable[..., Any]) -> str:
+    """A function for a load error that names two of them: its Python name and file:line."""
+    source = _source(fn)
+    name = getattr(fn, "__qualname__", repr(fn))
+    return f"{name} ({source})" if source else name
 
 
 def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
@@ -72,7 +88,8 @@ def _signature_problem(name: str, fn: Callable[..., Any]) -> str | None:
         return None
     positional = [p for p in params if p.kind in _POSITIONAL]
     star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
-    head = f"workflow {name!r} ({_place(fn)}) takes {parameters_text(fn)}"
+    source = _source(fn)
+    head = f"workflow {name!r}{f' ({source})' if source else ''} takes {parameters_text(fn)}"
     if not positional and not star:
         return f"{head}: a workflow takes ctx as its first parameter"
     required = [p.name for p in positional[1:] if p.default is inspect.Parameter.empty]
@@ -101,10 +118,18 @@ class Registry:
         recorded names both register. AppImportError if two workflows (or two
         activities) share a recorded name, or a workflow can never be called.
         """
-        reg = cls(spec or module.__name__)
-        candidates: dict[int, Callable[..., Any]] = {}
         # The namespace too: functions imported from other modules count, as they always did.
-        for value in [*decorated_in(module.__name__), *vars(module).values()]:
+        return cls.from_functions([*decorated_in(module.__name__), *vars(module).values()], spec or module.__name__)
+
+    @classmethod
+    def from_functions(cls, functions: Iterable[Any], spec: str) -> Registry:
+        """Collect the @workflow and @activity functions among `functions` (anything else is passed over).
+
+        AppImportError as `from_module` raises it.
+        """
+        reg = cls(spec)
+        candidates: dict[int, Callable[..., Any]] = {}
+        for value in functions:
             if getattr(value, "_replaylog_kind", None) in ("workflow", "activity"):
                 candidates.setdefault(id(value), value)
         for fn in candidates.values():

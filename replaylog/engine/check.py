@@ -12,6 +12,7 @@ from replaylog.engine.app import Registry
 from replaylog.engine.core import DryReplay, dry_replay
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.store import ReaderStore
+from replaylog.engine.vocab import Status
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def retry_verdict(store: ReaderStore, registry: Registry, workflow_id: str) -> t
     except ReplaylogError as exc:
         return DryReplay(False, str(exc), 0, ()), str(exc)
     verdict = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id,
-                         status="failed" if row.diagnostic is not None else None,
+                         status=Status.FAILED if row.diagnostic is not None else None,
                          recorded_error=row.error, diverged=row.diagnostic is not None)
     if not verdict.ok:
         return verdict, f"{workflow_id!r} cannot be retried with the current code: {verdict.text}"

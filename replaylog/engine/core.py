@@ -22,6 +22,7 @@ from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
     Diagnostic,
+    DuplicateWorkflowIdError,
     NonDeterministicError,
     ParallelError,
     ReplaylogError,
@@ -30,13 +31,25 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.vocab import SlotKind, Status, status_info
+from replaylog.engine.workflow_log import WorkflowLog
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-Kind = Literal["activity", "now", "timer", "deadline", "timeout", "uuid", "random", "patch", "cancel"]
+# The kinds this module records (engine.vocab), bound once as plain text: the slot path names
+# one or two a slot, and a member read from its enum class costs ~100 ns on Python 3.11 where
+# a global costs ~8 ns; a plain str also goes to the database driver without its adapter look-up.
+_ACTIVITY = SlotKind.ACTIVITY.value
+_NOW = SlotKind.NOW.value
+_DEADLINE = SlotKind.DEADLINE.value
+_TIMEOUT = SlotKind.TIMEOUT.value
+_PATCH = SlotKind.PATCH.value
+_APPROVAL = SlotKind.APPROVAL.value
+_CHILD = SlotKind.CHILD.value
 
-# What `blocked_on` says for a workflow sleeping on a durable timer (a wait says the signal name).
-TIMER = "timer"
+# What `blocked_on` says for a workflow sleeping on a durable timer (a wait says the signal name):
+# the timer kind's text.
+TIMER = SlotKind.TIMER.value
 # The latest wake time a timer or a deadline may have: the end of year 9999 (datetime's range).
 MAX_EPOCH = 253402300799.0
 
@@ -44,7 +57,13 @@ MAX_EPOCH = 253402300799.0
 # command it interrupted ("activity:charge", "now:now", "signal:approve"), its value the
 # reason. A replay raises WorkflowCancelled at that very command again, so code that
 # catches it (a saga's compensations) replays deterministically.
-CANCEL = "cancel"
+CANCEL = SlotKind.CANCEL.value
+
+# The kind of the slot `ctx.set_event(key, value)` records: its name is the key, its value
+# the value. Readers outside the workflow take the latest slot of each key.
+EVENT = SlotKind.EVENT.value
+# The longest event key, in characters: a key is a name a reader asks for, not a value.
+EVENT_KEY_LIMIT = 200
 
 
 # ---------------------------------------------------------------- decorators
@@ -189,6 +208,25 @@ APPROVAL_PREFIX = "approval:"
 CHILD_PREFIX = "child:"
 
 
+def signal_name_refusal(name: str) -> str | None:
+    """Why no operator may send, and no workflow code wait on, a signal of this name; None if it may.
+
+    The engine names what a workflow waits on with these: TIMER for a durable sleep,
+    APPROVAL_PREFIX + request id for an approval, CHILD_PREFIX + id for a child's outcome.
+    Only the engine delivers them, so a signal of such a name sent by hand would be
+    mistaken for one, or wait for ever.
+    """
+    if not name:
+        return "the signal name must not be empty"
+    if name == TIMER:
+        return f"the signal name {TIMER!r} is reserved for durable timers (a sleeping workflow is blocked on it)"
+    if name.startswith(APPROVAL_PREFIX):
+        return f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`"
+    if name.startswith(CHILD_PREFIX):
+        return f"signal names starting {CHILD_PREFIX!r} are sent by child workflows when they finish"
+    return None
+
+
 def approval_request_id(slot: int) -> str:
     """The id of the approval request recorded at `slot`: the same on every replay."""
     return f"req-{slot}"
@@ -278,7 +316,7 @@ def error_kind(exc: BaseException) -> ErrorKind:
 class Outcome:
     """What one run of a workflow came to."""
 
-    status: Literal["completed", "blocked", "failed", "cancelled"]
+    status: Status  # one whose info.outcome is True
     result: Any = None
     blocked_on: str | None = None
     error: str | None = None
@@ -605,11 +643,31 @@ class Context:
         # records where it was delivered and raises WorkflowCancelled, once.
         self.cancel_requested: str | None = cancel
         self.cancel_delivered = False
+        self._logger: WorkflowLog | None = None  # made when the code first asks for it
 
     @property
     def workflow_id(self) -> str:
         """The id of the workflow this context runs."""
         return self._workflow_id
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the code replays recorded slots; False from the first slot it runs live.
+
+        The cursor decides: True while the next command's slot is in history. A signal wait
+        takes no slot, so code between the last recorded slot and a wait that blocked an
+        earlier run runs again, live, on the resumption. A dry run (`replaylog check`) is all replay.
+        """
+        return self._dry_run or self._cmd_index < self._history_len
+
+    @property
+    def logger(self) -> WorkflowLog:
+        """A `logging` logger (a LoggerAdapter of "replaylog.workflow") that writes nothing while
+        `is_replaying`: a line is written once, when the code reaches it live. Each record carries
+        the workflow id (`record.workflow_id`)."""
+        if self._logger is None:
+            self._logger = WorkflowLog(self._workflow_id, lambda: self.is_replaying)
+        return self._logger
 
     # -- the guard
 
@@ -704,7 +762,7 @@ class Context:
         checked = fn not in _UNCHECKED
         # A live slot of a healthy run needs none of the guard: past history, no dry run.
         if slot < self._history_len or self._dry_run or self.fatal is not None:
-            rec = self._guard(slot, "activity", name)
+            rec = self._guard(slot, _ACTIVITY, name)
             if rec is not None:
                 if rec.args is not None and checked:
                     self._guard_args(slot, name, rec.args, args, kwargs)
@@ -777,7 +835,7 @@ class Context:
                 # The last allowed attempt never ended (a poison activity would otherwise
                 # take down one worker after another): a failure, as if it had raised.
                 error = f"the worker died during attempt {done} of {attempts}"
-                self._append(slot, CommandRecord("activity", name, False, None, error, done, key))
+                self._append(slot, CommandRecord(_ACTIVITY, name, False, None, error, done, key))
                 raise ActivityError(slot, name, error, done)
             first = done + 1
         last_error = ""
@@ -813,9 +871,9 @@ class Context:
                 except ValueNotJSONError as exc:
                     self.fatal = exc
                     raise
-            self._append(slot, new_record(CommandRecord, ("activity", name, True, value, None, attempt, key)))
+            self._append(slot, new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key)))
             return value
-        self._append(slot, CommandRecord("activity", name, False, None, last_error, attempts, key))
+        self._append(slot, CommandRecord(_ACTIVITY, name, False, None, last_error, attempts, key))
         raise ActivityError(slot, name, last_error, attempts)
 
     # -- parallel activities
@@ -866,7 +924,7 @@ class Context:
                     self.issued.append(f"activity:{name}")
                     raise DryRunStop(slot, f"activity:{name}")
             else:
-                rec = self._guard(slot, "activity", name)
+                rec = self._guard(slot, _ACTIVITY, name)
             if rec is not None:
                 if rec.args is not None and checked:
                     self._guard_args(slot, name, rec.args, t.args, t.kwargs)
@@ -936,28 +994,37 @@ class Context:
 
         Raises:
             ChildWorkflowError: the child failed (its error text is carried).
+            DuplicateWorkflowIdError: another workflow has the id given (recorded in this
+                slot: the workflow's code may handle it, and a replay raises it again).
         """
         name = workflow if isinstance(workflow, str) else registered_name(workflow)
         slot = self._cmd_index
         self._cmd_index = slot + 1
-        rec = self._guard(slot, "child", name)
+        rec = self._guard(slot, _CHILD, name)
         if rec is not None:
             if rec.args is not None:
                 self._guard_args(slot, name, rec.args, (input,), {})
             self.replayed_commands += 1
+            if not rec.ok:
+                raise DuplicateWorkflowIdError(rec.error or "")
             child_id = str(rec.value["id"])
         else:
             child_id = self._child_id(slot, id)
             input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
             self.executed_commands += 1
+            key = args_key((input,), {})
             try:
                 # The store starts the child in the transaction that records this slot.
-                self._append(slot, CommandRecord("child", name, True, {"id": child_id, "input": input}, None, 1,
-                                                 args_key((input,), {})))
-            except ReplaylogError as exc:  # an unknown workflow name, an id taken: nothing was recorded
+                self._append(slot, CommandRecord(_CHILD, name, True, {"id": child_id, "input": input}, None, 1, key))
+            except DuplicateWorkflowIdError as exc:
+                # Whether the id is free depends on other workflows, not on history: the refusal
+                # is recorded, so that code which handles it replays down the same path.
+                self._append(slot, CommandRecord(_CHILD, name, False, None, str(exc), 1, key))
+                raise
+            except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
                 self.fatal = exc
                 raise
-        outcome: dict[str, Any] = self.wait_signal(CHILD_PREFIX + child_id)
+        outcome: dict[str, Any] = self._wait_signal(CHILD_PREFIX + child_id)
         if outcome.get("ok"):
             return outcome.get("result")
         raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
@@ -998,22 +1065,22 @@ class Context:
         slot = self._cmd_index
         self._cmd_index = slot + 1
         rid = approval_request_id(slot)
-        rec = self._guard(slot, "approval", action)
+        rec = self._guard(slot, _APPROVAL, action)
         if rec is not None:
             self.replayed_commands += 1
         else:
             details = to_json_value(details, f"slot {slot}: the details of approval {action!r}")
             self.executed_commands += 1
-            self._append(slot, CommandRecord("approval", action, True,
+            self._append(slot, CommandRecord(_APPROVAL, action, True,
                                              {"request": rid, "action": action, "details": details}))
-        answer: dict[str, Any] = self.wait_signal(APPROVAL_PREFIX + rid, timeout)
+        answer: dict[str, Any] = self._wait_signal(APPROVAL_PREFIX + rid, timeout)
         return answer
 
     def now(self) -> float:
         """A recorded clock read: the live clock once, the recorded value on every replay."""
         slot = self._cmd_index
         self._cmd_index += 1
-        rec = self._guard(slot, "now", "now")
+        rec = self._guard(slot, _NOW, "now")
         if rec is not None:
             self.replayed_commands += 1
             recorded: float = rec.value  # a now() slot always holds the float it recorded
@@ -1022,7 +1089,7 @@ class Context:
             self._deliver_cancel(slot, "now:now")
         self.executed_commands += 1
         value = float(self._clock())
-        self._append(slot, new_record(CommandRecord, ("now", "now", True, value, None, 1, None)))
+        self._append(slot, new_record(CommandRecord, (_NOW, "now", True, value, None, 1, None)))
         return value
 
     def _recorded(self, kind: str, name: str, make: Callable[[], Any]) -> Any:
@@ -1040,13 +1107,47 @@ class Context:
 
     def uuid4(self) -> str:
         """A random UUID (as text), generated once and recorded: the same on every replay."""
-        value: str = self._recorded("uuid", "uuid4", lambda: str(uuid.uuid4()))
+        value: str = self._recorded(SlotKind.UUID.value, "uuid4", lambda: str(uuid.uuid4()))
         return value
 
     def random(self) -> float:
         """A random float in [0, 1), generated once and recorded: the same on every replay."""
-        value: float = self._recorded("random", "random", _random.random)
+        value: float = self._recorded(SlotKind.RANDOM.value, "random", _random.random)
         return value
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish a value under `key` for readers outside the workflow (a progress bar, a chat UI).
+
+        Recorded in a slot of kind `event` when first reached and replayed ever after:
+        readers (`handle.get_event`, `replaylog events`) see the latest value of each key,
+        and every set stays in history. The value is capped like any stored value.
+
+        Raises:
+            TypeError: the key is not a string. ValueError: it is empty or longer than
+                200 characters. ValueNotJSONError: JSON cannot hold the value.
+        """
+        if not isinstance(key, str):
+            raise TypeError(f"ctx.set_event(key, value): the key must be a string, got {type(key).__name__}")
+        if not key or len(key) > EVENT_KEY_LIMIT:
+            raise ValueError(f"ctx.set_event(key, value): the key must be 1-{EVENT_KEY_LIMIT} characters,"
+                             f" got {len(key)}")
+        slot = self._cmd_index
+        self._cmd_index = slot + 1
+        rec = self._guard(slot, EVENT, key)
+        if rec is not None:
+            self.replayed_commands += 1
+            return
+        if self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, f"{EVENT}:{key}")
+        try:
+            value = to_json_value(value, f"slot {slot}: the value of event {key!r}")
+            self._append(slot, new_record(CommandRecord, (EVENT, key, True, value, None, 1, None)))
+        except ReplaylogError:
+            # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
+            # slot stays free, so code that catches the error records its next command there.
+            self._cmd_index = slot
+            raise
+        self.executed_commands += 1
 
     # -- durable time
 
@@ -1074,7 +1175,7 @@ class Context:
     def _timer(self, wake_from: Callable[[float], float]) -> None:
         slot = self._cmd_index
         self._cmd_index += 1
-        rec = self._guard(slot, "timer", "sleep")
+        rec = self._guard(slot, TIMER, "sleep")
         if rec is not None:
             self.replayed_commands += 1
             wake_at = float(rec.value)
@@ -1085,7 +1186,7 @@ class Context:
         self.executed_commands += 1
         now = float(self._clock())
         wake_at = float(wake_from(now))
-        self._append(slot, new_record(CommandRecord, ("timer", "sleep", True, wake_at, None, 1, None)))
+        self._append(slot, new_record(CommandRecord, (TIMER, "sleep", True, wake_at, None, 1, None)))
         self._cancelled_here("timer:sleep")
         if now < wake_at:
             raise WorkflowBlocked(TIMER, wake_at)
@@ -1118,11 +1219,16 @@ class Context:
             WorkflowCancelled: an operator cancelled the workflow while (or before) it waited.
             SignalTimeout: no signal of that name arrived before the deadline.
             TypeError: `timeout` is not a number. ValueError: it is negative or not finite,
-                or the name is "timer" (reserved: `blocked_on` says it for a sleep).
+                or the name is empty or reserved (see `signal_name_refusal`: "timer", and
+                names starting "approval:" or "child:", which only the engine sends).
         """
-        if name == TIMER:
-            # `blocked_on` says "timer" for a sleep: a signal of that name would be mistaken for one.
-            raise ValueError(f"ctx.wait_signal: the signal name {TIMER!r} is reserved for durable timers")
+        refusal = signal_name_refusal(name)
+        if refusal is not None:
+            raise ValueError(f"ctx.wait_signal: {refusal}")
+        return self._wait_signal(name, timeout)
+
+    def _wait_signal(self, name: str, timeout: float | None = None) -> Any:
+        """`wait_signal` on any name: for the engine's own waits (a child's outcome, an approval's answer)."""
         if timeout is None:
             self._cancelled_here(f"signal:{name}")
             payload = self._next_signal(name)
@@ -1132,14 +1238,14 @@ class Context:
         seconds = _seconds(timeout, f"ctx.wait_signal({name!r}, timeout=...)")
         slot = self._cmd_index
         self._cmd_index += 1
-        rec = self._guard(slot, "deadline", name)
+        rec = self._guard(slot, _DEADLINE, name)
         now: float | None = None
         if rec is not None:
             self.replayed_commands += 1
             deadline = float(rec.value)
             after = self._commands[slot + 1] if slot + 1 < self._history_len else None
             self._cancelled_here(f"signal:{name}")  # a cancel delivered at this wait, before any timeout
-            if after is not None and after.kind == "timeout" and after.name == name:
+            if after is not None and after.kind == _TIMEOUT and after.name == name:
                 # Decided before: time ran out, whatever signals arrived since.
                 self._cmd_index += 1
                 self.replayed_commands += 1
@@ -1150,7 +1256,7 @@ class Context:
             self.executed_commands += 1
             now = float(self._clock())
             deadline = now + seconds
-            self._append(slot, new_record(CommandRecord, ("deadline", name, True, deadline, None, 1, None)))
+            self._append(slot, new_record(CommandRecord, (_DEADLINE, name, True, deadline, None, 1, None)))
         self._cancelled_here(f"signal:{name}")
         payload = self._next_signal(name)
         if payload is not _NONE:
@@ -1159,7 +1265,7 @@ class Context:
             # History went on past this wait, and neither with a signal nor with a timeout:
             # the guard names the slot the code now disagrees with.
             self._cmd_index += 1
-            self._guard(slot + 1, "timeout", name)
+            self._guard(slot + 1, _TIMEOUT, name)
         if self._dry_run and not self._finished:
             raise WorkflowBlocked(name, deadline)  # a dry run reads no clock
         if now is None:
@@ -1168,9 +1274,9 @@ class Context:
             raise WorkflowBlocked(name, deadline)
         tslot = self._cmd_index
         self._cmd_index += 1
-        self._guard(tslot, "timeout", name)  # a dry run stops here: the timeout would be recorded live
+        self._guard(tslot, _TIMEOUT, name)  # a dry run stops here: the timeout would be recorded live
         self.executed_commands += 1
-        self._append(tslot, new_record(CommandRecord, ("timeout", name, True, now, None, 1, None)))
+        self._append(tslot, new_record(CommandRecord, (_TIMEOUT, name, True, now, None, 1, None)))
         raise SignalTimeout(name, deadline, slot)
 
     def _next_signal(self, name: str) -> Any:
@@ -1194,7 +1300,9 @@ class Context:
         Live, a marker slot is recorded and the answer is True. A replay of a history that has
         this marker here answers True; one recorded by code from before the change (something
         else at this slot, or a finished history's end) answers False and consumes nothing, so
-        the old path replays. A marker of another change here is a NonDeterministicError.
+        the old path replays. A marker of another change here is left for a later call, which
+        is how patches stack: `if ctx.patched("v3"): … elif ctx.patched("v2"): …` replays a
+        history made under `if ctx.patched("v2")` down the v2 branch.
 
         Raises:
             TypeError: the change id is not a string. ValueError: it is empty.
@@ -1203,15 +1311,17 @@ class Context:
         slot = self._cmd_index
         if self.fatal is None and (slot < self._history_len or (self._dry_run and self._finished)):
             rec = self._commands[slot] if slot < self._history_len else None
-            if rec is None or rec.kind != "patch":
-                return False  # recorded by the old code: take the old path, consume nothing
+            if rec is None or rec.kind != _PATCH or rec.name != change_id:
+                # Recorded by older code (no marker, or an older patch's marker, which a later
+                # `patched` call of that id consumes): take the old path, consume nothing.
+                return False
         self._cmd_index = slot + 1
-        rec = self._guard(slot, "patch", change_id)
+        rec = self._guard(slot, _PATCH, change_id)
         if rec is not None:
             self.replayed_commands += 1
             return True
         self.executed_commands += 1
-        self._append(slot, new_record(CommandRecord, ("patch", change_id, True, None, None, 1, None)))
+        self._append(slot, new_record(CommandRecord, (_PATCH, change_id, True, None, None, 1, None)))
         return True
 
     def deprecate_patch(self, change_id: str) -> None:
@@ -1229,7 +1339,7 @@ class Context:
         slot = self._cmd_index
         if slot < self._history_len:
             rec = self._commands[slot]
-            if rec.kind == "patch" and rec.name == change_id:
+            if rec.kind == _PATCH and rec.name == change_id:
                 self._cmd_index = slot + 1
                 self.replayed_commands += 1
                 if self._dry_run:
@@ -1290,15 +1400,15 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
     except WorkflowBlocked as blocked:
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
-        return _outcome(ctx, "blocked", blocked_on=blocked.name, wake_at=blocked.wake_at)
+        return _outcome(ctx, Status.BLOCKED, blocked_on=blocked.name, wake_at=blocked.wake_at)
     except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
         if isinstance(exc, WorkflowCancelled):
-            return _outcome(ctx, "cancelled", error=error_text(exc))
+            return _outcome(ctx, Status.CANCELLED, error=error_text(exc))
         if isinstance(exc, ReplaylogError):
             return _failed(ctx, exc)
-        return _outcome(ctx, "failed", error=f"workflow code raised {error_text(exc)}", error_kind="code")
+        return _outcome(ctx, Status.FAILED, error=f"workflow code raised {error_text(exc)}", error_kind="code")
     if ctx.fatal is not None:
         return _failed(ctx, ctx.fatal)
     leftover = ctx.unconsumed_divergence()
@@ -1308,10 +1418,10 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
         result = to_json_value(result, "the workflow's result")
     except ValueNotJSONError as exc:
         return _failed(ctx, exc)
-    return _outcome(ctx, "completed", result=result)
+    return _outcome(ctx, Status.COMPLETED, result=result)
 
 
-def _outcome(ctx: Context, status: Any, **kw: Any) -> Outcome:
+def _outcome(ctx: Context, status: Status, **kw: Any) -> Outcome:
     return Outcome(
         status=status,
         replayed_commands=ctx.replayed_commands,
@@ -1324,7 +1434,7 @@ def _outcome(ctx: Context, status: Any, **kw: Any) -> Outcome:
 
 def _failed(ctx: Context, exc: ReplaylogError) -> Outcome:
     diagnostic = exc.diagnostic if isinstance(exc, NonDeterministicError) else None
-    return _outcome(ctx, "failed", error=error_text(exc), diagnostic=diagnostic, error_kind=error_kind(exc))
+    return _outcome(ctx, Status.FAILED, error=error_text(exc), diagnostic=diagnostic, error_kind=error_kind(exc))
 
 
 @dataclass(frozen=True)
@@ -1366,7 +1476,6 @@ def signal(state: WorkflowState, name: str, payload: Any = None) -> WorkflowStat
 
 # The verdicts of a dry replay, worded here once: `check`, the console and tests all read them
 # from DryReplay.text.
-FINISHED = ("completed", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -1426,11 +1535,11 @@ def dry_replay(
     def no_clock() -> float:  # pragma: no cover - the dry run stops before any live read
         raise AssertionError("dry replay read the clock")
 
-    finished = status in FINISHED and not diverged
+    finished = status is not None and status_info(status).code_ended and not diverged
     ctx = Context(state, workflow_id=workflow_id, clock=no_clock, dry_run=True, finished=finished)
     # Where a clean replay's verdict starts: a fixed divergence says it is fixed.
-    clean = "no longer diverges" if status == "failed" and diverged else "replays cleanly"
-    ended = f"the workflow {status}" + (f" ({recorded_error})" if status == "failed" and recorded_error else "")
+    clean = "no longer diverges" if status == Status.FAILED and diverged else "replays cleanly"
+    ended = f"the workflow {status}" + (f" ({recorded_error})" if status == Status.FAILED and recorded_error else "")
     try:
         outcome = execute(fn, ctx, state)
     except DryRunStop as stop:
@@ -1438,7 +1547,7 @@ def dry_replay(
         if not finished:
             return DryReplay(True, f"{clean}; slot {stop.slot} would run {stop.issued} live",
                              ctx.replayed_commands, issued)
-        if status == "failed" and recorded_error and f"slot {stop.slot}:" in recorded_error:
+        if status == Status.FAILED and recorded_error and f"slot {stop.slot}:" in recorded_error:
             # It failed running this very slot live (an unknown activity, a value JSON cannot
             # hold): nothing was recorded, so a dry replay ends at the same point.
             return DryReplay(True, f"replays cleanly up to slot {stop.slot}, where it failed live: {recorded_error}",
@@ -1451,40 +1560,40 @@ def dry_replay(
     if outcome.diagnostic is not None:
         return DryReplay(False, outcome.error or "diverges", ctx.replayed_commands, issued, outcome.diagnostic,
                          outcome.error)
-    if outcome.status != "completed":
+    if outcome.status != Status.COMPLETED:
         # Blocked or failed before the end of history: the recorded run went further with
         # the same inputs (signals only ever arrive), so the code has changed its path.
         instead = (f"waited on {blocked_text(outcome.blocked_on, outcome.wake_at)} instead"
-                   if outcome.status == "blocked"
+                   if outcome.status == Status.BLOCKED
                    else f"failed before issuing it: {outcome.error}")
         leftover = ctx.unconsumed_divergence(instead)
         if leftover is not None:
             return _diverged(ctx, leftover.diagnostic)
-    if outcome.status == "blocked":
+    if outcome.status == Status.BLOCKED:
         now = f"blocks on {blocked_text(outcome.blocked_on, outcome.wake_at)}"
-    elif outcome.status == "cancelled":
+    elif outcome.status == Status.CANCELLED:
         now = "ends cancelled"
-    elif outcome.status == "completed":
+    elif outcome.status == Status.COMPLETED:
         now = "completes"
     else:
         now = f"fails: {outcome.error}"
     if finished:
-        if status == "completed" and outcome.status == "completed":
+        if status == Status.COMPLETED and outcome.status == Status.COMPLETED:
             return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
-        if status == "cancelled" and outcome.status == "cancelled":
+        if status == Status.CANCELLED and outcome.status == Status.CANCELLED:
             return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
-        if status == "failed" and outcome.status == "failed" and outcome.error == recorded_error:
+        if status == Status.FAILED and outcome.status == Status.FAILED and outcome.error == recorded_error:
             return DryReplay(True, f"fails again the same way: {outcome.error}", ctx.replayed_commands, issued)
         verdict = f"ends differently: {ended}, the current code {now}"
         return DryReplay(False, verdict, ctx.replayed_commands, issued, None, verdict)
-    if outcome.status == "blocked":
+    if outcome.status == Status.BLOCKED:
         return DryReplay(True, f"{clean}; blocked on {blocked_text(outcome.blocked_on, outcome.wake_at)}",
                          ctx.replayed_commands, issued)
-    if outcome.status == "completed":
+    if outcome.status == Status.COMPLETED:
         return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
-    if outcome.status == "cancelled":
+    if outcome.status == Status.CANCELLED:
         return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
-    if outcome.error_kind == "activity":
+    if outcome.error_kind == _ACTIVITY:
         return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued,
                          None, outcome.error, recorded_failure=True)
     verdict = outcome.error or "workflow code fails"

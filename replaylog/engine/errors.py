@@ -129,12 +129,15 @@ class WorkflowCancelled(ReplaylogError):
 
     Workflow code may catch it to run compensating activities (recorded like any other);
     if it leaves the workflow, the workflow's status is `cancelled`. `reason` is the
-    operator's reason ("" if none was given).
+    operator's reason ("" if none was given). A workflow handle's `result()` raises it too,
+    naming the cancelled workflow in `workflow_id` (None inside workflow code).
     """
 
-    def __init__(self, reason: str = "") -> None:
-        super().__init__(reason or "cancelled by an operator")
+    def __init__(self, reason: str = "", workflow_id: str | None = None) -> None:
+        said = reason or "cancelled by an operator"
+        super().__init__(said if workflow_id is None else f"workflow {workflow_id!r} was cancelled: {said}")
         self.reason = reason
+        self.workflow_id = workflow_id
 
 
 class StoreError(ReplaylogError):
@@ -166,7 +169,12 @@ class PayloadTooLargeError(StoreError):
 
 
 class DuplicateWorkflowIdError(StoreError):
-    """A workflow with that id already exists."""
+    """A workflow with that id already exists.
+
+    Workflow code meets it from `ctx.call_workflow(..., id=...)` when another workflow has
+    the id: the refusal is recorded in the child's slot, so code that catches it goes on
+    (its own outcome decides the workflow's) and replays the same way.
+    """
 
 
 class SchemaVersionError(StoreError):

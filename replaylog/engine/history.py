@@ -7,15 +7,15 @@ refuses one that is malformed, of another format or of another version, in one l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
-from replaylog.engine.core import CommandRecord, SignalRecord, WorkflowState
+from replaylog.engine.core import CommandRecord, ErrorKind, SignalRecord, WorkflowState
 from replaylog.engine.errors import HistoryFormatError
+from replaylog.engine.vocab import is_kind, is_status
 
 FORMAT = "replaylog-history"
 VERSION = 1
-# Every kind of slot the core records (a parallel group's unrecorded gap is never stored).
-_KINDS = ("activity", "now", "cancel", "uuid", "random", "timer", "deadline", "timeout", "patch", "approval", "child")
+_ERROR_KINDS = (None, *get_args(ErrorKind))
 
 
 @dataclass(frozen=True)
@@ -73,14 +73,14 @@ def parse_document(data: Any, where: str) -> HistoryDocument:
     for key, kind in (("id", str), ("workflow", str), ("status", str), ("has_input", bool), ("slots", list),
                       ("signals", list)):
         _need(isinstance(data.get(key), kind), where, f"field {key!r} is missing or not a {kind.__name__}")
-    _need(data["status"] in ("pending", "running", "blocked", "completed", "failed", "cancelled", "terminated"),
-          where, f"unknown status {data['status']!r}")
+    _need(is_status(data["status"]), where, f"unknown status {data['status']!r}")
     commands: list[CommandRecord] = []
     recorded: list[float] = []
     for i, c in enumerate(data["slots"]):
         at = f"slot {i}"
         _need(isinstance(c, dict) and c.get("slot") == i, where, f"{at} is malformed or out of order")
-        _need(c.get("kind") in _KINDS and isinstance(c.get("name"), str) and isinstance(c.get("ok"), bool)
+        # (A parallel group's unrecorded gap is never stored: its kind is no slot kind.)
+        _need(is_kind(c.get("kind")) and isinstance(c.get("name"), str) and isinstance(c.get("ok"), bool)
               and type(c.get("attempts")) is int and isinstance(c.get("recorded_at"), (int, float))
               and (c.get("error") is None or isinstance(c.get("error"), str))
               and (c.get("args") is None or isinstance(c.get("args"), str)), where, f"{at} is malformed")
@@ -102,7 +102,7 @@ def parse_document(data: Any, where: str) -> HistoryDocument:
     diagnostic = data.get("diagnostic")
     _need(diagnostic is None or isinstance(diagnostic, dict), where, "field 'diagnostic' is malformed")
     _need(data.get("error") is None or isinstance(data.get("error"), str), where, "field 'error' is malformed")
-    _need(data.get("error_kind") in (None, "activity", "nondeterministic", "code", "engine"), where,
+    _need(data.get("error_kind") in _ERROR_KINDS, where,
           "field 'error_kind' is malformed")
     return HistoryDocument(
         id=data["id"], workflow=data["workflow"], input=data.get("input"), has_input=data["has_input"],

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
@@ -52,6 +52,7 @@ from replaylog.engine.store import (
     over_cap,
     redact_url,
 )
+from replaylog.engine.vocab import SlotKind, Status
 
 log = logging.getLogger("replaylog.worker")
 
@@ -449,6 +450,8 @@ class Worker:
         # in files beside it, dead owners by pid, WAL upkeep. None on a server's store.
         self._local: Path | None = None
         self.completed = 0
+        # The workflows given back to the store unfinished because this worker stopped (in order).
+        self.handed_back: list[str] = []
         self._wal_backoff = WAL_CHECK
         self._stop_requested = False  # set by request_stop (a signal handler)
         self._busy_quiet_until = 0.0  # a busy database is logged at most once a minute
@@ -497,7 +500,7 @@ class Worker:
 
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
-        store = open_store(self.path, max_payload=self.max_payload)
+        store = open_store(self.path, max_payload=self.max_payload, wake_clock=self.clock)
         self._local = store.local_path()
         if self.track_inflight and self._local is not None:
             try:
@@ -560,7 +563,7 @@ class Worker:
                 break
             now = time.monotonic()
             version = store.data_version()
-            due = next_wake is not None and time.time() >= next_wake
+            due = next_wake is not None and self.clock() >= next_wake
             look = version != last_version or now >= next_lapse_check or due
             # (The next wake time is read after the claim below: a woken workflow is claimed
             # one round trip sooner, and the time read then is of those still asleep.)
@@ -742,6 +745,7 @@ class Worker:
                 store.release(claim)
             except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
                 log.warning("%s could not be released: %s", claim.id, exc)
+            self.handed_back.append(claim.id)
             self._event(claim.id, "handed back (worker stopping)")
         except LeaseLostError:
             self._keep_mark(store, me)
@@ -800,9 +804,9 @@ class Worker:
             elif not req.ok:
                 self._event(claim.id, "lease lost to another worker; its writes were refused")
             else:
-                if outcome.status == "completed":
+                if outcome.status == Status.COMPLETED:
                     self.completed += 1
-                detail = outcome.blocked_on if outcome.status == "blocked" else (outcome.error or "")
+                detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
                 self._event(claim.id, f"{outcome.status} {detail}".rstrip())
         finally:
             with self._lock:
@@ -834,7 +838,7 @@ class Worker:
         try:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:
-            return Outcome(status="failed", error=f"UnknownWorkflowError: {exc}", error_kind="engine")
+            return Outcome(status=Status.FAILED, error=f"UnknownWorkflowError: {exc}", error_kind="engine")
         # The claim loaded a short history along with its batch; a long one is loaded here.
         state = claim.state if claim.state is not None else store.load_state(claim.id)
         if self._stopping.is_set():
@@ -855,6 +859,7 @@ class Worker:
         cap = self.max_payload
         cancels = committer.cancels
         wid = claim.id
+        activity = SlotKind.ACTIVITY.value
 
         def record(slot: int, rec: CommandRecord, parallel: bool = False) -> None:
             # From a task thread (parallel) the workflow thread's CPU focus is not its to move.
@@ -865,7 +870,7 @@ class Worker:
             # (A clock read is a float: never near a cap, and the store encodes it.)
             text = None
             refused = None
-            if rec.ok and rec.kind == "activity":
+            if rec.ok and rec.kind == activity:
                 value = rec.value
                 if type(value) is int:  # encode_value's int case, inline: the common value on this path
                     text = int.__repr__(value)
@@ -876,10 +881,15 @@ class Worker:
                     # Retrying would not make the value smaller: the failure is recorded at once.
                     refused = error_text(PayloadTooLargeError(
                         over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
-                    rec = CommandRecord("activity", rec.name, False, None, refused, rec.attempts, rec.args)
+                    rec = CommandRecord(activity, rec.name, False, None, refused, rec.attempts, rec.args)
                     text = None
-            elif rec.kind == "child":
+            elif rec.kind == SlotKind.CHILD and rec.ok:
                 self._check_child(store, slot, rec)
+            elif rec.kind == EVENT:
+                text, size = encode_value(rec.value)
+                if size > cap:
+                    # Refused before anything is written: ctx.set_event raises it, its slot stays free.
+                    raise PayloadTooLargeError(over_cap(f"slot {slot}: the value of event {rec.name!r}", size, cap))
             elif not rec.ok:
                 # An error text is stored too: cut to the cap, and made UTF-8 (an exception
                 # may carry a lone surrogate, from a file name say), or the commit would fail.
@@ -966,15 +976,15 @@ class Worker:
             raise
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back
             raise _RunInterrupted(exc, ctx.interrupted_in or "workflow code") from exc
-        if outcome.status == "failed" and outcome.error:
+        if outcome.status == Status.FAILED and outcome.error:
             error = fit_text(outcome.error, cap, "the workflow's error text")
             if error is not outcome.error:
                 return replace(outcome, error=error)
-        elif outcome.status == "completed":
+        elif outcome.status == Status.COMPLETED:
             # The store encodes the result again when it writes the verdict: once per
             # workflow, not per slot.
             size = encode_value(outcome.result)[1]
             if size > cap:
                 error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
-                return replace(outcome, status="failed", result=None, error=error, error_kind="engine")
+                return replace(outcome, status=Status.FAILED, result=None, error=error, error_kind="engine")
         return outcome

@@ -1,28 +1,28 @@
-"""The log store: the only package that speaks SQL.
+"""The log store: the only package that speaks SQL or names a driver.
 
 Callers (the worker, the command line, the console) see the protocols of
-`engine.store.protocols`, the row types of `engine.store.rows`, and `open_store`, the
-one place a store is built. The SQLite implementation (`engine.store.sqlite`) is one
-backend behind them; a second one is a module beside it, chosen here by its URL.
+`engine.store.protocols`, the row types of `engine.store.rows`, the errors of
+`engine.errors` (every driver error is one of them by the time it leaves this package:
+`StoreError`, `StoreBusyError` for a lock held too long, `NotADatabaseError` for a
+damaged file), and `open_store`, the one place a store is built, which picks the
+backend by the location's URL.
 
-Modules, one concern each: `rows` (values and row types), `keys` (the command key
-encoding), `base` (what the backends share: the SQL dialect and the primitives),
-`shared_reads` and `shared_operations` (the reads and the operator writes, for both
-backends), `schema` (tables and migrations), `connection` (opening, transactions,
-upkeep), `operations` (inserting a workflow row), `inflight` (start marks), `leases`,
-`fence` (the commit fence), `commit` (group commit), `workers` (which worker serves
-what), `sqlite` (the class made of them).
+- `shared/`: what both backends run, written once: `base` (the SQL dialect and the
+  primitives each connection implements), `keys` (the command key encoding), `reads`
+  and `operations` (the reads and the operator writes), `workers` (which worker serves
+  what), `migrations` (every schema change after 0.1.0, for both).
+- `sqlite/`: one file shared by the processes of one host (`SQLiteStore`).
+- `postgres/`: a server shared by hosts (`PostgresStore`); it imports nothing of `sqlite/`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from replaylog.engine.errors import StoreError
-from replaylog.engine.store.connection import is_busy, is_damaged
-from replaylog.engine.store.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.postgres.url import is_postgres_url, redact_url
 from replaylog.engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from replaylog.engine.store.rows import (
@@ -35,17 +35,20 @@ from replaylog.engine.store.rows import (
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
+    encode_payload,
     encode_value,
     fit_text,
     over_cap,
 )
-from replaylog.engine.store.shared_operations import operator_name
-from replaylog.engine.store.workers import waiting_reason
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.operations import operator_name
+from replaylog.engine.store.shared.workers import waiting_reason
+from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
     "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
-    "database_path", "default_max_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
+    "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
 ]
 
@@ -79,7 +82,7 @@ def database_path(url_or_path: str | os.PathLike[str]) -> Path:
 
 
 def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
-               max_payload: int | None = None) -> Store:
+               max_payload: int | None = None, wake_clock: Callable[[], float] | None = None) -> Store:
     """Open the log store at a file path or URL: the one place a store is built.
 
     Args:
@@ -89,15 +92,22 @@ def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
         readonly: reads only; every write raises ReadOnlyError.
         max_payload: cap in bytes on a signal payload's or an input's JSON text
             (default: $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).
+        wake_clock: the clock recorded wake times (timers, deadlines) are due by; the wall
+            clock unless given (replaylog.testing gives one it moves by hand).
     """
+    store: Store
     if is_postgres_url(url_or_path):
         assert isinstance(url_or_path, str)
         try:
             from replaylog.engine.store.postgres.store import PostgresStore  # the backend: named only here
         except ImportError:
             raise StoreError("PostgreSQL stores need psycopg: pip install 'replaylog[postgres]'") from None
-        return PostgresStore(url_or_path, readonly=readonly, max_payload=max_payload)
-    path = database_path(url_or_path)
-    from replaylog.engine.store.sqlite import SQLiteStore  # the backend: named only here
+        store = PostgresStore(url_or_path, readonly=readonly, max_payload=max_payload)
+    else:
+        path = database_path(url_or_path)
+        from replaylog.engine.store.sqlite.store import SQLiteStore  # the backend: named only here
 
-    return SQLiteStore(path, readonly=readonly, max_payload=max_payload)
+        store = SQLiteStore(path, readonly=readonly, max_payload=max_payload)
+    if wake_clock is not None:
+        store.wake_clock = wake_clock
+    return store

@@ -24,6 +24,12 @@ from replaylog.engine.store import rows
 
 
 class _Closable(Protocol):
+    # The clock a recorded wake time is due by (see StoreBase.wake_clock).
+    wake_clock: Callable[[], float]
+    # The schema version the database had when this store opened it, and the one it has
+    # now: different when this open took migrations (`replaylog migrate` says which).
+    schema_upgrade: tuple[int, int]
+
     def close(self) -> None:
         """Close the store's connection."""
 
@@ -47,8 +53,10 @@ class ReaderStore(_Closable, Protocol):
 
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
-                       offset: int = 0, awaiting: str | None = None, top_level: bool = False) -> list[rows.WorkflowRow]:
-        """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent)."""
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False,
+                       workflow: str | None = None, parent: str | None = None) -> list[rows.WorkflowRow]:
+        """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent,
+        workflow: of that name, parent: children of that workflow)."""
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
@@ -60,7 +68,8 @@ class ReaderStore(_Closable, Protocol):
         """The children of these workflows at any depth (ctx.call_workflow), in start order."""
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
-                        awaiting: str | None = None, top_level: bool = False) -> int:
+                        awaiting: str | None = None, top_level: bool = False, workflow: str | None = None,
+                        parent: str | None = None) -> int:
         """How many workflows match a filter."""
 
     def status_counts(self) -> dict[str, int]:
@@ -77,6 +86,9 @@ class ReaderStore(_Closable, Protocol):
 
     def last_failed_command(self, workflow_id: str) -> rows.CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any."""
+
+    def events(self, workflow_id: str, key: str | None = None) -> dict[str, Any]:
+        """The current events of a workflow (ctx.set_event): the latest value per key, of one key if given."""
 
     def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.SignalRow]:
         """Delivered signals in delivery order, optionally a page of them."""

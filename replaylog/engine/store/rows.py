@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
-from replaylog.engine.errors import StoreError
+from replaylog.engine.errors import PayloadTooLargeError, StoreError, ValueNotJSONError
+from replaylog.engine.vocab import Status
 
-STATUSES = ("pending", "running", "blocked", "completed", "failed", "cancelled", "terminated")
-# The statuses no run ever leaves: no signal, cancel or terminate applies to them.
-FINISHED_STATUSES = ("completed", "failed", "cancelled", "terminated")
+# Every status as stored, in the order lists and filters show them (engine.vocab.Status).
+STATUSES = tuple(s.value for s in Status)
 # The sort keys a list of workflows accepts, and the column each one sorts by.
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
                 "slots": "slots", "updated": "updated_at", "created": "created_at"}
@@ -64,6 +64,17 @@ def encode_value(value: Any) -> tuple[str, int]:
     except UnicodeEncodeError:
         text = _encode_ascii(value)
         return text, len(text)
+
+
+def encode_payload(value: Any, what: str, cap: int) -> str:
+    """A value's JSON text within the payload cap `cap`: ValueNotJSONError or PayloadTooLargeError naming `what`."""
+    try:
+        text, size = encode_value(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
+    if size > cap:
+        raise PayloadTooLargeError(over_cap(what, size, cap))
+    return text
 
 
 def dumps(value: Any) -> str:
@@ -153,7 +164,7 @@ class WorkflowSummary:
     slots: int
     created_at: float
     updated_at: float
-    error: str | None = None  # the start of a failed workflow's error (shared_reads.ERROR_PREVIEW characters)
+    error: str | None = None  # the start of a failed workflow's error (shared.reads.ERROR_PREVIEW characters)
     wake_at: float | None = None  # as WorkflowRow.wake_at
     parent: str | None = None  # as WorkflowRow.parent
 
@@ -206,7 +217,7 @@ class Claim:
     workflow: str
     owner: str
     epoch: int
-    # The key of its slot 0 in the commands table (engine.store.keys.slot_key).
+    # The key of its slot 0 in the commands table (engine.store.shared.keys.slot_key).
     base: int
     input: Any
     has_input: bool
@@ -250,7 +261,7 @@ def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_a
                    now: float) -> tuple[object, ...]:
     """What a run's verdict writes, in order: status, blocked_on, wake_at, result, error,
     diagnostic, error_kind, updated_at (each backend's `_write_finish`)."""
-    return (status, blocked_on, wake_at if status == "blocked" else None,
-            dumps(outcome.result) if status == "completed" else None, outcome.error,
+    return (status, blocked_on, wake_at if status == Status.BLOCKED else None,
+            dumps(outcome.result) if status == Status.COMPLETED else None, outcome.error,
             dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
-            outcome.error_kind if status == "failed" else None, now)
+            outcome.error_kind if status == Status.FAILED else None, now)

@@ -5,7 +5,7 @@ Modules, one concern each: `url` (which locations are ours, redacting passwords)
 across faults, LISTEN/NOTIFY), `reads` (what is in flight), `operations` (inserting a
 workflow row), `leases` (claims, renewals, start marks), `commit` (group commit),
 `workers`, `store` (the class made of them). The reads and operator writes themselves
-are the shared ones (engine.store.shared_reads, engine.store.shared_operations).
+are the shared ones (engine.store.shared.reads, engine.store.shared.operations).
 """
 
 from replaylog.engine.store.postgres.url import is_postgres_url, redact_url

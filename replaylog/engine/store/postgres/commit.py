@@ -15,13 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from replaylog.engine.core import TIMER, CommandRecord, Outcome
+from replaylog.engine.core import EVENT, TIMER, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
-from replaylog.engine.store.base import SeenCancels
-from replaylog.engine.store.keys import SLOT_LIMIT
 from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import tell_parent
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+from replaylog.engine.store.shared.base import SeenCancels
+from replaylog.engine.store.shared.keys import SLOT_LIMIT
+from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
 # slots, so that most slot updates change no indexed column and stay HOT (no index writes).
@@ -35,7 +36,7 @@ _SLOT = (
     # it from the commit itself, without a query of its own per slot (as on SQLite).
     " RETURNING (SELECT cancel_requested FROM f)"
 )
-# A task of a parallel group (engine.store.commit, Commits._write_parallel): fenced by the
+# A task of a parallel group (engine.store.sqlite.commit, Commits._write_parallel): fenced by the
 # lease alone, whatever slot is next, since the group's tasks complete in any order;
 # `slots` only grows. A slot already written is not written twice (its key is the
 # primary key): the statement then returns no row.
@@ -107,7 +108,12 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
 
 def _starts_child(rec: CommandRecord) -> bool:
     """Whether recording `rec` starts a child workflow (ctx.call_workflow's slot)."""
-    return rec.kind == "child" and bool(rec.ok) and rec.error is None
+    return rec.kind == SlotKind.CHILD and bool(rec.ok) and rec.error is None
+
+
+def _notifies(rec: CommandRecord) -> bool:
+    """Whether committing `rec` is told to listeners: a child it starts, or an event a reader waits for."""
+    return _starts_child(rec) or rec.kind == EVENT
 
 
 def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
@@ -124,10 +130,10 @@ def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[s
 
 
 def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
-    status: str = outcome.status
+    status = str(outcome.status)  # plain text; may become pending below
     blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
     consumed = list(outcome.consumed_signals)
-    if status == "blocked":
+    if status == Status.BLOCKED:
         # Lock the row first: a signal or cancel request sent meanwhile (send_signal and
         # cancel_workflow lock it too) is then either committed and counted here, or sees
         # the workflow blocked and wakes it.
@@ -142,7 +148,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         arrived = found is not None and bool(found[0])
         cancelled = not outcome.cancel_delivered and locked is not None and locked[0] is not None
         if arrived or cancelled:
-            status, blocked_on, wake_at = "pending", None, None
+            status, blocked_on, wake_at = Status.PENDING.value, None, None
     cur = conn.execute(
         "UPDATE workflows SET status = %s, blocked_on = %s, wake_at = %s, result = %s, error = %s, diagnostic = %s,"
         " error_kind = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s, interruptions = 0,"
@@ -156,9 +162,9 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
             "SELECT 1 FROM workflows WHERE id = %s AND lease_owner IS NULL AND lease_epoch = %s"
             " AND status <> 'running'", (claim.id, claim.epoch)).fetchone() is None):
         return False
-    if cur.rowcount == 1 and status in ("completed", "failed", "cancelled"):
+    if cur.rowcount == 1 and status_info(status).code_ended:
         # (Not when a retry found its verdict committed: its parent was told then.)
-        ok = status == "completed"
+        ok = status == Status.COMPLETED
         tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
                                      "error": None if ok else outcome.error}, now)
     if consumed:
@@ -182,7 +188,7 @@ class PGCommits(PGConnection, SeenCancels):
         params = _slot_params(claim, slot, rec, text, now, ttl, parallel)
         statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
-        if not _starts_child(rec):
+        if not _notifies(rec):
             if parallel:
                 return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
                                                                 attempt, cancels), write=True)
@@ -209,8 +215,9 @@ class PGCommits(PGConnection, SeenCancels):
             with conn.transaction():
                 written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
                 if written:
-                    _start_child(conn, claim, rec, now)
-                    conn.execute(NOTIFY)  # a new pending workflow
+                    if _starts_child(rec):
+                        _start_child(conn, claim, rec, now)
+                    conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
 
         return self._run(commit_child, write=True)
@@ -225,7 +232,7 @@ class PGCommits(PGConnection, SeenCancels):
         # Only slots, none of which starts a child: nothing is read before the COMMIT, so
         # BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
         # (it was three: BEGIN, the pipelined slots, COMMIT).
-        slots_only = not finishes and not any(_starts_child(r.record) for r in records)
+        slots_only = not finishes and not any(_notifies(r.record) for r in records)
 
         def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
             if slots_only:
@@ -248,7 +255,7 @@ class PGCommits(PGConnection, SeenCancels):
                 for r in children:
                     _start_child(conn, r.claim, r.record, now)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
-                if finishes or children:
+                if finishes or children or any(r.record.kind == EVENT for r in records):
                     conn.execute(NOTIFY)
             return written, finished
 

@@ -26,10 +26,10 @@ from psycopg import pq
 from psycopg.generators import execute, fetch_many, send
 
 from replaylog.engine.errors import ReadOnlyError, StoreError
-from replaylog.engine.store.base import Dialect, Rows, StoreBase
 from replaylog.engine.store.postgres.schema import SCHEMA, check_schema
 from replaylog.engine.store.postgres.url import redact_text, redact_url
 from replaylog.engine.store.rows import default_max_payload
+from replaylog.engine.store.shared.base import Dialect, Rows, StoreBase
 
 log = logging.getLogger("replaylog.store.postgres")
 
@@ -91,7 +91,7 @@ def connection_lost(exc: BaseException, conn: Conn | None) -> bool:
 
 
 def pg_sql(sql: str) -> str:
-    """A statement written with `?` placeholders (engine.store.base) in psycopg's `%s` style."""
+    """A statement written with `?` placeholders (engine.store.shared.base) in psycopg's `%s` style."""
     return sql.replace("?", "%s")
 
 
@@ -182,7 +182,8 @@ class PGConnection(StoreBase):
                 # The server refuses every write of this session, whatever the code asks.
                 conn.execute("SET default_transaction_read_only = on")
             if first:
-                check_schema(conn, self.where, readonly=self.readonly)
+                # (version before, version now): `replaylog migrate` reports it.
+                self.schema_upgrade = check_schema(conn, self.where, readonly=self.readonly)
         except psycopg.Error as exc:  # lost again while setting the session up: a reconnect tries again
             lost = connection_lost(exc, conn)
             conn.close()
@@ -341,7 +342,7 @@ class PGConnection(StoreBase):
                     raise StoreError(f"lost the connection to {self.where} and could not get it back: {exc}") from None
                 backoff = min(BACKOFF_MAX, backoff * 2)
 
-    # -- the primitives of the shared reads and operator writes (engine.store.base)
+    # -- the primitives of the shared reads and operator writes (engine.store.shared.base)
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         statement = pg_sql(sql)

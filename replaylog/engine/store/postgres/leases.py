@@ -15,11 +15,10 @@ from typing import Any
 from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from replaylog.engine.errors import ReadOnlyError
 from replaylog.engine.marks import Mark
-from replaylog.engine.store.keys import SLOT_BITS, SLOT_LIMIT, slot_key
-from replaylog.engine.store.leases import CLAIM_LOAD_SLOTS
 from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
+from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
@@ -65,10 +64,10 @@ def _claim_sql(only: str, dead: bool) -> str:
             " RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq, w.cancel_requested, pick.k, pick.o")
 
 
-def _claim_params(now: float, named: list[Any], limit: int, dead_owners: Sequence[str], owner: str,
+def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_owners: Sequence[str], owner: str,
                   expires: float) -> list[Any]:
-    """The parameters of `_claim_sql`, in its order."""
-    params: list[Any] = [now, *named, limit, *named, now, limit, now, *named, limit]
+    """The parameters of `_claim_sql`, in its order (`due_by`: the wake clock's time)."""
+    params: list[Any] = [due_by, *named, limit, *named, now, limit, now, *named, limit]
     if dead_owners:
         params += [list(dead_owners), now, *named, limit]
     return [*params, limit, owner, expires, now]
@@ -89,7 +88,7 @@ class PGLeases(PGConnection):
 
         now = time.time()
         statement = _claim_sql(only, bool(dead_owners))
-        params = _claim_params(now, named, limit, dead_owners, owner, now + ttl)
+        params = _claim_params(now, self.wake_clock(), named, limit, dead_owners, owner, now + ttl)
 
         def take(conn: Conn, attempt: int) -> list[tuple[Any, ...]]:
             # One statement in autocommit: the rows are picked (under FOR UPDATE SKIP LOCKED)
@@ -185,7 +184,7 @@ class PGLeases(PGConnection):
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < %s{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s){only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
-            (*named, now, now, *named, list(dead_owners), *named, now, *named)).fetchone())
+            (*named, now, now, *named, list(dead_owners), *named, self.wake_clock(), *named)).fetchone())
         return bool(row and row[0])
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
@@ -194,7 +193,7 @@ class PGLeases(PGConnection):
         row = self._run(lambda c, _: c.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'){only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
-            (*named, time.time(), *named)).fetchone())
+            (*named, self.wake_clock(), *named)).fetchone())
         return bool(row and row[0])
 
     def next_wake(self, names: Collection[str] | None = None) -> float | None:

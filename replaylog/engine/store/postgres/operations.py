@@ -1,4 +1,4 @@
-"""Operator writes on PostgreSQL: the shared ones (engine.store.shared_operations) over this connection.
+"""Operator writes on PostgreSQL: the shared ones (engine.store.shared.operations) over this connection.
 
 The workflow's row is locked first (FOR UPDATE), which orders an operator's write
 against a worker's claim, verdict or another operator; each write NOTIFYs, and one
@@ -14,9 +14,10 @@ from typing import Any
 from psycopg import errors as pg_errors
 
 from replaylog.engine.errors import DuplicateWorkflowIdError
-from replaylog.engine.store import shared_operations
 from replaylog.engine.store.postgres.connection import POSTGRES, Conn, PGConnection
-from replaylog.engine.store.shared_operations import SharedOperatorWrites
+from replaylog.engine.store.shared import operations as shared_operations
+from replaylog.engine.store.shared.operations import SharedOperatorWrites
+from replaylog.engine.vocab import Status
 
 
 def tell_parent(conn: Conn, child_id: str, outcome: dict[str, Any], now: float) -> None:
@@ -28,7 +29,7 @@ class PGOperatorWrites(PGConnection, SharedOperatorWrites):
     """Writes an operator makes, each one transaction, refused whole on bad input."""
 
     def _insert_workflow(self, conn: Conn, wid: str, workflow: str, input_text: str | None, now: float,
-                         *, status: str = "pending", slots: int = 0, result: str | None = None,
+                         *, status: str = Status.PENDING.value, slots: int = 0, result: str | None = None,
                          error: str | None = None, diagnostic: str | None = None, error_kind: str | None = None,
                          forked_from: str | None = None, forked_slot: int | None = None) -> int:
         """Insert a workflow row; return its seq. DuplicateWorkflowIdError if the id is taken."""

@@ -1,10 +1,10 @@
-"""Reading the log on PostgreSQL: the shared reads (engine.store.shared_reads), and what is in flight."""
+"""Reading the log on PostgreSQL: the shared reads (engine.store.shared.reads), and what is in flight."""
 
 from __future__ import annotations
 
 from replaylog.engine.store.postgres.connection import PGConnection
 from replaylog.engine.store.rows import InflightRow
-from replaylog.engine.store.shared_reads import SharedReads
+from replaylog.engine.store.shared.reads import SharedReads
 
 
 class PGReads(PGConnection, SharedReads):

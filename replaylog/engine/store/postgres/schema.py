@@ -1,18 +1,32 @@
-"""The PostgreSQL schema: the tables in a schema of their own, created and versioned on first writable open.
+"""The PostgreSQL schema: version 1 (0.1.0's) created here, later versions by the shared migrations.
 
-A schema named `replaylog` is ours when its `meta` table says so; its version is the
-number of steps it has taken (as SQLite's user_version). A newer one, or a schema of that
-name that is not ours, is refused before anything writes to it; a reader never migrates.
+A schema named `replaylog` is ours when its `meta` table says so, which also holds its
+version (as SQLite's user_version). A newer one, or a schema of that name that is not
+ours, is refused before anything writes to it; a reader never migrates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 
 import psycopg
 
 from replaylog.engine.errors import SchemaVersionError
-from replaylog.engine.store.keys import SLOT_BITS, SLOT_LIMIT
+from replaylog.engine.store.shared.keys import SLOT_BITS, SLOT_LIMIT
+from replaylog.engine.store.shared.migrations import (
+    FIRST,
+    AddColumn,
+    AddIndex,
+    Change,
+    ColumnType,
+    Migration,
+    Sql,
+    Transform,
+    latest,
+    newer_text,
+    older_text,
+    take,
+)
 
 SCHEMA = "replaylog"
 # The creator and migrations take this advisory lock (in their transaction): two workers
@@ -43,7 +57,7 @@ def _create(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     conn.execute(f"CREATE INDEX workflows_updated ON {SCHEMA}.workflows (updated_at)")
     conn.execute(f"CREATE INDEX workflows_pending ON {SCHEMA}.workflows (workflow, updated_at)"
                  " WHERE status = 'pending'")
-    # Keyed as on SQLite (engine.store.keys): (workflow seq << 32) + slot.
+    # Keyed as on SQLite (engine.store.shared.keys): (workflow seq << 32) + slot.
     conn.execute(
         f"CREATE TABLE {SCHEMA}.commands (slot_key bigint PRIMARY KEY, kind text NOT NULL, name text NOT NULL,"
         " ok boolean NOT NULL, value text, error text, attempts int NOT NULL,"
@@ -94,12 +108,42 @@ def _create(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     conn.execute(f"ALTER TABLE {SCHEMA}.commands ADD COLUMN parallel boolean")
     conn.execute(f"ALTER TABLE {SCHEMA}.workflows ADD COLUMN parent text")
     conn.execute(f"CREATE INDEX workflows_parent ON {SCHEMA}.workflows (parent) WHERE parent IS NOT NULL")
-    # New columns and tables of schema version 1 go here, at the end, until a release ships it.
+    # Version 1 is 0.1.0's layout, as 0.1.0 made it: changes go in shared/migrations.py.
 
 
-Step = Callable[[psycopg.Connection[tuple[object, ...]]], None]
-STEPS: list[Step] = [_create]
-SCHEMA_VERSION = len(STEPS)
+_TYPES: dict[ColumnType, str] = {"text": "text", "integer": "bigint", "real": "double precision",
+                                 "boolean": "boolean"}
+# Which migrations the database has taken, and when (as on SQLite).
+_LOG = (f"CREATE TABLE IF NOT EXISTS {SCHEMA}.migrations (version int PRIMARY KEY, summary text NOT NULL,"
+        " applied_at double precision NOT NULL)")
+
+
+def _apply(conn: psycopg.Connection[tuple[object, ...]], change: Change) -> None:
+    if isinstance(change, Sql):
+        conn.execute(change.postgres)
+        return
+    table = f"{SCHEMA}.{change.table}"
+    if isinstance(change, AddColumn):
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {change.column} {_TYPES[change.type]}")
+    elif isinstance(change, AddIndex):
+        conn.execute(change.sql(table))
+    elif isinstance(change, Transform):
+        # In place; every name is the one the column had before the transform, as for sqlite-utils.
+        for column in sorted(change.drop):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        for column, kind in change.types.items():
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE {_TYPES[kind]}"
+                         f" USING {column}::{_TYPES[kind]}")
+        for column, on in change.not_null.items():
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} {'SET' if on else 'DROP'} NOT NULL")
+        for old, new in change.rename.items():
+            conn.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
+
+
+def _record(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -> None:
+    conn.execute(_LOG)
+    conn.execute(f"INSERT INTO {SCHEMA}.migrations (version, summary, applied_at) VALUES (%s, %s, %s)",
+                 (migration.version, migration.summary, time.time()))
 
 
 def stored_version(conn: psycopg.Connection[tuple[object, ...]], where: str) -> int:
@@ -118,30 +162,32 @@ def stored_version(conn: psycopg.Connection[tuple[object, ...]], where: str) -> 
             raise SchemaVersionError(f"{where}: schema {SCHEMA!r} exists but is not a replaylog one")
         return 0  # an empty schema someone made for us
     version = int(str(row[0]))
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{where} has schema version {version}, newer than this replaylog understands ({SCHEMA_VERSION});"
-            " upgrade replaylog")
+    if version > latest():
+        raise SchemaVersionError(newer_text(where, version))
     return version
 
 
-def check_schema(conn: psycopg.Connection[tuple[object, ...]], where: str, *, readonly: bool) -> None:
-    """Bring a writable database to the latest version; refuse a read-only one that is not there yet."""
+def check_schema(conn: psycopg.Connection[tuple[object, ...]], where: str, *, readonly: bool) -> tuple[int, int]:
+    """Bring a writable database to the latest version; refuse a read-only one that is not there yet.
+
+    Returns the version the database had and the one it has now.
+    """
     version = stored_version(conn, where)
-    if version == SCHEMA_VERSION:
-        return
+    target = latest()
+    if version == target:
+        return version, version
     if readonly:
         if version == 0:
             raise SchemaVersionError(f"{where} is not initialised (no {SCHEMA} schema yet): "
-                                     "`replaylog start` or `replaylog worker --create` makes it")
-        raise SchemaVersionError(
-            f"{where} has schema version {version}, older than this replaylog's ({SCHEMA_VERSION}); "
-            "stop its workers, then open it writable once to upgrade it")
+                                     "`replaylog start` or `replaylog worker` makes it")
+        raise SchemaVersionError(older_text(where, version))
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
         # Read under the lock: another process may have migrated while we waited.
         version = stored_version(conn, where)
-        for step in STEPS[version:]:
-            step(conn)
+        if version < FIRST:
+            _create(conn)
+        take(version, lambda change: _apply(conn, change), lambda done: _record(conn, done))
         conn.execute(f"INSERT INTO {SCHEMA}.meta (app, version) VALUES ('replaylog', %s)"
-                     " ON CONFLICT (app) DO UPDATE SET version = excluded.version", (SCHEMA_VERSION,))
+                     " ON CONFLICT (app) DO UPDATE SET version = excluded.version", (target,))
+    return version, target

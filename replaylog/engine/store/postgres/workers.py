@@ -1,4 +1,4 @@
-"""Which worker serves what, on PostgreSQL: the workers table (see engine.store.workers)."""
+"""Which worker serves what, on PostgreSQL: the workers table (see engine.store.shared.workers)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 from replaylog.engine.store.postgres.connection import Conn, PGConnection
 from replaylog.engine.store.rows import dumps
-from replaylog.engine.store.workers import WorkerReads
+from replaylog.engine.store.shared.workers import WorkerReads
 
 
 class PGWorkerRegistry(PGConnection, WorkerReads):

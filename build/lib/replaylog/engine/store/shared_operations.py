@@ -400,7 +400,8 @@ class SharedOperatorWrites(StoreBase):
         def answer(conn: Any) -> str:
             status, blocked_on, wake_at, seq = _workflow(sql, conn, workflow_id, "status, blocked_on, wake_at, seq",
                                                          sql.lock)
-            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, now,
+            # The deadline is a recorded wake time: due by the wake clock (see StoreBase.wake_clock).
+            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, self.wake_clock(),
                                       lambda: _approval_timeout(sql, conn, int(seq), request))
             payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
             text = self.encode_payload(payload, "the approval's answer")

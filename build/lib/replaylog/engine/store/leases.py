@@ -59,7 +59,7 @@ class Leases(InflightMarks):
             # under the write lock, so a signal that wakes the same workflow is taken once.
             rows: list[tuple[str, str | None]] = conn.execute(
                 f"SELECT id, NULL FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only}"
-                " ORDER BY wake_at LIMIT ?", (now, *named, limit)).fetchall()
+                " ORDER BY wake_at LIMIT ?", (self.wake_clock(), *named, limit)).fetchall()
             if len(rows) < limit and names is None:
                 rows += conn.execute(
                     "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
@@ -174,7 +174,7 @@ class Leases(InflightMarks):
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
-            (*named, now, now, *named, *dead_owners, *named, now, *named),
+            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named),
         ).fetchone()[0]
         return found == 1
 
@@ -198,7 +198,7 @@ class Leases(InflightMarks):
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
-            (*named, *named, time.time(), *named),
+            (*named, *named, self.wake_clock(), *named),
         ).fetchone()[0]
         return found == 1
 

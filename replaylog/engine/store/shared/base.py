@@ -1,6 +1,6 @@
 """What both backends share under the reads and the operator writes: the SQL dialect and the primitives.
 
-The reads (`shared_reads`) and the operator writes (`shared_operations`) are written
+The reads (`shared.reads`) and the operator writes (`shared.operations`) are written
 once, over a few primitives each backend's connection class implements (`StoreBase`),
 in SQL with `?` placeholders whose few differences a `Dialect` names (locks, list
 parameters, LIMIT without a bound, the row that breaks ties, the slot count). Where a
@@ -11,11 +11,12 @@ through this layer: it speaks to its driver directly.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
-from replaylog.engine.errors import PayloadTooLargeError, ValueNotJSONError
-from replaylog.engine.store.rows import encode_value, over_cap
+from replaylog.engine.store.rows import encode_payload
+from replaylog.engine.vocab import Status
 
 T = TypeVar("T")
 
@@ -46,7 +47,7 @@ class Dialect:
     share_lock: ClassVar[str] = ""
     # The column that breaks ties in a sorted page of workflows.
     tie: ClassVar[str] = "seq"
-    # A workflow's slot count as shown, and as it is now (see engine.store.keys.SLOTS_NOW).
+    # A workflow's slot count as shown, and as it is now (see engine.store.shared.keys.SLOTS_NOW).
     slots_shown: ClassVar[str] = "slots"
     slots_now: ClassVar[str] = "slots"
     # What a LIKE with backslash escapes needs after it.
@@ -82,6 +83,10 @@ class StoreBase:
 
     dialect: ClassVar[Dialect]
     max_payload: int
+    # The clock a recorded wake time (a timer, a wait's deadline) is due by: the wall clock,
+    # unless a test environment moves time by hand (replaylog.testing), set by `open_store`.
+    # Leases, retries and stamps always use the wall clock: they measure real waiting.
+    wake_clock: Callable[[], float] = staticmethod(time.time)
 
     def close(self) -> None:
         """Close the connection."""
@@ -95,13 +100,7 @@ class StoreBase:
 
     def encode_payload(self, value: Any, what: str) -> str:
         """Encode a value as JSON text within the payload cap, or raise naming `what`."""
-        try:
-            text, size = encode_value(value)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
-        if size > self.max_payload:
-            raise PayloadTooLargeError(over_cap(what, size, self.max_payload))
-        return text
+        return encode_payload(value, what, self.max_payload)
 
     # -- what the backends implement
 
@@ -128,7 +127,7 @@ class StoreBase:
         raise NotImplementedError
 
     def _insert_workflow(self, conn: Any, wid: str, workflow: str, input_text: str | None, now: float,
-                         *, status: str = "pending", slots: int = 0, result: str | None = None,
+                         *, status: str = Status.PENDING.value, slots: int = 0, result: str | None = None,
                          error: str | None = None, diagnostic: str | None = None, error_kind: str | None = None,
                          forked_from: str | None = None, forked_slot: int | None = None) -> int:
         """Insert a workflow row; return its seq. DuplicateWorkflowIdError if the id is taken."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from replaylog.engine.core import (
     APPROVAL_PREFIX,
+    EVENT,
     CommandRecord,
     SignalRecord,
     WorkflowState,
@@ -102,9 +103,16 @@ class SharedReads(StoreBase):
         return _workflow_row(row)
 
     def _where(self, status: str | Iterable[str] | None, text: str | None, awaiting: str | None = None,
-               top_level: bool = False) -> tuple[str, list[Any]]:
+               top_level: bool = False, workflow: str | None = None,
+               parent: str | None = None) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         params: list[Any] = []
+        if workflow is not None:
+            clauses.append("workflow = ?")
+            params.append(workflow)
+        if parent is not None:
+            clauses.append("parent = ?")
+            params.append(parent)
         if awaiting is not None:
             if awaiting != "approval":
                 raise StoreError(f"cannot filter on awaiting {awaiting!r}; the one choice is 'approval'")
@@ -126,10 +134,10 @@ class SharedReads(StoreBase):
 
     def _page(self, columns: str, status: str | Iterable[str] | None, text: str | None, sort: str,
               descending: bool, limit: int, offset: int, awaiting: str | None = None,
-              top_level: bool = False) -> list[Any]:
+              top_level: bool = False, workflow: str | None = None, parent: str | None = None) -> list[Any]:
         if sort not in SORT_COLUMNS:
             raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}")
-        where, params = self._where(status, text, awaiting, top_level)
+        where, params = self._where(status, text, awaiting, top_level, workflow, parent)
         direction = "DESC" if descending else "ASC"
         sql = (f"SELECT {columns} FROM workflows{where} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
                f"{self.dialect.tie} {direction} LIMIT ? OFFSET ?")
@@ -137,14 +145,16 @@ class SharedReads(StoreBase):
 
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
-                       offset: int = 0, awaiting: str | None = None, top_level: bool = False) -> list[WorkflowRow]:
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False,
+                       workflow: str | None = None, parent: str | None = None) -> list[WorkflowRow]:
         """A page of workflows, filtered and sorted in SQL (never every row).
 
         `awaiting="approval"` keeps the workflows waiting for an approval; `top_level`
-        those no parent started (ctx.call_workflow's children are left out).
+        those no parent started (ctx.call_workflow's children are left out); `workflow`
+        those of that name; `parent` the children of that workflow.
         """
         rows = self._page(_workflow_columns(self.dialect), status, text, sort, descending, limit, offset, awaiting,
-                          top_level)
+                          top_level, workflow, parent)
         return [_workflow_row(r) for r in rows]
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
@@ -169,9 +179,10 @@ class SharedReads(StoreBase):
         return [_summary(r) for r in rows]
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
-                        awaiting: str | None = None, top_level: bool = False) -> int:
+                        awaiting: str | None = None, top_level: bool = False, workflow: str | None = None,
+                        parent: str | None = None) -> int:
         """How many workflows match a filter."""
-        where, params = self._where(status, text, awaiting, top_level)
+        where, params = self._where(status, text, awaiting, top_level, workflow, parent)
         row = self._query_one(f"SELECT COUNT(*) FROM workflows{where}", params)
         return int(row[0]) if row else 0
 
@@ -223,6 +234,29 @@ class SharedReads(StoreBase):
             return {"request": rid, "action": "?", "details": None}
         request: dict[str, Any] = loads(value[0])
         return request
+
+    def events(self, workflow_id: str, key: str | None = None) -> dict[str, Any]:
+        """A workflow's current events (ctx.set_event): the latest value per key, of one key if given.
+
+        UnknownWorkflowIdError if there is no such workflow.
+        """
+        dialect = self.dialect
+
+        def read(conn: Any) -> dict[str, Any]:
+            wf = dialect.run(conn, "SELECT seq FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if wf is None:
+                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+            base = slot_key(int(wf[0]))
+            named, params = ("", []) if key is None else (" AND name = ?", [key])
+            found: dict[str, Any] = {}
+            # In slot order: a later set of a key replaces an earlier one.
+            for name, value in dialect.run(
+                    conn, f"SELECT name, value FROM commands WHERE slot_key BETWEEN ? AND ? AND kind = ?{named}"
+                    " ORDER BY slot_key", (base, base + SLOT_LIMIT - 1, EVENT, *params)):
+                found[name] = loads(value)
+            return found
+
+        return self._snapshot(read)
 
     def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
         """Delivered signals in delivery order, optionally a page of them."""

@@ -1,0 +1,93 @@
+"""replaylog: durable workflows for Python, re-derived by replaying a log of outcomes.
+
+The public package. Write workflows with what `__all__` names, and run them from your
+own code::
+
+    from replaylog import Client, Context, Worker, activity, workflow
+
+It holds the authoring API, the client (`Client`, `WorkflowHandle`) and the embedded
+`Worker`, the errors workflow code and its callers catch, and the in-memory runner for
+testing workflows without a database (`replaylog.testing` has the environment with a
+store, a worker and a clock that skips time). The command line
+(`replaylog …`, `python -m replaylog`) lives in `replaylog.cli`, the one module that
+knows both the engine and the console. `engine` and `console` are the implementation
+packages: what is not named here may change without notice.
+"""
+
+from replaylog.client import (
+    Client,
+    Slot,
+    UnknownWorkflowError,
+    WorkflowFailed,
+    WorkflowHandle,
+    WorkflowInfo,
+    WorkflowTerminated,
+)
+from replaylog.engine.core import (
+    ActivityInfo,
+    Context,
+    Outcome,
+    RunResult,
+    Task,
+    WorkflowState,
+    activity,
+    current_activity,
+    idempotency_key,
+    run,
+    signal,
+    workflow,
+)
+from replaylog.engine.errors import (
+    ActivityError,
+    ChildWorkflowError,
+    Diagnostic,
+    DuplicateWorkflowIdError,
+    NonDeterministicError,
+    ParallelError,
+    ReplaylogError,
+    SignalTimeout,
+    UnknownActivityError,
+    ValueNotJSONError,
+    WorkflowCancelled,
+)
+from replaylog.worker import Worker
+
+# Left out on purpose (they stay in `engine`): the history records (CommandRecord,
+# SignalRecord) and dry_replay, which serve the worker and `replaylog check`;
+# WorkflowBlocked and LeaseLostError, control flow that workflow code must never catch;
+# the store's refusals (StoreError …), which reach callers as ReplaylogError with one line.
+# DuplicateWorkflowIdError is the exception: ctx.call_workflow raises it into workflow code
+# when a child's id is taken, and Client.start when a workflow of that id exists.
+__all__ = [
+    "ActivityError",
+    "ActivityInfo",
+    "ChildWorkflowError",
+    "Client",
+    "Context",
+    "Diagnostic",
+    "DuplicateWorkflowIdError",
+    "NonDeterministicError",
+    "Outcome",
+    "ParallelError",
+    "ReplaylogError",
+    "RunResult",
+    "SignalTimeout",
+    "Slot",
+    "Task",
+    "UnknownActivityError",
+    "UnknownWorkflowError",
+    "ValueNotJSONError",
+    "Worker",
+    "WorkflowCancelled",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowInfo",
+    "WorkflowState",
+    "WorkflowTerminated",
+    "activity",
+    "current_activity",
+    "idempotency_key",
+    "run",
+    "signal",
+    "workflow",
+]

@@ -1,0 +1,1032 @@
+"""The `replaylog` command line: start, worker, signal, list, show, check, console, demo, and the
+operator's actions: cancel, terminate, retry, fork, export, import.
+
+Bad input exits non-zero with one line on stderr (no traceback) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal as signal_mod
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO, NoReturn
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from replaylog.client import Client, resolve_db
+from replaylog.console.format import clock_read, status_text, worker_error_line
+from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
+from replaylog.engine.check import check_workflow, retry_verdict
+from replaylog.engine.core import APPROVAL_PREFIX, dry_replay
+from replaylog.engine.errors import DuplicateWorkflowIdError, ReplaylogError, StoreError
+from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.store import (
+    STATUSES,
+    OperatorStore,
+    ReaderStore,
+    WorkflowRow,
+    WorkflowSummary,
+    default_max_payload,
+    is_damaged,
+    open_store,
+    operator_name,
+    redact_url,
+    waiting_reason,
+)
+from replaylog.engine.text import countdown, preview, printable, waits_text
+
+
+class CLIError(click.ClickException):
+    """A one-line error for the user; exits 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"replaylog: error: {printable(self.message, oneline=True)}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Stop the command with a one-line error."""
+    raise CLIError(message)
+
+
+class Settings:
+    """Global options resolved once per invocation.
+
+    `--db` and `--max-payload` may come before the subcommand or after it; given in both
+    places they must agree (a database path given twice that differs is more likely a
+    mistake than an override, and the wrong database is the costly one to write).
+    """
+
+    def __init__(self, db: str | None, max_payload: int | None) -> None:
+        self._db = db
+        self._max_payload = max_payload
+
+    @property
+    def db(self) -> Path | str:
+        """--db, else $REPLAYLOG_DB, else ./replaylog.db: a file path, a sqlite:///path URL
+        (both as a Path), or a PostgreSQL URL (as given: a string)."""
+        try:
+            # Other URL schemes say in one line that they are not supported.
+            return resolve_db(self._db)
+        except StoreError as exc:
+            fail(str(exc))
+
+    def set_db(self, db: str) -> None:
+        """Take --db given after the subcommand."""
+        if self._db is not None and os.path.abspath(self._db) != os.path.abspath(db):
+            fail(f"--db given twice with different values: {redact_url(self._db)} and {redact_url(db)}")
+        self._db = db
+
+    def set_max_payload(self, max_payload: int) -> None:
+        """Take --max-payload given after the subcommand."""
+        if self._max_payload is not None and self._max_payload != max_payload:
+            fail(f"--max-payload given twice with different values: {self._max_payload} and {max_payload}")
+        self._max_payload = max_payload
+
+    @property
+    def max_payload(self) -> int:
+        """--max-payload, else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB."""
+        if self._max_payload is not None:
+            return self._max_payload
+        try:
+            return default_max_payload()
+        except StoreError as exc:
+            fail(str(exc))
+
+    def open(self, *, readonly: bool = False, create: bool = False) -> OperatorStore:
+        """Open the store; a one-line error if it cannot be.
+
+        Only `create` makes a database where there is none: reading, signalling or
+        watching a path that holds none is a mistake (a typo in --db) to say, not to paper
+        over with an empty file.
+        """
+        db = self.db
+        if not create and isinstance(db, Path) and not db.exists():
+            fail(f"no database at {db}")
+        return open_store(self.db, readonly=readonly, max_payload=self.max_payload)
+
+    def client(self, *, readonly: bool = False, app: Registry | None = None) -> Client:
+        """A client on the database (see `open` for when a missing one is an error)."""
+        return Client(self.db, max_payload=self.max_payload, readonly=readonly, app=app)
+
+
+pass_settings = click.make_pass_decorator(Settings)
+
+_DB_HELP = "Database file or postgresql:// URL (else $REPLAYLOG_DB, else ./replaylog.db)."
+_MAX_PAYLOAD_HELP = ("Cap in bytes on every stored value: inputs, signal payloads, activity and workflow results"
+                     " (else $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).")
+
+
+def _settings(ctx: click.Context) -> Settings:
+    settings = ctx.find_object(Settings)
+    assert settings is not None, "the group's callback made it before any subcommand parses"
+    return settings
+
+
+def _take_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        _settings(ctx).set_db(value)
+
+
+def _take_max_payload(ctx: click.Context, _param: click.Parameter, value: int | None) -> None:
+    if value is not None:
+        _settings(ctx).set_max_payload(value)
+
+
+def global_options(fn: Any) -> Any:
+    """Accept the group's --db and --max-payload after the subcommand too (`replaylog list --db X`)."""
+    fn = click.option("--max-payload", type=click.IntRange(min=1), metavar="BYTES", expose_value=False,
+                      callback=_take_max_payload, help=_MAX_PAYLOAD_HELP)(fn)
+    return click.option("--db", metavar="PATH", expose_value=False, callback=_take_db, help=_DB_HELP)(fn)
+
+
+def _app(spec: str | None) -> Registry:
+    try:
+        return load_app(spec)
+    except AppImportError as exc:
+        fail(str(exc))
+
+
+# Past this many bytes, the rest of an input over the cap coming down a pipe is not counted.
+COUNT_LIMIT = 1 << 30
+
+
+def _whole_size(fh: BinaryIO, data: bytes) -> str:
+    """The size of an input over the cap, of which `data` was read: the file's size, or counted to its end."""
+    try:
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode):
+            return f"{st.st_size - fh.tell() + len(data)} bytes"
+    except (OSError, ValueError):
+        pass  # not a file with a size (a pipe, a terminal): count what is left
+    total = len(data)
+    while total <= COUNT_LIMIT:
+        chunk = fh.read(1 << 20)
+        if not chunk:
+            return f"{total} bytes"
+        total += len(chunk)
+    return f"more than {COUNT_LIMIT} bytes"
+
+
+def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool]:
+    """Parse an inline JSON argument, `-` (standard input) or `@path` (a file).
+
+    Returns (value, given). The size cap applies to the raw text as given, in bytes
+    (UTF-8), so a huge input is refused before it is parsed; the error names the
+    source and the input's size.
+    """
+    if raw is None:
+        return None, False
+    size = ""
+    if raw == "-":
+        source = "stdin"
+        data = sys.stdin.buffer.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            size = _whole_size(sys.stdin.buffer, data)
+    elif raw.startswith("@"):
+        path = Path(raw[1:])
+        source = f"file {path}"
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    size = _whole_size(fh, data)
+        except OSError as exc:
+            fail(f"cannot read {what} from {source}: {exc.strerror or exc}")
+    else:
+        source = "the command line"
+        data = raw.encode()
+        size = f"{len(data)} bytes"
+    if len(data) > max_bytes:
+        fail(f"{what} from {source} is {size}, over the cap of {max_bytes} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        fail(f"{what} from {source} is not UTF-8 text")
+    try:
+        return json.loads(text), True
+    except json.JSONDecodeError as exc:
+        fail(f"invalid JSON in {what} from {source}: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except RecursionError:
+        fail(f"invalid JSON in {what} from {source}: nested too deeply")
+
+
+# ---------------------------------------------------------------- the group
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", metavar="PATH", help=_DB_HELP)
+@click.option("--max-payload", type=click.IntRange(min=1), metavar="BYTES", help=_MAX_PAYLOAD_HELP)
+@click.version_option(package_name="replaylog")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
+    """replaylog: durable workflows re-derived by replaying a log of outcomes."""
+    ctx.obj = Settings(db, max_payload)
+
+
+@cli.command()
+@click.argument("workflow_name", metavar="WORKFLOW")
+@click.argument("input_json", required=False, metavar="[INPUT_JSON]")
+@click.option("--id", "workflow_id", help="Use this id instead of a generated one.")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
+@click.option("--if-exists", type=click.Choice(["fail", "return"]), default="fail", show_default=True,
+              help="With --id, when that workflow exists: refuse, or print its id and touch nothing"
+                   " (a client that retries a start gets the same workflow).")
+@global_options
+@pass_settings
+def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
+          app: str | None, if_exists: str) -> None:
+    """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
+    registry = _app(app)
+    if workflow_name not in registry.workflows:
+        fail(str(_unknown_workflow(registry, workflow_name)))
+    # A workflow is called fn(ctx) or fn(ctx, input): refuse now what could only fail later.
+    refusal = registry.input_refusal(workflow_name, given=input_json is not None)
+    if refusal is not None:
+        fail(refusal)
+    value, given = read_json_arg(input_json, "the workflow input", settings.max_payload)
+    with settings.open(create=True) as store:
+        try:
+            wid = store.start_workflow(workflow_name, value, has_input=given, workflow_id=workflow_id)
+        except DuplicateWorkflowIdError as exc:
+            if if_exists != "return" or workflow_id is None:
+                fail(str(exc))
+            wid = workflow_id
+        except ReplaylogError as exc:
+            fail(str(exc))
+    click.echo(wid)
+
+
+def _unknown_workflow(registry: Registry, name: str) -> Exception:
+    try:
+        registry.workflow(name)
+    except ReplaylogError as exc:
+        return exc
+    return ReplaylogError(name)  # pragma: no cover - only called for unknown names
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("name")
+@click.argument("payload_json", required=False, metavar="[PAYLOAD_JSON]")
+@global_options
+@pass_settings
+def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | None) -> None:
+    """Send a signal (payload defaults to null). PAYLOAD_JSON may be `-` (stdin) or `@path`."""
+    payload, _ = read_json_arg(payload_json, f"the payload of signal {name!r}", settings.max_payload)
+    with settings.open() as store:
+        seq = store.send_signal(workflow_id, name, payload)
+    click.echo(f"signal {printable(name, oneline=True)!s} #{seq} sent to {printable(workflow_id, oneline=True)}")
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--reject", is_flag=True, help="Refuse the request (the default answer approves it).")
+@click.option("--note", help="A note the workflow receives with the answer.")
+@click.option("--request", "request", metavar="RID",
+              help="Answer only if this is the pending request (as `show` names it): a stale answer is refused.")
+@global_options
+@pass_settings
+def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None, request: str | None) -> None:
+    """Answer the approval request a workflow waits on (and only it, once)."""
+    with settings.open() as store:
+        rid = store.answer_approval(workflow_id, approved=not reject, by=operator_name(), note=note,
+                                    request=request)
+    verb = "rejected" if reject else "approved"
+    click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("key", required=False)
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With KEY: wait up to SECONDS for the workflow to set it (exit 1 if it does not).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: each key and its latest value.")
+@global_options
+@pass_settings
+def events(settings: Settings, workflow_id: str, key: str | None, wait: float | None, as_json: bool) -> None:
+    """Show a workflow's events (ctx.set_event): the latest value of each key, or of KEY.
+
+    With KEY the value is printed as JSON alone, for scripts; an unset KEY exits 1.
+    """
+    if wait is not None and key is None:
+        fail("--wait waits for one KEY: give it")
+    with settings.client(readonly=True) as client:
+        if key is not None and wait:
+            client.get_event(workflow_id, key, timeout=wait)
+        found = client.events(workflow_id)
+    if key is not None:
+        if key not in found:
+            fail(f"workflow {workflow_id} has set no event {key!r}" + (f" within {wait:g} s" if wait else ""))
+        found = {key: found[key]}
+    if as_json:
+        click.echo(json.dumps(found))
+    elif key is not None:
+        click.echo(json.dumps(found[key]))
+    else:
+        _console().print(_listing(f"{len(found)} event(s)", ("key", "value"),
+                                  [(_t(k), _t(preview(v, 200))) for k, v in found.items()], wide="value"))
+
+
+# ---------------------------------------------------------------- worker
+
+
+@cli.command()
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
+@click.option("--until-idle", is_flag=True,
+              help="Return once no workflow this app knows is pending or running.")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes on this database.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Workflows run at once in each process.")
+@click.option("--lease", type=click.FloatRange(min=0.5), default=5.0, show_default=True,
+              help="Lease length in seconds (renewed while a workflow runs).")
+@click.option("--no-inflight", is_flag=True, help="Do not record that an activity started before running it.")
+@click.option("--no-cpu-focus", is_flag=True,
+              help="Never move workflow threads onto one CPU while commits are crowded (docs/performance.md).")
+# A worker always creates a missing database now; --create stays accepted for scripts written before.
+@click.option("--create", is_flag=True, hidden=True, expose_value=False,
+              help="Accepted for older scripts: a worker creates a missing database.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing: no start line, nothing per workflow.")
+@click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
+@global_options
+@pass_settings
+def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
+           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, child: bool) -> None:
+    """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
+    from replaylog.engine.worker import Worker
+
+    registry = _app(app)
+    # A worker is the natural first process on a new database (started before any workflow),
+    # so it creates a missing one; its start line says it did, so a mistyped path shows at once.
+    # A bad database (not replaylog's, damaged, newer) still fails here, in one line.
+    db = settings.db
+    created = isinstance(db, Path) and not db.exists()
+    settings.open(create=True).close()
+    children: list[subprocess.Popen[bytes]] = []
+    if processes > 1:
+        base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
+                "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
+                "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
+        base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
+        base += ["--no-cpu-focus"] * no_cpu_focus
+        # In a session of their own: ctrl-c in a terminal signals the whole foreground
+        # process group, and a child that heard it from the terminal and then from this
+        # process took the second as "leave now" and dropped its workflows. Only this
+        # process passes signals on (on_signal).
+        children = [subprocess.Popen(base, start_new_session=True) for _ in range(processes - 1)]
+
+    def event(wid: str, text: str) -> None:
+        stamp = datetime.now().strftime("%H:%M:%S")
+        click.echo(f"{stamp} {printable(wid, oneline=True)} {printable(text, oneline=True)}", err=True)
+
+    w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
+               focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
+
+    stopped_by: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if w.stop_requested:
+            os._exit(128 + signum)  # a second ctrl-c: leave now, leases lapse on their own
+        stopped_by.append(signal_mod.Signals(signum).name)
+        w.request_stop()
+        for proc in children:
+            proc.send_signal(signum)
+
+    signal_mod.signal(signal_mod.SIGTERM, on_signal)
+    signal_mod.signal(signal_mod.SIGINT, on_signal)
+    if not quiet and not child:
+        # On stderr, with the per-workflow events: stdout stays for what a script reads. Said
+        # once the signal handlers are in place: a SIGTERM after it always stops the worker cleanly.
+        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children],
+                                      created=created), oneline=True), err=True)
+    try:
+        w.run(until_idle=until_idle)
+    except ReplaylogError as exc:
+        fail(str(exc))
+    finally:
+        for proc in children:  # not `child`: that is the --child flag
+            proc.wait()
+    if stopped_by and not quiet:
+        click.echo(_one(_stopped_line(stopped_by[0], w.handed_back, w.completed)), err=True)
+    if w.left_unknown:
+        names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
+        click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
+    bad = [c.returncode for c in children if c.returncode not in (0, -signal_mod.SIGTERM, -signal_mod.SIGINT)]
+    if bad:
+        fail(f"{len(bad)} worker process(es) exited with an error")
+
+
+def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:
+    """What a worker stopped by a signal says last: which workflows it gave back unfinished."""
+    back = (f"handed back {len(handed_back)} unfinished workflow(s), their history kept, for the next worker:"
+            f" {', '.join(handed_back[:10])}{', …' if len(handed_back) > 10 else ''}" if handed_back
+            else "no workflow was running, none handed back")
+    return f"replaylog worker (pid {os.getpid()}) stopped by {signame}: {back}; {completed} completed while it ran"
+
+
+def _serving(settings: Settings, registry: Registry, concurrency: int, pids: list[int], *, created: bool) -> str:
+    """The worker's start line: what it serves (and whether it just created it), how, and which processes to signal."""
+    names = sorted(registry.workflows)
+    shown = ", ".join(names[:8]) + (f", … ({len(names)} in all)" if len(names) > 8 else "")
+    db = settings.db
+    where = db.resolve() if isinstance(db, Path) else redact_url(db)  # a URL's password stays out
+    new = " (a new database: created it, as there was none)" if created else ""
+    return (f"replaylog worker serving {where}{new}: app {registry.spec} "
+            f"({len(names)} workflow(s): {shown or 'none'}), concurrency {concurrency}, "
+            f"{len(pids)} process(es), pid {', '.join(map(str, pids))}")
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _when(ts: float | None, *, short: bool = False) -> str:
+    """A stored time in UTC (the long form says so; a table's column header says it for the short)."""
+    if ts is None:
+        return ""
+    when = datetime.fromtimestamp(ts, tz=UTC)
+    return when.strftime("%m-%d %H:%M:%S") if short else when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _clock_value(value: Any) -> str:
+    """A recorded `now` slot as a UTC time; anything that is not a plausible time as its JSON."""
+    return clock_read(value) or preview(value, 40)
+
+
+# Piped output is laid out this wide: wide enough that no line of ours wraps, so a script
+# (or grep) gets each value and each verdict on one line.
+_PIPED_WIDTH = 10_000
+
+
+def _console(stderr: bool = False) -> Console:
+    """A rich console: a terminal's width, else one that never wraps (nor pads to its width)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=_PIPED_WIDTH, soft_wrap=True)
+
+
+def _print(*renderables: Any) -> None:
+    """Print on stdout: as laid out on a terminal; piped, each line without the padding rich adds to its width."""
+    console = _console()
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
+def _t(value: Any) -> Text:
+    """A table cell that is always text, never markup."""
+    return Text(printable("" if value is None else str(value), oneline=True))
+
+
+def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
+    """The `show --json` object."""
+    inflight = store.inflight(row.id)
+    return {
+        "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
+        "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
+        "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
+        "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
+        "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
+        "cancel_requested": row.cancel_requested,
+        "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
+        "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
+                  for a in store.list_audit(row.id)],
+        "approval": store.pending_approval(row.id),
+        **store.family(row.id),
+        "commands": [
+            {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
+             "attempts": c.attempts, "recorded_at": c.recorded_at}
+            for c in store.list_commands(row.id)
+        ],
+        "signals": [
+            {"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed, "sent_at": s.sent_at}
+            for s in store.list_signals(row.id)
+        ],
+        "inflight": None if inflight is None else {
+            "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
+            "started_at": inflight.started_at},
+    }
+
+
+def _waiting(store: ReaderStore, workflow: str, status: str,
+             served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
+    """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
+    if status != "pending":
+        return None
+    return waiting_reason(workflow, served() if served is not None else store.served_names())
+
+
+@cli.command(name="list")
+@click.option("--status", type=click.Choice(STATUSES), help="Only workflows in this status.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.option("--limit", type=click.IntRange(min=0), default=None,
+              help="At most this many (default: all with --json, 200 in the table; 0 means all).")
+@click.option("--awaiting", type=click.Choice(["approval"]), default=None,
+              help="Only workflows waiting for this: 'approval' (ctx.request_approval; answer with `approve`).")
+@click.option("--tree", is_flag=True,
+              help="Child workflows (ctx.call_workflow) under their parent, indented: the filters and --limit"
+                   " choose the top-level workflows, each shown with all its children.")
+@global_options
+@pass_settings
+def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int | None, awaiting: str | None,
+             tree: bool) -> None:
+    """List workflows, most recently updated first."""
+    if limit is None:
+        limit = 0 if as_json else 200
+    depth: dict[str, int] = {}
+    with settings.open(readonly=True) as store:
+        top = store.list_workflows(status=status, limit=limit or -1, awaiting=awaiting, top_level=tree)
+        total = (store.count_workflows(status=status, awaiting=awaiting, top_level=tree) if limit and len(top) == limit
+                 else len(top))
+        rows: list[WorkflowRow | WorkflowSummary] = list(top)
+        if tree:
+            rows, depth = _as_tree(top, store.list_descendants([r.id for r in top]))
+        served = functools.cache(store.served_names)  # read once, and only if a pending row asks
+        waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
+        approvals = {r.id: store.pending_approval(r.id) for r in rows
+                     if r.status == "blocked" and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
+    if as_json:
+        click.echo(json.dumps([
+            {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
+             "wake_at": r.wake_at, "slots": r.slots,
+             "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id],
+             "parent": r.parent} for r in rows
+        ]))
+        return
+    # --limit and the total count top-level workflows under --tree: a child comes with its parent, uncounted.
+    counted = "top-level workflow(s), each with its children" if tree else "workflow(s)"
+    cut = total != len(top)
+    table = Table(title=f"{len(top)} of {total} {counted}" if cut else None, box=box.SIMPLE_HEAD)
+    now = time.time()
+    # A failed workflow's error, or why a cancelled or terminated one was stopped (the
+    # operator's reason): a column of its own, last, when a row has one.
+    errors = any(r.error for r in rows)
+    columns = ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)") + ("error / reason",) * errors
+    for col in columns:
+        # Ids are what operators copy into the next command: never cut them short.
+        table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
+                         no_wrap=col in ("id", "status", "updated (UTC)", "slots"))
+    for r in rows:
+        # A pending workflow no live worker can run says so where a blocked one names its signal.
+        waits = (_t(_blocked_text(r.blocked_on, r.wake_at, now, approvals.get(r.id))) if r.blocked_on
+                 else _waits(waiting[r.id]))
+        # A child is indented under its parent; the id itself stays whole, to be copied.
+        shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
+        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots), _t(_when(r.updated_at, short=True))]
+        if errors:
+            cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == "failed" else ""))
+        table.add_row(*cells)
+    _print(table)
+    if cut:
+        click.echo(f"showing {len(top)} of {total} {counted}; use --limit 0 for all", err=True)
+
+
+def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
+             ) -> tuple[list[WorkflowRow | WorkflowSummary], dict[str, int]]:
+    """Each top-level row followed by its children, depth first in start order; and each child's depth."""
+    children: dict[str, list[WorkflowSummary]] = {}
+    for d in descendants:
+        children.setdefault(d.parent or "", []).append(d)
+    ordered: list[WorkflowRow | WorkflowSummary] = []
+    depth: dict[str, int] = {}
+
+    def walk(row: WorkflowRow | WorkflowSummary, level: int) -> None:
+        ordered.append(row)
+        depth[row.id] = level
+        for child in children.get(row.id, []):
+            walk(child, level + 1)
+
+    for row in top:
+        walk(row, 0)
+    return ordered, depth
+
+
+def _blocked_text(blocked_on: str | None, wake_at: float | None, now: float,
+                  approval: dict[str, Any] | None) -> str:
+    """What a blocked workflow waits on: a timer, a signal's name, or "approval: ACTION (request RID)".
+
+    A wait with a deadline (a signal's or an approval's timeout) says until when.
+    """
+    if approval is not None:
+        shown = f"approval: {approval['action']} (request {approval['request']})"
+        return waits_text(shown, wake_at, now)
+    return waits_text(blocked_on, wake_at, now)
+
+
+def _waits(waiting: str | None) -> Text:
+    return Text(printable(waiting or "", oneline=True), style="yellow")
+
+
+def _status(status: str, waiting: str | None = None) -> Text:
+    shown = status_text(status)  # styled as the console styles it
+    if waiting:
+        shown.append(printable(f" — {waiting}", oneline=True), style="yellow")
+    return shown
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@global_options
+@pass_settings
+def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
+    """Show a workflow: status, input, result or error, every slot, every signal."""
+    with settings.open(readonly=True) as store:
+        row = store.get_workflow(workflow_id)
+        data = workflow_json(store, row)
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("id", _t(row.id))
+    head.add_row("workflow", _t(row.workflow))
+    head.add_row("status", _status(row.status, data["waiting_for_worker"]))
+    if row.blocked_on:
+        now = time.time()
+        until = f" ({countdown(row.wake_at, now)})" if row.wake_at is not None else ""
+        head.add_row("blocked on", _t(_blocked_text(row.blocked_on, row.wake_at, now, data["approval"]) + until))
+        if data["approval"]:
+            head.add_row("details", _t(preview(data["approval"]["details"], 200)))
+    if data["parent"]:
+        head.add_row("parent", _t(data["parent"]))
+    for child in data["children"]:
+        head.add_row("child", _t(f"{child['id']} ({child['workflow']}, {child['status']})"))
+    head.add_row("input", _t(preview(row.input, 200) if row.has_input else "(none)"))
+    if row.status == "completed":
+        head.add_row("result", _t(preview(row.result, 200)))
+    if row.error:
+        head.add_row("error", Text(printable(row.error, oneline=True), style="red"))
+    if row.diagnostic:
+        d = row.diagnostic
+        head.add_row("diverged at", _t(f"slot {d['slot']}: recorded {d['recorded'] or '(nothing)'}, "
+                                       f"issued {d['issued'] or '(nothing)'}"))
+    if row.worker_error:
+        # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure),
+        # said as the console's workflow screen says it.
+        line = worker_error_line(row.worker_error, row.status, row.retry_at)
+        head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
+    if row.cancel_requested is not None and row.status in ("pending", "running", "blocked"):
+        head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
+                                                             else ""), oneline=True), style="yellow"))
+    if row.forked_from is not None:
+        head.add_row("forked from", _t(f"{row.forked_from} at slot {row.forked_slot}"))
+    head.add_row("updated", _t(_when(row.updated_at)))
+    if data["inflight"]:
+        i = data["inflight"]
+        head.add_row("in flight", Text(printable(
+            f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
+            " (it possibly ran)", oneline=True), style="yellow"))
+    shown: list[Any] = [head, _listing(
+        f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
+        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
+          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
+         for c in data["commands"]],
+        wide="value / error")]
+    if data["signals"]:
+        shown.append(_listing(
+            f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
+            [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
+              _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"]))) for s in data["signals"]]))
+    if data["audit"]:
+        shown.append(_listing(
+            f"{len(data['audit'])} operator action(s)", ("when (UTC)", "action", "by", "reason", "detail"),
+            [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
+             for a in data["audit"]]))
+    _print(*shown)
+
+
+def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:
+    """One of show's tables: `wide` is the column that takes what is left; the short ones never wrap."""
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for col in columns:
+        if wide is None:
+            table.add_column(col)
+        else:
+            table.add_column(col, no_wrap=col != wide, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _slot_value(c: dict[str, Any]) -> str:
+    if not c["ok"]:
+        return preview(c["error"], 40)
+    # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
+    # (JSON keeps the number); a patch marker holds no value.
+    if c["kind"] in ("now", "timer", "deadline", "timeout"):
+        return _clock_value(c["value"])
+    return "(marker)" if c["kind"] == "patch" else preview(c["value"], 40)
+
+
+# ---------------------------------------------------------------- check
+
+
+@cli.command()
+@click.argument("workflow_id", required=False)
+@click.option("--all", "check_all", is_flag=True, help="Check every unfinished workflow.")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict of one workflow as a JSON object.")
+@click.option("--history", "histories", multiple=True, metavar="FILE",
+              help="Dry-replay exported histories (`replaylog export`) instead, without a database; repeatable.")
+@click.argument("more_histories", nargs=-1, metavar="[FILE]...")
+@global_options
+@pass_settings
+def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str | None, as_json: bool,
+          histories: tuple[str, ...], more_histories: tuple[str, ...]) -> None:
+    """Dry-replay history against the current code, with no side effects: exit 1 if it diverges.
+
+    A finished workflow replays cleanly only if the code ends as it ended: a completed
+    history the code would extend has diverged; a failed one must fail the same way.
+    """
+    if histories:
+        # `check --history a.json b.json`: the first file is the option's, the rest come as arguments.
+        files = [*histories, *([workflow_id] if workflow_id else []), *more_histories]
+        if check_all or as_json:
+            fail("--history checks exported files: not with --all or --json")
+        _check_histories(files, _app(app))
+        return
+    if more_histories:
+        fail(f"unexpected extra argument {more_histories[0]!r}")
+    if bool(workflow_id) == check_all:
+        fail("give one WORKFLOW_ID or --all")
+    if as_json and check_all:
+        fail("--json checks one WORKFLOW_ID, not --all")
+    registry = _app(app)
+    with settings.open(readonly=True) as store:
+        if not workflow_id:
+            _check_all(store, registry)
+            return
+        verdict = check_workflow(store, registry, workflow_id)
+    if as_json:
+        click.echo(json.dumps({"id": workflow_id, **verdict.to_dict()}))
+    else:
+        # Said once: on stdout when it replays cleanly, on stderr (with exit 1) when not.
+        click.echo(printable(f"{workflow_id}: {verdict.text}", oneline=True), err=not verdict.ok)
+    if not verdict.ok:
+        sys.exit(1)
+
+
+def _check_histories(files: list[str], registry: Registry) -> None:
+    """Dry-replay exported histories against the app's code: a replay corpus for CI. Exit 1 if any fails."""
+    docs = [_read_document(f) for f in files]  # every file is read first: a bad one is refused before any verdict
+    failures = 0
+    for path, doc in zip(files, docs, strict=True):
+        try:
+            fn = registry.workflow(doc.workflow)
+        except ReplaylogError as exc:
+            ok, text = False, str(exc)
+        else:
+            verdict = dry_replay(fn, doc.state, workflow_id=doc.id, status=doc.status, recorded_error=doc.error,
+                                 diverged=doc.diagnostic is not None)
+            ok, text = verdict.ok, verdict.text
+        failures += not ok
+        click.echo(_one(f"{path} ({doc.id}): {text}"), err=not ok)
+    click.echo(f"checked {len(docs)} exported history(ies): {len(docs) - failures} replay cleanly, "
+               f"{failures} diverge or fail")
+    if failures:
+        sys.exit(1)
+
+
+def _check_all(store: ReaderStore, registry: Registry) -> None:
+    from rich.progress import Progress
+
+    ids = [r.id for r in store.list_workflows(status=("pending", "running", "blocked"), limit=-1, sort="created",
+                                               descending=False)]
+    failures: list[tuple[str, str]] = []
+    console = _console(stderr=True)
+    # A progress bar only on a terminal: piped, rich's stopped display leaves a blank line.
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("replaying", total=len(ids))
+        for wid in ids:
+            verdict = check_workflow(store, registry, wid)
+            if not verdict.ok:
+                failures.append((wid, verdict.text))
+            progress.advance(task)
+    for wid, text in failures:
+        console.print(Text(printable(f"{wid}: {text}", oneline=True), style="red"))
+    summary = f"checked {len(ids)} unfinished workflow(s): {len(ids) - len(failures)} replay cleanly, " \
+              f"{len(failures)} diverge or fail"
+    click.echo(summary)
+    if failures:
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------- operator actions
+
+
+def _one(text: str) -> str:
+    return printable(text, oneline=True)
+
+
+def _stopping(act: Callable[[OperatorStore, str, str | None], str]) -> click.Command:
+    """A command `act.__name__ WORKFLOW_ID [--reason TEXT]`: runs `act` on the store, prints the line it returns.
+
+    Its help is `act`'s docstring. (cancel and terminate: the same arguments, one write.)
+    """
+
+    @click.argument("workflow_id")
+    @click.option("--reason", help="Why: kept with the workflow and in the audit trail, shown by `show` and `list`.")
+    @global_options
+    @pass_settings
+    def command(settings: Settings, workflow_id: str, reason: str | None) -> None:
+        with settings.open() as store:
+            said = act(store, workflow_id, reason)
+        click.echo(_one(said))
+
+    return cli.command(name=act.__name__, help=act.__doc__)(command)
+
+
+@_stopping
+def cancel(store: OperatorStore, workflow_id: str, reason: str | None) -> str:
+    """Ask a pending, running or blocked workflow to cancel.
+
+    Its code sees WorkflowCancelled at its current or next ctx call and may run
+    compensating activities; when the exception leaves it, its status is `cancelled`.
+    """
+    was = store.cancel_workflow(workflow_id, reason)
+    return f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled at its next ctx call"
+
+
+@_stopping
+def terminate(store: OperatorStore, workflow_id: str, reason: str | None) -> str:
+    """Stop a pending, running or blocked workflow at once: no workflow code runs again.
+
+    An activity in flight may still finish; its outcome is not recorded.
+    """
+    was = store.terminate_workflow(workflow_id, reason)
+    return f"{workflow_id} terminated (was {was})"
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
+@click.option("--force", is_flag=True, help="Skip the dry replay against the current code.")
+@click.option("--reason", help="Why: kept in the audit trail.")
+@global_options
+@pass_settings
+def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, reason: str | None) -> None:
+    """Set a failed workflow going again, history kept, once its history replays against the current code.
+
+    Refused if the dry replay diverges, or if it would end in the same recorded activity
+    failure (fork from that slot instead).
+    """
+    with settings.open() as store:
+        row = store.get_workflow(workflow_id)
+        if row.status != "failed":
+            fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
+        verdict_text = "dry replay skipped (--force)"
+        if not force:
+            verdict, refusal = retry_verdict(store, _app(app), workflow_id)
+            if refusal is not None:
+                fail(refusal)
+            verdict_text = verdict.text
+        store.retry_workflow(workflow_id, reason)
+    click.echo(_one(f"{workflow_id} is pending again ({verdict_text})"))
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--from-slot", "from_slot", type=int, required=True, metavar="K",
+              help="Copy slots 0..K-1; from slot K the fork's code runs live.")
+@click.option("--id", "new_id", help="The fork's id (else a generated one).")
+@global_options
+@pass_settings
+def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | None) -> None:
+    """Start a new workflow from a copy of another's history up to slot K, and every signal it received.
+
+    The original is untouched. Activities from slot K run again, under the fork's own
+    idempotency keys.
+    """
+    with settings.open() as store:
+        wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
+        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == "activity"]
+    click.echo(wid)
+    names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
+    click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
+                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {from_slot}"
+                       f" will run again, with new idempotency keys: {names}" if again else
+                       "no recorded activity runs again")), err=True)
+
+
+@cli.command(name="export")
+@click.argument("workflow_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write to FILE (else stdout).")
+@global_options
+@pass_settings
+def export_cmd(settings: Settings, workflow_id: str, output: str | None) -> None:
+    """Write a workflow's whole history as one versioned JSON document."""
+    with settings.client(readonly=True) as client:
+        text = json.dumps(client.get_handle(workflow_id).export(), ensure_ascii=False)
+    if output is None:
+        click.echo(text)
+        return
+    try:
+        Path(output).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}")
+
+
+def _read_document(path: str) -> HistoryDocument:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        fail(f"{path}: not UTF-8 text")
+    except json.JSONDecodeError as exc:
+        fail(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except RecursionError:
+        fail(f"{path}: invalid JSON: nested too deeply")
+    return parse_document(data, path)
+
+
+@cli.command(name="import")
+@click.argument("file", metavar="FILE")
+@click.option("--id", "new_id", help="Import under this id (else the exported one).")
+@global_options
+@pass_settings
+def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
+    """Write an exported history as a new workflow; print its id.
+
+    A workflow exported running or blocked is imported pending; a finished one keeps its status.
+    """
+    doc = _read_document(file)
+    with settings.open(create=True) as store:
+        wid = store.import_history(doc, new_id=new_id)
+    click.echo(wid)
+
+
+# ---------------------------------------------------------------- console and demo
+
+
+@cli.command()
+@click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
+@click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@global_options
+@pass_settings
+def console(settings: Settings, readonly: bool, app: str | None) -> None:
+    """Open the operator console (a terminal UI) on the database."""
+    settings.open(readonly=readonly).close()
+    registry = _app(app) if app else None
+    from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
+
+    ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
+
+
+@cli.command()
+@click.option("--no-console", is_flag=True, help="Only seed and print the tour; do not open the console.")
+@global_options
+@pass_settings
+def demo(settings: Settings, no_console: bool) -> None:
+    """Seed a demo database with workflows in every state, run a worker, open the console."""
+    from replaylog.demo import run_demo
+
+    if isinstance(settings.db, str):
+        fail("the demo seeds a SQLite file; give --db a file path")
+    run_demo(settings.db, open_console=not no_console, echo=_echo_err)
+
+
+def _echo_err(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `replaylog` command."""
+    try:
+        cli.main(args=argv, prog_name="replaylog", standalone_mode=True)
+    except ReplaylogError as exc:  # every refusal of the engine or the store ends a command here, in one line
+        click.echo(f"replaylog: error: {printable(str(exc), oneline=True)}", err=True)
+        sys.exit(1)
+    except sqlite3.Error as exc:
+        # SQLite finds most damage only when a query reaches the damaged page, long after
+        # the file opened cleanly: still one line, and no traceback.
+        hint = ("; the file is damaged: check it with PRAGMA integrity_check and restore it from a backup"
+                if is_damaged(exc) else "")
+        click.echo(f"replaylog: error: the database cannot be read: {printable(str(exc), oneline=True)}{hint}",
+                   err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,659 @@
+"""The client: every operation an application, the command line and the console perform on workflows.
+
+    from replaylog import Client
+
+    with Client("app.db") as client:
+        handle = client.start(order_workflow, {"order": 42})
+        print(handle.result(timeout=60))
+
+Each operation is written once, here, over the store's protocols (`engine.store`): the
+command line is a thin layer of arguments and wording over it. A `Client` is safe to share
+between threads: its one store connection is used by one thread at a time (a lock), and a
+thread that waits (`result`, `get_event`) holds no lock while it waits.
+
+Waiting never busy-polls the workflow: on PostgreSQL a waiting call sleeps until the
+store's LISTEN connection hears a change (one listening thread per client, whatever the
+number of waiting calls); on SQLite it sleeps in steps of `SQLITE_POLL` seconds and
+re-reads the workflow only when `PRAGMA data_version` says another connection committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Generic, Literal, TypeVar, cast, overload
+
+from replaylog.engine.app import Registry, load_app
+from replaylog.engine.check import retry_verdict
+from replaylog.engine.core import DryReplay, registered_name
+from replaylog.engine.errors import (
+    Diagnostic,
+    DuplicateWorkflowIdError,
+    OperatorRefusedError,
+    ReplaylogError,
+    StoreError,
+    UnknownWorkflowIdError,
+    WorkflowCancelled,
+)
+from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.store import (
+    FINISHED_STATUSES,
+    ReaderStore,
+    Store,
+    WorkflowRow,
+    database_path,
+    default_max_payload,
+    encode_payload,
+    is_postgres_url,
+    open_store,
+    operator_name,
+)
+
+__all__ = [
+    "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
+    "WorkflowHandle", "WorkflowInfo", "WorkflowInputError", "WorkflowTerminated", "app_registry", "resolve_db",
+]
+
+DEFAULT_DB = "replaylog.db"
+# On SQLite a waiting call looks at the change counter this often (seconds): a PRAGMA that
+# reads one number, so 100 waiting calls cost ~10,000 cheap reads a second and no query of
+# the workflow until something changed.
+SQLITE_POLL = 0.005
+# On PostgreSQL a waiting call trusts the notifications, and looks anyway this often
+# (seconds) in case one was lost while the listening connection reconnected.
+NOTIFY_SAFETY = 5.0
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class _NoInput:
+    """The `input` of a workflow started without one (None is a JSON input: null)."""
+
+    def __repr__(self) -> str:
+        return "NO_INPUT"
+
+
+NO_INPUT: Any = _NoInput()
+
+# What `app=` takes: a module, an import string or .py path (as --app), a Registry, or functions.
+AppLike = ModuleType | str | os.PathLike[str] | Registry | Iterable[Callable[..., Any]]
+
+
+# ---------------------------------------------------------------- errors
+
+
+class WorkflowFailed(ReplaylogError):
+    """The workflow failed: `handle.result()` raises this.
+
+    Attributes:
+        workflow_id: the workflow's id.
+        error_kind: what failed it: "activity", "nondeterministic", "code" or "engine".
+        message: the recorded error text.
+        diagnostic: where the replay diverged, for a non-deterministic failure; else None.
+    """
+
+    def __init__(self, workflow_id: str, error_kind: str | None, message: str,
+                 diagnostic: Diagnostic | None = None) -> None:
+        super().__init__(f"workflow {workflow_id!r} failed ({error_kind or 'unknown'}): {message}")
+        self.workflow_id = workflow_id
+        self.error_kind = error_kind
+        self.message = message
+        self.diagnostic = diagnostic
+
+
+class WorkflowTerminated(ReplaylogError):
+    """An operator terminated the workflow: `handle.result()` raises this.
+
+    Attributes:
+        workflow_id: the workflow's id.
+        reason: the operator's reason ("" if none was given).
+    """
+
+    def __init__(self, workflow_id: str, reason: str = "") -> None:
+        super().__init__(f"workflow {workflow_id!r} was terminated" + (f": {reason}" if reason else ""))
+        self.workflow_id = workflow_id
+        self.reason = reason
+
+
+class UnknownWorkflowError(UnknownWorkflowIdError):
+    """No workflow has that id: raised on the first use of a handle (or a client call) that names it."""
+
+
+class WorkflowInputError(ReplaylogError):
+    """The input does not fit the workflow's parameters (given to one that takes none, or missing)."""
+
+
+class ClientClosedError(ReplaylogError):
+    """The client was closed: open a new one."""
+
+
+# ---------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """A workflow as it stands: the facts `replaylog show --json` prints at its top.
+
+    `result` is set once `status` is "completed"; `error` and `error_kind` once it failed
+    (or the operator's reason once cancelled or terminated). `wake_at` is the recorded
+    wake time of a blocked workflow (its timer, or its wait's deadline). Times are epoch
+    seconds.
+    """
+
+    id: str
+    workflow: str
+    status: str
+    blocked_on: str | None
+    wake_at: float | None
+    result: Any
+    error: str | None
+    error_kind: str | None
+    slots: int
+    parent: str | None
+    created_at: float
+    updated_at: float
+    input: Any = None
+    diagnostic: Diagnostic | None = None
+    cancel_requested: str | None = None
+
+    @classmethod
+    def from_row(cls, row: WorkflowRow) -> WorkflowInfo:
+        """The facts of one stored workflow row."""
+        d = row.diagnostic
+        return cls(
+            id=row.id, workflow=row.workflow, status=row.status, blocked_on=row.blocked_on, wake_at=row.wake_at,
+            result=row.result, error=row.error, error_kind=row.error_kind, slots=row.slots, parent=row.parent,
+            created_at=row.created_at, updated_at=row.updated_at, input=row.input,
+            diagnostic=None if d is None else Diagnostic(int(d["slot"]), d.get("recorded"), d.get("issued"),
+                                                         str(d.get("message", ""))),
+            cancel_requested=row.cancel_requested)
+
+    @property
+    def finished(self) -> bool:
+        """True once the workflow is completed, failed, cancelled or terminated: nothing runs it again."""
+        return self.status in FINISHED_STATUSES
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One recorded slot of a workflow's history.
+
+    `kind` is the command's kind ("activity", "now", "timer", "event", …), `name` its name
+    (an activity's, a signal's, an event's key); `value` is its recorded value when `ok`,
+    else `error` is the recorded error text.
+    """
+
+    slot: int
+    kind: str
+    name: str
+    ok: bool
+    value: Any
+    error: str | None
+    attempts: int
+    recorded_at: float
+
+
+# ---------------------------------------------------------------- resolving a database and an app
+
+
+def resolve_db(db: str | os.PathLike[str] | None = None) -> Path | str:
+    """Where the database is: `db`, else $REPLAYLOG_DB, else ./replaylog.db (as the CLI's --db).
+
+    A file path or `sqlite:///path` URL comes back as a Path, a PostgreSQL URL as given.
+    StoreError with one line for any other URL scheme.
+    """
+    location = db or os.environ.get("REPLAYLOG_DB") or DEFAULT_DB
+    if not isinstance(location, str):
+        return Path(location)
+    if is_postgres_url(location):
+        return location
+    return database_path(location)
+
+
+def app_registry(app: AppLike) -> Registry:
+    """The workflows and activities of an app: a module, an import string or .py path, or functions.
+
+    AppImportError (one line) if it cannot be imported, or defines a name twice.
+    """
+    if isinstance(app, Registry):
+        return app
+    if isinstance(app, str):
+        return load_app(app)
+    if isinstance(app, os.PathLike):
+        return load_app(os.fspath(app))
+    if isinstance(app, ModuleType):
+        return Registry.from_module(app)
+    functions = list(app)
+    spec = ", ".join(registered_name(fn) for fn in functions[:4]) + (", …" if len(functions) > 4 else "")
+    return Registry.from_functions(functions, f"[{spec}]")
+
+
+def _workflow_name(workflow: Callable[..., Any] | str) -> tuple[str, Callable[..., Any] | None]:
+    """The recorded name of a workflow given as its function or its name, and its function if given."""
+    if isinstance(workflow, str):
+        return workflow, None
+    if getattr(workflow, "_replaylog_kind", None) != "workflow":
+        raise TypeError(f"{getattr(workflow, '__qualname__', workflow)!r} is not a @workflow function;"
+                        " give an @workflow function or a workflow's name")
+    return registered_name(workflow), workflow
+
+
+def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
+    """A stored workflow's whole history as an export document."""
+    row = store.get_workflow(workflow_id)
+    state = store.load_state(workflow_id)
+    commands = store.list_commands(workflow_id)
+    signals = store.list_signals(workflow_id)
+    # Separate reads: a running workflow may have recorded more in between; keep the common prefix.
+    n, m = min(len(state.commands), len(commands)), min(len(state.signals), len(signals))
+    return HistoryDocument(
+        id=row.id, workflow=row.workflow, input=row.input, has_input=row.has_input, status=row.status,
+        result=row.result, error=row.error, diagnostic=row.diagnostic, commands=state.commands[:n],
+        recorded_at=tuple(c.recorded_at for c in commands[:n]), signals=state.signals[:m],
+        sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot,
+        error_kind=row.error_kind)
+
+
+def _check_key(key: object, what: str) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"{what}: the event key must be a string, got {type(key).__name__}")
+    return key
+
+
+# ---------------------------------------------------------------- the client
+
+
+class Client:
+    """A connection to one replaylog database, for starting, waiting for and steering workflows.
+
+    Args:
+        db: a SQLite file path, a `sqlite:///path` URL or a `postgresql://` URL; else
+            $REPLAYLOG_DB, else ./replaylog.db.
+        max_payload: the cap in bytes on inputs and signal payloads (else
+            $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).
+        app: the application's workflows (a module, an import string or .py path, or a
+            list of functions). Optional: with it, `start` by name checks the name and the
+            input against the code, and `retry` dry-replays the history first.
+        readonly: open the database read-only: every write raises ReadOnlyError.
+
+    The database is opened on first use. `start` and `import_history` create a missing
+    SQLite file; any other call on a path that holds none raises StoreError naming it.
+    Thread-safe; a context manager; `close()` ends it.
+    """
+
+    def __init__(self, db: str | os.PathLike[str] | None = None, *, max_payload: int | None = None,
+                 app: AppLike | None = None, readonly: bool = False) -> None:
+        self.db = resolve_db(db)
+        self.readonly = readonly
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
+        self.registry: Registry | None = None if app is None else app_registry(app)
+        self._lock = threading.RLock()
+        self._store: Store | None = None
+        self._closed = False
+        # The change counter waiting calls sleep on: bumped by the store's notifications
+        # (PostgreSQL) or by a waiter that saw PRAGMA data_version move (SQLite).
+        self._changed = threading.Condition()
+        self._version = 0
+        self._data_version: int | None = None
+        self._notified = False
+        # How many calls wait right now (replaylog.testing skips time only while one does).
+        self.waiting = 0
+        # The clock recorded wake times are due by (replaylog.testing gives its own).
+        self._wake_clock: Callable[[], float] | None = None
+
+    # -- life
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database connection; waiting calls raise ClientClosedError. Closing twice is harmless."""
+        with self._lock:
+            self._closed = True
+            store, self._store = self._store, None
+            if store is not None:
+                store.close()
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called."""
+        return self._closed
+
+    def _open(self, create: bool = False) -> Store:
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("this client is closed: open a new Client")
+            if self._store is None:
+                if not create and isinstance(self.db, Path) and not self.db.exists():
+                    raise StoreError(f"no database at {self.db}")
+                store = open_store(self.db, readonly=self.readonly, max_payload=self.max_payload,
+                                   wake_clock=self._wake_clock)
+                if store.local_path() is None:  # a server tells of its changes
+                    store.wake_on_change(self._notify)
+                    self._notified = True
+                self._store = store
+            return self._store
+
+    def _call(self, op: Callable[[Store], T], *, create: bool = False) -> T:
+        """Run one operation on the store, under the lock; an unknown id is an UnknownWorkflowError."""
+        with self._lock:
+            store = self._open(create)
+            try:
+                return op(store)
+            except UnknownWorkflowIdError as exc:
+                if isinstance(exc, UnknownWorkflowError):
+                    raise
+                raise UnknownWorkflowError(str(exc)) from None
+
+    # -- waiting for a change
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    def _look(self) -> None:
+        """SQLite: bump the change counter if another connection committed since the last look."""
+        with self._lock:
+            if self._store is None:
+                return
+            version = self._store.data_version()
+        with self._changed:
+            if version != self._data_version:
+                self._data_version = version
+                self._version += 1
+                self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        with self._changed:
+            self.waiting += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.waiting -= 1
+
+    def _wait(self, check: Callable[[Store], T | None], timeout: float | None) -> T | None:
+        """Call `check` until it returns something, after each change of the store; None after `timeout`."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._waiting():
+            while True:
+                self._open()
+                if not self._notified:
+                    self._look()  # the counter as of now: a commit after the check below moves it
+                seen = self._version
+                found = self._call(check)
+                if found is not None:
+                    return found
+                while self._version == seen:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return None
+                    step = NOTIFY_SAFETY if self._notified else SQLITE_POLL
+                    with self._changed:
+                        if self._version == seen:
+                            self._changed.wait(step if left is None else min(left, step))
+                    if self._version == seen:
+                        if self._closed:
+                            raise ClientClosedError("this client was closed while a call waited")
+                        if self._notified:
+                            break  # the safety look: read the workflow again
+                        self._look()
+
+    # -- operations on workflows
+
+    @overload
+    def start(self, workflow: Callable[..., R], input: Any = NO_INPUT, *, id: str | None = None,
+              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[R]: ...
+
+    @overload
+    def start(self, workflow: str, input: Any = NO_INPUT, *, id: str | None = None,
+              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[Any]: ...
+
+    def start(self, workflow: Callable[..., Any] | str, input: Any = NO_INPUT, *, id: str | None = None,
+              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[Any]:
+        """Start a workflow; return its handle.
+
+        Args:
+            workflow: an @workflow function, or a workflow's name (a worker that knows it runs it).
+            input: the workflow's input (any JSON value; None is JSON null). Leave it out
+                to start a workflow that takes none.
+            id: the workflow's id (else a generated one).
+            if_exists: with `id`, when a workflow of that id exists: "fail" raises
+                DuplicateWorkflowIdError, "return" returns its handle and writes nothing
+                (a request retried after a lost answer gets the same workflow).
+
+        Raises:
+            WorkflowInputError: the input does not fit the function's parameters.
+            ValueNotJSONError, PayloadTooLargeError: the input cannot be stored.
+            DuplicateWorkflowIdError: the id is taken (if_exists="fail").
+        Nothing is written when it raises. A missing SQLite database is created.
+        """
+        if if_exists not in ("fail", "return"):
+            raise ValueError(f"if_exists must be 'fail' or 'return', not {if_exists!r}")
+        name, fn = _workflow_name(workflow)
+        if fn is None and self.registry is not None:
+            fn = self.registry.workflow(name)  # UnknownWorkflowError (of the app) for a name it lacks
+        given = input is not NO_INPUT
+        if fn is not None:
+            refusal = Registry("", {name: fn}).input_refusal(name, given)
+            if refusal is not None:
+                raise WorkflowInputError(refusal)
+        if given:
+            encode_payload(input, "the workflow input", self.max_payload)  # refused before the database is touched
+
+        def start(store: Store) -> str:
+            try:
+                return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id)
+            except DuplicateWorkflowIdError:
+                if if_exists != "return" or id is None:
+                    raise
+                return id
+
+        return WorkflowHandle(self, self._call(start, create=True))
+
+    def get_handle(self, workflow_id: str) -> WorkflowHandle[Any]:
+        """The handle of a workflow by its id: nothing is read until it is used (an unknown id raises then)."""
+        if not isinstance(workflow_id, str):
+            raise TypeError(f"a workflow id is a string, got {type(workflow_id).__name__}")
+        return WorkflowHandle(self, workflow_id)
+
+    def list(self, *, status: str | Iterable[str] | None = None, workflow: Callable[..., Any] | str | None = None,
+             parent: str | None = None, limit: int | None = 100) -> list[WorkflowInfo]:
+        """Workflows, most recently updated first: of a status (or statuses), a workflow, a parent.
+
+        `limit` None (or 0) lists them all.
+        """
+        name = None if workflow is None else _workflow_name(workflow)[0]
+        rows = self._call(lambda s: s.list_workflows(status=status, workflow=name, parent=parent,
+                                                     limit=limit or -1))
+        return [WorkflowInfo.from_row(r) for r in rows]
+
+    def signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
+        """Send a signal to a workflow; return its sequence number.
+
+        Raises UnknownWorkflowError, WorkflowClosedError (it finished), ValueNotJSONError or
+        PayloadTooLargeError (the payload), StoreError (a reserved or empty name); nothing
+        is written then.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"a signal name is a string, got {type(name).__name__}")
+        return self._call(lambda s: s.send_signal(workflow_id, name, payload))
+
+    def get_event(self, workflow_id: str, key: str, timeout: float | None = None) -> Any:
+        """The latest value the workflow set under `key` (ctx.set_event); see `WorkflowHandle.get_event`."""
+        return self.get_handle(workflow_id).get_event(key, timeout)
+
+    def events(self, workflow_id: str) -> dict[str, Any]:
+        """Every event key the workflow set, with its latest value."""
+        return self._call(lambda s: s.events(workflow_id))
+
+    def import_history(self, doc: dict[str, Any] | HistoryDocument, *, id: str | None = None) -> WorkflowHandle[Any]:
+        """Write an exported history (`handle.export()`) as a new workflow; return its handle.
+
+        A workflow exported running or blocked is imported pending; a finished one keeps
+        its status. HistoryFormatError if `doc` is not an export; DuplicateWorkflowIdError
+        if the id is taken. A missing SQLite database is created.
+        """
+        document = doc if isinstance(doc, HistoryDocument) else parse_document(doc, "the document")
+        return WorkflowHandle(self, self._call(lambda s: s.import_history(document, new_id=id), create=True))
+
+
+class WorkflowHandle(Generic[R]):
+    """One workflow, by its id: wait for its result, read its events, signal and steer it.
+
+    Typed by the workflow's result: `client.start(fn, …)` of a function returning R gives
+    a WorkflowHandle[R], whose `result()` returns R. Nothing is read when a handle is made:
+    an unknown id raises UnknownWorkflowError at its first use.
+    """
+
+    def __init__(self, client: Client, workflow_id: str) -> None:
+        self._client = client
+        self._id = workflow_id
+
+    @property
+    def id(self) -> str:
+        """The workflow's id."""
+        return self._id
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self._id!r})"
+
+    def describe(self) -> WorkflowInfo:
+        """The workflow as it stands now."""
+        return WorkflowInfo.from_row(self._client._call(lambda s: s.get_workflow(self._id)))
+
+    def result(self, timeout: float | None = None) -> R:
+        """Wait until the workflow finishes and return its result.
+
+        Raises:
+            WorkflowFailed: it failed (with its error kind, message, and diagnostic).
+            WorkflowCancelled: an operator cancelled it (`reason`, `workflow_id`).
+            WorkflowTerminated: an operator terminated it.
+            TimeoutError: `timeout` seconds passed first; the workflow is untouched.
+        """
+        row = self._client._wait(lambda s: _finished(s.get_workflow(self._id)), timeout)
+        if row is None:
+            info = self.describe()
+            raise TimeoutError(f"workflow {self._id!r} did not finish within {timeout} s (it is {info.status})")
+        if row.status == "completed":
+            return cast(R, row.result)
+        info = WorkflowInfo.from_row(row)
+        if row.status == "cancelled":
+            raise WorkflowCancelled(row.cancel_requested or "", workflow_id=self._id)
+        if row.status == "terminated":
+            raise WorkflowTerminated(self._id, row.cancel_requested or row.error or "")
+        raise WorkflowFailed(self._id, row.error_kind, row.error or "", info.diagnostic)
+
+    def get_event(self, key: str, timeout: float | None = None) -> Any:
+        """The latest value the workflow set under `key` with ctx.set_event.
+
+        Waits until the key is set: up to `timeout` seconds (0: do not wait), or with
+        None until it is set or the workflow finishes. Returns None if the key is not set
+        by then.
+        """
+        key = _check_key(key, "get_event")
+
+        def look(store: Store) -> tuple[bool, Any] | None:
+            found = store.events(self._id, key)
+            if key in found:
+                return True, found[key]
+            if timeout is None and store.get_workflow(self._id).status in FINISHED_STATUSES:
+                return False, None  # it never will be set
+            return None
+
+        answer = self._client._wait(look, timeout)
+        return None if answer is None else answer[1]
+
+    def events(self) -> dict[str, Any]:
+        """Every event key the workflow set, with its latest value."""
+        return self._client.events(self._id)
+
+    def signal(self, name: str, payload: Any = None) -> int:
+        """Send the workflow a signal; return its sequence number (see `Client.signal`)."""
+        return self._client.signal(self._id, name, payload)
+
+    def approve(self, note: str | None = None, reject: bool = False, request: str | None = None) -> str:
+        """Answer the approval request the workflow waits on (approve, or reject); return the request's id.
+
+        `request`: answer only if that is the pending request (a stale answer is refused).
+        ApprovalRefusedError when it waits on no approval, another one, or the request timed out.
+        """
+        return self._client._call(lambda s: s.answer_approval(self._id, approved=not reject, by=operator_name(),
+                                                              note=note, request=request))
+
+    def cancel(self, reason: str | None = None) -> str:
+        """Ask the workflow to cancel: its code sees WorkflowCancelled at its next ctx call.
+
+        Returns its status before the request.
+        """
+        return self._client._call(lambda s: s.cancel_workflow(self._id, reason))
+
+    def terminate(self, reason: str | None = None) -> str:
+        """Stop the workflow at once: no code of it runs again. Returns its status before."""
+        return self._client._call(lambda s: s.terminate_workflow(self._id, reason))
+
+    def retry(self, reason: str | None = None, *, force: bool = False) -> DryReplay | None:
+        """Set a failed workflow going again, history kept.
+
+        With the client's `app`, its history is dry-replayed against the code first and the
+        retry refused (OperatorRefusedError) if it diverges or would end in the same recorded
+        activity failure; the dry replay is returned. Without an app, or with `force`, no
+        replay is made and None is returned.
+        """
+        registry = self._client.registry
+
+        def retry(store: Store) -> DryReplay | None:
+            row = store.get_workflow(self._id)
+            if row.status != "failed":
+                raise OperatorRefusedError(f"workflow {self._id!r} is {row.status}: only a failed workflow"
+                                           " can be retried")
+            verdict = None
+            if registry is not None and not force:
+                verdict, refusal = retry_verdict(store, registry, self._id)
+                if refusal is not None:
+                    raise OperatorRefusedError(refusal)
+            store.retry_workflow(self._id, reason)
+            return verdict
+
+        return self._client._call(retry)
+
+    def fork(self, from_slot: int, id: str | None = None) -> WorkflowHandle[R]:
+        """A new workflow from a copy of this one's slots 0..from_slot-1 and every signal; its handle.
+
+        This workflow is untouched; activities from `from_slot` on run again under the fork's keys.
+        """
+        return WorkflowHandle(self._client, self._client._call(lambda s: s.fork_workflow(self._id, from_slot,
+                                                                                          new_id=id)))
+
+    def export(self) -> dict[str, Any]:
+        """The workflow's whole history as one versioned JSON document (`Client.import_history` takes it)."""
+        return self._client._call(lambda s: history_document(s, self._id)).to_json()
+
+    def history(self, from_slot: int = 0) -> list[Slot]:
+        """The recorded slots in order, from `from_slot` on."""
+
+        def read(store: Store) -> list[Slot]:
+            store.get_workflow(self._id)  # an unknown id is an error, not an empty history
+            return [Slot(c.slot, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at)
+                    for c in store.list_commands(self._id, offset=from_slot)]
+
+        return self._client._call(read)
+
+
+def _finished(row: WorkflowRow) -> WorkflowRow | None:
+    return row if row.status in FINISHED_STATUSES else None

@@ -1,0 +1,120 @@
+"""Turning stored values into safe, styled `Text`: the console's, and the command line's.
+
+Every stored string goes through `engine.text.printable` and into a `Text`, never
+into markup: a name containing `[/bold]` or an escape sequence shows literally. The
+command line imports what it shares with the console from here (status styles, clock
+reads, the worker error line), so that both say a thing the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from rich.text import Text
+
+from replaylog.engine.text import countdown, preview, printable, waits_text
+
+STATUS_STYLES = {
+    "pending": "bold cyan",
+    "running": "bold blue",
+    "blocked": "bold yellow",
+    "completed": "bold green",
+    "failed": "bold red",
+    "cancelled": "bold magenta",
+    "terminated": "bold magenta",
+}
+
+
+# Characters of a value a table cell is given: more than any terminal is wide, so the
+# column (which grows with the terminal) cuts it with `…`, not the preview.
+CELL_PREVIEW = 1000
+
+
+def text(value: Any, style: str = "") -> Text:
+    """One line of stored text, control characters made visible, never parsed as markup."""
+    # Cut with an ellipsis where a table column is narrower (an 80-column terminal).
+    return Text(printable(str(value), oneline=True), style=style, no_wrap=True, overflow="ellipsis")
+
+
+def titled(prefix: str, name: str) -> Text:
+    """A dialog's title: `prefix` then a stored name (a workflow id, say) in bold, as text."""
+    title = Text(prefix)
+    title.append_text(text(name, "bold"))
+    return title
+
+
+def status_text(status: str) -> Text:
+    """A status word in its colour."""
+    return Text(status, style=STATUS_STYLES.get(status, ""))
+
+
+def value_preview(value: Any, width: int = 60) -> Text:
+    """A one-line preview of a JSON value."""
+    return Text(preview(value, width), no_wrap=True, overflow="ellipsis")
+
+
+def utc(ts: float | None, *, millis: bool = False, clock: bool = False) -> str:
+    """A timestamp as UTC wall time; fixed stored timestamps give fixed text on every machine.
+
+    Args:
+        ts: seconds since the epoch (None: a dash).
+        millis: the time of day to the millisecond, for a table column that says it is UTC.
+        clock: the time of day alone, "HH:MM:SS UTC" (a moment minutes away).
+    """
+    if ts is None:
+        return "—"
+    when = dt.datetime.fromtimestamp(ts, tz=dt.UTC)
+    if millis:
+        return when.strftime("%H:%M:%S.") + f"{when.microsecond // 1000:03d}"
+    return when.strftime("%H:%M:%S UTC" if clock else "%Y-%m-%d %H:%M:%S UTC")
+
+
+def age(ts: float, now: float) -> str:
+    """How long ago, coarse ("4s ago", "3m ago"): the clock is injected so tests can freeze it."""
+    seconds = max(0.0, now - ts)
+    if seconds < 60:
+        return f"{int(seconds)}s ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h ago"
+    return f"{int(seconds // 86400)}d ago"
+
+
+def clock_read(value: Any) -> str | None:
+    """A recorded clock read (`now`) as a UTC time; None when the value is no time a datetime can hold."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return utc(value)
+        except (OverflowError, OSError, ValueError):
+            pass
+    return None
+
+
+def worker_error_line(error: str, status: str, retry_at: float | None) -> str:
+    """The last error that stopped a run without an outcome, and when a worker runs it again.
+
+    Kept until a run completes or fails the workflow; "runs again" only while it waits to.
+    """
+    if status == "pending" and retry_at is not None:
+        return f"{error} — runs again from {utc(retry_at, clock=True)}"
+    return error
+
+
+def waits_cell(blocked_on: str | None, wake_at: float | None, now: float, *, first: bool = False,
+               prefix: str = "", style: str = "") -> Text:
+    """What a workflow waits on, with the countdown to its timer or deadline: "timer until 21:05:03 · in 4m 2s".
+
+    `first` marks the one that fires next (▸, bold); stored names are text, never markup.
+    """
+    if blocked_on is None:
+        return Text("")
+    shown = Text(prefix, no_wrap=True, overflow="ellipsis")
+    if first:
+        shown.append("▸ ", style="bold magenta")
+    shown.append(printable(waits_text(blocked_on, wake_at, now), oneline=True),
+                 style="bold yellow" if first else style)
+    if wake_at is not None:
+        shown.append(f" · {countdown(wake_at, now)}", style="dim")
+    return shown

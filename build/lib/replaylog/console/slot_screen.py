@@ -1,0 +1,119 @@
+"""A modal showing one slot's (or signal's) value pretty-printed as JSON, or its error."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ClassVar
+
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from replaylog.console.data import InFlight, Signal, Slot, WorkflowView
+from replaylog.console.format import text, utc
+from replaylog.engine.text import pretty_json, printable
+
+
+class SlotScreen(ModalScreen[None]):
+    """The full value of a slot or signal payload; esc closes."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss", "Close", tooltip="close"),
+        Binding("enter", "dismiss", "Close", show=False, key_display="enter", tooltip="close"),
+        Binding("q", "dismiss", "Close", show=False, tooltip="close"),
+    ]
+
+    def __init__(self, title: Text, facts: list[tuple[str, Text]], body: Syntax | Text) -> None:
+        super().__init__()
+        self._title = title
+        self._facts = facts
+        self._body = body
+
+    @classmethod
+    def for_command(cls, workflow_id: str, cmd: Slot) -> SlotScreen:
+        """A recorded slot: its value as JSON, or its error."""
+        title = _title(f"slot {cmd.slot}  ", cmd.label)
+        facts = [("workflow", text(workflow_id)),
+                 ("outcome", Text("ok", style="green") if cmd.ok else Text("failed", style="bold red")),
+                 ("attempts", text(cmd.attempts)), ("recorded", text(utc(cmd.recorded_at)))]
+        when = _TIME_FACTS.get(cmd.kind)
+        if when is not None and isinstance(cmd.value, int | float) and not isinstance(cmd.value, bool):
+            # Not a time a datetime can hold: the value below shows the number.
+            with contextlib.suppress(OverflowError, OSError, ValueError):
+                facts.append((when, text(utc(cmd.value), "bold")))
+        elif cmd.kind == "patch":
+            facts.append(("marker", text(f"change {cmd.name!r}: replays take the patched code", "cyan")))
+        body: Syntax | Text = (_json(cmd.value) if cmd.ok
+                               else Text(printable(cmd.error or ""), style="red"))
+        return cls(title, facts, body)
+
+    @classmethod
+    def for_inflight(cls, workflow_id: str, inflight: InFlight) -> SlotScreen:
+        """The in-flight activity: started, no recorded outcome."""
+        title = _title(f"slot {inflight.slot}  ", f"activity:{inflight.name}")
+        facts = [("workflow", text(workflow_id)), ("outcome", Text("in flight", style="bold yellow")),
+                 ("attempts", text(inflight.attempts)), ("started", text(utc(inflight.started_at)))]
+        body = Text("Started and no outcome recorded: the activity possibly ran. If the worker died, the next"
+                    " worker runs it again (attempt counted), so it must be idempotent.", style="yellow")
+        return cls(title, facts, body)
+
+    @classmethod
+    def for_signal(cls, workflow_id: str, sig: Signal) -> SlotScreen:
+        """A delivered signal: its payload as JSON."""
+        title = _title(f"signal #{sig.seq}  ", sig.name)
+        facts = [("workflow", text(workflow_id)),
+                 ("state", Text("consumed", style="green") if sig.consumed else Text("waiting", style="yellow")),
+                 ("sent", text(utc(sig.sent_at)))]
+        return cls(title, facts, _json(sig.payload))
+
+    @classmethod
+    def for_workflow(cls, row: WorkflowView) -> SlotScreen:
+        """A workflow's input, result and error in full (the summary shows one line of each)."""
+        title = _title("workflow ", row.id)
+        facts = [("workflow", text(row.workflow)), ("status", text(row.status))]
+        body = Text()
+        sections: list[tuple[str, str, str]] = [("input", pretty_json(row.input) if row.has_input else "(none)", "")]
+        if row.status == "completed":
+            sections.append(("result", pretty_json(row.result), "green"))
+        if row.error:
+            sections.append(("error", printable(row.error), "red"))
+        for i, (label, value, style) in enumerate(sections):
+            body.append(("\n\n" if i else "") + label + "\n", style="bold")
+            body.append(value, style=style)  # a Text: stored text is never parsed as markup
+        return cls(title, facts, body)
+
+    def compose(self) -> ComposeResult:
+        """Title, facts, and the value in a scrolling pane."""
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        for label, value in self._facts:
+            grid.add_row(label, value)
+        with Vertical(id="slot-dialog", classes="dialog"):
+            yield Static(self._title, classes="dialog-title")
+            yield Static(grid)
+            with VerticalScroll(id="slot-value"):
+                yield Static(self._body)
+            yield Static(Text("esc: close", style="dim"))
+        # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
+        yield Footer()
+
+# Slots whose value is a time (epoch seconds), and what that time is.
+_TIME_FACTS = {"timer": "wake time", "deadline": "deadline", "timeout": "timed out at"}
+
+
+def _title(lead: str, name: object) -> Text:
+    """A dialog title: what it shows, then its stored name in bold (never parsed as markup)."""
+    title = Text(lead)
+    title.append_text(text(name, "bold"))
+    return title
+
+
+def _json(value: object) -> Syntax:
+    # Syntax never parses markup, and pretty_json has escaped control characters.
+    return Syntax(pretty_json(value), "json", theme="ansi_dark", word_wrap=True)

@@ -1,0 +1,375 @@
+"""The workflows screen: a live, filtered, sorted page of workflows with status counts."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Input, Static
+
+from replaylog.console.data import STATUSES, ConsoleData, WorkflowsPage, WorkflowsQuery
+from replaylog.console.format import STATUS_STYLES, age, status_text, text, waits_cell
+from replaylog.console.live_screen import LiveScreen
+from replaylog.console.paged_table import PagedTable
+from replaylog.engine.text import printable
+
+# (key, label, width, narrowest): narrower on an 80-column terminal; the error takes the room
+# a wide terminal has left.
+COLUMNS = (("id", "id", 28, 11), ("workflow", "workflow", 18, 12), ("status", "status", 10, 9),
+           ("blocked_on", "blocked on", 24, 7), ("slots", "slots", 8, 5), ("updated", "updated", 10, 9),
+           ("error", "error", 30, 8))
+# The columns `o` steps through and a header click sorts by (the error is not indexed: no sort).
+SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
+FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
+COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
+STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
+STATUS_HELP = "show " + ", ".join(["all", *STATUSES])
+Row = tuple[str, list[Text]]  # (workflow id, its cells)
+
+
+class WorkflowsScreen(LiveScreen):
+    """Every workflow, one page at a time; updates within a second of a commit."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", show=False),
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="filter by id or workflow name"),
+        Binding("0", "status(None)", "All", show=False, tooltip=STATUS_HELP),
+        *[Binding(k, f"status('{s}')", s.capitalize(), show=False, tooltip=STATUS_HELP)
+          for k, s in STATUS_KEYS.items()],
+        Binding("a", "awaiting_approval", "Approvals",
+                tooltip="only workflows waiting for an approval (again: all of them)"),
+        Binding("o", "sort", "Sort", tooltip="sort by the next column, ascending first (or click a column header)"),
+        Binding("r", "reverse", "Reverse", tooltip="reverse the sort"),
+        # The page line names these keys when there is more than one page.
+        Binding("right_square_bracket", "page(1)", "Next page", key_display="]", show=False,
+                tooltip="next / previous page"),
+        Binding("left_square_bracket", "page(-1)", "Prev page", key_display="[", show=False,
+                tooltip="next / previous page"),
+        Binding("s", "signal", "Signal", tooltip="send a signal to the workflow under the cursor"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+    ]
+
+    @dataclass
+    class PageLoaded(Message):
+        """A page of workflows was read (on a worker thread)."""
+
+        asked: WorkflowsQuery
+        page: WorkflowsPage
+        cells: list[Row]
+        # The rows without the counts: shown at once, the read goes on for the counts.
+        partial: bool = False
+
+    @dataclass
+    class WorkflowChosen(Message):
+        """The operator chose a workflow to open (the app shows it)."""
+
+        workflow_id: str
+
+    def __init__(self, data: ConsoleData) -> None:
+        super().__init__(data)
+        self.query_state = WorkflowsQuery()
+        self.page: WorkflowsPage | None = None
+        self._cursor_after: int | None = None
+        self._counted_at = 0.0
+        self._recount_due = False
+        self._filter_timer: Timer | None = None
+        self._filter_pending = False
+        self._open_when_shown = False
+        self._cells: list[Row] = []
+        self._load_failed = False  # the last read failed: its reason is on screen
+
+    def compose(self) -> ComposeResult:
+        """The title bar, the status counts, the filter, the table and the page line."""
+        yield Static(id="topbar")
+        yield Static(id="counts")
+        yield Input(placeholder="filter by id or workflow name (enter: done, esc: clear)", id="filter")
+        yield PagedTable(id="workflows")
+        yield Static(id="pageinfo")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Build the columns and ask for the first page."""
+        table = self.query_one(PagedTable)
+        table.define_columns([(key, self._label(key), width, narrowest) for key, _, width, narrowest in COLUMNS],
+                             grow=["error"])
+        self.query_one("#filter", Input).display = False
+        self._draw_topbar()
+        self.reload()
+        # Ages ("4s ago") move without a commit; redraw them from the cached page.
+        # Ages and the countdowns to timers and deadlines tick on screen.
+        self.set_interval(1, self._redraw_ages, name="ages")
+        table.focus()
+
+    # -- loading
+
+    @property
+    def busy(self) -> bool:
+        """Whether a page is still on its way."""
+        return super().busy or self._filter_pending
+
+    def read(self) -> None:
+        """Re-query the page on screen."""
+        # Status counts scan an index of every workflow: under a stream of commits, refresh
+        # them every COUNTS_EVERY seconds and reuse them in between (the page is always fresh).
+        now = time.monotonic()
+        counts = None
+        if self.page is not None and self.page.total >= 0 and now - self._counted_at < COUNTS_EVERY:
+            counts = self.page.counts
+            if not self._recount_due:
+                # A trailing recount, so the last burst of commits is counted too.
+                self._recount_due = True
+                self.set_timer(COUNTS_EVERY, self._recount)
+        else:
+            self._counted_at = now
+        self._fetch(self.query_state, counts, self.page is None)
+
+    def _recount(self) -> None:
+        self._recount_due = False
+        self.reload()
+
+    @work(thread=True, group="workflows", exit_on_error=False)
+    def _fetch(self, query: WorkflowsQuery, counts: dict[str, int] | None, first: bool = False) -> None:
+        try:
+            if first:
+                # The first paint does not wait for the status counts: they scan an
+                # index of every workflow (0.15 s at a million, several times that
+                # from a cold disk cache), the page is a few rows of another index.
+                quick = self.data.workflows(query, count=False)
+                self.post_message(self.PageLoaded(query, quick, row_cells(quick, self.data.clock()), partial=True))
+            page = self.data.workflows(query, counts)
+            cells = row_cells(page, self.data.clock())  # here, not on the UI thread
+        except Exception as exc:  # noqa: BLE001 - shown to the operator, not raised
+            self.post_message(self.LoadFailed(str(exc)))
+            return
+        self.post_message(self.PageLoaded(query, page, cells))
+
+    def on_workflows_screen_page_loaded(self, message: PageLoaded) -> None:
+        """Show the page if it answers the current question; else ask again."""
+        if message.partial:
+            # The same read goes on for the counts: draw the rows, stay loading.
+            if message.asked == self.query_state and self.page is None:
+                self.page = message.page
+                self._cells = message.cells
+                self._redraw()
+            return
+        if message.asked == self.query_state:
+            self._load_failed = False
+            self.query_state = message.page.query  # the store may have clamped the offset
+            self.page = message.page
+            self._cells = message.cells
+            self._redraw()
+            if self._open_when_shown and not self._filter_pending:
+                self._open_when_shown = False
+                self.action_open()
+        else:
+            self._dirty = True
+        self.read_done()
+
+    def on_live_screen_load_failed(self, message: LiveScreen.LoadFailed) -> None:
+        """Say why the list could not be read; the next change or key tries again."""
+        self._open_when_shown = False
+        self._load_failed = True  # the ticking ages must not draw the last good page over the reason
+        reason = printable(f"cannot read the database: {message.reason}", oneline=True)
+        self.query_one("#pageinfo", Static).update(Text(reason, "red"))
+        self.read_done()
+
+    # -- drawing
+
+    def _label(self, key: str) -> Text:
+        label = {k: lbl for k, lbl, _, _ in COLUMNS}[key]
+        if key == self.query_state.sort:
+            return Text(f"{label} {'▼' if self.query_state.descending else '▲'}", style="bold")
+        return Text(label)
+
+    def _draw_topbar(self) -> None:
+        self.query_one("#topbar", Static).update(self.topbar(Text("  workflows")))
+
+    def _redraw_ages(self) -> None:
+        if self.page is not None and not self._load_failed:
+            self._cells = row_cells(self.page, self.data.clock())
+            # Where the cursor goes on a page still on its way is that page's: a tick keeps it.
+            wanted, self._cursor_after = self._cursor_after, None
+            self._redraw()
+            self._cursor_after = wanted
+
+    def _redraw(self) -> None:
+        page = self.page
+        if page is None:
+            return
+        q = page.query
+        counts = Text()
+        # The key that selects each status sits beside it; the active filter is in reverse.
+        counts.append("0 ", style="dim")
+        counts.append("all", style="bold reverse" if q.status is None else "bold")
+        counted = page.total >= 0
+        counts.append(f" {sum(page.counts.values()):,}  " if counted else " …  ")
+        for key, status in STATUS_KEYS.items():
+            counts.append(f"{key} ", style="dim")
+            counts.append(status, style=STATUS_STYLES[status] + (" reverse" if q.status == status else ""))
+            counts.append(f" {page.counts.get(status, 0):,}  " if counted else " …  ")
+        if not counted:
+            counts.append("counting…", style="dim")
+        self.query_one("#counts", Static).update(counts)
+        table = self.query_one(PagedTable)
+        for key, _, _, _ in COLUMNS:
+            table.set_label(key, self._label(key))
+        table.has_more_before = q.offset > 0
+        table.has_more_after = q.offset + len(page.rows) < page.total if counted else len(page.rows) >= q.limit
+        table.set_page(self._cells, cursor_at=self._cursor_after)
+        self._cursor_after = None
+        table.refresh()
+        info = Text()
+        if not counted:
+            info.append(f" {q.offset + 1:,}–{q.offset + len(page.rows):,} of …" if page.rows else " …")
+        elif page.total:
+            info.append(f" {q.offset + 1:,}–{q.offset + len(page.rows):,} of {page.total:,}")
+            if page.total > q.limit:
+                info.append("   ] next page   [ previous page", style="dim")
+        else:
+            info.append(" no workflows match" if (q.status or q.text or q.awaiting) else " no workflows yet")
+        info.append(f"   sorted by {q.sort} {'▼' if q.descending else '▲'}", style="dim")
+        if q.text:
+            info.append("   filter: ", style="dim")
+            info.append_text(text(q.text, "bold"))
+        if q.awaiting:
+            info.append("   awaiting ", style="dim")
+            info.append(q.awaiting, style="bold yellow")
+            info.append(" (a: all)", style="dim")
+        self.query_one("#pageinfo", Static).update(info)
+
+    def _ask(self, query: WorkflowsQuery, cursor: int | None = 0) -> None:
+        self.query_state = query
+        self._cursor_after = cursor
+        self.reload()
+
+    # -- actions
+
+    def action_filter(self) -> None:
+        """Show the filter box and type into it."""
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        # A text filter scans every row (LIKE '%…%'), so wait for a pause in the typing.
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self._filter_pending = True
+        self._filter_timer = self.set_timer(FILTER_DEBOUNCE, lambda: self._apply_filter(event.value))
+
+    def _apply_filter(self, value: str) -> None:
+        self._filter_pending = False
+        self._filter_timer = None
+        if value != self.query_state.text:
+            self._ask(replace(self.query_state, text=value, offset=0))
+        elif self._open_when_shown and not self._page_is_stale:
+            self._open_when_shown = False
+            self.action_open()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        if not event.value:
+            event.input.display = False
+        self.query_one(PagedTable).focus()
+
+    def action_clear_filter(self) -> None:
+        """Drop the text filter (esc)."""
+        box = self.query_one("#filter", Input)
+        if box.value or box.display:
+            box.value = ""
+            box.display = False
+            self.query_one(PagedTable).focus()
+            self._ask(replace(self.query_state, text="", offset=0))
+
+    def action_awaiting_approval(self) -> None:
+        """Toggle the filter to workflows waiting for an approval (with the status and text filters)."""
+        awaiting = None if self.query_state.awaiting else "approval"
+        self._ask(replace(self.query_state, awaiting=awaiting, offset=0))
+
+    def action_status(self, status: str | None) -> None:
+        """Show only workflows in one status (None: all)."""
+        self._ask(replace(self.query_state, status=status, offset=0))
+
+    def action_sort(self, key: str | None = None) -> None:
+        """Sort by the next column (or by `key`), ascending first; `r` reverses."""
+        q = self.query_state
+        if key is None:
+            key = SORT_ORDER[(SORT_ORDER.index(q.sort) + 1) % len(SORT_ORDER)] if q.sort in SORT_ORDER else "id"
+        self._ask(replace(q, sort=key, descending=False, offset=0))
+
+    def action_reverse(self) -> None:
+        """Flip the sort direction."""
+        self._ask(replace(self.query_state, descending=not self.query_state.descending, offset=0))
+
+    def action_page(self, delta: int) -> None:
+        """Load the next (1) or previous (-1) page."""
+        q = self.query_state
+        offset = max(0, q.offset + delta * q.limit)
+        if self.page is not None and offset >= self.page.total:
+            return
+        if offset != q.offset:
+            self._ask(replace(q, offset=offset), cursor=0 if delta > 0 else q.limit - 1)
+
+    @on(PagedTable.PageRequested)
+    def _edge(self, event: PagedTable.PageRequested) -> None:
+        self.action_page(event.delta)
+
+    @on(DataTable.HeaderSelected)
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        key = str(event.column_key.value)
+        if key not in SORT_ORDER:
+            return
+        if key == self.query_state.sort:
+            self.action_reverse()
+        else:
+            self.action_sort(key)
+
+    @property
+    def _page_is_stale(self) -> bool:
+        """Whether the rows on screen answer an older question (a key changed it; the read is on its way)."""
+        return self.page is None or self._filter_pending or self.page.query != self.query_state
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        """Open the workflow under the cursor; right after a key changed the list, once it is shown."""
+        if self._page_is_stale:
+            # "3" then enter, typed together, means the first blocked workflow, not whatever
+            # row the old page had under the cursor.
+            self._open_when_shown = True
+            return
+        key = self.query_one(PagedTable).current_key
+        if key is not None:
+            self.post_message(self.WorkflowChosen(key))
+
+    def action_signal(self) -> None:
+        """Send a signal to the workflow under the cursor."""
+        key = self.query_one(PagedTable).current_key
+        if key is None or self.page is None:
+            return
+        row = next((r for r in self.page.rows if r.id == key), None)
+        self.request_signal(key, row.blocked_on if row else None)
+
+
+def row_cells(page: WorkflowsPage, now: float) -> list[Row]:
+    """The table's cells for a page, built where the page is read (a worker thread)."""
+    # The soonest timer or deadline on the page is marked: it fires next.
+    soonest = min((r.wake_at for r in page.rows if r.wake_at is not None), default=None)
+    return [
+        (r.id, [text(r.id), text(r.workflow), status_text(r.status),
+                waits_cell(r.waits, r.wake_at, now, first=r.wake_at is not None and r.wake_at == soonest),
+                Text(f"{r.slots:,}", justify="right"), Text(age(r.updated_at, now), style="dim"),
+                # Stored text: one line, never markup; the column cuts it with `…`.
+                text(r.error or "", "red")])
+        for r in page.rows
+    ]

@@ -1,0 +1,274 @@
+"""In-flight start marks in shared memory: one small file per worker process, beside the database.
+
+Before an activity runs, its worker records that it started (slot, name, attempt
+count), so that after a crash `show` and the console can mark the activity that
+possibly ran. That mark is on every slot's path, and as a SQLite transaction it cost as
+much as a fifth of the slot (a statement, a WAL page, more bytes for the next fsync) and,
+with many workflows in one worker, a wait for the group commit. Here it is a few stores
+into a memory-mapped file instead: no lock, no wait, no system call. Such a write
+survives the death of the process (the pages belong to the kernel's page cache) though
+not a power loss, which the mark is allowed to lose: it only ever says "possibly ran".
+
+Layout: `<database>-inflight/<pid>-<tag>.marks`, one per worker process (the folder
+0700, the files 0600). A header names the owner (the lease owner id the worker writes
+under); then one fixed-size record per workflow thread, each holding that thread's
+latest mark. A record is written as a seqlock: its sequence number turns odd, the body
+is written, the number turns even; a reader copies the file twice and keeps a record
+only where both copies hold the same even number, so it never sees a torn mark.
+
+The marks of a dead worker are folded into the database's `inflight` table by the next
+worker (the store's `fold_marks`), which then deletes the file. WAL needs every process
+on one host anyway, so a pid says whether a file's writer is alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+MAGIC = b"RPLGMRK1"
+_HEADER = struct.Struct("<8sII256s")  # magic, format version, record count, owner id (UTF-8, NUL-padded)
+# 2: the fields are 8-byte words in the machine's own byte order (the file never leaves
+# its host), written one by one through memoryviews.
+_VERSION = 2
+RECORD = 1024
+_SEQ = struct.Struct("=Q")
+# Room for any workflow id whole: the store allows 200 characters, at most 4 bytes each in
+# UTF-8. (Readers match marks to workflows by id, so an id is never clipped; a name only
+# labels the mark and is clipped to what is left.)
+_ID_MAX = 800
+# After the sequence number: epoch, slot, attempts, started_at (one 8-byte word each,
+# words 1-4 of the record), then len(workflow id), len(name), workflow id, name.
+_FIXED = "=qqqdII"
+_TEXT_AT = _SEQ.size + struct.calcsize("=qqqd")
+_NAME_MAX = RECORD - _SEQ.size - struct.calcsize(_FIXED) - _ID_MAX
+_BODY = struct.Struct(f"{_FIXED}{_ID_MAX}s{_NAME_MAX}s")
+_TEXTS = struct.Struct(f"=II{_ID_MAX}s{_NAME_MAX}s")
+# How each format's records are read: (sequence number, body). Format 1 (before
+# 2 December 2026) is still read, so that the marks of a worker of the previous version
+# that died are kept by the next one.
+_LAYOUTS = {
+    1: (struct.Struct("<Q"), struct.Struct(f"<QqIdHH{_ID_MAX}s{RECORD - 8 - struct.calcsize('<QqIdHH') - _ID_MAX}s")),
+    _VERSION: (_SEQ, _BODY),
+}
+_FILE_RE = re.compile(r"^(\d+)-([0-9a-f]+)\.marks$")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One started activity as a worker recorded it: it possibly ran if no outcome followed."""
+
+    workflow_id: str
+    epoch: int
+    slot: int
+    name: str
+    attempts: int
+    started_at: float
+    owner: str
+
+
+def marks_dir(db_path: str | os.PathLike[str]) -> Path:
+    """The folder beside the database that holds the workers' mark files."""
+    return Path(f"{db_path}-inflight")
+
+
+def board_path(db_path: str | os.PathLike[str], owner: str) -> Path | None:
+    """The mark file of the worker with lease owner id `owner` ("host:pid:tag"), or None if it has none."""
+    parts = owner.split(":")
+    if len(parts) < 3 or not parts[-2].isdigit() or not re.fullmatch(r"[0-9a-f]+", parts[-1]):
+        return None
+    return marks_dir(db_path) / f"{parts[-2]}-{parts[-1]}.marks"
+
+
+def _clip(text: str, limit: int) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return raw
+    # Cut on a character boundary; a clipped name only labels the mark.
+    return raw[:limit].decode("utf-8", "ignore").encode("utf-8")
+
+
+class MarkBoard:
+    """A worker's own mark file: `write` records a start in a thread's record, with no lock or wait."""
+
+    def __init__(self, db_path: str | os.PathLike[str], owner: str, records: int) -> None:
+        path = board_path(db_path, owner)
+        if path is None:
+            raise ValueError(f"owner id {owner!r} is not host:pid:tag")
+        self.path = path
+        self.owner = owner
+        self.records = records
+        size = _HEADER.size + records * RECORD
+        for _ in range(3):
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+                break
+            except FileNotFoundError:
+                continue  # a worker that stopped just then removed the folder it found empty
+        else:
+            raise FileNotFoundError(f"cannot create {path}")
+        try:
+            os.ftruncate(fd, size)
+            self._mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self._mm[:_HEADER.size] = _HEADER.pack(MAGIC, _VERSION, records, _clip(owner, 256))
+        # A mark is written as single words through these views: a struct.pack_into call
+        # (argument parsing, a buffer export) cost ~800 CPU instructions, a word ~60, and
+        # a mark is written before every activity (README, Performance).
+        self._view = memoryview(self._mm)
+        self._words = self._view.cast("q")
+        self._floats = self._view.cast("d")
+        self._seq = [0] * records
+        self._names: dict[str, bytes] = {}
+
+    def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
+              started_at: float) -> None:
+        """Record in record `index` (the calling thread's own) that an activity is about to run."""
+        self.writer(index, workflow_id, epoch)(slot, name, attempts, started_at)
+
+    def writer(self, index: int, workflow_id: str, epoch: int) -> Callable[[int, str, int, float], None]:
+        """A function that writes marks of one run (`workflow_id` under lease `epoch`) into record `index`.
+
+        Called as `mark(slot, name, attempts, started_at)` before every activity of the
+        run. The record's id and epoch are written once here and its name only when it
+        changes; a mark then writes three words and a float under its sequence number
+        (a struct.pack_into call cost ~800 CPU instructions, a word ~60).
+        """
+        wid = workflow_id.encode("utf-8")
+        if len(wid) > _ID_MAX:
+            raise ValueError(f"workflow id {workflow_id[:40]!r}… is longer than a mark can hold")
+        words, floats, seqs, names = self._words, self._floats, self._seq, self._names
+        at = (_HEADER.size + index * RECORD) >> 3  # the record's first word (both sizes are multiples of 8)
+        last: list[str | None] = [None]  # the name this writer last wrote; its first mark writes epoch, id and name
+
+        def mark(slot: int, name: str, attempts: int, started_at: float) -> None:
+            seq = seqs[index] + 1
+            words[at] = seq  # odd: being written
+            if name is not last[0]:  # the same str object, slot after slot, for one activity
+                nm = names.get(name)
+                if nm is None:
+                    nm = names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
+                words[at + 1] = epoch
+                _TEXTS.pack_into(self._mm, (at << 3) + _TEXT_AT, len(wid), len(nm), wid, nm)
+                last[0] = name
+            words[at + 2] = slot
+            words[at + 3] = attempts
+            floats[at + 4] = started_at
+            words[at] = seq + 1  # even: whole
+            seqs[index] = seq + 1
+
+        return mark
+
+    def read(self, index: int) -> Mark | None:
+        """The mark in record `index` as this process last wrote it, or None if it never wrote one.
+
+        For the thread that owns the record (its writes are all done when it reads).
+        """
+        if self._seq[index] == 0:
+            return None
+        return _decode(_BODY, self._mm, _HEADER.size + index * RECORD + _SEQ.size, self.owner)
+
+    def marks(self) -> list[Mark]:
+        """The marks in this board now."""
+        return read_board(self.path) or []
+
+    def close(self, *, remove: bool) -> None:
+        """Unmap the file; with `remove`, delete it (its marks are folded or no longer matter)."""
+        for view in (self._words, self._floats, self._view):
+            view.release()  # an mmap with views into it cannot be closed
+        self._mm.close()
+        if remove:
+            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # not empty: another worker has a file there
+                self.path.parent.rmdir()
+
+
+def _parse(data: bytes, again: bytes) -> tuple[str, list[Mark]] | None:
+    if len(data) < _HEADER.size or data[:8] != MAGIC:
+        return None
+    _, version, records, raw_owner = _HEADER.unpack_from(data, 0)
+    if version not in _LAYOUTS:
+        return None
+    seq_of, body_of = _LAYOUTS[version]
+    owner = raw_owner.rstrip(b"\0").decode("utf-8", "replace")
+    out = []
+    for i in range(records):
+        off = _HEADER.size + i * RECORD
+        if off + RECORD > min(len(data), len(again)):
+            break
+        (seq,) = seq_of.unpack_from(data, off)
+        if seq == 0 or seq & 1 or seq_of.unpack_from(again, off)[0] != seq:
+            continue  # never written, being written, or rewritten while it was read
+        mark = _decode(body_of, data, off + 8, owner)
+        if mark is not None:
+            out.append(mark)
+    return owner, out
+
+
+def _decode(body: struct.Struct, buf: bytes | mmap.mmap, off: int, owner: str) -> Mark | None:
+    """The mark whose body (after its sequence number) starts at `off`; None if its lengths are impossible."""
+    epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = body.unpack_from(buf, off)
+    if id_len > _ID_MAX or name_len > len(raw_name):
+        return None
+    wid, name = raw_id[:id_len].decode("utf-8", "replace"), raw_name[:name_len].decode("utf-8", "replace")
+    return Mark(wid, epoch, slot, name, attempts, started_at, owner)
+
+
+def read_board(path: Path) -> list[Mark] | None:
+    """The whole marks of one file, or None if it is missing or not a mark file.
+
+    Read twice: a record is kept only if its sequence number is even and the same in
+    both reads, so that a mark being written while it was read is skipped, never torn.
+    """
+    try:
+        data = path.read_bytes()
+        again = path.read_bytes()
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        return None
+    parsed = _parse(data, again)
+    return None if parsed is None else parsed[1]
+
+
+def board_owner(path: Path) -> str | None:
+    """The lease owner id ("host:pid:tag") a mark file was written under, or None if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER.size)
+    except OSError:
+        return None
+    if len(head) < _HEADER.size or head[:8] != MAGIC:
+        return None
+    owner: bytes = _HEADER.unpack(head)[3]
+    return owner.rstrip(b"\0").decode("utf-8", "replace")
+
+
+def board_files(db_path: str | os.PathLike[str]) -> list[tuple[Path, int]]:
+    """Every mark file beside the database, with the pid of the worker that wrote it."""
+    try:
+        names = os.listdir(marks_dir(db_path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+    out = []
+    for name in names:
+        m = _FILE_RE.match(name)
+        if m:
+            out.append((marks_dir(db_path) / name, int(m.group(1))))
+    return out
+
+
+def read_marks(db_path: str | os.PathLike[str], workflow_id: str | None = None) -> list[Mark]:
+    """The marks in every worker's file (of one workflow, if given)."""
+    out = []
+    for path, _ in board_files(db_path):
+        for mark in read_board(path) or []:
+            if workflow_id is None or mark.workflow_id == workflow_id:
+                out.append(mark)
+    return out

@@ -1,0 +1,113 @@
+"""The log store: the only package that speaks SQL.
+
+Callers (the worker, the command line, the console) see the protocols of
+`engine.store.protocols`, the row types of `engine.store.rows`, and `open_store`, the
+one place a store is built. The SQLite implementation (`engine.store.sqlite`) is one
+backend behind them; a second one is a module beside it, chosen here by its URL.
+
+Modules, one concern each: `rows` (values and row types), `keys` (the command key
+encoding), `base` (what the backends share: the SQL dialect and the primitives),
+`shared_reads` and `shared_operations` (the reads and the operator writes, for both
+backends), `schema` (tables and migrations), `connection` (opening, transactions,
+upkeep), `operations` (inserting a workflow row), `inflight` (start marks), `leases`,
+`fence` (the commit fence), `commit` (group commit), `workers` (which worker serves
+what), `sqlite` (the class made of them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from replaylog.engine.errors import StoreError
+from replaylog.engine.store.connection import is_busy, is_damaged
+from replaylog.engine.store.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.store.postgres.url import is_postgres_url, redact_url
+from replaylog.engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
+from replaylog.engine.store.rows import (
+    FINISHED_STATUSES,
+    STATUSES,
+    Claim,
+    CommandRow,
+    InflightRow,
+    PendingRecord,
+    SignalRow,
+    WorkflowRow,
+    WorkflowSummary,
+    default_max_payload,
+    encode_payload,
+    encode_value,
+    fit_text,
+    over_cap,
+)
+from replaylog.engine.store.shared_operations import operator_name
+from replaylog.engine.store.workers import waiting_reason
+
+__all__ = [
+    "FINISHED_STATUSES", "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
+    "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
+    "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
+    "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
+]
+
+_SQLITE_URL = "sqlite:///"
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def database_path(url_or_path: str | os.PathLike[str]) -> Path:
+    """The SQLite file a store location names: a path, or a `sqlite:///path` URL.
+
+    As in SQLAlchemy, `sqlite:///replaylog.db` is relative to the current folder and
+    `sqlite:////var/lib/replaylog.db` absolute. Any other URL raises StoreError with
+    one line (a PostgreSQL URL names no file: see `open_store`).
+    """
+    if not isinstance(url_or_path, str):
+        return Path(url_or_path)
+    if url_or_path.startswith(_SQLITE_URL):
+        rest = url_or_path[len(_SQLITE_URL):]
+        if not rest:
+            raise StoreError(f"{_SQLITE_URL} needs a file path after it (sqlite:///replaylog.db)")
+        return Path(rest)
+    scheme = _URL.match(url_or_path)
+    if scheme is None:
+        return Path(url_or_path)
+    # Only the scheme goes into the message: the rest of a URL may hold a password.
+    name = scheme.group(1).lower()
+    if name in ("postgresql", "postgres"):
+        raise StoreError(f"{name}:// names a PostgreSQL database, not a file")
+    raise StoreError(f"unknown store URL scheme {name}://; give a SQLite file path, sqlite:///path"
+                     " or postgresql://…")
+
+
+def open_store(url_or_path: str | os.PathLike[str], *, readonly: bool = False,
+               max_payload: int | None = None, wake_clock: Callable[[], float] | None = None) -> Store:
+    """Open the log store at a file path or URL: the one place a store is built.
+
+    Args:
+        url_or_path: a SQLite file path, or `sqlite:///path` (see `database_path`), or a
+            PostgreSQL URL (`postgresql://…` or `postgres://…`, any libpq URL, unix sockets
+            as `postgresql://user@/db?host=/path`), which needs the `postgres` extra (psycopg).
+        readonly: reads only; every write raises ReadOnlyError.
+        max_payload: cap in bytes on a signal payload's or an input's JSON text
+            (default: $REPLAYLOG_MAX_PAYLOAD, else 1 MiB).
+        wake_clock: the clock recorded wake times (timers, deadlines) are due by; the wall
+            clock unless given (replaylog.testing gives one it moves by hand).
+    """
+    store: Store
+    if is_postgres_url(url_or_path):
+        assert isinstance(url_or_path, str)
+        try:
+            from replaylog.engine.store.postgres.store import PostgresStore  # the backend: named only here
+        except ImportError:
+            raise StoreError("PostgreSQL stores need psycopg: pip install 'replaylog[postgres]'") from None
+        store = PostgresStore(url_or_path, readonly=readonly, max_payload=max_payload)
+    else:
+        path = database_path(url_or_path)
+        from replaylog.engine.store.sqlite import SQLiteStore  # the backend: named only here
+
+        store = SQLiteStore(path, readonly=readonly, max_payload=max_payload)
+    if wake_clock is not None:
+        store.wake_clock = wake_clock
+    return store

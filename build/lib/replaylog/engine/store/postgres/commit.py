@@ -1,0 +1,264 @@
+"""Group commit on PostgreSQL: outcomes and verdicts of many workflows, lease-fenced, in one transaction.
+
+A slot is one statement: the workflow row is fenced (owner, epoch, and this slot next)
+and advanced, and the command row inserted only if the fence held. A lone workflow's
+slot is that one statement in autocommit: one round trip and one WAL flush.
+
+After a connection fault the same work is tried again on a new connection (see
+PGConnection._run). A commit whose answer was lost may have happened: a retry that
+finds its fence moved looks for its own row under its own lease, so an outcome is
+reported written exactly when it is, never written twice and never lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from replaylog.engine.core import EVENT, TIMER, CommandRecord, Outcome
+from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
+from replaylog.engine.store.base import SeenCancels
+from replaylog.engine.store.keys import SLOT_LIMIT
+from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
+from replaylog.engine.store.postgres.operations import tell_parent
+from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+
+# updated_at is indexed: it is rewritten at most once a second while a workflow records
+# slots, so that most slot updates change no indexed column and stay HOT (no index writes).
+_SLOT = (
+    "WITH f AS (UPDATE workflows SET slots = %s + 1, lease_expires = %s,"
+    " updated_at = CASE WHEN updated_at < %s - 1 THEN %s ELSE updated_at END"
+    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots = %s RETURNING cancel_requested)"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
+    # The fence's row also says whether an operator asked to cancel: the worker learns of
+    # it from the commit itself, without a query of its own per slot (as on SQLite).
+    " RETURNING (SELECT cancel_requested FROM f)"
+)
+# A task of a parallel group (engine.store.commit, Commits._write_parallel): fenced by the
+# lease alone, whatever slot is next, since the group's tasks complete in any order;
+# `slots` only grows. A slot already written is not written twice (its key is the
+# primary key): the statement then returns no row.
+_PARALLEL = (
+    "WITH f AS (UPDATE workflows SET slots = GREATEST(slots, %s + 1), lease_expires = %s"
+    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING 1)"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, parallel)"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f ON CONFLICT (slot_key) DO NOTHING"
+    " RETURNING NULL::text"
+)
+_MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_key = %s AND w.id = %s"
+         " AND w.lease_owner = %s AND w.lease_epoch = %s")
+
+
+def _numbered(statement: str, types: Sequence[str]) -> str:
+    """`statement` with its `%s` placeholders numbered and typed ($1::bigint, ...), for PREPARE."""
+    parts = statement.split("%s")
+    assert len(parts) == len(types) + 1
+    return "".join(part + (f"${i}::{types[i - 1]}" if i <= len(types) else "")
+                   for i, part in enumerate(parts, 1))
+
+
+# `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as text.
+_SLOT_RAW = _numbered(_SLOT, ("bigint", "float8", "float8", "float8", "text", "text", "bigint", "bigint", "bigint",
+                              "text", "text", "boolean", "text", "text", "int", "float8", "text"))
+
+
+def _as_text(value: object) -> bytes | None:
+    """A parameter of `_SLOT_RAW` as PostgreSQL reads it in text."""
+    if value is None:
+        return None
+    if value is True or value is False:
+        return b"t" if value else b"f"
+    if type(value) is float:
+        return float.__repr__(value).encode()  # the shortest text that reads back as this float
+    return str(value).encode()
+
+
+def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
+                 ttl: float, parallel: bool = False) -> tuple[object, ...]:
+    """The parameters of `_SLOT` (of `_PARALLEL` for a task of a parallel group)."""
+    if slot >= SLOT_LIMIT:  # its key would be the next workflow's
+        raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
+    kind, name, ok, value, error, attempts, args = rec
+    stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
+    row = (claim.base + slot, kind, name, bool(ok), stored, error, attempts, now, args)
+    if parallel:
+        return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row)
+    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
+
+
+def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> None:
+    """Start the child workflow a parent's slot records, in the same transaction: never twice.
+
+    The worker checks the id before it commits; a workflow of that id that is not this
+    parent's child (started meanwhile) refuses the whole commit.
+    """
+    child_id = rec.value["id"]
+    child_input = rec.value.get("input")
+    cur = conn.execute(
+        "INSERT INTO workflows (id, workflow, status, input, slots, created_at, updated_at, parent)"
+        " VALUES (%s, %s, 'pending', %s, 0, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+        (child_id, rec.name, None if child_input is None else dumps(child_input), now, now, claim.id))
+    if cur.rowcount == 0:
+        row = conn.execute("SELECT parent FROM workflows WHERE id = %s", (child_id,)).fetchone()
+        if row is None or row[0] != claim.id:
+            raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+
+
+def _starts_child(rec: CommandRecord) -> bool:
+    """Whether recording `rec` starts a child workflow (ctx.call_workflow's slot)."""
+    return rec.kind == "child" and bool(rec.ok) and rec.error is None
+
+
+def _notifies(rec: CommandRecord) -> bool:
+    """Whether committing `rec` is told to listeners: a child it starts, or an event a reader waits for."""
+    return _starts_child(rec) or rec.kind == EVENT
+
+
+def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
+    """Whether the slot statement run on `cur` wrote the slot; note a cancel request its fence came upon."""
+    row = cur.fetchone() if cur.rowcount == 1 else None
+    if row is None and attempt:
+        # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
+        row = cur.connection.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        cancels[claim.id] = row[0]
+    return True
+
+
+def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
+    status: str = outcome.status
+    blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
+    consumed = list(outcome.consumed_signals)
+    if status == "blocked":
+        # Lock the row first: a signal or cancel request sent meanwhile (send_signal and
+        # cancel_workflow lock it too) is then either committed and counted here, or sees
+        # the workflow blocked and wakes it.
+        locked = conn.execute("SELECT cancel_requested FROM workflows WHERE id = %s FOR UPDATE",
+                              (claim.id,)).fetchone()
+        # A signal of the awaited name makes a wait runnable (a signal named "timer" wakes
+        # no sleeper); so does a cancel request the run has not raised yet, for a wait or a
+        # sleep (its wait is to raise it).
+        found = None if blocked_on == TIMER else conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM signals WHERE workflow_id = %s AND name = %s AND NOT (seq = ANY(%s)))",
+            (claim.id, blocked_on, consumed)).fetchone()
+        arrived = found is not None and bool(found[0])
+        cancelled = not outcome.cancel_delivered and locked is not None and locked[0] is not None
+        if arrived or cancelled:
+            status, blocked_on, wake_at = "pending", None, None
+    cur = conn.execute(
+        "UPDATE workflows SET status = %s, blocked_on = %s, wake_at = %s, result = %s, error = %s, diagnostic = %s,"
+        " error_kind = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s, interruptions = 0,"
+        " retry_at = NULL,"
+        " worker_error = CASE WHEN %s IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
+        " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+        (*verdict_values(outcome, status, blocked_on, wake_at, now), status, claim.id, claim.owner, claim.epoch))
+    # Refused: the lease is gone; or, after a lost answer, this very verdict was written
+    # (nobody has claimed the workflow since: a claim bumps the epoch).
+    if cur.rowcount != 1 and (not attempt or conn.execute(
+            "SELECT 1 FROM workflows WHERE id = %s AND lease_owner IS NULL AND lease_epoch = %s"
+            " AND status <> 'running'", (claim.id, claim.epoch)).fetchone() is None):
+        return False
+    if cur.rowcount == 1 and status in ("completed", "failed", "cancelled"):
+        # (Not when a retry found its verdict committed: its parent was told then.)
+        ok = status == "completed"
+        tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
+                                     "error": None if ok else outcome.error}, now)
+    if consumed:
+        conn.execute("UPDATE signals SET consumed = true WHERE workflow_id = %s AND NOT consumed AND seq = ANY(%s)",
+                     (claim.id, consumed))
+    return True
+
+
+class PGCommits(PGConnection, SeenCancels):
+    """The worker's lease-fenced writes of outcomes and run verdicts, on PostgreSQL (see `cancels`)."""
+
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float, parallel: bool = False) -> bool:
+        """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip.
+
+        `parallel` marks a task of a parallel group: written if the lease holds and the
+        slot is not written yet, whatever slot is next. A child workflow's slot starts the
+        child in the same transaction.
+        """
+        now = time.time()
+        params = _slot_params(claim, slot, rec, text, now, ttl, parallel)
+        statement = _PARALLEL if parallel else _SLOT
+        cancels = self.cancels
+        if not _notifies(rec):
+            if parallel:
+                return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
+                                                                attempt, cancels), write=True)
+            raw = [_as_text(p) for p in params]
+
+            def commit_slot(conn: Conn, attempt: int) -> bool:
+                result = self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw)
+                row = None
+                if result.ntuples == 1:
+                    found = result.get_value(0, 0)
+                    row = (None if found is None else found.decode(),)
+                elif attempt:
+                    # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
+                    row = conn.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
+                if row is None:
+                    return False
+                if row[0] is not None:
+                    cancels[claim.id] = row[0]
+                return True
+
+            return self._run(commit_slot, write=True)
+
+        def commit_child(conn: Conn, attempt: int) -> bool:
+            with conn.transaction():
+                written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
+                if written:
+                    if _starts_child(rec):
+                        _start_child(conn, claim, rec, now)
+                    conn.execute(NOTIFY)  # a new pending workflow, or an event set
+            return written
+
+        return self._run(commit_child, write=True)
+
+    def commit_batch(self, records: Sequence[PendingRecord] = (), *,
+                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+        """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
+        now = time.time()
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel) for r in records]
+        cancels = self.cancels
+
+        # Only slots, none of which starts a child: nothing is read before the COMMIT, so
+        # BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
+        # (it was three: BEGIN, the pipelined slots, COMMIT).
+        slots_only = not finishes and not any(_notifies(r.record) for r in records)
+
+        def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
+            if slots_only:
+                with conn.pipeline(), conn.transaction():
+                    cursors = [conn.execute(_PARALLEL if r.parallel else _SLOT, p)
+                               for r, p in zip(records, params, strict=True)]
+                # (After a lost answer, a refused slot is looked for as our own row.)
+                return [_written(c, r.claim, r.slot, attempt, cancels)
+                        for c, r in zip(cursors, records, strict=True)], []
+            with conn.transaction():
+                # Pipelined: the slots' statements go out together and their answers come back
+                # together, one round trip for the batch instead of one per outcome.
+                with conn.pipeline() as pipe:
+                    cursors = [conn.execute(_PARALLEL if r.parallel else _SLOT, p)
+                               for r, p in zip(records, params, strict=True)]
+                    pipe.sync()
+                written = [_written(c, r.claim, r.slot, attempt, cancels)
+                           for c, r in zip(cursors, records, strict=True)]
+                children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
+                for r in children:
+                    _start_child(conn, r.claim, r.record, now)
+                finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
+                if finishes or children or any(r.record.kind == EVENT for r in records):
+                    conn.execute(NOTIFY)
+            return written, finished
+
+        result = self._run(commit, write=True)
+        for claim, _ in finishes:
+            cancels.pop(claim.id, None)
+        return result

@@ -1,0 +1,218 @@
+"""What each caller needs of a store, as typed protocols: the seam a second backend plugs into.
+
+- `ReaderStore`: what the console and the read-only commands read (`list`, `show`,
+  `check`, the console's screens).
+- `OperatorStore`: a reader that also starts workflows and sends signals (`start`,
+  `signal`, the console's signal dialog, the demo).
+- `WorkerStore`: what the worker needs to run workflows: claim, the lease-fenced
+  commits, renew, release, in-flight marks, history, and upkeep of the file.
+- `Store`: all of them; what `open_store` returns.
+
+A store object holds one connection and stays on the thread that opened it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, Self
+
+from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
+from replaylog.engine.history import HistoryDocument
+from replaylog.engine.marks import Mark
+from replaylog.engine.store import rows
+
+
+class _Closable(Protocol):
+    # The clock a recorded wake time is due by (see StoreBase.wake_clock).
+    wake_clock: Callable[[], float]
+
+    def close(self) -> None:
+        """Close the store's connection."""
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def data_version(self) -> int:
+        """A change token: it changes whenever another connection commits to the store."""
+
+    def wake_on_change(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (from another thread) when the change token may have changed; a store
+        that learns of changes only when asked (SQLite) never calls it."""
+
+
+class ReaderStore(_Closable, Protocol):
+    """Reads: workflows, their slots and signals, counts, what is in flight."""
+
+    def get_workflow(self, workflow_id: str) -> rows.WorkflowRow:
+        """One workflow; UnknownWorkflowIdError if there is none."""
+
+    def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                       sort: str = "updated", descending: bool = True, limit: int = 100,
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False,
+                       workflow: str | None = None, parent: str | None = None) -> list[rows.WorkflowRow]:
+        """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent,
+        workflow: of that name, parent: children of that workflow)."""
+
+    def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                                sort: str = "updated", descending: bool = True, limit: int = 100,
+                                offset: int = 0, awaiting: str | None = None,
+                                top_level: bool = False) -> list[rows.WorkflowSummary]:
+        """Like `list_workflows`, without the payload columns."""
+
+    def list_descendants(self, workflow_ids: Sequence[str]) -> list[rows.WorkflowSummary]:
+        """The children of these workflows at any depth (ctx.call_workflow), in start order."""
+
+    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                        awaiting: str | None = None, top_level: bool = False, workflow: str | None = None,
+                        parent: str | None = None) -> int:
+        """How many workflows match a filter."""
+
+    def status_counts(self) -> dict[str, int]:
+        """Workflows per status (every status present, zero where none)."""
+
+    def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.CommandRow]:
+        """Recorded slots in order, optionally a page of them."""
+
+    def family(self, workflow_id: str) -> dict[str, Any]:
+        """A workflow's parent and children: {"parent": id or None, "children": [{"id", "workflow", "status"}]}."""
+
+    def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
+        """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
+
+    def last_failed_command(self, workflow_id: str) -> rows.CommandRow | None:
+        """The highest recorded slot whose outcome is an error, if any."""
+
+    def events(self, workflow_id: str, key: str | None = None) -> dict[str, Any]:
+        """The current events of a workflow (ctx.set_event): the latest value per key, of one key if given."""
+
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.SignalRow]:
+        """Delivered signals in delivery order, optionally a page of them."""
+
+    def count_signals(self, workflow_id: str) -> tuple[int, int]:
+        """(delivered, still waiting to be consumed) signals of a workflow."""
+
+    def inflight(self, workflow_id: str) -> rows.InflightRow | None:
+        """The started activity with no recorded outcome, if any (it possibly ran)."""
+
+    def load_state(self, workflow_id: str) -> WorkflowState:
+        """The whole history of a workflow (for a dry replay)."""
+
+    def served_names(self) -> frozenset[str] | None:
+        """The workflow names live workers know; None when no worker is live."""
+
+    def list_audit(self, workflow_id: str) -> list[rows.AuditRow]:
+        """The operators' actions on a workflow, oldest first."""
+
+
+class OperatorStore(ReaderStore, Protocol):
+    """A reader that also makes the operator's writes."""
+
+    def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
+                       workflow_id: str | None = None) -> str:
+        """Insert a pending workflow; return its id."""
+
+    def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
+        """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Ask a pending, running or blocked workflow to cancel (WorkflowCancelled in its code); the old status."""
+
+    def terminate_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Stop an unfinished workflow at once, fencing out its worker; the old status."""
+
+    def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
+        """Make a failed workflow pending again, history kept."""
+
+    def fork_workflow(self, workflow_id: str, from_slot: int, *, new_id: str | None = None) -> str:
+        """A new workflow with slots 0..from_slot-1 and every signal copied; its id."""
+
+    def import_history(self, doc: HistoryDocument, *, new_id: str | None = None) -> str:
+        """Write an exported history as a new workflow; its id."""
+    def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
+                        request: str | None = None) -> str:
+        """Answer the pending approval request (only it, once); return its id."""
+
+
+class WorkerStore(_Closable, Protocol):
+    """What a worker needs: leases, fenced commits, in-flight marks, history, upkeep."""
+
+    def get_workflow(self, workflow_id: str) -> rows.WorkflowRow:
+        """One workflow; UnknownWorkflowIdError if there is none (a child's id is checked with it)."""
+
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
+              names: Collection[str] | None = None) -> list[rows.Claim]:
+        """Take the lease of up to `limit` runnable workflows (of `names` only, unless None)."""
+
+    def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
+        """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
+
+    def has_runnable(self, names: Collection[str] | None = None) -> bool:
+        """Whether anything (of `names`) is pending, running or past its wake time."""
+
+    def next_wake(self, names: Collection[str] | None = None) -> float | None:
+        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps."""
+
+    def pending_unknown(self, names: Collection[str]) -> dict[str, int]:
+        """Pending workflows per name, of the names not in `names`."""
+
+    def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
+                       ttl: float) -> None:
+        """Say that a worker runs, and the workflow names its app knows."""
+
+    def worker_stopped(self, owner: str) -> None:
+        """A worker exits cleanly: it serves nothing any more."""
+
+    def running_owners(self) -> list[str]:
+        """The distinct lease owners of running workflows."""
+
+    def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float, parallel: bool = False) -> bool:
+        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
+        (any slot not yet written, for a task of a parallel group)."""
+
+    def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
+                     finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+        """Commit outcomes and run verdicts of many workflows in one transaction; say which were written."""
+
+    @property
+    def cancels(self) -> dict[str, str]:
+        """Cancel requests the slot commits came upon (workflow id → reason); the worker takes them out."""
+
+    def renew(self, claims: Sequence[rows.Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+        """Extend leases still held; say which are. `worker`: stamp that worker as seen too."""
+
+    def release(self, claim: rows.Claim) -> None:
+        """Give a workflow back: pending again, lease dropped."""
+
+    def hand_back(self, claim: rows.Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+        """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
+
+    def local_path(self) -> Path | None:
+        """The database file, when the store is a file on this host; None for a server.
+
+        With a file, a worker keeps its start marks in memory-mapped files beside it,
+        judges other workers on this host by their pids, and bounds the WAL; with a
+        server, marks go through `mark_started` and dead workers are found by their
+        lapsed leases alone (hosts share neither files nor pids).
+        """
+
+    def mark_started(self, claim: rows.Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
+        """Record in the store, before an activity runs, that it started (stores without a `local_path`)."""
+
+    def fold_marks(self, marks: Sequence[Mark]) -> int:
+        """Keep workers' start marks in the store; return how many were written."""
+
+    def load_state(self, workflow_id: str) -> WorkflowState:
+        """The whole history of a workflow."""
+
+    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
+        """Fold the write-ahead log back into the store; return (busy, log frames, frames copied)."""
+
+    def wal_bytes(self) -> int:
+        """The size of the write-ahead log in bytes."""
+
+
+class Store(WorkerStore, OperatorStore, Protocol):
+    """Every protocol at once: what `open_store` returns."""

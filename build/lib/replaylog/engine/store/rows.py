@@ -1,0 +1,267 @@
+"""What every store hands out and takes in: row types, claims, statuses, and stored values.
+
+Backend-neutral: nothing here speaks SQL. Every stored value is JSON text, never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
+from replaylog.engine.errors import PayloadTooLargeError, StoreError, ValueNotJSONError
+
+STATUSES = ("pending", "running", "blocked", "completed", "failed", "cancelled", "terminated")
+# The statuses no run ever leaves: no signal, cancel or terminate applies to them.
+FINISHED_STATUSES = ("completed", "failed", "cancelled", "terminated")
+# The sort keys a list of workflows accepts, and the column each one sorts by.
+SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
+                "slots": "slots", "updated": "updated_at", "created": "created_at"}
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
+
+def default_max_payload() -> int:
+    """The payload cap: $REPLAYLOG_MAX_PAYLOAD bytes if set, else 1 MiB."""
+    raw = os.environ.get("REPLAYLOG_MAX_PAYLOAD")
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise StoreError(f"REPLAYLOG_MAX_PAYLOAD must be a whole number of bytes, not {raw!r}") from None
+        if value <= 0:
+            raise StoreError(f"REPLAYLOG_MAX_PAYLOAD must be positive, not {value}")
+        return value
+    return DEFAULT_MAX_PAYLOAD
+
+
+# One encoder for every value: json.dumps with any option set builds a new encoder per
+# call, which cost more than the INSERT the text goes into. Text is kept as UTF-8, not
+# \u-escaped, so a document stored takes its own size (escaping tripled the size of
+# non-Latin text, and the cap measured the escapes). Measured with timeit: the same
+# cost as the ASCII encoder, ~0.2 us for a short string, ~1.6 us for a small dict;
+# measuring the size adds ~0.03 us for ASCII text (isascii and len are O(1)).
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+# For text holding a lone surrogate (json.loads("\"\\ud800\"") makes one): UTF-8 cannot
+# hold it, so such a value is stored \u-escaped, which reads back exactly.
+_encode_ascii = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def encode_value(value: Any) -> tuple[str, int]:
+    """A value's JSON text as stored, and its size in bytes (UTF-8): the one encoder of every stored value.
+
+    Raises TypeError or ValueError (NaN, infinity) if JSON cannot hold the value.
+    """
+    if type(value) is int:
+        text = int.__repr__(value)  # what the encoder writes for an int, without its set-up
+        return text, len(text)
+    text = _encode(value)
+    if text.isascii():
+        return text, len(text)
+    try:
+        return text, len(text.encode())
+    except UnicodeEncodeError:
+        text = _encode_ascii(value)
+        return text, len(text)
+
+
+def encode_payload(value: Any, what: str, cap: int) -> str:
+    """A value's JSON text within the payload cap `cap`: ValueNotJSONError or PayloadTooLargeError naming `what`."""
+    try:
+        text, size = encode_value(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueNotJSONError(f"{what} cannot be stored as JSON: {exc}") from None
+    if size > cap:
+        raise PayloadTooLargeError(over_cap(what, size, cap))
+    return text
+
+
+def dumps(value: Any) -> str:
+    """A value as the JSON text a store keeps (see `encode_value`)."""
+    return encode_value(value)[0]
+
+
+def over_cap(what: str, size: int, cap: int) -> str:
+    """The message for a value over the payload cap, naming its size and the cap."""
+    return f"{what} is {size} bytes, over the cap of {cap} bytes"
+
+
+def fit_text(text: str, cap: int, what: str) -> str:
+    """Error text as it can be stored: UTF-8 (a lone surrogate written as its escape) and
+    within the cap (cut, with a note naming `what`, its size and the cap).
+
+    Returns `text` itself when it needs neither.
+    """
+    if text.isascii() and len(text) <= cap:
+        return text
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
+        text = data.decode()
+    if len(data) <= cap:
+        return text
+    note = f" … (cut: {over_cap(what, len(data), cap)})"
+    keep = max(0, cap - len(note.encode()))
+    return data[:keep].decode("utf-8", "ignore") + note
+
+
+def loads(text: str | None) -> Any:
+    """A stored JSON text back as a value (None stays None)."""
+    return None if text is None else json.loads(text)
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class WorkflowRow:
+    """One workflow as the store holds it."""
+
+    id: str
+    workflow: str
+    status: str
+    blocked_on: str | None
+    input: Any
+    has_input: bool
+    result: Any
+    error: str | None
+    diagnostic: dict[str, Any] | None
+    slots: int
+    created_at: float
+    updated_at: float
+    lease_owner: str | None
+    lease_expires: float | None
+    # The last error that stopped a run of it without an outcome (an activity or its code
+    # raised KeyboardInterrupt, SystemExit, …; or the worker failed): kept until a run
+    # completes or fails the workflow.
+    worker_error: str | None = None
+    # After such an error the workflow is pending again, but not claimed before this time.
+    retry_at: float | None = None
+    # What failed a failed workflow (engine.core.ErrorKind): match on this, never on `error`'s text.
+    error_kind: str | None = None
+    # A blocked workflow's recorded wake time (epoch seconds): its timer's, or its wait's
+    # deadline; None when nothing but a signal wakes it (and whenever it is not blocked).
+    wake_at: float | None = None
+    # An operator's cancel request: its reason ("" if none given); None while none was made.
+    cancel_requested: str | None = None
+    # A fork's origin: the workflow it copied, and the slot from which its code ran live.
+    forked_from: str | None = None
+    forked_slot: int | None = None
+    # The workflow that started this one with ctx.call_workflow (None: started by an operator).
+    parent: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowSummary:
+    """The columns a list of workflows shows: no input, result or diagnostic to decode."""
+
+    id: str
+    workflow: str
+    status: str
+    blocked_on: str | None
+    slots: int
+    created_at: float
+    updated_at: float
+    error: str | None = None  # the start of a failed workflow's error (shared_reads.ERROR_PREVIEW characters)
+    wake_at: float | None = None  # as WorkflowRow.wake_at
+    parent: str | None = None  # as WorkflowRow.parent
+
+
+@dataclass(frozen=True)
+class CommandRow:
+    """One recorded command slot, with when it was recorded."""
+
+    slot: int
+    kind: str
+    name: str
+    ok: bool
+    value: Any
+    error: str | None
+    attempts: int
+    recorded_at: float
+    # The argument guard's key (engine.core.args_key): the canonical JSON of short
+    # arguments, a digest of long ones, None when nothing was checked.
+    args: str | None = None
+    # A task of a ctx.parallel group (its slots are consecutive; shown grouped).
+    parallel: bool = False
+
+
+@dataclass(frozen=True)
+class SignalRow:
+    """One delivered signal and whether a run has consumed it."""
+
+    seq: int
+    name: str
+    payload: Any
+    consumed: bool
+    sent_at: float
+
+
+@dataclass(frozen=True)
+class InflightRow:
+    """An activity that was started and has no recorded outcome yet (it possibly ran)."""
+
+    slot: int
+    name: str
+    attempts: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A workflow this worker holds the lease of; `epoch` fences its writes."""
+
+    id: str
+    workflow: str
+    owner: str
+    epoch: int
+    # The key of its slot 0 in the commands table (engine.store.keys.slot_key).
+    base: int
+    input: Any
+    has_input: bool
+    # The history, when the claim loaded it (short histories, loaded for a whole batch of
+    # claims at once); None means the worker loads it with `load_state`.
+    state: WorkflowState | None = field(default=None, compare=False, repr=False)
+    # An activity an earlier run started at slot `inflight_slot` and has no outcome for:
+    # how many times it was started, so that this run's attempts count on from there.
+    inflight_slot: int | None = None
+    inflight_attempts: int = 0
+    # An operator's cancel request known at the claim: its reason ("" if none given).
+    cancel: str | None = None
+
+
+class AuditRow(NamedTuple):
+    """One operator action on a workflow: what, when, by whom (user@host), and why."""
+
+    action: str
+    at: float
+    actor: str
+    reason: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class PendingRecord:
+    """One outcome waiting to be committed by `commit_batch`."""
+
+    claim: Claim
+    slot: int
+    record: CommandRecord
+    # The value's JSON text if the caller encoded it already (the worker does, to check
+    # it against the cap): then it is not encoded a second time.
+    text: str | None = None
+    # A task of a parallel group: written in the order the group's tasks complete (see
+    # Commits._write_parallel), not refused for not being the next slot.
+    parallel: bool = False
+
+
+def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_at: float | None,
+                   now: float) -> tuple[object, ...]:
+    """What a run's verdict writes, in order: status, blocked_on, wake_at, result, error,
+    diagnostic, error_kind, updated_at (each backend's `_write_finish`)."""
+    return (status, blocked_on, wake_at if status == "blocked" else None,
+            dumps(outcome.result) if status == "completed" else None, outcome.error,
+            dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
+            outcome.error_kind if status == "failed" else None, now)

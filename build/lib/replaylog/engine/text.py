@@ -1,0 +1,78 @@
+"""Showing stored text safely: every stored string is shown as text, never interpreted."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from replaylog.engine.core import TIMER as TIMER  # re-exported: the console names a sleep by it
+
+# C0 controls except tab and newline, DEL, and the C1 range (\x9b is a one-byte CSI).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, *, oneline: bool = False) -> str:
+    """Return `text` with terminal control characters made visible (\\x1b, not ESC).
+
+    With `oneline`, newlines and tabs become visible too, for table cells.
+    """
+    out = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    if oneline:
+        out = out.replace("\n", "\\n").replace("\t", "\\t")
+    return out
+
+
+def preview(value: Any, width: int = 60) -> str:
+    """A one-line, control-free preview of a JSON value, cut to `width` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = printable(text, oneline=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def pretty_json(value: Any) -> str:
+    """A JSON value pretty-printed, with control characters escaped by the encoder."""
+    return printable(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _clock_text(epoch: float, now: float) -> str:
+    """A wake time: "21:05:03" on the same UTC day as `now`, else "2026-12-04 09:00 UTC".
+
+    A bare clock time for tomorrow would read as today, hence the date on any other day.
+    """
+    try:
+        when = datetime.fromtimestamp(epoch, UTC)
+        today = datetime.fromtimestamp(now, UTC).date()
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch} (epoch seconds)"
+    return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def countdown(epoch: float, now: float) -> str:
+    """How long until `epoch`, coarse: "in 4m 12s", "in 2d 3h", "due" once it has passed."""
+    left = epoch - now
+    if left <= 0:
+        return "due"
+    if left < 60:
+        return f"in {left:.0f}s" if left >= 1 else "in <1s"
+    if left < 3600:
+        return f"in {int(left // 60)}m {int(left % 60)}s"
+    if left < 86400:
+        return f"in {int(left // 3600)}h {int(left % 3600 // 60)}m"
+    return f"in {int(left // 86400)}d {int(left % 86400 // 3600)}h"
+
+
+def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str:
+    """What a blocked workflow waits on, for operators: "timer until 21:05:03", "approval (until …)".
+
+    `blocked_on` is "timer" for a durable sleep, else the signal name; `wake_at` the timer's
+    wake time or the wait's deadline (None: only a signal wakes it).
+    """
+    if blocked_on is None:
+        return ""
+    if wake_at is None:
+        return blocked_on
+    if blocked_on == TIMER:
+        return f"timer until {_clock_text(wake_at, now)}"
+    return f"{blocked_on} (until {_clock_text(wake_at, now)})"

@@ -1,0 +1,1 @@
+"""What the SQLite and PostgreSQL stores share: written once, spoken by both."""

@@ -1,0 +1,40 @@
+"""The key of a command row: (workflow seq << SLOT_BITS) + slot, in Python and in SQL.
+
+Workflows are numbered (`seq`) in start order, so the newest workflow's slots append to
+the end of the commands table's rowid b-tree, the cheapest write SQLite has: 1.02 WAL
+pages a commit, against 1.2-1.7 for a b-tree keyed (workflow id, slot) that splits in
+the middle. Every place that builds or takes apart a key goes through this module.
+"""
+
+from __future__ import annotations
+
+SLOT_BITS = 32
+# A workflow holds fewer slots than this: one more would take the next workflow's first key.
+SLOT_LIMIT = 1 << SLOT_BITS
+
+
+def slot_key(seq: int, slot: int = 0) -> int:
+    """The command key of `slot` of the workflow numbered `seq` (slot 0 by default: its base)."""
+    return (seq << SLOT_BITS) + slot
+
+
+def key_bounds(wf: str) -> tuple[str, str]:
+    """The first and last command key of the workflows row named `wf`, as SQL expressions."""
+    return f"({wf}.seq << {SLOT_BITS})", f"(({wf}.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1})"
+
+
+# For readers that join `workflows w` to `commands c`.
+FIRST_KEY, LAST_KEY = key_bounds("w")
+# A running workflow's `slots` column is rewritten at most about once a second: most slot
+# commits write only the command row (see commit.Commits._write_record). Its true count is
+# its last slot + 1, one seek in the commands' key; every reader that shows or decides by
+# the count takes that for a running workflow.
+SLOTS_NOW = ("COALESCE((SELECT c.slot_key - {0} + 1 FROM commands c WHERE c.slot_key BETWEEN {0} AND {1}"
+             " ORDER BY c.slot_key DESC LIMIT 1), 0)").format(*key_bounds("workflows"))
+SLOTS_SHOWN = f"CASE WHEN status = 'running' THEN {SLOTS_NOW} ELSE slots END AS slots"
+
+# A claim loads the histories of the workflows it takes when they are at most this many
+# slots long: one query per table for the whole batch, instead of a read transaction per
+# workflow. Longer ones are loaded by their worker thread, so a claim never holds the
+# write lock for long.
+CLAIM_LOAD_SLOTS = 256

@@ -1,0 +1,137 @@
+"""Schema migrations after 0.1.0: one ordered list for both backends.
+
+Version 1 is 0.1.0's schema, which each backend's schema module creates. Every later
+change is a `Migration` appended to `MIGRATIONS`, said once in portable changes that
+each backend renders in its own SQL (SQLite: `ALTER TABLE`, and sqlite-utils'
+`Table.transform()` for what `ALTER TABLE` cannot do; PostgreSQL: `ALTER TABLE` in the
+`replaylog` schema). A database created today takes version 1 and then every migration,
+so the upgrade path of a 0.1.0 database is the path every new one is created by.
+
+Each backend takes the migrations a database lacks in one transaction, under its write
+lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock), the first time a writable
+store opens it, and records each one in the `migrations` table. A change a released
+replaylog has shipped is never edited: a correction is another migration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from replaylog.engine.errors import SchemaVersionError
+
+ColumnType = Literal["text", "integer", "real", "boolean"]
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    """A new nullable column, NULL in every row already there."""
+
+    table: str
+    column: str
+    type: ColumnType
+
+
+@dataclass(frozen=True)
+class AddIndex:
+    """A new index; `where` makes it partial (the same SQL expression on both backends)."""
+
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    where: str | None = None
+    unique: bool = False
+
+    def sql(self, table: str) -> str:
+        """The CREATE INDEX statement on `table` (the name as the backend spells it)."""
+        unique = "UNIQUE " if self.unique else ""
+        where = f" WHERE {self.where}" if self.where else ""
+        return f"CREATE {unique}INDEX {self.name} ON {table} ({', '.join(self.columns)}){where}"
+
+
+@dataclass(frozen=True)
+class Transform:
+    """What SQLite's ALTER TABLE cannot do: rename or drop columns, change types, NOT NULL on or off.
+
+    SQLite rebuilds the table with sqlite-utils' `Table.transform()` (its partial indexes
+    dropped first and made again after: sqlite-utils refuses to carry them); PostgreSQL
+    alters it in place. A partial index on a column renamed or dropped is the migration's
+    to drop (`Sql`) before and make again (`AddIndex`) after.
+    """
+
+    table: str
+    rename: Mapping[str, str] = field(default_factory=dict)
+    drop: frozenset[str] = frozenset()
+    types: Mapping[str, ColumnType] = field(default_factory=dict)
+    not_null: Mapping[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sql:
+    """A statement in each backend's SQL, for what the changes above cannot say (filling a new column)."""
+
+    sqlite: str
+    postgres: str
+
+
+Change = AddColumn | AddIndex | Transform | Sql
+
+
+@dataclass(frozen=True)
+class Migration:
+    """The changes that bring a database from `version - 1` to `version`."""
+
+    version: int
+    summary: str
+    changes: tuple[Change, ...]
+
+
+# The version 0.1.0 created; the first migration brings a database to FIRST + 1.
+FIRST = 1
+
+MIGRATIONS: list[Migration] = [
+    Migration(2, "tracebacks of failures: workflows.traceback, commands.traceback", (
+        # The Python traceback of a failed workflow, and of a failed activity's last
+        # attempt (its slot's row): NULL where none was kept (every failure before it).
+        AddColumn("workflows", "traceback", "text"),
+        AddColumn("commands", "traceback", "text"),
+    )),
+]
+
+
+def latest() -> int:
+    """The schema version this replaylog writes (MIGRATIONS is read when called: a test adds one)."""
+    return FIRST + len(MIGRATIONS)
+
+
+def pending(version: int) -> list[Migration]:
+    """The migrations a database at `version` lacks, in order; the list itself checked first."""
+    numbers = [m.version for m in MIGRATIONS]
+    expected = list(range(FIRST + 1, FIRST + 1 + len(MIGRATIONS)))
+    if numbers != expected:
+        raise SchemaVersionError(f"the migrations are numbered {numbers}, not {expected}")
+    return [m for m in MIGRATIONS if m.version > version]
+
+
+def take(version: int, apply: Callable[[Change], None], record: Callable[[Migration], None]) -> None:
+    """Take every migration a database at `version` lacks: each change applied, then the migration recorded.
+
+    The caller holds the transaction and the write lock; `version` is read under them.
+    """
+    for migration in pending(max(version, FIRST)):
+        for change in migration.changes:
+            apply(change)
+        record(migration)
+
+
+def newer_text(where: object, version: int) -> str:
+    """The refusal of a database newer than this replaylog, both backends' words."""
+    return (f"{where} has schema version {version}, newer than this replaylog understands ({latest()});"
+            " upgrade replaylog")
+
+
+def older_text(where: object, version: int) -> str:
+    """The refusal of a read-only open of a database that needs migrations."""
+    return (f"{where} has schema version {version}, older than this replaylog's ({latest()}); "
+            "run `replaylog migrate` (or any command that writes, such as `replaylog worker`) to upgrade it")

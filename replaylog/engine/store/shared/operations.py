@@ -1,0 +1,406 @@
+"""Operator writes, on either backend: start, signal, cancel, terminate, retry, fork, import, approve.
+
+Each is one write transaction (`StoreBase._operate`: on PostgreSQL also NOTIFYed, and
+tried again after a connection fault without writing twice) that also appends the
+action to the audit table, refused whole (nothing written) on bad input. The rows a
+write changes are read under the backend's lock (`Dialect.lock`: SQLite's single writer
+holds the whole file; a server locks the row), which orders an operator's write against
+a worker's claim, verdict or another operator.
+
+Written once over the primitives of `engine.store.shared.base`; inserting a workflow row is
+the one step each backend spells itself (`_insert_workflow`: how `seq` is numbered, how
+a taken id is told).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from replaylog.engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER, signal_name_refusal
+from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
+from replaylog.engine.store.rows import dumps
+from replaylog.engine.store.shared.base import Dialect, StoreBase
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.vocab import FINISHED, Status
+
+if TYPE_CHECKING:
+    from replaylog.engine.history import HistoryDocument
+
+
+class ApprovalRefusedError(OperatorRefusedError):
+    """An approval answer that does not fit: nothing is pending, or another request is."""
+
+
+def actor() -> str:
+    """Who acts: user@host, as the audit trail records it."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): its number says who
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def operator_name() -> str:
+    """Who answers an approval from this process: user@host."""
+    return actor()
+
+
+def new_workflow_id() -> str:
+    """A fresh, unguessable workflow id."""
+    return "wf-" + uuid.uuid4().hex[:16]
+
+
+def _check_id(wid: str) -> None:
+    if not wid or len(wid) > 200 or any(c.isspace() or not c.isprintable() for c in wid):
+        raise StoreError(f"workflow id {wid!r} is not valid: use 1-200 printable characters without spaces")
+
+
+def pending_request(workflow_id: str, status: str, blocked_on: str | None, wake_at: float | None,
+                    request: str | None, now: float, timed_out: Callable[[], tuple[str, float] | None]) -> str:
+    """The request id an answer may unlock, read under the backend's write lock; else ApprovalRefusedError.
+
+    Refused when the workflow waits on no approval, when `request` names another one,
+    or when the pending one's deadline has passed. `timed_out` finds the last request
+    that timed out (asked only to word a refusal).
+    """
+    waiting = status == Status.BLOCKED and bool(blocked_on) and str(blocked_on).startswith(APPROVAL_PREFIX)
+    pending = str(blocked_on)[len(APPROVAL_PREFIX):] if waiting else None
+    if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
+        raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
+                                   f" {_utc(wake_at)}: it is closed, the answer was not recorded")
+    if pending is None or (request is not None and request != pending):
+        closed = timed_out()
+        late = "" if closed is None else f"; request {closed[0]!r} timed out at {_utc(closed[1])} and is closed"
+        if pending is not None:
+            raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
+                                       f" {workflow_id!r} waits on {pending!r}{late}")
+        waits = f"waits for signal {blocked_on!r}" if status == Status.BLOCKED else f"is {status}"
+        raise ApprovalRefusedError(f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
+    return pending
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+# -- statements inside an operator's (or a verdict's) transaction, on either backend
+
+
+def _audit(sql: Dialect, conn: Any, workflow_id: str, action: str, now: float, who: str,
+           reason: str | None = None, detail: str | None = None) -> None:
+    sql.run(conn, "INSERT INTO audit (workflow_id, action, at, actor, reason, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            (workflow_id, action, now, who, reason, detail))
+
+
+def _workflow(sql: Dialect, conn: Any, workflow_id: str, columns: str, lock: str) -> Any:
+    """`columns` of a workflow's row, read under `lock`; UnknownWorkflowIdError if there is none."""
+    row = sql.run(conn, f"SELECT {columns} FROM workflows WHERE id = ?{lock}", (workflow_id,)).fetchone()
+    if row is None:
+        raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+    return row
+
+
+def _status_of(sql: Dialect, conn: Any, workflow_id: str) -> tuple[str, str | None]:
+    """(status, cancel_requested) of a workflow, locked; UnknownWorkflowIdError if there is none."""
+    status, requested = _workflow(sql, conn, workflow_id, "status, cancel_requested", sql.lock)
+    return status, requested
+
+
+def append_signal(sql: Dialect, conn: Any, workflow_id: str, name: str, text: str, now: float, status: str,
+                  blocked_on: str | None) -> int:
+    """Append a signal with the next sequence number; wake the workflow if it waits on `name`.
+
+    The caller holds the workflow's lock: it orders concurrent senders (sequence numbers
+    without gaps or repeats) and a claim of a passed deadline, which cannot take it as well.
+    """
+    seq_row = sql.run(
+        conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
+        " SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, false, ? FROM signals WHERE workflow_id = ?"
+        " RETURNING seq", (workflow_id, name, text, now, workflow_id)).fetchone()
+    if status == Status.BLOCKED and blocked_on == name and name != TIMER:
+        sql.run(conn, "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
+                " WHERE id = ?", (now, workflow_id))
+    else:
+        sql.run(conn, "UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
+    return int(seq_row[0])
+
+
+def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any], now: float) -> None:
+    """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
+    row = sql.run(conn, "SELECT p.id, p.status, p.blocked_on FROM workflows c JOIN workflows p ON p.id = c.parent"
+                  f" WHERE c.id = ?{sql.lock_of('p')}", (child_id,)).fetchone()
+    if row is None or row[1] in FINISHED:
+        return
+    append_signal(sql, conn, row[0], CHILD_PREFIX + child_id, dumps(outcome), now, row[1], row[2])
+
+
+def _unfinished_descendants(sql: Dialect, conn: Any, workflow_id: str) -> list[tuple[str, str | None]]:
+    """(id, cancel_requested) of a workflow's unfinished children, grandchildren, …, in start order, locked."""
+    return [(r[0], r[1]) for r in sql.run(
+        conn, "WITH RECURSIVE tree(id) AS (SELECT id FROM workflows WHERE parent = ?"
+        " UNION SELECT w.id FROM workflows w JOIN tree ON w.parent = tree.id)"
+        " SELECT w.id, w.cancel_requested FROM workflows w JOIN tree ON w.id = tree.id"
+        f" WHERE w.status IN ('pending', 'running', 'blocked') ORDER BY w.seq{sql.lock_of('w')}", (workflow_id,))]
+
+
+def _request_cancel(sql: Dialect, conn: Any, workflow_id: str, reason: str | None, now: float, who: str,
+                    detail: str | None = None) -> None:
+    """Set an unfinished workflow's cancel request; a blocked one is made runnable so that its wait raises it."""
+    sql.run(
+        conn, "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
+        " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
+        " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
+        " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = ?",
+        (reason or "", now, workflow_id))
+    _audit(sql, conn, workflow_id, "cancel", now, who, reason, detail)
+
+
+def _terminate(sql: Dialect, conn: Any, workflow_id: str, error: str, reason: str | None, now: float, who: str,
+               detail: str | None = None) -> None:
+    """End an unfinished workflow `terminated`, its lease epoch moved on (its worker fenced out)."""
+    # slots: on SQLite a running workflow's column may lag its last slot (commit fence); take the true count.
+    sql.run(
+        conn, "UPDATE workflows SET status = 'terminated', error = ?, blocked_on = NULL, wake_at = NULL,"
+        " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
+        f" slots = {sql.slots_now}, updated_at = ? WHERE id = ?", (error, now, workflow_id))
+    _audit(sql, conn, workflow_id, "terminate", now, who, reason, detail)
+
+
+def _approval_timeout(sql: Dialect, conn: Any, seq: int, request: str | None) -> tuple[str, float] | None:
+    """(request id, deadline) of the named approval request if it timed out, else of the latest that did; or None.
+
+    A timed-out approval leaves a `timeout` slot named "approval:RID" holding the time it
+    was decided, after the wait's `deadline` slot holding the deadline itself.
+    """
+    base = slot_key(seq)
+    which, param = (("substr(t.name, 1, ?) = ?", [len(APPROVAL_PREFIX), APPROVAL_PREFIX]) if request is None
+                    else ("t.name = ?", [APPROVAL_PREFIX + request]))
+    row = sql.run(
+        conn, "SELECT t.name, d.value FROM commands t JOIN commands d ON d.slot_key = t.slot_key - 1"
+        f" WHERE t.slot_key BETWEEN ? AND ? AND t.kind = 'timeout' AND d.kind = 'deadline' AND {which}"
+        " ORDER BY t.slot_key DESC LIMIT 1", (base, base + SLOT_LIMIT - 1, *param)).fetchone()
+    if row is None:
+        return None
+    return row[0][len(APPROVAL_PREFIX):], float(row[1])
+
+
+class SharedOperatorWrites(StoreBase):
+    """Writes an operator makes, each one write transaction, refused whole on bad input."""
+
+    def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
+                       workflow_id: str | None = None) -> str:
+        """Insert a pending workflow; return its id."""
+        input_text = self.encode_payload(input, "the workflow input") if has_input else None
+        wid = workflow_id or new_workflow_id()
+        _check_id(wid)
+        now, who, sql = time.time(), actor(), self.dialect
+
+        def start(conn: Any) -> None:
+            self._insert_workflow(conn, wid, workflow, input_text, now)
+            _audit(sql, conn, wid, "start", now, who, detail=workflow)
+
+        self._operate(wid, "start", now, who, start, lambda _: None)
+        return wid
+
+    def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
+        """Append a signal in one write transaction; wake the workflow if it waits on `name`.
+
+        Returns the signal's sequence number. Refuses unknown ids, closed workflows and
+        payloads over the cap, writing nothing.
+        """
+        refusal = signal_name_refusal(name)  # the engine's own names: timer, approval:…, child:…
+        if refusal is not None:
+            raise StoreError(refusal)
+        text = self.encode_payload(payload, f"the payload of signal {name!r}")
+        now, who, sql = time.time(), actor(), self.dialect
+
+        def send(conn: Any) -> int:
+            # Locked: the lock orders concurrent senders (sequence numbers without gaps or repeats).
+            status, blocked_on = _workflow(sql, conn, workflow_id, "status, blocked_on", sql.lock)
+            if status in FINISHED:
+                raise WorkflowClosedError(f"workflow {workflow_id!r} is {status} and accepts no signals")
+            seq = append_signal(sql, conn, workflow_id, name, text, now, status, blocked_on)
+            _audit(sql, conn, workflow_id, "signal", now, who, detail=f"{name} #{seq}")
+            return seq
+
+        # A retry that finds the signal committed reads its number from the audit row's "name #seq".
+        return self._operate(workflow_id, "signal", now, who, send, lambda done: int(done.rsplit("#", 1)[1]))
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Ask a pending, running or blocked workflow to cancel; return the status it had.
+
+        Only a request: its code sees WorkflowCancelled at its current or next ctx call
+        (a running worker learns of it through the commit fence). A blocked workflow is
+        made runnable so that its wait raises it. The lease is untouched: nothing a
+        worker holding it writes is lost. Its unfinished child workflows (ctx.call_workflow,
+        at any depth) are asked to cancel in the same transaction, each with an audit row.
+        """
+        now, who, sql = time.time(), actor(), self.dialect
+        first: list[str] = []  # the status the first try read, for a retry that finds it committed
+
+        def cancel(conn: Any) -> str:
+            status, requested = _status_of(sql, conn, workflow_id)
+            if status in FINISHED:
+                raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
+                                           " blocked workflow can be cancelled")
+            if requested is not None:
+                raise OperatorRefusedError(f"workflow {workflow_id!r} was already asked to cancel")
+            first[:] = [status]
+            _request_cancel(sql, conn, workflow_id, reason, now, who)
+            for child, child_requested in _unfinished_descendants(sql, conn, workflow_id):
+                if child_requested is None:  # a child already asked keeps its own request
+                    _request_cancel(sql, conn, child, reason, now, who, detail=f"with its parent, from {workflow_id}")
+            return status
+
+        return self._operate(workflow_id, "cancel", now, who, cancel, lambda _: first[0])
+
+    def terminate_workflow(self, workflow_id: str, reason: str | None = None) -> str:
+        """Stop a pending, running or blocked workflow at once; return the status it had.
+
+        Its status becomes `terminated` and its lease epoch moves on, so a worker running
+        it has every later write refused (fenced out): no workflow code runs again and an
+        activity in flight has its outcome dropped. Its unfinished child workflows (at any
+        depth) are terminated with it, each with an audit row; a child terminated on its
+        own has its parent told (ChildWorkflowError there), as when a child fails.
+        """
+        now, who, sql = time.time(), actor(), self.dialect
+        error = f"terminated by an operator: {reason}" if reason else "terminated by an operator"
+        first: list[str] = []
+
+        def terminate(conn: Any) -> str:
+            status, _ = _status_of(sql, conn, workflow_id)
+            if status in FINISHED:
+                raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a pending, running or"
+                                           " blocked workflow can be terminated")
+            first[:] = [status]
+            descendants = _unfinished_descendants(sql, conn, workflow_id)
+            _terminate(sql, conn, workflow_id, error, reason, now, who)
+            for child, _ in descendants:
+                _terminate(sql, conn, child, error, reason, now, who, detail=f"with its parent, from {workflow_id}")
+            tell_parent(sql, conn, workflow_id, {"ok": False, "result": None, "error": error}, now)
+            return status
+
+        return self._operate(workflow_id, "terminate", now, who, terminate, lambda _: first[0])
+
+    def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
+        """Make a failed workflow pending again, history kept: the worker replays it and goes on.
+
+        The caller dry-replays it against the current code first (engine.check.retry_verdict).
+        """
+        now, who, sql = time.time(), actor(), self.dialect
+
+        def retry(conn: Any) -> None:
+            status, _ = _status_of(sql, conn, workflow_id)
+            if status != Status.FAILED:
+                raise OperatorRefusedError(f"workflow {workflow_id!r} is {status}: only a failed workflow can be"
+                                           " retried")
+            sql.run(
+                conn, "UPDATE workflows SET status = 'pending', result = NULL, error = NULL, diagnostic = NULL,"
+                " error_kind = NULL, worker_error = NULL, interruptions = 0, retry_at = NULL, updated_at = ?"
+                " WHERE id = ? AND status = 'failed'", (now, workflow_id))
+            _audit(sql, conn, workflow_id, "retry", now, who, reason)
+
+        self._operate(workflow_id, "retry", now, who, retry, lambda _: None)
+
+    def fork_workflow(self, workflow_id: str, from_slot: int, *, new_id: str | None = None) -> str:
+        """A new pending workflow of the same name and input, with slots 0..from_slot-1 and every signal copied.
+
+        From slot `from_slot` its code runs live (under its own id, so with new
+        idempotency keys). The original is untouched. Returns the new id.
+        """
+        wid = new_id or new_workflow_id()
+        _check_id(wid)
+        now, who, sql = time.time(), actor(), self.dialect
+
+        def fork(conn: Any) -> None:
+            workflow, input_text, seq = _workflow(sql, conn, workflow_id, "workflow, input, seq", sql.share_lock)
+            old = slot_key(int(seq))
+            counted = sql.run(conn, "SELECT COUNT(*) FROM commands WHERE slot_key BETWEEN ? AND ?",
+                              (old, old + SLOT_LIMIT - 1)).fetchone()
+            recorded = int(counted[0]) if counted else 0
+            if not 0 <= from_slot <= recorded:
+                raise OperatorRefusedError(f"--from-slot {from_slot} is outside 0..{recorded}: workflow"
+                                           f" {workflow_id!r} has {recorded} recorded slot(s)")
+            new = slot_key(self._insert_workflow(conn, wid, workflow, input_text, now, slots=from_slot,
+                                                 forked_from=workflow_id, forked_slot=from_slot))
+            sql.run(
+                conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+                " SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args FROM commands"
+                " WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
+            sql.run(
+                conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
+                " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
+            _audit(sql, conn, wid, "fork", now, who, detail=f"from {workflow_id} at slot {from_slot}")
+
+        self._operate(wid, "fork", now, who, fork, lambda _: None)
+        return wid
+
+    def import_history(self, doc: HistoryDocument, *, new_id: str | None = None) -> str:
+        """Write an exported history as a new workflow; return its id.
+
+        A workflow that was running or blocked is imported pending (a worker replays it
+        and blocks it again if it still waits); a finished one keeps its status.
+        """
+        wid = new_id or doc.id
+        _check_id(wid)
+        status = Status.PENDING if doc.status in (Status.RUNNING, Status.BLOCKED) else doc.status
+        input_text = self.encode_payload(doc.input, "the workflow input") if doc.has_input else None
+        result = self.encode_payload(doc.result, "the workflow's result") if status == Status.COMPLETED else None
+        commands = [(c.kind, c.name, bool(c.ok), self.encode_payload(c.value, f"slot {i}'s value") if c.ok else None,
+                     c.error, c.attempts, at, c.args)
+                    for i, (c, at) in enumerate(zip(doc.commands, doc.recorded_at, strict=True))]
+        consumed = status != Status.PENDING
+        signals = [(wid, s.seq, s.name, self.encode_payload(s.payload, f"the payload of signal {s.name!r}"),
+                    consumed, at) for s, at in zip(doc.signals, doc.sent_at, strict=True)]
+        now, who, sql = time.time(), actor(), self.dialect
+
+        def write(conn: Any) -> None:
+            base = slot_key(self._insert_workflow(
+                conn, wid, doc.workflow, input_text, now, status=status, slots=len(doc.commands), result=result,
+                error=doc.error, diagnostic=None if doc.diagnostic is None else dumps(doc.diagnostic),
+                error_kind=doc.error_kind if status == Status.FAILED else None,
+                forked_from=doc.forked_from, forked_slot=doc.forked_slot))
+            sql.run_many(conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at,"
+                         " args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(base + i, *c) for i, c in enumerate(commands)])
+            sql.run_many(conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
+                         " VALUES (?, ?, ?, ?, ?, ?)", signals)
+            _audit(sql, conn, wid, "import", now, who, detail=f"from an export of {doc.id}")
+
+        self._operate(wid, "import", now, who, write, lambda _: None)
+        return wid
+
+    def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
+                        request: str | None = None) -> str:
+        """Answer the approval request a workflow waits on, in one write transaction; return its id.
+
+        Refused (ApprovalRefusedError, nothing written) when the workflow waits on no
+        approval, or `request` names another request than the pending one: a stale
+        answer never unlocks a newer call. An answer is used once: it wakes the
+        workflow, which then no longer waits on that request. A request with a timeout
+        is closed once its deadline has passed (decided here, under the write lock, so a
+        worker recording the timeout and an answer cannot both win): the refusal says
+        it timed out, and when.
+        """
+        now, who, sql = time.time(), actor(), self.dialect
+        action = "approve" if approved else "reject"
+
+        def answer(conn: Any) -> str:
+            status, blocked_on, wake_at, seq = _workflow(sql, conn, workflow_id, "status, blocked_on, wake_at, seq",
+                                                         sql.lock)
+            # The deadline is a recorded wake time: due by the wake clock (see StoreBase.wake_clock).
+            pending = pending_request(workflow_id, status, blocked_on, wake_at, request, self.wake_clock(),
+                                      lambda: _approval_timeout(sql, conn, int(seq), request))
+            payload = {"approved": bool(approved), "by": by, "note": note, "request": pending}
+            text = self.encode_payload(payload, "the approval's answer")
+            append_signal(sql, conn, workflow_id, blocked_on, text, now, status, blocked_on)
+            _audit(sql, conn, workflow_id, action, now, who, note, detail=pending)
+            return str(pending)
+
+        # A retry that finds the answer committed: the audit row's detail is the request id answered.
+        return self._operate(workflow_id, action, now, who, answer, lambda done: done)

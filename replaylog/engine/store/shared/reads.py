@@ -1,0 +1,295 @@
+"""Reading the log, on either backend: workflows, their slots and signals, pages and counts.
+
+One query each, paged and filtered in SQL, written once over the primitives of
+`engine.store.shared.base` (each backend's connection class runs them; its `Dialect` names
+the few words that differ). What operators look at: the console, `list`, `show`, `check`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from replaylog.engine.core import (
+    APPROVAL_PREFIX,
+    EVENT,
+    CommandRecord,
+    SignalRecord,
+    WorkflowState,
+    approval_slot,
+    fill_holes,
+    new_record,
+)
+from replaylog.engine.errors import StoreError, UnknownWorkflowIdError
+from replaylog.engine.store.rows import (
+    SORT_COLUMNS,
+    STATUSES,
+    AuditRow,
+    CommandRow,
+    SignalRow,
+    WorkflowRow,
+    WorkflowSummary,
+    loads,
+)
+from replaylog.engine.store.shared.base import Dialect, StoreBase
+from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
+from replaylog.engine.vocab import Status
+
+# Characters of a workflow's error a list row carries: a line on any terminal, while a page
+# stays small whatever a stored error (a traceback) holds.
+ERROR_PREVIEW = 400
+# The wake time is only meaningful while blocked (a claim or a signal leaves it behind).
+_WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
+_COMMAND_COLUMNS = (f"c.slot_key - {FIRST_KEY}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
+                    " c.args, c.parallel")
+
+
+def _workflow_columns(dialect: Dialect) -> str:
+    return ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + dialect.slots_shown + ", "
+            "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
+            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent")
+
+
+def _summary_columns(dialect: Dialect, table: str = "") -> str:
+    # (`table`: a join names which table's id; the dialect's slot count names `workflows.` columns.)
+    return (f"{table}id, workflow, status, blocked_on, {dialect.slots_shown}, created_at, updated_at,"
+            f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}, parent")
+
+
+def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
+    return WorkflowRow(
+        id=r[0], workflow=r[1], status=r[2], blocked_on=r[3], input=loads(r[4]), has_input=r[4] is not None,
+        result=loads(r[5]), error=r[6], diagnostic=loads(r[7]), slots=int(r[8]), created_at=r[9],
+        updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
+        error_kind=r[15], cancel_requested=r[16], forked_from=r[17],
+        forked_slot=None if r[18] is None else int(r[18]), wake_at=r[19], parent=r[20],
+    )
+
+
+def _summary(r: Sequence[Any]) -> WorkflowSummary:
+    return WorkflowSummary(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6], r[7], r[8], r[9])
+
+
+def _command_row(r: Sequence[Any]) -> CommandRow:
+    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]))
+
+
+def load_commands(dialect: Dialect, conn: Any, base: int) -> tuple[CommandRecord, ...]:
+    """The command records of the workflow whose keys start at `base`, in slot order."""
+    json_loads = json.loads
+    rec = CommandRecord
+    # Rows come back in key order, which is slot order; ORDER BY makes it explicit.
+    rows = dialect.run(conn, "SELECT slot_key, kind, name, ok, value, error, attempts, args FROM commands"
+                             " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key", (base, base + SLOT_LIMIT - 1)
+                       ).fetchall()
+    records = tuple(
+        new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts, args))
+        for _key, kind, name, ok, value, error, attempts, args in rows
+    )
+    if rows and rows[-1][0] - base + 1 != len(rows):
+        # A parallel group the worker died in the middle of left a gap (engine.core.HOLE).
+        return fill_holes([(int(row[0]) - base, r) for row, r in zip(rows, records, strict=True)])
+    return records
+
+
+class SharedReads(StoreBase):
+    """The store's reads: one query each, paged and filtered in SQL."""
+
+    def get_workflow(self, workflow_id: str) -> WorkflowRow:
+        """One workflow; UnknownWorkflowIdError if there is none."""
+        row = self._query_one(f"SELECT {_workflow_columns(self.dialect)} FROM workflows WHERE id = ?", (workflow_id,))
+        if row is None:
+            raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+        return _workflow_row(row)
+
+    def _where(self, status: str | Iterable[str] | None, text: str | None, awaiting: str | None = None,
+               top_level: bool = False, workflow: str | None = None,
+               parent: str | None = None) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if workflow is not None:
+            clauses.append("workflow = ?")
+            params.append(workflow)
+        if parent is not None:
+            clauses.append("parent = ?")
+            params.append(parent)
+        if awaiting is not None:
+            if awaiting != "approval":
+                raise StoreError(f"cannot filter on awaiting {awaiting!r}; the one choice is 'approval'")
+            # A workflow waits for an approval while blocked on "approval:RID" (engine.core.APPROVAL_PREFIX).
+            clauses.append("status = 'blocked' AND substr(blocked_on, 1, ?) = ?")
+            params.extend([len(APPROVAL_PREFIX), APPROVAL_PREFIX])
+        if top_level:
+            clauses.append("parent IS NULL")
+        if status:
+            clause, statuses = self.dialect.in_list("status", [status] if isinstance(status, str) else status)
+            clauses.append(clause)
+            params.extend(statuses)
+        if text:
+            escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            escape = self.dialect.like_escape
+            clauses.append(f"(id LIKE ?{escape} OR workflow LIKE ?{escape})")
+            params.extend([f"%{escaped}%"] * 2)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def _page(self, columns: str, status: str | Iterable[str] | None, text: str | None, sort: str,
+              descending: bool, limit: int, offset: int, awaiting: str | None = None,
+              top_level: bool = False, workflow: str | None = None, parent: str | None = None) -> list[Any]:
+        if sort not in SORT_COLUMNS:
+            raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}")
+        where, params = self._where(status, text, awaiting, top_level, workflow, parent)
+        direction = "DESC" if descending else "ASC"
+        sql = (f"SELECT {columns} FROM workflows{where} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
+               f"{self.dialect.tie} {direction} LIMIT ? OFFSET ?")
+        return self._query(sql, [*params, self.dialect.limit(limit), int(offset)])
+
+    def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                       sort: str = "updated", descending: bool = True, limit: int = 100,
+                       offset: int = 0, awaiting: str | None = None, top_level: bool = False,
+                       workflow: str | None = None, parent: str | None = None) -> list[WorkflowRow]:
+        """A page of workflows, filtered and sorted in SQL (never every row).
+
+        `awaiting="approval"` keeps the workflows waiting for an approval; `top_level`
+        those no parent started (ctx.call_workflow's children are left out); `workflow`
+        those of that name; `parent` the children of that workflow.
+        """
+        rows = self._page(_workflow_columns(self.dialect), status, text, sort, descending, limit, offset, awaiting,
+                          top_level, workflow, parent)
+        return [_workflow_row(r) for r in rows]
+
+    def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                                sort: str = "updated", descending: bool = True, limit: int = 100,
+                                offset: int = 0, awaiting: str | None = None,
+                                top_level: bool = False) -> list[WorkflowSummary]:
+        """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
+        rows = self._page(_summary_columns(self.dialect), status, text, sort, descending, limit, offset, awaiting,
+                          top_level)
+        return [_summary(r) for r in rows]
+
+    def list_descendants(self, workflow_ids: Sequence[str]) -> list[WorkflowSummary]:
+        """The children of these workflows, their children, and so on (ctx.call_workflow), in start order."""
+        if not workflow_ids:
+            return []
+        among, params = self.dialect.in_list("parent", workflow_ids)
+        rows = self._query(
+            f"WITH RECURSIVE tree(id) AS (SELECT id FROM workflows WHERE {among}"
+            " UNION SELECT w.id FROM workflows w JOIN tree ON w.parent = tree.id)"
+            f" SELECT {_summary_columns(self.dialect, 'workflows.')}"
+            " FROM workflows JOIN tree ON workflows.id = tree.id ORDER BY seq", params)
+        return [_summary(r) for r in rows]
+
+    def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
+                        awaiting: str | None = None, top_level: bool = False, workflow: str | None = None,
+                        parent: str | None = None) -> int:
+        """How many workflows match a filter."""
+        where, params = self._where(status, text, awaiting, top_level, workflow, parent)
+        row = self._query_one(f"SELECT COUNT(*) FROM workflows{where}", params)
+        return int(row[0]) if row else 0
+
+    def status_counts(self) -> dict[str, int]:
+        """Workflows per status (every status present, zero where none)."""
+        counts = dict.fromkeys(STATUSES, 0)
+        for status, n in self._query("SELECT status, COUNT(*) FROM workflows GROUP BY status"):
+            counts[status] = int(n)
+        return counts
+
+    def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
+        """Recorded slots in order, optionally a page of them."""
+        rows = self._query(
+            f"SELECT {_COMMAND_COLUMNS} FROM workflows w JOIN commands c"
+            f" ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY} WHERE w.id = ? ORDER BY c.slot_key LIMIT ?",
+            (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, self.dialect.limit(limit)))
+        return [_command_row(r) for r in rows]
+
+    def last_failed_command(self, workflow_id: str) -> CommandRow | None:
+        """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""
+        r = self._query_one(
+            f"SELECT {_COMMAND_COLUMNS} FROM workflows w JOIN commands c"
+            f" ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY} WHERE w.id = ? AND c.ok = ?"
+            " ORDER BY c.slot_key DESC LIMIT 1", (workflow_id, False))
+        return None if r is None else _command_row(r)
+
+    def family(self, workflow_id: str) -> dict[str, Any]:
+        """A workflow's parent (ctx.call_workflow) and children: {"parent": id or None, "children": [...]}."""
+        run = self.dialect.run
+
+        def read(conn: Any) -> dict[str, Any]:  # one snapshot for both
+            row = run(conn, "SELECT parent FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            children = [{"id": r[0], "workflow": r[1], "status": r[2]} for r in run(
+                conn, "SELECT id, workflow, status FROM workflows WHERE parent = ? ORDER BY seq", (workflow_id,))]
+            return {"parent": None if row is None else row[0], "children": children}
+
+        return self._snapshot(read)
+
+    def pending_approval(self, workflow_id: str) -> dict[str, Any] | None:
+        """The approval request a blocked workflow waits on: {"request", "action", "details"}; else None."""
+        row = self._query_one("SELECT status, blocked_on, seq FROM workflows WHERE id = ?", (workflow_id,))
+        if row is None or row[0] != Status.BLOCKED or not (row[1] or "").startswith(APPROVAL_PREFIX):
+            return None
+        rid = row[1][len(APPROVAL_PREFIX):]
+        slot = approval_slot(rid)
+        value = None if slot is None else self._query_one(
+            "SELECT value FROM commands WHERE slot_key = ? AND kind = 'approval'", (slot_key(int(row[2]), slot),))
+        if value is None:
+            return {"request": rid, "action": "?", "details": None}
+        request: dict[str, Any] = loads(value[0])
+        return request
+
+    def events(self, workflow_id: str, key: str | None = None) -> dict[str, Any]:
+        """A workflow's current events (ctx.set_event): the latest value per key, of one key if given.
+
+        UnknownWorkflowIdError if there is no such workflow.
+        """
+        dialect = self.dialect
+
+        def read(conn: Any) -> dict[str, Any]:
+            wf = dialect.run(conn, "SELECT seq FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if wf is None:
+                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+            base = slot_key(int(wf[0]))
+            named, params = ("", []) if key is None else (" AND name = ?", [key])
+            found: dict[str, Any] = {}
+            # In slot order: a later set of a key replaces an earlier one.
+            for name, value in dialect.run(
+                    conn, f"SELECT name, value FROM commands WHERE slot_key BETWEEN ? AND ? AND kind = ?{named}"
+                    " ORDER BY slot_key", (base, base + SLOT_LIMIT - 1, EVENT, *params)):
+                found[name] = loads(value)
+            return found
+
+        return self._snapshot(read)
+
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
+        """Delivered signals in delivery order, optionally a page of them."""
+        rows = self._query("SELECT seq, name, payload, consumed, sent_at FROM signals WHERE workflow_id = ?"
+                           " ORDER BY seq LIMIT ? OFFSET ?", (workflow_id, self.dialect.limit(limit), int(offset)))
+        return [SignalRow(int(r[0]), r[1], loads(r[2]), bool(r[3]), r[4]) for r in rows]
+
+    def list_audit(self, workflow_id: str) -> list[AuditRow]:
+        """The operators' actions on a workflow, oldest first."""
+        return [AuditRow(*r) for r in self._query(
+            "SELECT action, at, actor, reason, detail FROM audit WHERE workflow_id = ? ORDER BY seq", (workflow_id,))]
+
+    def count_signals(self, workflow_id: str) -> tuple[int, int]:
+        """(delivered, still waiting to be consumed) signals of a workflow."""
+        row = self._query_one("SELECT COUNT(*), COUNT(*) FILTER (WHERE NOT consumed) FROM signals"
+                              " WHERE workflow_id = ?", (workflow_id,))
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def load_state(self, workflow_id: str) -> WorkflowState:
+        """The whole history of a workflow: one query per table, in one snapshot, never one per slot."""
+        dialect = self.dialect
+
+        def load(conn: Any) -> WorkflowState:
+            wf = dialect.run(conn, "SELECT input, seq FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            if wf is None:
+                raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
+            commands = load_commands(dialect, conn, slot_key(int(wf[1])))
+            signals = tuple(
+                SignalRecord(int(seq), name, loads(payload))
+                for seq, name, payload in dialect.run(
+                    conn, "SELECT seq, name, payload FROM signals WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
+            )
+            return WorkflowState(input=loads(wf[0]), has_input=wf[0] is not None, commands=commands, signals=signals)
+
+        return self._snapshot(load)

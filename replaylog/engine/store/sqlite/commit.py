@@ -1,0 +1,272 @@
+"""Group commit: the outcomes of one or many workflows, lease-fenced, in one transaction.
+
+This is the per-slot path: every statement here runs once per recorded slot, so it is
+written for CPU instructions (README, Performance), and measured with
+`python -m bench.instructions`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from replaylog.engine.core import TIMER, CommandRecord, Outcome
+from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
+from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+from replaylog.engine.store.shared.base import SeenCancels
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
+from replaylog.engine.store.sqlite.connection import SQLiteConnection
+from replaylog.engine.store.sqlite.fence import FAST, REFUSE
+from replaylog.engine.store.sqlite.operations import tell_parent
+from replaylog.engine.vocab import SlotKind, Status, status_info
+
+# Bound once: compared on every slot (a global is cheaper to read than an enum member).
+_ACTIVITY = SlotKind.ACTIVITY.value
+
+_INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+# A successful slot, the common case, binds no None and no bool: Python's sqlite3 binds
+# only exact int, float and str directly and sends anything else (None included) through
+# its adapter lookup, two failed attribute lookups with their exceptions: ~4,000 CPU
+# instructions a slot, a twentieth of all the engine spent on one.
+_INSERT_OK = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
+              " VALUES (?, ?, ?, 1, ?, ?, ?)")
+# The commonest of all: an activity that succeeded at its first attempt. Every parameter
+# bound costs ~500 instructions; these two are constants here. Its argument key is bound
+# (a str, never None: an activity that opts out of the guard takes _INSERT_OK).
+_INSERT_FIRST_TRY = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at, args)"
+                     " VALUES (?, 'activity', ?, 1, ?, 1, ?, ?)")
+# _INSERT_OK with the argument key.
+_INSERT_OK_ARGS = ("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at, args)"
+                   " VALUES (?, ?, ?, 1, ?, ?, ?, ?)")
+
+
+class Commits(SQLiteConnection, SeenCancels):
+    """The worker's lease-fenced writes of outcomes and run verdicts (a cancel request met: `cancels`)."""
+
+    def commit_batch(self, records: Sequence[PendingRecord] = (), *,
+                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+        """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit.
+
+        Each slot is written only if its claim still holds the lease and the slot is
+        the next one (fencing); each finish only if the lease still holds. The answer
+        says, per record and per finish, whether it was written.
+        """
+        now = time.time()
+        conn = self._begin_immediate()
+        try:
+            version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
+            write_record, write_parallel = self._write_record, self._write_parallel
+            written = [write_parallel(item.claim, item.slot, item.record, now, ttl, item.text) if item.parallel
+                       else write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
+                       for item in records]
+            finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
+        except BaseException:
+            self._fence.clear()
+            conn.execute("ROLLBACK")
+            raise
+        self._end(conn)
+        cancels = self.cancels
+        for claim, _ in finishes:
+            self._fence.finished(claim.id)
+            cancels.pop(claim.id, None)
+        return written, finished
+
+    def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
+                      ttl: float, parallel: bool = False) -> bool:
+        """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
+
+        The same transaction and fencing, without the batch's lists; True if written.
+        `text` is the value's JSON text if the caller encoded it already; `parallel`
+        marks a task of a parallel group (see PendingRecord).
+        """
+        conn = self._begin_immediate()
+        try:
+            if parallel:
+                written = self._write_parallel(claim, slot, rec, time.time(), ttl, text)
+            else:
+                version = self._cur.execute("PRAGMA data_version").fetchone()[0]
+                written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
+        except BaseException:
+            self._fence.clear()
+            conn.execute("ROLLBACK")
+            raise
+        self._end(conn)
+        return written
+
+    # The per-slot transactions are spelled out with these two rather than taken from
+    # `_write`: they run once per slot, and a context manager cost as much as a statement.
+
+    def _begin_immediate(self) -> sqlite3.Connection:
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        try:
+            self._cur.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from None
+        return self._conn
+
+    def _end(self, conn: sqlite3.Connection) -> None:
+        try:
+            self._cur.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self._fence.clear()  # what they say was written was not
+            conn.execute("ROLLBACK")
+            raise self._translate(exc) from None
+
+    def _write_record(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
+                      version: int, text: str | None = None) -> bool:
+        """Write one slot's outcome if the claim still holds the lease and `slot` is next.
+
+        The workflow's row is fenced and rewritten only when the commit fence cannot
+        tell that nothing changed (see CommitFence).
+        """
+        key = claim.id
+        fence = self._fence
+        column = fence.check(claim, slot, version, now)
+        if column == REFUSE:
+            return False
+        if column != FAST:
+            if fence.restamp_due(key, now):
+                # updated_at is in two indexes, so setting it rewrites two more pages: at most once a second.
+                fenced = self._cur.execute(
+                    "UPDATE workflows SET slots = ?, updated_at = ?, lease_expires = ? "
+                    "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ? RETURNING cancel_requested",
+                    (slot + 1, now, now + ttl, key, claim.owner, claim.epoch, column),
+                ).fetchone()
+                fence.stamped(key, now)
+            else:
+                fenced = self._cur.execute(
+                    "UPDATE workflows SET slots = ?, lease_expires = ? "
+                    "WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ? RETURNING cancel_requested",
+                    (slot + 1, now + ttl, key, claim.owner, claim.epoch, column),
+                ).fetchone()
+            if fenced is None:
+                fence.forget(key)
+                return False
+            if fenced[0] is not None:
+                # An operator asked to cancel. Any commit of another connection (a cancel
+                # request is one) takes this path, not FAST: so the worker learns of a
+                # cancel here, without a query of its own per slot.
+                self.cancels[key] = fenced[0]
+            fence.note(claim, version, slot + 1)
+        if slot >= SLOT_LIMIT:  # its key would be the next workflow's
+            raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
+        row_key = claim.base + slot
+        kind, name, ok, value, error, attempts, args = rec
+        if ok and error is None:
+            if text is None:
+                text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
+            if args is None:
+                self._cur.execute(_INSERT_OK, (row_key, kind, name, text, attempts, now))
+            elif attempts == 1 and kind == _ACTIVITY:
+                self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
+            else:
+                self._cur.execute(_INSERT_OK_ARGS, (row_key, kind, name, text, attempts, now, args))
+                if kind == SlotKind.CHILD:
+                    self._start_child(claim, name, value, now)
+        else:
+            self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
+                                                error, attempts, now, args))
+        return True
+
+    def _start_child(self, claim: Claim, workflow: str, value: dict[str, Any], now: float) -> None:
+        """Start the child workflow a parent's slot records, in the same transaction: never twice.
+
+        The worker checks the id before it commits; a workflow of that id that is not
+        this parent's child (started meanwhile) refuses the whole commit.
+        """
+        child_id = value["id"]
+        child_input = value.get("input")
+        cur = self._cur.execute(
+            "INSERT OR IGNORE INTO workflows (id, workflow, status, input, slots, created_at, updated_at,"
+            " lease_epoch, seq, parent) VALUES (?, ?, 'pending', ?, 0, ?, ?, 0,"
+            " (SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows), ?)",
+            (child_id, workflow, None if child_input is None else dumps(child_input), now, now, claim.id),
+        )
+        if cur.rowcount == 0:
+            row = self._cur.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
+            if row is None or row[0] != claim.id:
+                raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+
+    def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
+                        text: str | None) -> bool:
+        """Write a parallel task's outcome if the claim still holds the lease, whatever slot is next.
+
+        The tasks of a group complete in any order, and each outcome is committed as it
+        completes: a slow task must not hold back (or lose, in a crash) the others'
+        outcomes. So the group's slots are fenced by the lease alone, `slots` only ever
+        grows (to the highest slot written + 1), and the commit fence forgets the
+        workflow: the next slot after the group is fenced on the row again, which holds
+        the group's end only once every task is recorded. Exactly once still holds: a
+        slot's key is the primary key, so a slot already written is refused, never
+        written twice. A crash leaves gaps inside the group, which loaders fill with
+        engine.core.HOLE and the next run runs again.
+        """
+        key = claim.id
+        self._fence.forget(key)
+        cur = self._cur.execute(
+            "UPDATE workflows SET slots = MAX(slots, ?), lease_expires = ?"
+            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            (slot + 1, now + ttl, key, claim.owner, claim.epoch),
+        )
+        if cur.rowcount != 1:
+            return False
+        if slot >= SLOT_LIMIT:
+            raise StoreError(f"workflow {key!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
+        kind, name, ok, value, error, attempts, args = rec
+        if ok and text is None:
+            text = dumps(value)
+        cur = self._cur.execute(
+            "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
+            " parallel) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args),
+        )
+        return cur.rowcount == 1
+
+    @staticmethod
+    def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
+        # Plain text (sqlite3 binds an exact str without its adapter look-up); may become pending below.
+        status = str(outcome.status)
+        blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
+        consumed = ",".join(map(str, outcome.consumed_signals))
+        if status == Status.BLOCKED:
+            # A signal of this name that arrived during the run makes a wait runnable, not
+            # blocked; so does a cancel request the run has not raised yet, for a wait or a
+            # sleep (its wait is to raise it).
+            # (NOT IN (NULL) is never true in SQL, so leave the clause out when nothing was consumed.)
+            unconsumed = f" AND seq NOT IN ({consumed})" if consumed else ""
+            # A signal named "timer" wakes no sleeper.
+            signals = (f"CASE WHEN ?2 = '{TIMER}' THEN 0 ELSE"
+                       f" (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}) END")
+            cancel = "" if outcome.cancel_delivered else (
+                " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
+            arrived = conn.execute(f"SELECT {signals}{cancel}", (claim.id, blocked_on)).fetchone()[0]
+            if arrived:
+                status, blocked_on, wake_at = Status.PENDING.value, None, None
+        cur = conn.execute(
+            "UPDATE workflows SET status = ?, blocked_on = ?, wake_at = ?, result = ?, error = ?, diagnostic = ?,"
+            " error_kind = ?,"
+            f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {SLOTS_NOW},"
+            # A run that came to a verdict was not interrupted; one that ended the workflow
+            # makes the last worker error history.
+            " interruptions = 0, retry_at = NULL,"
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 9-11.
+            " worker_error = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
+            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            (*verdict_values(outcome, status, blocked_on, wake_at, now), claim.id, claim.owner, claim.epoch),
+        )
+        if cur.rowcount != 1:
+            return False
+        if status_info(status).code_ended:
+            ok = status == Status.COMPLETED
+            tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
+                                         "error": None if ok else outcome.error}, now)
+        if consumed:
+            conn.execute(
+                f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",
+                (claim.id,),
+            )
+        return True

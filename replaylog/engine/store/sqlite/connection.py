@@ -1,0 +1,269 @@
+"""One SQLite connection to a shared log file: opening it, and its read and write transactions.
+
+One database file is shared by worker processes, CLI invocations and the console.
+WAL journal, synchronous=FULL (a committed outcome survives power loss, or an activity
+would run twice), a busy timeout of seconds, BEGIN IMMEDIATE for every write (a
+deferred read-then-write transaction fails at once with "database is locked").
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+from replaylog.engine.errors import NotADatabaseError, ReadOnlyError, StoreBusyError, StoreError
+from replaylog.engine.store.rows import default_max_payload
+from replaylog.engine.store.shared.base import Dialect, StoreBase
+from replaylog.engine.store.shared.keys import SLOTS_NOW, SLOTS_SHOWN
+from replaylog.engine.store.sqlite.fence import CommitFence
+from replaylog.engine.store.sqlite.schema import check_schema, refuse_foreign
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_S = 10.0
+# The size the WAL file is truncated back to after it restarts (SQLite's autocheckpoint
+# keeps it near 4 MiB while nothing pins it).
+WAL_SIZE_LIMIT = 8 * 1024 * 1024
+# SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB.
+_DAMAGE_CODES = (11, 26)
+# ... and for a lock another connection holds: SQLITE_BUSY and SQLITE_LOCKED.
+_BUSY_CODES = (5, 6)
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether an error means another connection holds a lock ("database is locked"): it clears by itself.
+
+    By the error's type and SQLite result code, never its text.
+    """
+    if isinstance(exc, StoreBusyError):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and code is not None and code & 0xFF in _BUSY_CODES
+
+
+def is_damaged(exc: BaseException) -> bool:
+    """Whether an error means the database file itself is damaged (corrupt, or not SQLite).
+
+    Such an error will not go away by retrying, unlike "database is locked".
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _DAMAGE_CODES
+
+
+class SQLiteDialect(Dialect):
+    """SQLite's SQL: `?` placeholders as written, one writer at a time (no row locks), rowid order."""
+
+    tie = "rowid"
+    # A running workflow's `slots` column lags its last slot (engine.store.sqlite.commit): count it.
+    slots_shown = SLOTS_SHOWN
+    slots_now = SLOTS_NOW
+    # SQLite's LIKE has no escape character unless one is named.
+    like_escape = " ESCAPE '\\'"
+
+    def run(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Execute one statement."""
+        return conn.execute(sql, params)
+
+    def run_many(self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Execute one statement once per row of parameters."""
+        conn.executemany(sql, rows)
+
+    def in_list(self, column: str, values: Iterable[Any]) -> tuple[str, list[Any]]:
+        """`column IN (?, ...)`, one parameter per value."""
+        named = list(values)
+        return f"{column} IN ({', '.join('?' * len(named))})", named
+
+    def limit(self, limit: int) -> int:
+        """SQLite takes LIMIT -1 as no limit."""
+        return int(limit)
+
+
+SQLITE = SQLiteDialect()
+
+
+class SQLiteConnection(StoreBase):
+    """The connection every part of the SQLite store works through.
+
+    Args:
+        path: the database file; created (mode 0600) unless `readonly`.
+        readonly: open with mode=ro; every write raises ReadOnlyError.
+        max_payload: cap in bytes on a signal payload's or an input's JSON text.
+    """
+
+    dialect = SQLITE
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
+        # What this connection knows of the slots it wrote (the per-slot speed trick).
+        self._fence = CommitFence()
+        self._conn = self._connect()
+        # For the per-slot statements: conn.execute makes a new cursor on every call.
+        self._cur = self._conn.cursor()
+
+    # -- opening
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.path
+        if path.is_dir():
+            raise StoreError(f"database path {path} is a directory")
+        if self.readonly:
+            if not path.exists():
+                raise StoreError(f"no database at {path}")
+            uri = f"file:{path.resolve()}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S,
+                                   check_same_thread=False)
+        else:
+            if not path.exists():
+                if not path.parent.exists():
+                    raise StoreError(f"cannot create database {path}: folder {path.parent} does not exist")
+                try:
+                    # Create it ourselves so it is 0600 from its first byte; SQLite gives
+                    # the -wal and -shm files the database file's permissions.
+                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise StoreError(f"cannot create database {path}: {exc.strerror}") from None
+            elif not os.access(path, os.W_OK):
+                raise ReadOnlyError(f"database {path} is read-only (use --readonly to open it for reading)")
+            conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # Refuse another application's file (or a newer schema) before anything writes:
+            # switching to WAL rewrites the file header.
+            refuse_foreign(conn, path)
+            if not self.readonly:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() != "wal":
+                    raise StoreError(f"database {path} could not be switched to WAL (journal_mode={mode})")
+                conn.execute("PRAGMA synchronous = FULL")
+                # Once a checkpoint lets the WAL restart, cut the file back: a burst behind a
+                # long reader must not leave a WAL of that size on disk for good.
+                conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+            # (version before, version now): `replaylog migrate` reports it.
+            self.schema_upgrade = check_schema(conn, path, readonly=self.readonly)
+        except BaseException as exc:
+            conn.close()  # a connection that failed its set-up is never kept
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise NotADatabaseError(f"{path} is not a usable SQLite database: {exc}") from None
+            raise
+        return conn
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    # -- plumbing
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        conn = self._conn
+        # A write here may claim a workflow or drop a lease, and PRAGMA data_version does
+        # not change for this connection's own commits: the slots written since are no
+        # longer known to be fenced.
+        self._fence.clear()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._translate(exc) from None
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise self._translate(exc) from None
+
+    def _translate(self, exc: sqlite3.OperationalError) -> StoreError:
+        msg = str(exc)
+        if "readonly" in msg or "read-only" in msg:
+            return ReadOnlyError(f"database {self.path} cannot be written: {msg}")
+        if is_busy(exc):
+            return StoreBusyError(f"database {self.path}: {msg}")
+        return StoreError(f"database {self.path}: {msg}")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        # One short read transaction: a consistent snapshot that does not hold back
+        # checkpoints for longer than the query itself.
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        except BaseException:
+            # End the snapshot without masking the error: on a damaged file COMMIT raises
+            # too, and that second error would hide the first.
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # -- the primitives of the shared reads and operator writes (engine.store.shared.base)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def _query_one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(sql, params).fetchone()
+
+    def _snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._read() as conn:
+            return fn(conn)
+
+    def _operate(self, workflow_id: str, action: str, now: float, who: str,
+                 body: Callable[[sqlite3.Connection], T], again: Callable[[str], T]) -> T:
+        # One try: a local file never loses the answer of a commit it made.
+        with self._write() as conn:
+            return body(conn)
+
+    def local_path(self) -> Path | None:
+        """The database file: workers keep their start marks beside it (engine.marks)."""
+        return self.path
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection commits to the database."""
+        version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        return version
+
+    def wake_on_change(self, wake: Callable[[], None]) -> None:
+        """Nothing: SQLite tells no one of a commit; `data_version` is read when asked."""
+
+    # -- maintenance
+
+    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
+        """Fold the WAL back into the database file; return (busy, WAL frames, frames copied).
+
+        PASSIVE never waits. With `restart`, wait up to `wait` seconds for the readers
+        still using the WAL to finish, so the next write starts it from the beginning:
+        readers that keep overlapping otherwise pin it and it grows without bound (the
+        autocheckpoint copies frames but can never restart the log). A RESTART checkpoint
+        holds writers back while it waits, hence the short wait.
+        """
+        if not restart:
+            row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return int(row[0]), int(row[1]), int(row[2])
+        self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        try:
+            row = self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        return int(row[0]), int(row[1]), int(row[2])
+
+    def wal_bytes(self) -> int:
+        """The size of the WAL file in bytes (0 if there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            return 0

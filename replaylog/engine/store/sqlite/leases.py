@@ -1,0 +1,240 @@
+"""Leases: a worker claims runnable workflows, renews what it holds, and gives them back.
+
+Each claim bumps the workflow's lease epoch; every write a worker makes under a lease
+is fenced by (owner, epoch), so a worker that lost its lease has its writes refused.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Collection, Sequence
+
+from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
+from replaylog.engine.marks import Mark, board_path, read_board
+from replaylog.engine.store.rows import Claim, loads
+from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
+from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
+
+# Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
+# AND workflow IN (...)` and walks every pending row, those of other names included (a
+# worker that lacks their code leaves them there): name the partial index instead.
+_BY_NAME = " INDEXED BY workflows_pending"
+# Named for the same reason: the due range of blocked workflows, whatever the statistics say.
+_BY_WAKE = " INDEXED BY workflows_wake"
+
+
+def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
+    """` AND workflow IN (?, ...)` and its parameters; nothing for None (every name)."""
+    if names is None:
+        return "", []
+    named = list(names)
+    return f" AND workflow IN ({', '.join('?' * len(named))})", named
+
+
+class Leases(InflightMarks):
+    """Claiming, renewing and releasing workflow leases."""
+
+    def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
+              names: Collection[str] | None = None) -> list[Claim]:
+        """Take the lease of up to `limit` runnable workflows (of `names` only, unless None).
+
+        Runnable: blocked past its recorded wake time (a timer or a wait's deadline), pending,
+        or running under a lease that has lapsed or whose owner is known dead. Each claim
+        bumps the lease epoch, which fences out the old owner.
+        A workflow whose name the worker's app lacks is left alone: it would only fail there.
+        """
+        now = time.time()
+        claims: list[Claim] = []
+        only, named = _names_clause(names)
+        with self._write() as conn:
+            # Blocked workflows whose timer or deadline has come, first and earliest first: they
+            # are waited for at a time. One range of workflows_wake, the due entries only; taken
+            # under the write lock, so a signal that wakes the same workflow is taken once.
+            rows: list[tuple[str, str | None]] = conn.execute(
+                f"SELECT id, NULL FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only}"
+                " ORDER BY wake_at LIMIT ?", (self.wake_clock(), *named, limit)).fetchall()
+            if len(rows) < limit and names is None:
+                rows += conn.execute(
+                    "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
+                    " ORDER BY updated_at LIMIT ?", (now, limit - len(rows))
+                ).fetchall()
+            elif len(rows) < limit and names is not None:
+                # One ordered range of workflows_pending per name, merged here: a single
+                # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
+                oldest: list[tuple[float, int, str]] = []
+                for name in names:
+                    oldest += conn.execute(
+                        f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
+                        " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
+                        " ORDER BY updated_at LIMIT ?",
+                        (name, now, limit)).fetchall()
+                rows += [(wid, None) for _, _, wid in sorted(oldest)[:limit - len(rows)]]
+            if len(rows) < limit:
+                rows += conn.execute(
+                    f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ?{only}"
+                    " LIMIT ?",
+                    (now, *named, limit - len(rows)),
+                ).fetchall()
+            if len(rows) < limit and dead_owners:
+                # Only leases that have not lapsed: the query above took every lapsed one (it
+                # was not cut by its LIMIT, or we would not be here). Taking one twice would
+                # claim it twice, and run it in two threads, one of them fenced out.
+                marks = ", ".join("?" * len(dead_owners))
+                rows += conn.execute(
+                    f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_owner IN ({marks})"
+                    f" AND (lease_expires >= ? OR lease_expires IS NULL){only} LIMIT ?",
+                    (*dead_owners, now, *named, limit - len(rows)),
+                ).fetchall()
+            # A workflow taken over from another worker may have an activity in flight
+            # there: fold that worker's mark in first, so the attempts count on.
+            boards: dict[str, list[Mark]] = {}
+            for wid, previous in rows:
+                if previous is not None:
+                    if previous not in boards:
+                        path = board_path(self.path, previous)
+                        boards[previous] = (read_board(path) or []) if path is not None else []
+                    self._fold(conn, [m for m in boards[previous] if m.workflow_id == wid])
+            taken = []
+            for wid, _ in rows:
+                row = conn.execute(
+                    "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = lease_epoch + 1,"
+                    f" lease_expires = ?, updated_at = ?, slots = {SLOTS_NOW}, blocked_on = NULL, wake_at = NULL"
+                    " WHERE id = ? RETURNING workflow, lease_epoch, input, slots, seq, cancel_requested",
+                    (owner, now + ttl, now, wid),
+                ).fetchone()
+                taken.append((wid, row))
+            short = [wid for wid, row in taken if row[3] <= CLAIM_LOAD_SLOTS]
+            histories = self._load_histories(conn, short) if short else {}
+            started = self._inflight_of(conn, [wid for wid, _ in taken])
+            for wid, row in taken:
+                inp, has_input = loads(row[2]), row[2] is not None
+                logs = histories.get(wid)
+                state = None if logs is None else WorkflowState(
+                    input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
+                slot, attempts = started.get(wid, (None, 0))
+                if slot is not None and slot < row[3]:
+                    slot, attempts = None, 0  # its outcome was recorded since
+                claims.append(
+                    Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state, slot, attempts,
+                          row[5]))
+        return claims
+
+    @staticmethod
+    def _load_histories(
+        conn: sqlite3.Connection, ids: Sequence[str]
+    ) -> dict[str, tuple[list[CommandRecord], list[SignalRecord]]]:
+        """The commands and signals of many workflows: one query per table (per chunk of ids)."""
+        json_loads = json.loads
+        rec = CommandRecord
+        out: dict[str, tuple[list[CommandRecord], list[SignalRecord]]] = {wid: ([], []) for wid in ids}
+        for i in range(0, len(ids), IN_CHUNK):
+            chunk = ids[i:i + IN_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for wid, slot, kind, name, ok, value, error, attempts, args in conn.execute(
+                f"SELECT w.id, c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, c.args"
+                f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY}"
+                f" WHERE w.id IN ({marks}) ORDER BY w.id, c.slot_key",
+                chunk,
+            ):
+                commands = out[wid][0]
+                if slot != len(commands):
+                    # A parallel group the worker died in the middle of left a gap (engine.core.HOLE).
+                    commands.extend([HOLE] * (slot - len(commands)))
+                commands.append(
+                    new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error,
+                                     attempts, args)))
+            for wid, seq, name, payload in conn.execute(
+                f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks})"
+                " ORDER BY workflow_id, seq",
+                chunk,
+            ):
+                out[wid][1].append(SignalRecord(seq, name, loads(payload)))
+        return out
+
+    def running_owners(self) -> list[str]:
+        """The distinct lease owners of running workflows."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT DISTINCT lease_owner FROM workflows WHERE status = 'running' AND lease_owner IS NOT NULL")]
+
+    def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
+        """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
+        marks = ", ".join("?" * len(dead_owners)) or "NULL"
+        only, named = _names_clause(names)
+        now = time.time()
+        found: int = self._conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only}"
+            " AND (retry_at IS NULL OR retry_at <= ?))"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})"
+            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
+            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named),
+        ).fetchone()[0]
+        return found == 1
+
+    def next_wake(self, names: Collection[str] | None = None) -> float | None:
+        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+
+        A seek to the first entry of workflows_wake: the worker's idle loop sleeps until then.
+        (With `names`, due entries of other names come first in the range and are stepped over;
+        the workers that serve them claim them.)
+        """
+        only, named = _names_clause(names)
+        row = self._conn.execute(
+            f"SELECT wake_at FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            " ORDER BY wake_at LIMIT 1", named).fetchone()
+        return None if row is None else float(row[0])
+
+    def has_runnable(self, names: Collection[str] | None = None) -> bool:
+        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
+        only, named = _names_clause(names)
+        found: int = self._conn.execute(
+            f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
+            (*named, *named, self.wake_clock(), *named),
+        ).fetchone()[0]
+        return found == 1
+
+    def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
+        """Extend leases still held; say which are. `worker`: stamp that worker's row as seen too."""
+        now = time.time()
+        with self._write() as conn:
+            if worker is not None:
+                conn.execute("UPDATE workers SET seen_at = ? WHERE owner = ?", (now, worker))
+            return [
+                conn.execute(
+                    "UPDATE workflows SET lease_expires = ? WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+                    (now + ttl, c.id, c.owner, c.epoch),
+                ).rowcount == 1
+                for c in claims
+            ]
+
+    def release(self, claim: Claim) -> None:
+        """Give a workflow back (worker stopping): pending again, lease dropped."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL, updated_at = ?,"
+                f" slots = {SLOTS_NOW} WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+                (time.time(), claim.id, claim.owner, claim.epoch),
+            )
+
+    def hand_back(self, claim: Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
+        """Give a workflow back after a run stopped by an error that is no outcome.
+
+        Pending again, lease dropped, `error` kept as its worker error; it is not claimed
+        for `backoff` seconds, doubled for each such run in a row up to `backoff_max`, so
+        code that is interrupted every time does not keep a worker spinning. Returns the
+        seconds it waits, or None if the lease was no longer held (nothing written).
+        """
+        now = time.time()
+        with self._write() as conn:
+            row = conn.execute(
+                "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL, updated_at = ?,"
+                f" slots = {SLOTS_NOW}, worker_error = ?, interruptions = interruptions + 1,"
+                " retry_at = ? + MIN(?, ? * (1 << MIN(interruptions, 30)))"
+                " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING retry_at",
+                (now, error, now, backoff_max, backoff, claim.id, claim.owner, claim.epoch),
+            ).fetchone()
+        return None if row is None else float(row[0]) - now

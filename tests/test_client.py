@@ -1,0 +1,279 @@
+"""The Python client on both backends: every operation, the handle's waits, and its errors.
+
+A real store (the `db` fixture: a SQLite file and a PostgreSQL database) and a real
+worker running in the test's process (`replaylog.Worker`), as an application embeds them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import client_app
+import pytest
+
+from conftest import wait_for
+from replaylog import (
+    Client,
+    Slot,
+    UnknownWorkflowError,
+    ValueNotJSONError,
+    Worker,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowInfo,
+    WorkflowTerminated,
+)
+from replaylog.client import ClientClosedError, WorkflowInputError, resolve_db
+from replaylog.engine.errors import DuplicateWorkflowIdError, OperatorRefusedError, StoreError, WorkflowClosedError
+
+
+@pytest.fixture
+def client(db: Path | str) -> Iterator[Client]:
+    with Client(db, app=client_app) as c:
+        yield c
+
+
+@pytest.fixture
+def worker(db: Path | str, client: Client) -> Iterator[Worker]:
+    # After the client: on SQLite the worker would create the file the client opens.
+    with Worker(db, app=client_app, concurrency=8, focus_cpu=False, max_payload=4096) as w:
+        yield w
+
+
+def test_start_and_result_return_the_workflows_value(client: Client, worker: Worker) -> None:
+    handle = client.start(client_app.add, 21)
+    assert handle.result(timeout=60) == 42
+    info = handle.describe()
+    assert isinstance(info, WorkflowInfo)
+    assert (info.id, info.workflow, info.status, info.result, info.input, info.slots) == (
+        handle.id, "add", "completed", 42, 21, 3)
+    assert info.finished and info.error is None and info.parent is None and info.created_at <= info.updated_at
+
+
+def test_start_by_name_runs_the_workflow_of_that_name(client: Client, worker: Worker) -> None:
+    assert client.start("noinput").result(timeout=60) == "done"
+
+
+def test_start_with_an_id_taken_fails_or_returns_the_same_workflow(client: Client, worker: Worker) -> None:
+    first = client.start(client_app.add, 1, id="order-1")
+    assert first.result(timeout=60) == 2
+    with pytest.raises(DuplicateWorkflowIdError, match="order-1"):
+        client.start(client_app.add, 5, id="order-1")
+    again = client.start(client_app.add, 5, id="order-1", if_exists="return")
+    assert again.id == "order-1" and again.describe().input == 1  # nothing written
+    assert len(client.list()) == 1
+
+
+def test_refused_input_raises_one_clear_error_and_writes_nothing(client: Client, db: Path | str) -> None:
+    with pytest.raises(WorkflowInputError, match="takes no input"):
+        client.start(client_app.noinput, 5)
+    with pytest.raises(WorkflowInputError, match="needs an input"):
+        client.start(client_app.add)
+    with pytest.raises(ValueNotJSONError, match="the workflow input cannot be stored as JSON"):
+        client.start(client_app.add, {1, 2})
+    with pytest.raises(TypeError, match="not a @workflow function"):
+        client.start(print)
+    if isinstance(db, Path):
+        assert not db.exists()  # refused before the database was touched
+    else:
+        assert client.list() == []
+
+
+def test_start_creates_a_missing_database_and_other_calls_refuse_one(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    with Client(db) as c:
+        with pytest.raises(StoreError, match=f"no database at {db}"):
+            c.list()
+        assert not db.exists()
+        c.start("noinput")
+        assert db.exists() and [i.workflow for i in c.list()] == ["noinput"]
+
+
+def test_the_database_is_resolved_as_the_command_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REPLAYLOG_DB", raising=False)
+    assert resolve_db() == Path("replaylog.db")
+    monkeypatch.setenv("REPLAYLOG_DB", "sqlite:///other.db")
+    assert resolve_db() == Path("other.db") and Client().db == Path("other.db")
+    assert resolve_db("postgresql://u@/db?host=/tmp") == "postgresql://u@/db?host=/tmp"
+    with pytest.raises(StoreError, match="unknown store URL scheme mysql://"):
+        Client("mysql://x")
+
+
+def test_an_unknown_id_raises_on_first_use_naming_it(client: Client, worker: Worker) -> None:
+    handle = client.get_handle("no-such-workflow")  # nothing read yet
+    for use in (handle.describe, handle.result, lambda: handle.signal("go"), handle.cancel, handle.terminate,
+                handle.export, handle.history, lambda: handle.get_event("k", timeout=0), handle.retry,
+                lambda: handle.fork(0), handle.approve, lambda: client.signal("no-such-workflow", "go")):
+        with pytest.raises(UnknownWorkflowError, match="no-such-workflow"):
+            use()
+
+
+def test_list_filters_by_status_workflow_parent_and_limit(client: Client, worker: Worker) -> None:
+    top = client.start(client_app.parent, 2)
+    top.result(timeout=60)
+    waiting = client.start(client_app.waits)
+    assert wait_for(lambda: waiting.describe().status == "blocked")
+    assert {i.id for i in client.list(parent=top.id)} == {f"{top.id}-child-0", f"{top.id}-child-1"}
+    assert [i.id for i in client.list(workflow=client_app.parent)] == [top.id]
+    assert [i.id for i in client.list(workflow="waits", status="blocked")] == [waiting.id]
+    assert len(client.list(status="completed")) == 3
+    assert len(client.list(limit=2)) == 2 and len(client.list(limit=None)) == 4
+
+
+def test_a_signal_wakes_the_workflow_waiting_for_it(client: Client, worker: Worker) -> None:
+    first, second = client.start(client_app.waits), client.start(client_app.waits)
+    assert first.get_event("stage", timeout=60) == "waiting"
+    assert first.signal("go", {"n": 1}) == 1
+    assert client.signal(second.id, "go", [2]) == 1
+    assert first.result(timeout=60) == {"n": 1} and second.result(timeout=60) == [2]
+    with pytest.raises(WorkflowClosedError, match="accepts no signals"):
+        first.signal("go")
+    with pytest.raises(ValueNotJSONError):
+        client.signal(second.id, "go", object())
+    with pytest.raises(TypeError, match="signal name is a string"):
+        client.signal(second.id, 7, None)  # type: ignore[arg-type]
+
+
+def test_result_raises_what_ended_the_workflow(client: Client, worker: Worker) -> None:
+    failed = client.start(client_app.fails)
+    with pytest.raises(WorkflowFailed) as caught:
+        failed.result(timeout=60)
+    assert (caught.value.workflow_id, caught.value.error_kind) == (failed.id, "code")
+    assert "boom" in caught.value.message and caught.value.diagnostic is None
+    cancelled = client.start(client_app.waits)
+    assert wait_for(lambda: cancelled.describe().status == "blocked")
+    assert cancelled.cancel("changed my mind") == "blocked"
+    with pytest.raises(WorkflowCancelled, match="changed my mind") as stopped:
+        cancelled.result(timeout=60)
+    assert stopped.value.workflow_id == cancelled.id and stopped.value.reason == "changed my mind"
+    terminated = client.start(client_app.waits)
+    assert wait_for(lambda: terminated.describe().status == "blocked")
+    assert terminated.terminate("stuck") == "blocked"
+    with pytest.raises(WorkflowTerminated, match="stuck"):
+        terminated.result(timeout=60)
+
+
+def test_result_times_out_and_leaves_the_workflow_untouched(client: Client, worker: Worker) -> None:
+    handle = client.start(client_app.waits)
+    assert wait_for(lambda: handle.describe().status == "blocked")
+    before = handle.describe()
+    with pytest.raises(TimeoutError, match=f"{handle.id}.*did not finish within 0.2 s.*blocked"):
+        handle.result(timeout=0.2)
+    assert handle.describe() == before
+
+
+def test_a_nondeterministic_failure_carries_its_diagnostic(client: Client, worker: Worker) -> None:
+    done = client.start(client_app.add, 3)
+    done.result(timeout=60)
+    doc = done.export()
+    doc["status"] = "running"  # imported pending: the worker replays it against `add`
+    doc["slots"][1]["name"] = "triple"
+    replayed = client.import_history(doc, id="diverges")
+    with pytest.raises(WorkflowFailed) as caught:
+        replayed.result(timeout=60)
+    assert caught.value.error_kind == "nondeterministic"
+    d = caught.value.diagnostic
+    assert d is not None and (d.slot, d.recorded, d.issued) == (1, "activity:triple", "activity:double")
+
+
+def test_approve_answers_the_pending_request(client: Client, worker: Worker) -> None:
+    handle = client.start(client_app.ships)
+    assert wait_for(lambda: (handle.describe().blocked_on or "").startswith("approval:"))
+    with pytest.raises(OperatorRefusedError):
+        handle.approve(request="not-the-pending-one")
+    rid = handle.approve(note="ok")
+    answer = handle.result(timeout=60)
+    assert answer["approved"] is True and answer["note"] == "ok" and answer["request"] == rid
+
+
+def test_retry_dry_replays_then_sets_a_failed_workflow_going(client: Client, worker: Worker,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(client_app.FAIL, "flaky", True)
+    handle = client.start(client_app.flaky)
+    with pytest.raises(WorkflowFailed, match="not yet"):
+        handle.result(timeout=60)
+    client_app.FAIL["flaky"] = False
+    verdict = handle.retry("fixed")
+    assert verdict is not None and verdict.ok
+    assert handle.result(timeout=60) == "recovered"
+    with pytest.raises(OperatorRefusedError, match="is completed: only a failed workflow can be retried"):
+        handle.retry()
+
+
+def test_fork_export_import_and_history(client: Client, worker: Worker) -> None:
+    original = client.start(client_app.add, 4)
+    assert original.result(timeout=60) == 8
+    history = original.history()
+    assert all(isinstance(s, Slot) for s in history)
+    assert [(s.slot, s.kind, s.name, s.value) for s in history] == [
+        (0, "event", "progress", 0.5), (1, "activity", "double", 8), (2, "event", "progress", 1.0)]
+    assert original.history(from_slot=2) == history[2:]
+    fork = original.fork(1, id="forked")
+    assert fork.id == "forked" and fork.result(timeout=60) == 8
+    assert fork.describe().slots == 3 and original.describe().slots == 3
+    copy = client.import_history(original.export(), id="copy")
+    assert copy.describe().status == "completed" and copy.result(timeout=1) == 8
+    assert [s.value for s in copy.history()] == [s.value for s in history]
+
+
+def test_events_keep_the_latest_value_per_key_and_every_set_in_history(client: Client, worker: Worker) -> None:
+    handle = client.start(client_app.add, 5)
+    handle.result(timeout=60)
+    assert handle.events() == {"progress": 1.0} == client.events(handle.id)
+    assert handle.get_event("progress") == 1.0 == client.get_event(handle.id, "progress", timeout=0)
+    assert [s.value for s in handle.history() if s.kind == "event"] == [0.5, 1.0]
+    # A key never set: None at once once the workflow finished, or after the timeout.
+    assert handle.get_event("missing") is None
+    waiting = client.start(client_app.waits)
+    assert waiting.get_event("missing", timeout=0.1) is None
+    with pytest.raises(TypeError, match="event key must be a string"):
+        waiting.get_event(3)  # type: ignore[arg-type]
+
+
+def test_an_event_value_that_cannot_be_stored_is_refused_in_the_code_and_nothing_recorded(
+        client: Client, worker: Worker) -> None:
+    handle = client.start(client_app.bad_events)
+    assert handle.result(timeout=60) == ["ValueNotJSONError", "PayloadTooLargeError"]
+    assert [(s.slot, s.kind, s.name) for s in handle.history()] == [(0, "event", "good")]
+
+
+def test_a_closed_client_raises_one_clear_error(db: Path | str) -> None:
+    c = Client(db)
+    handle = c.start("noinput")
+    c.close()
+    c.close()  # harmless
+    for use in (handle.describe, c.list, lambda: c.start("noinput")):
+        with pytest.raises(ClientClosedError, match="this client is closed"):
+            use()
+
+
+def test_one_client_serves_many_threads(client: Client, worker: Worker) -> None:
+    results: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = client.start(client_app.add, i).result(timeout=120)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert errors == [] and results == {i: 2 * i for i in range(16)}
+
+
+def test_waiting_on_a_handle_wakes_when_another_process_finishes_it(client: Client, db: Path | str) -> None:
+    handle = client.start(client_app.add, 7)
+    got: list[int] = []
+    waiter = threading.Thread(target=lambda: got.append(handle.result(timeout=120)))
+    waiter.start()
+    assert wait_for(lambda: client.waiting == 1)
+    with Worker(db, app=client_app, concurrency=2, focus_cpu=False):
+        waiter.join(120)
+    assert got == [14] and client.waiting == 0
