@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, NoReturn
 
 import click
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -45,7 +45,7 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.text import countdown, duration, preview, printable, waits_text
 from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
@@ -393,7 +393,10 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
-        click.echo(f"{stamp} {printable(wid, oneline=True)} {printable(text, oneline=True)}", err=True)
+        line, *more = text.split("\n")  # a failure's traceback comes on the lines after, indented
+        said = [f"{stamp} {printable(wid, oneline=True)} {printable(line, oneline=True)}"]
+        said += [f"    {printable(part, oneline=True)}" for part in more]
+        click.echo("\n".join(said), err=True)
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
@@ -544,7 +547,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
         "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
-        "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
+        "input": row.input, "result": row.result, "error": row.error, "traceback": row.traceback,
+        "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
         "cancel_requested": row.cancel_requested,
@@ -555,7 +559,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         **store.family(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-             "attempts": c.attempts, "recorded_at": c.recorded_at}
+             "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
             for c in store.list_commands(row.id)
         ],
         "signals": [
@@ -639,6 +643,39 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
     _print(table)
     if cut:
         click.echo(f"showing {len(top)} of {total} {counted}; use --limit 0 for all", err=True)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@global_options
+@pass_settings
+def stats(settings: Settings, as_json: bool) -> None:
+    """How the database stands: counts by status, the oldest waits, overdue timers, live workers, slots per second."""
+    with settings.open(readonly=True) as store:
+        st = store.stats()
+    pending, blocked = (None if t is None else max(0.0, st.at - t) for t in (st.oldest_pending, st.oldest_blocked))
+    if as_json:
+        click.echo(json.dumps({
+            "at": st.at, "counts": st.counts, "total": sum(st.counts.values()),
+            "oldest_pending_age": pending, "oldest_blocked_age": blocked, "past_wake_time": st.overdue,
+            "slots_last_minute": st.slots_last_minute, "slots_per_second": st.slots_per_second,
+            "workers": [{"owner": w.owner, "host": w.host, "pid": w.pid, "names": list(w.names),
+                         "started_at": w.started_at, "last_heartbeat": w.seen_at,
+                         "heartbeat_age": max(0.0, st.at - w.seen_at)} for w in st.workers]}))
+        return
+    counts = " · ".join(f"{status} {n}" for status, n in st.counts.items())
+    lines = [("workflows", f"{sum(st.counts.values())}: {counts}"),
+             ("oldest pending", "none" if pending is None else f"{duration(pending)} (since {_when(st.at - pending)})"),
+             ("oldest blocked", "none" if blocked is None else f"{duration(blocked)} (since {_when(st.at - blocked)})"),
+             ("past wake time", f"{st.overdue} blocked workflow(s) whose timer or deadline has passed"),
+             ("slots committed", f"{st.slots_per_second:.1f}/s over the last minute ({st.slots_last_minute})"),
+             ("live workers", str(len(st.workers)) if st.workers else "none")]
+    for label, value in lines:
+        click.echo(f"{label:<16} {value}")
+    if st.workers:
+        _print(_listing("", ("owner", "host", "pid", "serves", "started (UTC)", "last heartbeat"), [
+            (_t(w.owner), _t(w.host), _t(w.pid), _t(", ".join(w.names)), _t(_when(w.started_at, short=True)),
+             _t(f"{duration(max(0.0, st.at - w.seen_at))} ago")) for w in st.workers]))
 
 
 def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
@@ -738,13 +775,19 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
-    shown: list[Any] = [head, _listing(
+    shown: list[Any] = [head]
+    if row.traceback:
+        shown += _traceback("traceback", row.traceback)
+    shown.append(_listing(
         f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
         [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
           Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
           _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
          for c in data["commands"]],
-        wide="value / error")]
+        wide="value / error"))
+    for c in data["commands"]:
+        if c["traceback"]:
+            shown += _traceback(f"traceback of slot {c['slot']} ({c['kind']} {c['name']})", c["traceback"])
     if data["signals"]:
         shown.append(_listing(
             f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
@@ -756,6 +799,11 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
             [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
              for a in data["audit"]]))
     _print(*shown)
+
+
+def _traceback(title: str, text: str) -> list[Group]:
+    """A failure's traceback as `show` prints it: a title, then its lines (control characters made visible)."""
+    return [Group(Text(printable(title, oneline=True), style="bold"), Text(printable(text), style="red"), Text(""))]
 
 
 def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:

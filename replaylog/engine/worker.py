@@ -232,11 +232,12 @@ class Committer:
         return req.ok
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
-                      parallel: bool = False) -> bool:
+                      parallel: bool = False, traceback: str | None = None) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
 
         `text` is the value's JSON text if the caller encoded it already; `parallel`
-        marks a task of a parallel group (written in completion order).
+        marks a task of a parallel group (written in completion order); `traceback` is
+        a failed activity's.
 
         The fast path of `submit` for a lone workflow: when no commit is in progress
         and nothing waits, this thread commits its outcome alone without building a
@@ -250,9 +251,10 @@ class Committer:
             self._leading = True
         lock.release()
         if not fast or store is None:
-            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text, parallel)))
+            return self.submit(_Request(record=PendingRecord(claim, slot, rec, text, parallel, traceback)))
         try:
-            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel)
+            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel,
+                                          traceback=traceback)
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1
@@ -721,7 +723,9 @@ class Worker:
                 if outcome.status == Status.COMPLETED:
                     self.completed += 1
                 detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
-                self._event(claim.id, f"{outcome.status} {detail}".rstrip())
+                # A failure's traceback follows on the lines after (the CLI indents them).
+                shown = f"\n{outcome.traceback}" if outcome.status == Status.FAILED and outcome.traceback else ""
+                self._event(claim.id, f"{outcome.status} {detail}".rstrip() + shown)
         finally:
             with self._lock:
                 self._active.pop(claim.id, None)
@@ -784,6 +788,7 @@ class Worker:
             # (A clock read is a float: never near a cap, and the store encodes it.)
             text = None
             refused = None
+            failure_tb = None
             if rec.ok and rec.kind == activity:
                 value = rec.value
                 if type(value) is int:  # encode_value's int case, inline: the common value on this path
@@ -812,12 +817,20 @@ class Worker:
                 if fitted is not error:
                     refused = fitted
                     rec = rec._replace(error=fitted)
+                failure_tb = ctx.tracebacks.pop(slot, None)
+                if failure_tb is not None:
+                    failure_tb = fit_text(failure_tb, cap, f"slot {slot}: the traceback of activity {rec.name!r}",
+                                          tail=True)
             try:
-                written = commit(claim, slot, rec, text, parallel)
+                written = commit(claim, slot, rec, text, parallel, failure_tb)
             except Exception as exc:  # the store failed: not the workflow's outcome
                 raise _CommitFailed(exc) from exc
             if not written:
                 raise LeaseLostError(claim.id)
+            if failure_tb is not None:
+                # Recorded: said once, whether or not the workflow code goes on to handle it.
+                self._event(wid, f"slot {slot}: activity {rec.name!r} failed after {rec.attempts} attempt(s): "
+                                 f"{rec.error}\n{failure_tb}")
             if not parallel:
                 me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
             else:
@@ -892,8 +905,9 @@ class Worker:
             raise _RunInterrupted(exc, ctx.interrupted_in or "workflow code") from exc
         if outcome.status == Status.FAILED and outcome.error:
             error = fit_text(outcome.error, cap, "the workflow's error text")
-            if error is not outcome.error:
-                return replace(outcome, error=error)
+            shown = outcome.traceback and fit_text(outcome.traceback, cap, "the workflow's traceback", tail=True)
+            if error is not outcome.error or shown is not outcome.traceback:
+                return replace(outcome, error=error, traceback=shown)
         elif outcome.status == Status.COMPLETED:
             # The store encodes the result again when it writes the verdict: once per
             # workflow, not per slot.

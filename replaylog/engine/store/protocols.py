@@ -107,6 +107,9 @@ class ReaderStore(_Closable, Protocol):
     def list_audit(self, workflow_id: str) -> list[rows.AuditRow]:
         """The operators' actions on a workflow, oldest first."""
 
+    def stats(self) -> rows.StoreStats:
+        """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot."""
+
 
 class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
@@ -167,9 +170,9 @@ class WorkerStore(_Closable, Protocol):
         """A worker exits cleanly: it serves nothing any more."""
 
     def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False) -> bool:
-        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
-        (any slot not yet written, for a task of a parallel group)."""
+                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+        """Commit one outcome (`text`: its JSON if already encoded; `traceback`: a failure's) if the lease
+        holds and `slot` is next (any slot not yet written, for a task of a parallel group)."""
 
     def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
                      finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
