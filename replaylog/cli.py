@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, NoReturn
 
 import click
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -393,7 +393,10 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
-        click.echo(f"{stamp} {printable(wid, oneline=True)} {printable(text, oneline=True)}", err=True)
+        line, *more = text.split("\n")  # a failure's traceback comes on the lines after, indented
+        said = [f"{stamp} {printable(wid, oneline=True)} {printable(line, oneline=True)}"]
+        said += [f"    {printable(part, oneline=True)}" for part in more]
+        click.echo("\n".join(said), err=True)
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
@@ -544,7 +547,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
         "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
-        "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
+        "input": row.input, "result": row.result, "error": row.error, "traceback": row.traceback,
+        "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
         "cancel_requested": row.cancel_requested,
@@ -555,7 +559,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         **store.family(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-             "attempts": c.attempts, "recorded_at": c.recorded_at}
+             "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
             for c in store.list_commands(row.id)
         ],
         "signals": [
@@ -771,13 +775,19 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
-    shown: list[Any] = [head, _listing(
+    shown: list[Any] = [head]
+    if row.traceback:
+        shown += _traceback("traceback", row.traceback)
+    shown.append(_listing(
         f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
         [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
           Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
           _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
          for c in data["commands"]],
-        wide="value / error")]
+        wide="value / error"))
+    for c in data["commands"]:
+        if c["traceback"]:
+            shown += _traceback(f"traceback of slot {c['slot']} ({c['kind']} {c['name']})", c["traceback"])
     if data["signals"]:
         shown.append(_listing(
             f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
@@ -789,6 +799,11 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
             [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
              for a in data["audit"]]))
     _print(*shown)
+
+
+def _traceback(title: str, text: str) -> list[Group]:
+    """A failure's traceback as `show` prints it: a title, then its lines (control characters made visible)."""
+    return [Group(Text(printable(title, oneline=True), style="bold"), Text(printable(text), style="red"), Text(""))]
 
 
 def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:
@@ -1100,15 +1115,21 @@ def _serve_console(settings: Settings, readonly: bool, app: str | None, host: st
 
 @cli.command()
 @click.option("--no-console", is_flag=True, help="Only seed and print the tour; do not open the console.")
+@click.option("--fresh", is_flag=True,
+              help="Seed an existing demo database afresh, dropping the changes made in it (else they are kept).")
 @global_options
 @pass_settings
-def demo(settings: Settings, no_console: bool) -> None:
-    """Seed a demo database with workflows in every state, run a worker, open the console."""
-    from replaylog.demo import run_demo
+def demo(settings: Settings, no_console: bool, fresh: bool) -> None:
+    """Seed a demo database with workflows in every state (once: a second run keeps your changes), run a worker,
+    open the console."""
+    from replaylog.demo import DemoRefused, run_demo
 
     if isinstance(settings.db, str):
         fail("the demo seeds a SQLite file; give --db a file path")
-    run_demo(settings.db, open_console=not no_console, echo=_echo_err)
+    try:
+        run_demo(settings.db, open_console=not no_console, echo=_echo_err, fresh=fresh)
+    except DemoRefused as exc:
+        fail(str(exc))
 
 
 def _echo_err(text: str) -> None:

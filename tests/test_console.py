@@ -263,6 +263,24 @@ async def test_enter_on_a_slot_shows_its_value_as_pretty_json(console_db: Path) 
 
 
 @async_test
+async def test_a_failed_slot_and_the_failed_workflow_show_their_tracebacks(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["activity_failure"])  # it opens on the diagnosis
+        await pilot.press("1")  # the slots
+        screen.query_one("#slot-table", PagedTable).move_cursor(row=0)
+        await pilot.press("enter")  # slot 0, the activity that failed
+        assert await wait_until(pilot, lambda: isinstance(app.screen, SlotScreen))
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert 'traceback\nTraceback (most recent call last):\n  File "tests/console_workflows.py", line' in shown
+        assert "in carrier_down" in shown and "replaylog/engine" not in shown
+        await pilot.press("escape")
+        await pilot.press("v")  # the workflow's error in full, and where in its code it surfaced
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert "traceback\nTraceback (most recent call last):" in shown and "in failing_shipment" in shown
+
+
+@async_test
 async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> None:
     seed_long_history(db_path, "long-1", 50_000)
     seed_long_history(db_path, "short-1", 1)
@@ -412,12 +430,15 @@ async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_no
     # ran out, or "running now" stays up over an activity that possibly ran.
     with open_store(db_path) as store:
         store.start_workflow("refund", 7, workflow_id="dies-1")
-        # Long enough for a loaded machine to open the screen before it lapses (it failed at 1.5 s).
-        (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=5)
+        claimed_at = time.time()
+        (claim,) = store.claim("otherhost:4194998:0badf00d", ttl=2)
         board = MarkBoard(db_path, claim.owner, 1)
         board.write(0, claim.id, claim.epoch, 0, "fetch_invoice", 1, time.time())
         board.close(remove=False)
-    app = make_app(db_path, clock=time.time)  # the real clock: the lease lapses in real time
+    # The console's clock stands at the claim until the screen has shown the live lease,
+    # however long a loaded machine takes to open it; then it runs, past the lease.
+    lapsed = False
+    app = make_app(db_path, clock=lambda: time.time() + 10 if lapsed else claimed_at)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.open_workflow("dies-1")
@@ -427,7 +448,8 @@ async def test_running_now_turns_into_possibly_ran_when_the_lease_lapses_with_no
             return rendered(app.screen.query_one("#summary", Static))
 
         assert "slot 0: activity fetch_invoice is running now (attempt 1)" in summary()
-        assert await wait_until(pilot, lambda: "possibly ran" in summary(), timeout=15), summary()
+        lapsed = True  # no write from here on: the screen's own timer must notice the lapse
+        assert await wait_until(pilot, lambda: "possibly ran" in summary(), timeout=120), summary()
         assert "slot 0: activity fetch_invoice started 1 time(s), no recorded outcome" in summary()
 
 

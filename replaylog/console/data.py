@@ -103,13 +103,15 @@ class WorkflowView:
     # An operator's cancel request (its reason, "" if none given), and a fork's origin (id, slot).
     cancel_requested: str | None = None
     forked_from: tuple[str, int] | None = None
+    traceback: str | None = None  # a failed workflow's, through its code
 
     @classmethod
     def of(cls, r: WorkflowRow) -> WorkflowView:
         """The view of a store row."""
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
                    r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at, r.wake_at,
-                   r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0))
+                   r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0),
+                   r.traceback)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Slot:
     ok: bool
     value: Any
     error: str | None
+    traceback: str | None = None  # a failed activity's (its last attempt's)
 
     @property
     def label(self) -> str:
@@ -133,7 +136,7 @@ class Slot:
     @classmethod
     def of(cls, c: CommandRow) -> Slot:
         """The view of a store command row."""
-        return cls(c.slot, c.kind, c.name, c.recorded_at, c.attempts, c.ok, c.value, c.error)
+        return cls(c.slot, c.kind, c.name, c.recorded_at, c.attempts, c.ok, c.value, c.error, c.traceback)
 
 
 @dataclass(frozen=True)
@@ -388,6 +391,7 @@ class Diagnosis:
     aligned_current: bool = False  # the aligned view's issued side is the current code's
     current_slot: int | None = None  # where the current code first diverges (None: it does not, or unknown)
     checked: bool = False  # made for a `c` (check) press
+    traceback: str | None = None  # the failed workflow's, through its code (stored when it failed)
 
 
 def _labels(commands: list[CommandRow]) -> dict[int, str]:
@@ -475,7 +479,8 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
         kind = "activity" if failed is not None and row.error_kind == "activity" else "other"
         return Diagnosis(workflow_id, kind, "the stored error", row.error or "", failed.slot if failed else None,
                          failed_command=Slot.of(failed) if failed is not None and kind == "activity" else None,
-                         verdict=verdict, verdict_ok=verdict_ok, code=code, current_slot=current, checked=check)
+                         verdict=verdict, verdict_ok=verdict_ok, code=code, current_slot=current, checked=check,
+                         traceback=row.traceback)
     return Diagnosis(workflow_id, "none", "", verdict=verdict, verdict_ok=verdict_ok, code=code,
                      current_slot=current, checked=check)
 

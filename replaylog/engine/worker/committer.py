@@ -113,11 +113,12 @@ class Committer:
         return req.ok
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
-                      parallel: bool = False) -> bool:
+                      parallel: bool = False, traceback: str | None = None) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
 
         `text` is the value's JSON text if the caller encoded it already; `parallel`
-        marks a task of a parallel group (written in completion order).
+        marks a task of a parallel group (written in completion order); `traceback` is
+        a failed activity's.
 
         The fast path of `submit` for a lone workflow: when no commit is in progress
         and nothing waits, this thread commits its outcome alone without building a
@@ -131,9 +132,10 @@ class Committer:
             self._leading = True
         lock.release()
         if not fast or store is None:
-            return self.submit(Request(record=PendingRecord(claim, slot, rec, text, parallel)))
+            return self.submit(Request(record=PendingRecord(claim, slot, rec, text, parallel, traceback)))
         try:
-            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel)
+            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel,
+                                          traceback=traceback)
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1

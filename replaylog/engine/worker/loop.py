@@ -138,7 +138,8 @@ class Worker:
         self.committer = Committer(self.path, ttl, self.max_payload)
         self._board: MarkBoard | None = None
         # What every run shares; run() adds where the marks go once it has opened the store.
-        self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self.focus)
+        self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self._event,
+                               self.focus)
         self.completed = 0
         # The workflows given back to the store unfinished because this worker stopped (in order).
         self.handed_back: list[str] = []
@@ -422,7 +423,9 @@ class Worker:
                 if outcome.status == Status.COMPLETED:
                     self.completed += 1
                 detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
-                self._event(claim.id, f"{outcome.status} {detail}".rstrip())
+                # A failure's traceback follows on the lines after (the CLI indents them).
+                shown = f"\n{outcome.traceback}" if outcome.status == Status.FAILED and outcome.traceback else ""
+                self._event(claim.id, f"{outcome.status} {detail}".rstrip() + shown)
         finally:
             with self._lock:
                 self._active.pop(claim.id, None)

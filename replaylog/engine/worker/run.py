@@ -105,6 +105,7 @@ class RunParts:
         stopping: raised when the worker stops: a run stops after its current slot.
         clock: the live clock for `ctx.now()`.
         max_payload: the cap in bytes on every value recorded.
+        event: says what happened to a workflow, (workflow id, text), for the CLI's log.
         focus: CPU focus of engine code while commits are crowded (engine.cpu_focus), or None.
         board: the mark file of this host's database (engine.marks), or None.
         marks_in_store: in-flight marks are tracked and there is no mark file (a server's
@@ -116,6 +117,7 @@ class RunParts:
     stopping: StopFlag
     clock: Callable[[], float]
     max_payload: int
+    event: Callable[[str, str], None]
     focus: CpuFocus | None = None
     board: MarkBoard | None = None
     marks_in_store: bool = False
@@ -193,8 +195,9 @@ class WorkflowRun:
         cap = self._parts.max_payload
         if outcome.status == Status.FAILED and outcome.error:
             error = fit_text(outcome.error, cap, "the workflow's error text")
-            if error is not outcome.error:
-                return replace(outcome, error=error)
+            shown = outcome.traceback and fit_text(outcome.traceback, cap, "the workflow's traceback", tail=True)
+            if error is not outcome.error or shown is not outcome.traceback:
+                return replace(outcome, error=error, traceback=shown)
         elif outcome.status == Status.COMPLETED:
             # The store encodes the result again when it writes the verdict: once per
             # workflow, not per slot.
@@ -219,6 +222,7 @@ class WorkflowRun:
         # (A clock read is a float: never near a cap, and the store encodes it.)
         text = None
         refused = None
+        failure_tb = None
         if rec.ok and rec.kind == _ACTIVITY:
             value = rec.value
             if type(value) is int:  # encode_value's int case, inline: the common value on this path
@@ -249,13 +253,22 @@ class WorkflowRun:
             if fitted is not error:
                 refused = fitted
                 rec = rec._replace(error=fitted)
+            ctx = self.ctx
+            failure_tb = ctx.tracebacks.pop(slot, None) if ctx is not None else None
+            if failure_tb is not None:
+                failure_tb = fit_text(failure_tb, parts.max_payload,
+                                      f"slot {slot}: the traceback of activity {rec.name!r}", tail=True)
         claim = self._claim
         try:
-            written = self._commit(claim, slot, rec, text, parallel)
+            written = self._commit(claim, slot, rec, text, parallel, failure_tb)
         except Exception as exc:  # the store failed: not the workflow's outcome
             raise CommitFailed(exc) from exc
         if not written:
             raise LeaseLostError(claim.id)
+        if failure_tb is not None:
+            # Recorded: said once, whether or not the workflow code goes on to handle it.
+            parts.event(claim.id, f"slot {slot}: activity {rec.name!r} failed after {rec.attempts} attempt(s): "
+                                  f"{rec.error}\n{failure_tb}")
         if not parallel:
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
         else:

@@ -307,7 +307,8 @@ class SharedOperatorWrites(StoreBase):
                                            " retried")
             sql.run(
                 conn, "UPDATE workflows SET status = 'pending', result = NULL, error = NULL, diagnostic = NULL,"
-                " error_kind = NULL, worker_error = NULL, interruptions = 0, retry_at = NULL, updated_at = ?"
+                " error_kind = NULL, traceback = NULL, worker_error = NULL, interruptions = 0, retry_at = NULL,"
+                " updated_at = ?"
                 " WHERE id = ? AND status = 'failed'", (now, workflow_id))
             _audit(sql, conn, workflow_id, "retry", now, who, reason)
 
