@@ -700,6 +700,28 @@ async def test_a_divergence_is_aligned_from_the_stored_diagnostic_without_the_co
         assert "not loaded: start the console with --app" in rendered(screen.query_one("#diag-summary", Static))
 
 
+def test_replaylog_console_loads_the_app_every_command_loads(console_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from replaylog.cli import Settings, console_app
+
+    # `replaylog console` with no --app: $REPLAYLOG_APP, as `check`, `retry` and `worker` read it.
+    monkeypatch.setenv("REPLAYLOG_APP", "console_workflows")
+
+    async def go() -> None:
+        app = console_app(Settings(str(console_db), None), readonly=False, app=None)
+        app.animation_level = "none"
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_workflow(pilot, ROLES["diverged"])
+            await pilot.press("3")
+            summary = screen.query_one("#diag-summary", Static)
+            assert await wait_until(pilot, lambda: "dry replay of console_workflows" in rendered(summary))
+            assert "not loaded" not in rendered(summary)
+            assert header(screen.query_one("#aligned", DataTable), "issued") == "issued by the current code"
+
+    import asyncio
+
+    asyncio.run(go())
+
+
 @async_test
 async def test_a_divergence_is_aligned_by_a_dry_replay_of_the_current_code(console_db: Path) -> None:
     app = make_app(console_db, registry=load_app("console_workflows"))
