@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import click
 from rich import box
@@ -48,6 +48,9 @@ from replaylog.engine.store import (
 from replaylog.engine.text import countdown, duration, preview, printable, waits_text
 from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
+
+if TYPE_CHECKING:
+    from replaylog.console.app import ReplaylogConsole
 
 
 class CLIError(click.ClickException):
@@ -1075,7 +1078,8 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
 
 @cli.command()
 @click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
-@click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics"
+                             " (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--serve", is_flag=True, help="Serve the console in a browser (one console per browser session).")
 @click.option("--host", help="With --serve: the address to bind (default 127.0.0.1; any other needs a token).")
 @click.option("--port", type=click.IntRange(1, 65535), help="With --serve: the TCP port (default 8080).")
@@ -1089,13 +1093,20 @@ def console(settings: Settings, readonly: bool, app: str | None, serve: bool, ho
     if not serve and (host is not None or port is not None):
         fail("--host and --port serve the console in a browser: add --serve")
     settings.open(readonly=readonly).close()
-    registry = _app(app) if app else None
     if serve:
+        _app(app)  # a bad app is refused here, in one line, not in every browser session
         _serve_console(settings, readonly, app, host or "127.0.0.1", port or 8080, token)
         return
+    console_app(settings, readonly=readonly, app=app).run()
+
+
+def console_app(settings: Settings, *, readonly: bool, app: str | None) -> ReplaylogConsole:
+    """The console `replaylog console` opens: with the app every command loads (--app, else
+    $REPLAYLOG_APP, else replaylog.samples), so `c` and the Diagnosis tab replay the code a
+    worker runs, as `check` and `retry` do."""
     from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
 
-    ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
+    return ReplaylogConsole(settings.db, readonly=readonly, registry=_app(app))
 
 
 def _serve_console(settings: Settings, readonly: bool, app: str | None, host: str, port: int,
