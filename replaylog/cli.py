@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
@@ -45,9 +45,10 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import countdown, duration, preview, printable, waits_text
+from replaylog.engine.text import countdown, duration, preview, printable, utc, waits_text
 from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
+from replaylog.verdicts import retry_refusal, verdict_json, verdict_text
 
 if TYPE_CHECKING:
     from replaylog.console.app import ReplaylogConsole
@@ -506,8 +507,7 @@ def _when(ts: float | None, *, short: bool = False) -> str:
     """A stored time in UTC (the long form says so; a table's column header says it for the short)."""
     if ts is None:
         return ""
-    when = datetime.fromtimestamp(ts, tz=UTC)
-    return when.strftime("%m-%d %H:%M:%S") if short else when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc(ts, "short" if short else "full")
 
 
 def _clock_value(value: Any) -> str:
@@ -873,10 +873,10 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
             return
         verdict = check_workflow(store, registry, workflow_id)
     if as_json:
-        click.echo(json.dumps({"id": workflow_id, **verdict.to_dict()}))
+        click.echo(json.dumps({"id": workflow_id, **verdict_json(verdict)}))
     else:
         # Said once: on stdout when it replays cleanly, on stderr (with exit 1) when not.
-        click.echo(printable(f"{workflow_id}: {verdict.text}", oneline=True), err=not verdict.ok)
+        click.echo(printable(f"{workflow_id}: {verdict_text(verdict)}", oneline=True), err=not verdict.ok)
     if not verdict.ok:
         sys.exit(1)
 
@@ -892,8 +892,8 @@ def _check_histories(files: list[str], registry: Registry) -> None:
             ok, text = False, str(exc)
         else:
             verdict = dry_replay(fn, doc.state, workflow_id=doc.id, status=doc.status, recorded_error=doc.error,
-                                 diverged=doc.diagnostic is not None)
-            ok, text = verdict.ok, verdict.text
+                                 error_kind=doc.error_kind, diverged=doc.diagnostic is not None)
+            ok, text = verdict.ok, verdict_text(verdict)
         failures += not ok
         click.echo(_one(f"{path} ({doc.id}): {text}"), err=not ok)
     click.echo(f"checked {len(docs)} exported history(ies): {len(docs) - failures} replay cleanly, "
@@ -915,7 +915,7 @@ def _check_all(store: ReaderStore, registry: Registry) -> None:
         for wid in ids:
             verdict = check_workflow(store, registry, wid)
             if not verdict.ok:
-                failures.append((wid, verdict.text))
+                failures.append((wid, verdict_text(verdict)))
             progress.advance(task)
     for wid, text in failures:
         console.print(Text(printable(f"{wid}: {text}", oneline=True), style="red"))
@@ -989,14 +989,15 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
         row = store.get_workflow(workflow_id)
         if row.status != Status.FAILED:
             fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
-        verdict_text = "dry replay skipped (--force)"
+        said = "dry replay skipped (--force)"
         if not force:
-            verdict, refusal = retry_verdict(store, _app(app), workflow_id)
+            verdict = retry_verdict(store, _app(app), workflow_id)
+            refusal = retry_refusal(verdict)
             if refusal is not None:
                 fail(refusal)
-            verdict_text = verdict.text
+            said = verdict_text(verdict.replay)
         store.retry_workflow(workflow_id, reason)
-    click.echo(_one(f"{workflow_id} is pending again ({verdict_text})"))
+    click.echo(_one(f"{workflow_id} is pending again ({said})"))
 
 
 @cli.command()

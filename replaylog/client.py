@@ -54,6 +54,7 @@ from replaylog.engine.store import (
     operator_name,
 )
 from replaylog.engine.vocab import status_info
+from replaylog.verdicts import retry_refusal
 
 __all__ = [
     "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
@@ -623,9 +624,11 @@ class WorkflowHandle(Generic[R]):
                                            " can be retried")
             verdict = None
             if registry is not None and not force:
-                verdict, refusal = retry_verdict(store, registry, self._id)
+                checked = retry_verdict(store, registry, self._id)
+                refusal = retry_refusal(checked)
                 if refusal is not None:
                     raise OperatorRefusedError(refusal)
+                verdict = checked.replay
             store.retry_workflow(self._id, reason)
             return verdict
 

@@ -11,6 +11,7 @@ from replaylog.engine.core import (
     ActivityError,
     CommandRecord,
     Context,
+    Reason,
     WorkflowBlocked,
     WorkflowState,
     activity,
@@ -19,6 +20,7 @@ from replaylog.engine.core import (
     signal,
     workflow,
 )
+from replaylog.verdicts import verdict_text
 
 # ------------------------------------------------------------------ the reference's refund
 # (refund, its activities and their side-effect counters live in tests/reference_refund.py)
@@ -302,7 +304,7 @@ def test_dry_replay_runs_nothing_and_reports_divergence() -> None:
     r = run(refund, WorkflowState(input=7), clock=fixed_clock)
     before = dict(side_effects)
     ok = dry_replay(refund, signal(r.state, "approval", True))
-    assert ok.ok and "slot 1 would run now:now" in ok.verdict
+    assert ok.ok and "slot 1 would run now:now" in verdict_text(ok)
     assert side_effects == before
 
     @workflow
@@ -313,6 +315,29 @@ def test_dry_replay_runs_nothing_and_reports_divergence() -> None:
     assert not bad.ok and bad.diagnostic is not None and bad.diagnostic.slot == 0
     assert bad.issued == ("activity:charge_card",)
     assert side_effects == before
+
+
+def test_a_failed_workflows_check_goes_by_what_failed_it_never_by_its_error_text() -> None:
+    state = WorkflowState(input=7, commands=(CommandRecord("activity", "fetch_invoice", True, 700),))
+
+    @workflow
+    def two_calls(ctx: Context, invoice_id: int) -> None:
+        ctx.call_activity(fetch_invoice, invoice_id)
+        ctx.call_activity(charge_card, 700)
+
+    # Its own code raised, with a text that reads like a refusal at slot 1: the history ends
+    # after slot 0, and the code now issues slot 1, so it diverges.
+    code = dry_replay(two_calls, state, status="failed", recorded_error="workflow code raised ValueError: slot 1: no",
+                      error_kind="code")
+    assert (code.ok, code.reason, code.slot) == (False, Reason.DIVERGES, 1)
+    assert code.diagnostic is not None and code.diagnostic.issued == "activity:charge_card"
+    # Refused live at slot 1 (an unknown activity, say): nothing was recorded there, so the
+    # history replays up to it, where the run stopped.
+    refused = dry_replay(two_calls, state, status="failed", recorded_error="UnknownActivityError: unknown",
+                         error_kind="engine")
+    assert (refused.ok, refused.reason, refused.slot) == (True, Reason.FAILED_LIVE, 1)
+    assert verdict_text(refused) == ("replays cleanly up to slot 1, where it failed live: "
+                                     "UnknownActivityError: unknown (1 slot(s) replayed)")
 
 
 def test_dry_replay_that_blocks_or_fails_before_the_end_of_history_diverges() -> None:
@@ -329,7 +354,7 @@ def test_dry_replay_that_blocks_or_fails_before_the_end_of_history_diverges() ->
     blocked = dry_replay(waits_early, state)
     assert not blocked.ok and blocked.diagnostic is not None
     assert (blocked.diagnostic.slot, blocked.diagnostic.recorded, blocked.diagnostic.issued) == (1, "now:now", None)
-    assert "waited on signal 'approval' instead" in blocked.text
+    assert "waited on signal 'approval' instead" in verdict_text(blocked)
 
 
 def test_command_record_label() -> None:

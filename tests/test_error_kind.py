@@ -25,9 +25,11 @@ from replaylog.engine.app import load_app
 from replaylog.engine.core import CommandRecord, WorkflowState, dry_replay
 from replaylog.engine.store import open_store
 from replaylog.engine.worker import Worker
+from replaylog.verdicts import verdict_text
 
 APP = '''
 from replaylog import ActivityError, activity, workflow
+from replaylog.verdicts import verdict_text
 
 
 class CardDeclined(ActivityError):
@@ -103,8 +105,8 @@ def test_a_dry_replay_ending_on_a_recorded_activity_failure_replays_cleanly_what
     state = WorkflowState(commands=(CommandRecord("activity", "charge", False, error="RuntimeError: card declined",
                                                   attempts=1),), has_input=False)
     verdict = dry_replay(pay, state, status="running")
-    assert verdict.ok, verdict.text
-    assert "fails on its recorded activity error" in verdict.text
+    assert verdict.ok, verdict_text(verdict)
+    assert "fails on its recorded activity error" in verdict_text(verdict)
 
 
 @async_test

@@ -287,7 +287,7 @@ def test_an_operator_write_whose_answer_was_lost_is_made_once_and_answered_as_th
         assert s.get_workflow("y").status == "terminated"
 
 
-def test_issue_18_writes_whose_answer_was_lost_are_made_once(pg_url: str) -> None:
+def test_writes_whose_answer_was_lost_are_made_once(pg_url: str) -> None:
     """An approval, a cascading cancel, a parallel task's slot and a child's slot: retried after a lost
     answer, each finds its own commit and answers as the first try would have."""
     with open_store(pg_url) as s:

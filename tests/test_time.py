@@ -20,12 +20,13 @@ from replaylog.engine.core import (
     SignalTimeout,
     WorkflowState,
     activity,
-    blocked_text,
     dry_replay,
     run,
     signal,
     workflow,
 )
+from replaylog.engine.text import blocked_text
+from replaylog.verdicts import verdict_text
 
 START = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 
@@ -431,7 +432,8 @@ def test_stacked_patches_replay_each_versions_finished_history_down_its_own_bran
     assert (r.status, r.outcome.result) == ("completed", path)
     assert r.state.commands == recorded.commands and effects == []  # every slot replayed, nothing new
     verdict = dry_replay(order_v3, recorded, status="completed")
-    assert verdict.ok and verdict.text == f"replays cleanly; completes ({len(recorded.commands)} slot(s) replayed)"
+    assert verdict.ok
+    assert verdict_text(verdict) == f"replays cleanly; completes ({len(recorded.commands)} slot(s) replayed)"
 
 
 @pytest.mark.parametrize(("version", "path"), [(order_v1, "push"), (order_v2, "push"), (order_v3, "push")])
@@ -497,10 +499,10 @@ def test_check_of_code_with_a_patch_passes_for_histories_from_before_and_after_i
         dry_replay(order_v2, signal(before_blocked, "shipped"), status="pending"),
         dry_replay(order_v2, after, status="completed"),
     ]
-    assert [v.ok for v in verdicts] == [True, True, True, True], [v.text for v in verdicts]
-    assert verdicts[0].text == "replays cleanly; completes (2 slot(s) replayed)"
+    assert [v.ok for v in verdicts] == [True, True, True, True], [verdict_text(v) for v in verdicts]
+    assert verdict_text(verdicts[0]) == "replays cleanly; completes (2 slot(s) replayed)"
     assert verdicts[0].issued == ("activity:charge", "activity:notify")  # the old path, no marker
-    assert "slot 1 would run patch:notify-by-sms live" in verdicts[2].text
+    assert "slot 1 would run patch:notify-by-sms live" in verdict_text(verdicts[2])
     assert verdicts[3].issued == ("activity:charge", "patch:notify-by-sms", "activity:notify")
     assert effects == []
     # And code without the patch fails the check of a history that has the marker.
@@ -523,9 +525,9 @@ def test_patched_at_the_end_of_a_finished_old_history_answers_false_in_a_dry_rep
 
     done = run(short_v1, NO_INPUT, clock=no_clock).state
     verdict = dry_replay(short_v2, done, status="completed")
-    assert verdict.ok, verdict.text
+    assert verdict.ok, verdict_text(verdict)
     live = dry_replay(short_v2, done, status="blocked")  # not finished: the next run takes the new path
-    assert live.ok and "slot 1 would run patch:add-receipt live" in live.text
+    assert live.ok and "slot 1 would run patch:add-receipt live" in verdict_text(live)
 
 
 def test_deprecate_patch_replays_histories_with_and_without_the_marker_and_records_none() -> None:
@@ -551,7 +553,8 @@ def test_dry_replay_of_a_sleeping_history_reads_no_clock_and_says_until_when() -
     r = run(reminder, NO_INPUT, clock=Clock())
     verdict = dry_replay(reminder, r.state, status="blocked")
     assert verdict.ok
-    assert verdict.text == "replays cleanly; blocked on timer until 2027-01-15 09:00:00 UTC (1 slot(s) replayed)"
+    shown = verdict_text(verdict)
+    assert shown == "replays cleanly; blocked on timer until 2027-01-15 09:00:00 UTC (1 slot(s) replayed)"
 
 
 def test_dry_replay_of_finished_histories_with_timers_and_timeouts_replays_cleanly() -> None:
@@ -567,7 +570,7 @@ def test_dry_replay_of_finished_histories_with_timers_and_timeouts_replays_clean
     assert done.status == "completed" and kinds(done) == [("timer", "sleep")]
     # The timer is the last slot: only the status says it fired, and the dry run trusts it.
     verdict = dry_replay(nap_last, done.state, status="completed")
-    assert verdict.text == "replays cleanly; completes (1 slot(s) replayed)"
+    assert verdict_text(verdict) == "replays cleanly; completes (1 slot(s) replayed)"
 
     expired = run(approval, WorkflowState(input=5), clock=clock)
     clock.now += 3600
@@ -580,7 +583,7 @@ def test_dry_replay_of_a_wait_with_a_deadline_and_of_a_finished_one_that_lost_it
     clock = Clock()
     waiting = run(approval, WorkflowState(input=5), clock=clock)
     verdict = dry_replay(approval, waiting.state, status="blocked")
-    assert verdict.text == ("replays cleanly; blocked on signal 'approval' (until 2027-01-15 09:00:00 UTC)"
+    assert verdict_text(verdict) == ("replays cleanly; blocked on signal 'approval' (until 2027-01-15 09:00:00 UTC)"
                             " (1 slot(s) replayed)")
     # A completed history that ends at the wait must have consumed a signal; without one it diverges.
     bad = dry_replay(approval, waiting.state, status="completed")

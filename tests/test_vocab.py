@@ -18,6 +18,8 @@ from replaylog.console.transcript_screen import MARKS
 from replaylog.engine.core import (
     CommandRecord,
     Context,
+    DryReplay,
+    Reason,
     SignalTimeout,
     WorkflowState,
     activity,
@@ -26,6 +28,7 @@ from replaylog.engine.core import (
     workflow,
 )
 from replaylog.engine.history import parse_document
+from replaylog.engine.text import utc
 from replaylog.engine.vocab import (
     FINISHED,
     UNFINISHED,
@@ -37,6 +40,7 @@ from replaylog.engine.vocab import (
     kind_info,
     status_info,
 )
+from replaylog.verdicts import verdict_text
 
 START = 1_800_000_000.0
 
@@ -171,3 +175,24 @@ def test_no_module_keeps_a_list_of_kinds_or_statuses_of_its_own() -> None:
         for line, words in _lists_of_words(ast.parse(path.read_text())):
             lists.append(f"{path.relative_to(root)}:{line}: {words}")
     assert lists == []
+
+
+def test_every_reason_of_a_dry_replay_is_worded() -> None:
+    for reason in Reason:
+        assert verdict_text(DryReplay(False, reason, slot=1, error="why"))
+
+
+def test_stored_times_are_said_by_the_one_time_formatter() -> None:
+    # Turning epoch seconds into wall time happens in engine/text.py alone (`utc`), so the CLI,
+    # the console and the store's messages say a time the same way.
+    root = Path(replaylog.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == "engine/text.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("fromtimestamp", "utcfromtimestamp", "gmtime"):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.attr}")
+    assert found == []
+    assert utc(1_800_000_000.5, "millis") == "08:00:00.500" and utc(None) == "—"
+    assert utc(1e20) == "1e+20 (epoch seconds)"

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from replaylog.engine.app import Registry
-from replaylog.engine.check import NoCode, check_workflow, retry_verdict
-from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay
+from replaylog.engine.check import check_workflow, retry_verdict
+from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay, Reason
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.store import (
     STATUSES,
@@ -39,6 +39,7 @@ from replaylog.engine.store import (
 )
 from replaylog.engine.text import preview
 from replaylog.engine.vocab import Group, SlotKind, Status, kind_info
+from replaylog.verdicts import retry_refusal, verdict_text
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -457,8 +458,8 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
     code = registry.spec if registry is not None else None
     if registry is not None and (check or row.diagnostic):
         checked = check_workflow(store, registry, workflow_id)
-        verdict, verdict_ok = checked.text, checked.ok
-        replay = None if isinstance(checked, NoCode) else checked
+        verdict, verdict_ok = verdict_text(checked), checked.ok
+        replay = None if checked.reason is Reason.NO_CODE else checked
     elif check:
         verdict, verdict_ok = "no workflow code loaded: start the console with --app to check", None
     current = replay.diagnostic.slot if replay is not None and replay.diagnostic is not None else None
@@ -626,8 +627,8 @@ class ConsoleData:
             if row.status != Status.FAILED:
                 return RetryPreview(f"the workflow is {row.status}",
                                     f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
-            verdict, refusal = retry_verdict(store, self.registry, workflow_id)
-        return RetryPreview(verdict.text, refusal)
+            verdict = retry_verdict(store, self.registry, workflow_id)
+        return RetryPreview(verdict_text(verdict.replay), retry_refusal(verdict))
 
     def retry(self, workflow_id: str) -> str:
         """Set a failed workflow pending again (after `retry_preview`); the line to show."""

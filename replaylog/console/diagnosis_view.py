@@ -10,9 +10,9 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from replaylog.console.data import Diagnosis
-from replaylog.console.format import text, utc
+from replaylog.console.format import text
 from replaylog.console.paged_table import PagedTable
-from replaylog.engine.text import printable
+from replaylog.engine.text import printable, utc
 
 VERDICT_STYLES = {"match": "green", "diverges": "bold red", "after": "dim", "unknown": "dim", "live": "yellow"}
 

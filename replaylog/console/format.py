@@ -8,12 +8,11 @@ reads, the worker error line), so that both say a thing the same way.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from rich.text import Text
 
-from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.text import countdown, is_time, preview, printable, utc, waits_text
 from replaylog.engine.vocab import Status
 
 # Every status's colour (a test asks that each Status has one).
@@ -56,22 +55,6 @@ def value_preview(value: Any, width: int = 60) -> Text:
     return Text(preview(value, width), no_wrap=True, overflow="ellipsis")
 
 
-def utc(ts: float | None, *, millis: bool = False, clock: bool = False) -> str:
-    """A timestamp as UTC wall time; fixed stored timestamps give fixed text on every machine.
-
-    Args:
-        ts: seconds since the epoch (None: a dash).
-        millis: the time of day to the millisecond, for a table column that says it is UTC.
-        clock: the time of day alone, "HH:MM:SS UTC" (a moment minutes away).
-    """
-    if ts is None:
-        return "—"
-    when = dt.datetime.fromtimestamp(ts, tz=dt.UTC)
-    if millis:
-        return when.strftime("%H:%M:%S.") + f"{when.microsecond // 1000:03d}"
-    return when.strftime("%H:%M:%S UTC" if clock else "%Y-%m-%d %H:%M:%S UTC")
-
-
 def age(ts: float, now: float) -> str:
     """How long ago, coarse ("4s ago", "3m ago"): the clock is injected so tests can freeze it."""
     seconds = max(0.0, now - ts)
@@ -86,12 +69,7 @@ def age(ts: float, now: float) -> str:
 
 def clock_read(value: Any) -> str | None:
     """A recorded clock read (`now`) as a UTC time; None when the value is no time a datetime can hold."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            return utc(value)
-        except (OverflowError, OSError, ValueError):
-            pass
-    return None
+    return utc(value) if is_time(value) else None
 
 
 def worker_error_line(error: str, status: str, retry_at: float | None) -> str:
@@ -100,7 +78,7 @@ def worker_error_line(error: str, status: str, retry_at: float | None) -> str:
     Kept until a run completes or fails the workflow; "runs again" only while it waits to.
     """
     if status == Status.PENDING and retry_at is not None:
-        return f"{error} — runs again from {utc(retry_at, clock=True)}"
+        return f"{error} — runs again from {utc(retry_at, 'clock')}"
     return error
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import ClassVar
 
 from rich.syntax import Syntax
@@ -15,8 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from replaylog.console.data import InFlight, Signal, Slot, WorkflowView
-from replaylog.console.format import text, utc
-from replaylog.engine.text import pretty_json, printable
+from replaylog.console.format import text
+from replaylog.engine.text import is_time, pretty_json, printable, utc
 from replaylog.engine.vocab import Status, kind_info
 
 
@@ -44,10 +43,8 @@ class SlotScreen(ModalScreen[None]):
                  ("attempts", text(cmd.attempts)), ("recorded", text(utc(cmd.recorded_at)))]
         kind = kind_info(cmd.kind)
         when = kind.time
-        if when is not None and isinstance(cmd.value, int | float) and not isinstance(cmd.value, bool):
-            # Not a time a datetime can hold: the value below shows the number.
-            with contextlib.suppress(OverflowError, OSError, ValueError):
-                facts.append((when, text(utc(cmd.value), "bold")))
+        if when is not None and is_time(cmd.value):  # else the value below shows the number
+            facts.append((when, text(utc(cmd.value), "bold")))
         elif kind.marker is not None:
             facts.append(("marker", text(f"change {cmd.name!r}: {kind.marker}", "cyan")))
         if cmd.ok:

@@ -30,7 +30,6 @@ from replaylog.console.format import (
     CELL_PREVIEW,
     status_text,
     text,
-    utc,
     value_preview,
     waits_cell,
     worker_error_line,
@@ -39,7 +38,7 @@ from replaylog.console.live_screen import LiveScreen
 from replaylog.console.paged_table import PagedTable
 from replaylog.console.slot_screen import SlotScreen
 from replaylog.console.transcript_screen import TranscriptScreen
-from replaylog.engine.text import TIMER, preview, printable
+from replaylog.engine.text import TIMER, is_time, preview, printable, utc
 from replaylog.engine.vocab import SlotKind, Status, kind_info, status_info
 
 if TYPE_CHECKING:
@@ -340,7 +339,7 @@ class WorkflowScreen(LiveScreen):
                 Text("ok", style="green") if c.ok else Text("failed", style="bold red"),
                 _value_cell(c),
                 Text(str(c.attempts), justify="right", style="" if c.attempts == 1 else "yellow"),
-                Text(utc(c.recorded_at, millis=True), style="dim"),
+                Text(utc(c.recorded_at, "millis"), style="dim"),
             ]))
         total = detail.row.slots
         at_end = detail.offset + len(detail.commands) >= total
@@ -350,7 +349,7 @@ class WorkflowScreen(LiveScreen):
             rows.append(("inflight", [
                 Text(str(i.slot), justify="right", style="bold yellow"), text(SlotKind.ACTIVITY), text(i.name),
                 Text("in flight", style="bold yellow"), Text(note, style="yellow"),
-                Text(str(i.attempts), justify="right", style="yellow"), Text(utc(i.started_at, millis=True), "dim"),
+                Text(str(i.attempts), justify="right", style="yellow"), Text(utc(i.started_at, "millis"), "dim"),
             ]))
         # A cursor on the last row of the history follows it as a running workflow records
         # slots (like tail -f), onto the next page when this one fills up.
@@ -382,7 +381,7 @@ class WorkflowScreen(LiveScreen):
         table.set_page([
             (str(s.seq), [Text(str(s.seq), justify="right"), text(s.name), value_preview(s.payload, CELL_PREVIEW),
                           Text("consumed", style="green") if s.consumed else Text("waiting", style="bold yellow"),
-                          Text(utc(s.sent_at, millis=True), style="dim")])
+                          Text(utc(s.sent_at, "millis"), style="dim")])
             for s in detail.signals
         ], cursor_at=self._signal_cursor_after)
         self._signal_cursor_after = None
@@ -624,11 +623,8 @@ def _value_cell(c: Slot) -> Text:
     if not c.ok:
         return text(c.error or "", "red")
     kind = kind_info(c.kind)
-    if kind.time_note is not None and isinstance(c.value, int | float) and not isinstance(c.value, bool):
-        try:
-            return Text(f"{utc(c.value)}  ({kind.time_note})", no_wrap=True, overflow="ellipsis")
-        except (OverflowError, OSError, ValueError):
-            pass  # not a time a datetime can hold: show the number
+    if kind.time_note is not None and is_time(c.value):  # else the number is shown as it is
+        return Text(f"{utc(c.value)}  ({kind.time_note})", no_wrap=True, overflow="ellipsis")
     if kind.marker is not None:
         return Text(f"marker: {kind.marker}", style="cyan", no_wrap=True, overflow="ellipsis")
     return value_preview(c.value, CELL_PREVIEW)

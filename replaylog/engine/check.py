@@ -1,7 +1,7 @@
 """`check`: one workflow's history dry-replayed against the current code, judged by its status.
 
-The one place a check is made, for the command line and the console alike; the wording
-of the verdicts lives with `dry_replay` in engine.core.
+The one place a check is made, for the command line, the console and the client alike.
+The answers are structured (`DryReplay`, `RetryVerdict`); `replaylog.verdicts` words them.
 """
 
 from __future__ import annotations
@@ -9,19 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import DryReplay, dry_replay
+from replaylog.engine.core import DryReplay, Reason, dry_replay
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.store import ReaderStore
 from replaylog.engine.vocab import Status
 
 
-@dataclass(frozen=True)
-class NoCode(DryReplay):
-    """The verdict when the code has no workflow of the recorded name: nothing was replayed."""
-
-
 def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> DryReplay:
     """Dry-replay a stored workflow against `registry`'s code; nothing runs and nothing is written.
+
+    A code without the recorded workflow name is the verdict Reason.NO_CODE, nothing replayed.
 
     Raises:
         UnknownWorkflowIdError: no workflow has that id.
@@ -30,32 +27,44 @@ def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> 
     try:
         fn = registry.workflow(row.workflow)
     except ReplaylogError as exc:
-        return NoCode(False, str(exc), 0, ())
+        return DryReplay(False, Reason.NO_CODE, error=str(exc), status=row.status)
     return dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id, status=row.status,
-                      recorded_error=row.error, diverged=row.diagnostic is not None)
+                      recorded_error=row.error, error_kind=row.error_kind, diverged=row.diagnostic is not None)
 
 
-def retry_verdict(store: ReaderStore, registry: Registry, workflow_id: str) -> tuple[DryReplay, str | None]:
-    """Whether `retry` may set a failed workflow going again: the dry replay, and a refusal if any.
+@dataclass(frozen=True)
+class RetryVerdict:
+    """Whether `retry` may set a failed workflow going again.
 
-    The history is replayed as if the workflow were unfinished: it may go on further now.
-    A replay that diverges is refused with its diagnostic; one that ends in the same
-    recorded activity failure is refused with the slot to fork from.
+    Attributes:
+        workflow_id: the workflow.
+        replay: its history dry-replayed as if it were unfinished (it may go on further now).
+        fails_again_at: the replay ends in the activity failure history holds at this slot:
+            a retry would fail again the same way (fork from the slot instead).
     """
+
+    workflow_id: str
+    replay: DryReplay
+    fails_again_at: int | None = None
+
+    @property
+    def refused(self) -> bool:
+        """The retry is refused: the replay diverges (or has no code), or it would fail again."""
+        return not self.replay.ok or self.fails_again_at is not None
+
+
+def retry_verdict(store: ReaderStore, registry: Registry, workflow_id: str) -> RetryVerdict:
+    """Whether `retry` may set a failed workflow going again: the dry replay, and why it is refused if it is."""
     row = store.get_workflow(workflow_id)
     try:
         fn = registry.workflow(row.workflow)
     except ReplaylogError as exc:
-        return DryReplay(False, str(exc), 0, ()), str(exc)
-    verdict = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id,
-                         status=Status.FAILED if row.diagnostic is not None else None,
-                         recorded_error=row.error, diverged=row.diagnostic is not None)
-    if not verdict.ok:
-        return verdict, f"{workflow_id!r} cannot be retried with the current code: {verdict.text}"
-    if verdict.recorded_failure:
+        return RetryVerdict(workflow_id, DryReplay(False, Reason.NO_CODE, error=str(exc), status=row.status))
+    diverged = row.diagnostic is not None
+    replay = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id,
+                        status=Status.FAILED if diverged else None, recorded_error=row.error,
+                        error_kind=row.error_kind, diverged=diverged)
+    if replay.ok and replay.recorded_failure:
         failed = store.last_failed_command(workflow_id)
-        at = failed.slot if failed is not None else 0
-        return verdict, (f"{workflow_id!r} would fail again on the activity error recorded at slot {at}; "
-                         f"fork it from slot {at} to run that activity again (replaylog fork {workflow_id}"
-                         f" --from-slot {at})")
-    return verdict, None
+        return RetryVerdict(workflow_id, replay, failed.slot if failed is not None else 0)
+    return RetryVerdict(workflow_id, replay)

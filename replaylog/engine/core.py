@@ -15,7 +15,7 @@ import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from replaylog.engine.errors import (
@@ -510,22 +510,6 @@ def _change_id(value: Any, what: str) -> str:
     if not value.strip():
         raise ValueError(f"{what}: the change id must not be empty")
     return value
-
-
-def utc_text(epoch: float) -> str:
-    """An epoch time as "2026-12-04 09:00:00 UTC" (the wording of verdicts and operators' screens)."""
-    try:
-        return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):
-        return f"{epoch} (epoch seconds)"
-
-
-def blocked_text(blocked_on: str | None, wake_at: float | None) -> str:
-    """What a blocked run waits on, in words: "timer until …" or "signal 'x' (until …)"."""
-    if blocked_on == TIMER:
-        return f"timer until {utc_text(wake_at)}" if wake_at is not None else "timer"
-    deadline = f" (until {utc_text(wake_at)})" if wake_at is not None else ""
-    return f"signal {blocked_on!r}{deadline}"
 
 
 RecordFn = Callable[[int, CommandRecord], None]
@@ -1490,36 +1474,58 @@ def signal(state: WorkflowState, name: str, payload: Any = None) -> WorkflowStat
     return replace(state, signals=(*state.signals, SignalRecord(seq, name, payload)))
 
 
-# The verdicts of a dry replay, worded here once: `check`, the console and tests all read them
-# from DryReplay.text.
+class Reason(StrEnum):
+    """Why a dry replay answered as it did (`DryReplay.reason`); the command line and the console word it."""
+
+    RUNS_LIVE = "runs_live"  # ok: the history replays; `slot` is the first the code would run live (`live`)
+    FAILED_LIVE = "failed_live"  # ok: it replays up to `slot`, where its run was refused live (`error`)
+    COMPLETES = "completes"  # ok
+    ENDS_CANCELLED = "ends_cancelled"  # ok
+    BLOCKS = "blocks"  # ok: it waits (`outcome.blocked_on`, `outcome.wake_at`)
+    FAILS_AGAIN = "fails_again"  # ok: a failed workflow fails again with its recorded error (`error`)
+    RECORDED_FAILURE = "recorded_failure"  # ok: it ends in an activity failure history holds (`error`)
+    DIVERGES = "diverges"  # not ok: `diagnostic` positions it, `error` is its text
+    ENDS_DIFFERENTLY = "ends_differently"  # not ok: a finished workflow's code now ends another way (`outcome`)
+    CODE_FAILS = "code_fails"  # not ok: the workflow code fails (`error`)
+    NO_CODE = "no_code"  # not ok: the code has no workflow of the recorded name (`error`)
 
 
 @dataclass(frozen=True)
 class DryReplay:
     """The verdict of replaying a history against the current code without side effects.
 
-    `ok` is the answer (exit 0 or 1 for `check`); `verdict` says why in one line;
-    `diagnostic` positions a divergence (slot, what history holds, what the code issued).
+    `ok` is the answer (exit 0 or 1 for `check`), `reason` why; the fields a reason names
+    say the rest. Worded for operators by `replaylog.verdicts`.
+
+    Attributes:
+        replayed: the slots replayed. issued: every command the code issued, "kind:name".
+        slot: where the verdict points: the slot the code would run live, the slot its run
+            was refused at, or the divergence's.
+        live: the command the code would run live at `slot` ("kind:name").
+        diagnostic: a divergence: slot, what history holds, what the code issued.
+        error: the error the verdict is about (see Reason).
+        fixed: the workflow was failed by a divergence, and the code no longer diverges.
+        status, recorded_error: the workflow's recorded status and error, as given.
+        outcome: how the current code's replay ended, when it ran to an end.
     """
 
     ok: bool
-    verdict: str
-    replayed: int
-    issued: tuple[str, ...]
+    reason: Reason
+    replayed: int = 0
+    issued: tuple[str, ...] = ()
+    slot: int | None = None
+    live: str | None = None
     diagnostic: Diagnostic | None = None
     error: str | None = None
-    # The replay ends in an activity error that history holds: running it again fails again.
-    recorded_failure: bool = False
+    fixed: bool = False
+    status: str | None = None
+    recorded_error: str | None = None
+    outcome: Outcome | None = None
 
     @property
-    def text(self) -> str:
-        """The one line to show an operator."""
-        return f"{self.verdict} ({self.replayed} slot(s) replayed)" if self.ok else self.verdict
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON shape of the verdict."""
-        return {"ok": self.ok, "verdict": self.text, "replayed": self.replayed, "issued": list(self.issued),
-                "diagnostic": self.diagnostic.to_dict() if self.diagnostic else None}
+    def recorded_failure(self) -> bool:
+        """The replay ends in an activity error that history holds: running it again fails again."""
+        return self.reason is Reason.RECORDED_FAILURE
 
 
 def dry_replay(
@@ -1529,6 +1535,7 @@ def dry_replay(
     workflow_id: str = "",
     status: str | None = None,
     recorded_error: str | None = None,
+    error_kind: str | None = None,
     diverged: bool = False,
 ) -> DryReplay:
     """Replay `state` against `fn` and stop at the first slot history does not hold.
@@ -1543,6 +1550,10 @@ def dry_replay(
             replays cleanly only if the current code ends where and how it ended: a
             history the code would extend, or leave unconsumed, has diverged.
         recorded_error: the error a failed workflow recorded.
+        error_kind: what failed a failed workflow (ErrorKind): "engine" is our refusal of
+            a live slot (an unknown activity, a value JSON cannot hold), which records
+            nothing there, so a replay that stops at the end of its history stops where
+            the run was refused.
         diverged: the failed workflow was failed by a divergence (a stored diagnostic):
             its recorded end is the engine's refusal, so the check is only whether the
             current code still diverges.
@@ -1553,69 +1564,54 @@ def dry_replay(
 
     finished = status is not None and status_info(status).code_ended and not diverged
     ctx = Context(state, workflow_id=workflow_id, clock=no_clock, dry_run=True, finished=finished)
-    # Where a clean replay's verdict starts: a fixed divergence says it is fixed.
-    clean = "no longer diverges" if status == Status.FAILED and diverged else "replays cleanly"
-    ended = f"the workflow {status}" + (f" ({recorded_error})" if status == Status.FAILED and recorded_error else "")
+    fixed = status == Status.FAILED and diverged
+
+    def verdict(ok: bool, reason: Reason, **kw: Any) -> DryReplay:
+        return DryReplay(ok, reason, ctx.replayed_commands, tuple(ctx.issued), fixed=fixed, status=status,
+                         recorded_error=recorded_error, **kw)
+
+    def diverges(diagnostic: Diagnostic) -> DryReplay:
+        return verdict(False, Reason.DIVERGES, slot=diagnostic.slot, diagnostic=diagnostic,
+                       error=error_text(NonDeterministicError(diagnostic)))
+
     try:
         outcome = execute(fn, ctx, state)
     except DryRunStop as stop:
-        issued = tuple(ctx.issued)
         if not finished:
-            return DryReplay(True, f"{clean}; slot {stop.slot} would run {stop.issued} live",
-                             ctx.replayed_commands, issued)
-        if status == Status.FAILED and recorded_error and f"slot {stop.slot}:" in recorded_error:
-            # It failed running this very slot live (an unknown activity, a value JSON cannot
-            # hold): nothing was recorded, so a dry replay ends at the same point.
-            return DryReplay(True, f"replays cleanly up to slot {stop.slot}, where it failed live: {recorded_error}",
-                             ctx.replayed_commands, issued)
-        diag = Diagnostic(stop.slot, None, stop.issued,
-                          f"non-determinism at slot {stop.slot}: history ends there ({ended}), "
-                          f"the workflow issued {stop.issued}")
-        return _diverged(ctx, diag)
-    issued = tuple(ctx.issued)
+            return verdict(True, Reason.RUNS_LIVE, slot=stop.slot, live=stop.issued)
+        if status == Status.FAILED and error_kind == "engine":
+            # Its run was refused at this very slot, live: nothing was recorded there, so a
+            # dry replay ends at the same point.
+            return verdict(True, Reason.FAILED_LIVE, slot=stop.slot, error=recorded_error)
+        ended = f"the workflow {status}" + (f" ({recorded_error})" if status == Status.FAILED and recorded_error
+                                            else "")
+        return diverges(Diagnostic(stop.slot, None, stop.issued,
+                                   f"non-determinism at slot {stop.slot}: history ends there ({ended}), "
+                                   f"the workflow issued {stop.issued}"))
     if outcome.diagnostic is not None:
-        return DryReplay(False, outcome.error or "diverges", ctx.replayed_commands, issued, outcome.diagnostic,
-                         outcome.error)
+        return verdict(False, Reason.DIVERGES, slot=outcome.diagnostic.slot, diagnostic=outcome.diagnostic,
+                       error=outcome.error, outcome=outcome)
     if outcome.status != Status.COMPLETED:
         # Blocked or failed before the end of history: the recorded run went further with
         # the same inputs (signals only ever arrive), so the code has changed its path.
-        instead = (f"waited on {blocked_text(outcome.blocked_on, outcome.wake_at)} instead"
-                   if outcome.status == Status.BLOCKED
+        waited = "a timer" if outcome.blocked_on == TIMER else f"signal {outcome.blocked_on!r}"
+        instead = (f"waited on {waited} instead" if outcome.status == Status.BLOCKED
                    else f"failed before issuing it: {outcome.error}")
         leftover = ctx.unconsumed_divergence(instead)
         if leftover is not None:
-            return _diverged(ctx, leftover.diagnostic)
-    if outcome.status == Status.BLOCKED:
-        now = f"blocks on {blocked_text(outcome.blocked_on, outcome.wake_at)}"
-    elif outcome.status == Status.CANCELLED:
-        now = "ends cancelled"
-    elif outcome.status == Status.COMPLETED:
-        now = "completes"
-    else:
-        now = f"fails: {outcome.error}"
+            return diverges(leftover.diagnostic)
     if finished:
-        if status == Status.COMPLETED and outcome.status == Status.COMPLETED:
-            return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
-        if status == Status.CANCELLED and outcome.status == Status.CANCELLED:
-            return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
-        if status == Status.FAILED and outcome.status == Status.FAILED and outcome.error == recorded_error:
-            return DryReplay(True, f"fails again the same way: {outcome.error}", ctx.replayed_commands, issued)
-        verdict = f"ends differently: {ended}, the current code {now}"
-        return DryReplay(False, verdict, ctx.replayed_commands, issued, None, verdict)
+        if status == outcome.status and (status != Status.FAILED or outcome.error == recorded_error):
+            reason = {Status.COMPLETED: Reason.COMPLETES, Status.CANCELLED: Reason.ENDS_CANCELLED,
+                      Status.FAILED: Reason.FAILS_AGAIN}[outcome.status]
+            return verdict(True, reason, error=outcome.error, outcome=outcome)
+        return verdict(False, Reason.ENDS_DIFFERENTLY, error=outcome.error, outcome=outcome)
     if outcome.status == Status.BLOCKED:
-        return DryReplay(True, f"{clean}; blocked on {blocked_text(outcome.blocked_on, outcome.wake_at)}",
-                         ctx.replayed_commands, issued)
+        return verdict(True, Reason.BLOCKS, outcome=outcome)
     if outcome.status == Status.COMPLETED:
-        return DryReplay(True, f"{clean}; completes", ctx.replayed_commands, issued)
+        return verdict(True, Reason.COMPLETES, outcome=outcome)
     if outcome.status == Status.CANCELLED:
-        return DryReplay(True, f"{clean}; ends cancelled", ctx.replayed_commands, issued)
+        return verdict(True, Reason.ENDS_CANCELLED, outcome=outcome)
     if outcome.error_kind == _ACTIVITY:
-        return DryReplay(True, f"{clean}; fails on its recorded activity error", ctx.replayed_commands, issued,
-                         None, outcome.error, recorded_failure=True)
-    verdict = outcome.error or "workflow code fails"
-    return DryReplay(False, verdict, ctx.replayed_commands, issued, None, outcome.error)
-
-
-def _diverged(ctx: Context, diagnostic: Diagnostic) -> DryReplay:
-    error = error_text(NonDeterministicError(diagnostic))
-    return DryReplay(False, error, ctx.replayed_commands, tuple(ctx.issued), diagnostic, error)
+        return verdict(True, Reason.RECORDED_FAILURE, error=outcome.error, outcome=outcome)
+    return verdict(False, Reason.CODE_FAILS, error=outcome.error, outcome=outcome)

@@ -1,11 +1,15 @@
-"""Showing stored text safely: every stored string is shown as text, never interpreted."""
+"""Showing stored text safely, and stored times: every stored string is shown as text, never interpreted.
+
+The one time formatter (`utc`) is here, outside the pure core and below the store, the
+command line and the console, which all say times in their lines.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from replaylog.engine.core import TIMER as TIMER  # re-exported: the console names a sleep by it
 
@@ -36,17 +40,58 @@ def pretty_json(value: Any) -> str:
     return printable(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-def _clock_text(epoch: float, now: float) -> str:
+# The forms a stored time takes: a full timestamp (messages, a slot's facts), to the minute,
+# a time of day that says UTC or not (a column header saying it), a table's short stamp, and
+# a time of day to the millisecond.
+TimeForm = Literal["full", "minute", "clock", "time", "short", "millis"]
+_FORMS: dict[str, str] = {"full": "%Y-%m-%d %H:%M:%S UTC", "minute": "%Y-%m-%d %H:%M UTC", "clock": "%H:%M:%S UTC",
+                          "time": "%H:%M:%S", "short": "%m-%d %H:%M:%S", "millis": "%H:%M:%S."}
+
+
+def is_time(value: Any) -> bool:
+    """Whether a stored value is a time (epoch seconds) a datetime can hold, to be shown as one."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
+
+
+def utc(epoch: float | None, form: TimeForm = "full") -> str:
+    """A stored time (epoch seconds) as UTC wall time: the one way the CLI, the console and the store's
+    messages say a time ("2026-12-04 09:00:00 UTC"); fixed stored times give fixed text on every machine.
+
+    None is a dash; a number no datetime can hold is shown as the number ("… (epoch seconds)").
+    """
+    if epoch is None:
+        return "—"
+    try:
+        when = datetime.fromtimestamp(epoch, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch} (epoch seconds)"
+    shown = when.strftime(_FORMS[form])
+    return shown + f"{when.microsecond // 1000:03d}" if form == "millis" else shown
+
+
+def near_utc(epoch: float, now: float) -> str:
     """A wake time: "21:05:03" on the same UTC day as `now`, else "2026-12-04 09:00 UTC".
 
     A bare clock time for tomorrow would read as today, hence the date on any other day.
     """
-    try:
-        when = datetime.fromtimestamp(epoch, UTC)
-        today = datetime.fromtimestamp(now, UTC).date()
-    except (OverflowError, OSError, ValueError):
-        return f"{epoch} (epoch seconds)"
-    return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%Y-%m-%d %H:%M UTC")
+    if not is_time(epoch) or not is_time(now):
+        return utc(epoch)
+    same_day = datetime.fromtimestamp(epoch, UTC).date() == datetime.fromtimestamp(now, UTC).date()
+    return utc(epoch, "time" if same_day else "minute")
+
+
+def blocked_text(blocked_on: str | None, wake_at: float | None) -> str:
+    """What a blocked run waits on, in words: "timer until …" or "signal 'x' (until …)"."""
+    if blocked_on == TIMER:
+        return f"timer until {utc(wake_at)}" if wake_at is not None else "timer"
+    deadline = f" (until {utc(wake_at)})" if wake_at is not None else ""
+    return f"signal {blocked_on!r}{deadline}"
 
 
 def duration(seconds: float) -> str:
@@ -77,5 +122,5 @@ def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str
     if wake_at is None:
         return blocked_on
     if blocked_on == TIMER:
-        return f"timer until {_clock_text(wake_at, now)}"
-    return f"{blocked_on} (until {_clock_text(wake_at, now)})"
+        return f"timer until {near_utc(wake_at, now)}"
+    return f"{blocked_on} (until {near_utc(wake_at, now)})"

@@ -92,9 +92,9 @@ class PGLeases(PGConnection):
 
         def take(conn: Conn, attempt: int) -> list[tuple[Any, ...]]:
             # One statement in autocommit: the rows are picked (under FOR UPDATE SKIP LOCKED)
-            # and leased at once, one round trip and one flush (it was eight round trips in a
-            # transaction: 3-7 ms of a signal's 10 ms on a loaded 2-vCPU machine). A claim
-            # that finds nothing writes nothing and flushes nothing.
+            # and leased at once, one round trip and one flush, because a claim is on the path
+            # of every signal's wake-up (docs/postgres.md). A claim that finds nothing writes
+            # nothing and flushes nothing.
             if attempt:
                 # The answer of a claim made before may have been lost: the rows it leased
                 # carry this owner and this claim's time.

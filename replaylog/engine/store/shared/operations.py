@@ -27,6 +27,7 @@ from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWor
 from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.text import utc
 from replaylog.engine.vocab import FINISHED, Status
 
 if TYPE_CHECKING:
@@ -78,20 +79,16 @@ def pending_request(workflow_id: str, status: str, blocked_on: str | None, wake_
     pending = str(blocked_on)[len(APPROVAL_PREFIX):] if waiting else None
     if waiting and wake_at is not None and now >= wake_at and request in (None, pending):
         raise ApprovalRefusedError(f"request {pending!r} of workflow {workflow_id!r} timed out at"
-                                   f" {_utc(wake_at)}: it is closed, the answer was not recorded")
+                                   f" {utc(wake_at)}: it is closed, the answer was not recorded")
     if pending is None or (request is not None and request != pending):
         closed = timed_out()
-        late = "" if closed is None else f"; request {closed[0]!r} timed out at {_utc(closed[1])} and is closed"
+        late = "" if closed is None else f"; request {closed[0]!r} timed out at {utc(closed[1])} and is closed"
         if pending is not None:
             raise ApprovalRefusedError(f"request {request!r} is not the pending one: workflow"
                                        f" {workflow_id!r} waits on {pending!r}{late}")
         waits = f"waits for signal {blocked_on!r}" if status == Status.BLOCKED else f"is {status}"
         raise ApprovalRefusedError(f"workflow {workflow_id!r} has no pending approval request (it {waits}){late}")
     return pending
-
-
-def _utc(at: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
 
 # -- statements inside an operator's (or a verdict's) transaction, on either backend
