@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import signal as signal_mod
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -41,12 +40,11 @@ from replaylog.engine.store import (
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
-    is_damaged,
     open_store,
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import countdown, preview, printable, waits_text
+from replaylog.engine.text import countdown, duration, preview, printable, waits_text
 from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
@@ -627,6 +625,39 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         click.echo(f"showing {len(top)} of {total} {counted}; use --limit 0 for all", err=True)
 
 
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@global_options
+@pass_settings
+def stats(settings: Settings, as_json: bool) -> None:
+    """How the database stands: counts by status, the oldest waits, overdue timers, live workers, slots per second."""
+    with settings.open(readonly=True) as store:
+        st = store.stats()
+    pending, blocked = (None if t is None else max(0.0, st.at - t) for t in (st.oldest_pending, st.oldest_blocked))
+    if as_json:
+        click.echo(json.dumps({
+            "at": st.at, "counts": st.counts, "total": sum(st.counts.values()),
+            "oldest_pending_age": pending, "oldest_blocked_age": blocked, "past_wake_time": st.overdue,
+            "slots_last_minute": st.slots_last_minute, "slots_per_second": st.slots_per_second,
+            "workers": [{"owner": w.owner, "host": w.host, "pid": w.pid, "names": list(w.names),
+                         "started_at": w.started_at, "last_heartbeat": w.seen_at,
+                         "heartbeat_age": max(0.0, st.at - w.seen_at)} for w in st.workers]}))
+        return
+    counts = " · ".join(f"{status} {n}" for status, n in st.counts.items())
+    lines = [("workflows", f"{sum(st.counts.values())}: {counts}"),
+             ("oldest pending", "none" if pending is None else f"{duration(pending)} (since {_when(st.at - pending)})"),
+             ("oldest blocked", "none" if blocked is None else f"{duration(blocked)} (since {_when(st.at - blocked)})"),
+             ("past wake time", f"{st.overdue} blocked workflow(s) whose timer or deadline has passed"),
+             ("slots committed", f"{st.slots_per_second:.1f}/s over the last minute ({st.slots_last_minute})"),
+             ("live workers", str(len(st.workers)) if st.workers else "none")]
+    for label, value in lines:
+        click.echo(f"{label:<16} {value}")
+    if st.workers:
+        _print(_listing("", ("owner", "host", "pid", "serves", "started (UTC)", "last heartbeat"), [
+            (_t(w.owner), _t(w.host), _t(w.pid), _t(", ".join(w.names)), _t(_when(w.started_at, short=True)),
+             _t(f"{duration(max(0.0, st.at - w.seen_at))} ago")) for w in st.workers]))
+
+
 def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
              ) -> tuple[list[WorkflowRow | WorkflowSummary], dict[str, int]]:
     """Each top-level row followed by its children, depth first in start order; and each child's depth."""
@@ -1007,15 +1038,41 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
 @cli.command()
 @click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
 @click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@click.option("--serve", is_flag=True, help="Serve the console in a browser (one console per browser session).")
+@click.option("--host", help="With --serve: the address to bind (default 127.0.0.1; any other needs a token).")
+@click.option("--port", type=click.IntRange(1, 65535), help="With --serve: the TCP port (default 8080).")
+@click.option("--token", envvar="REPLAYLOG_CONSOLE_TOKEN", show_envvar=True,
+              help="With --serve: the secret the page asks for before a session starts.")
 @global_options
 @pass_settings
-def console(settings: Settings, readonly: bool, app: str | None) -> None:
-    """Open the operator console (a terminal UI) on the database."""
+def console(settings: Settings, readonly: bool, app: str | None, serve: bool, host: str | None, port: int | None,
+            token: str | None) -> None:
+    """Open the operator console (a terminal UI) on the database, or serve it in a browser (--serve)."""
+    if not serve and (host is not None or port is not None):
+        fail("--host and --port serve the console in a browser: add --serve")
     settings.open(readonly=readonly).close()
     registry = _app(app) if app else None
+    if serve:
+        _serve_console(settings, readonly, app, host or "127.0.0.1", port or 8080, token)
+        return
     from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
 
     ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
+
+
+def _serve_console(settings: Settings, readonly: bool, app: str | None, host: str, port: int,
+                   token: str | None) -> None:
+    from replaylog.console.serve import ConsoleServer, ServeRefused
+
+    try:  # each session's process starts in this folder: a relative --db or --app means the same there
+        server = ConsoleServer(settings.db, host=host, port=port, token=token, readonly=readonly, app=app,
+                               max_payload=settings.max_payload)
+    except ServeRefused as exc:
+        fail(str(exc))
+    try:
+        server.serve()
+    except OSError as exc:  # the port is taken, the address is not this machine's
+        fail(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
 
 
 @cli.command()
@@ -1041,14 +1098,6 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="replaylog", standalone_mode=True)
     except ReplaylogError as exc:  # every refusal of the engine or the store ends a command here, in one line
         click.echo(f"replaylog: error: {printable(str(exc), oneline=True)}", err=True)
-        sys.exit(1)
-    except sqlite3.Error as exc:
-        # SQLite finds most damage only when a query reaches the damaged page, long after
-        # the file opened cleanly: still one line, and no traceback.
-        hint = ("; the file is damaged: check it with PRAGMA integrity_check and restore it from a backup"
-                if is_damaged(exc) else "")
-        click.echo(f"replaylog: error: the database cannot be read: {printable(str(exc), oneline=True)}{hint}",
-                   err=True)
         sys.exit(1)
 
 

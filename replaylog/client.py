@@ -342,9 +342,8 @@ class Client:
                     raise StoreError(f"no database at {self.db}")
                 store = open_store(self.db, readonly=self.readonly, max_payload=self.max_payload,
                                    wake_clock=self._wake_clock)
-                if store.local_path() is None:  # a server tells of its changes
-                    store.wake_on_change(self._notify)
-                    self._notified = True
+                # A server tells of its changes; a file's are learned by asking.
+                self._notified = store.wake_on_change(self._notify)
                 self._store = store
             return self._store
 

@@ -122,10 +122,17 @@ def store(store_url: str) -> Iterator[Store]:
     s.close()
 
 
+def on_server(store: Store) -> bool:
+    """Whether a store is a server's (PostgreSQL) rather than one host's file (SQLite)."""
+    from replaylog.engine.store.sqlite.store import SQLiteStore
+
+    return not isinstance(store, SQLiteStore)
+
+
 def sql(store: Store, statement: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
     """Run one SQL statement on a store's own connection, either backend: `?` placeholders
     (SQLite's) become `%s` on PostgreSQL. For tests that set a row up by hand."""
-    if store.local_path() is None:  # a server's store: psycopg
+    if on_server(store):  # psycopg
         statement = statement.replace("?", "%s")
     cur = store._conn.execute(statement, params)  # type: ignore[attr-defined]
     return list(cur.fetchall()) if cur.description else []
@@ -204,3 +211,21 @@ def console_any(request: pytest.FixtureRequest) -> Path | str:
                 raise
             time.sleep(0.1)
     return server.url(name)
+
+
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's database (`replaylog demo`'s seed), made once per test process."""
+    db = tmp_path_factory.mktemp("demo-seed") / "demo.db"
+    from replaylog.demo import seed
+
+    seed(db, echo=lambda _line: None)
+    return db
+
+
+@pytest.fixture
+def demo_db(demo_template: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the demo's database."""
+    from console_seed import copy_db
+
+    return copy_db(demo_template, tmp_path / "demo.db")

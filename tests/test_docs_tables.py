@@ -76,7 +76,8 @@ def test_cli_doc_names_every_command_and_option() -> None:
 
 
 def test_cli_doc_json_shapes_are_what_the_commands_print(tmp_path: Path) -> None:
-    """The keys of list --json, show --json, check --json and export in docs/cli.md are the keys the commands print."""
+    """The keys of list --json, show --json, check --json, export and stats --json in docs/cli.md are the keys the
+    commands print."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYLOG_")}
     env["REPLAYLOG_DB"] = str(tmp_path / "replaylog.db")
 
@@ -90,8 +91,9 @@ def test_cli_doc_json_shapes_are_what_the_commands_print(tmp_path: Path) -> None
     cmd("signal", "r-7", "approval", '{"approved": true}')
     cmd("worker", "--until-idle", "--quiet")
     printed = {"list": json.loads(cmd("list", "--json")), "show": json.loads(cmd("show", "r-7", "--json")),
-               "check": json.loads(cmd("check", "r-7", "--json")), "export": json.loads(cmd("export", "r-7"))}
-    documented_list, documented_show, documented_check, documented_export = json_blocks("docs/cli.md")
+               "check": json.loads(cmd("check", "r-7", "--json")), "export": json.loads(cmd("export", "r-7")),
+               "stats": json.loads(cmd("stats", "--json"))}
+    documented_list, documented_show, documented_check, documented_export, documented_stats = json_blocks("docs/cli.md")
     assert set(documented_list[0]) == set(printed["list"][0])
     assert set(documented_show) == set(printed["show"])
     for part in ("commands", "signals", "audit"):
@@ -100,6 +102,8 @@ def test_cli_doc_json_shapes_are_what_the_commands_print(tmp_path: Path) -> None
     assert set(documented_export) == set(printed["export"])
     for part in ("slots", "signals"):
         assert set(documented_export[part][0]) == set(printed["export"][part][0]), part
+    assert set(documented_stats) == set(printed["stats"])
+    assert set(documented_stats["counts"]) == set(printed["stats"]["counts"])
 
 
 # docs/screenshots/NAME.svg is a copy of the console snapshot test's SVG (tests/__snapshots__/…/TEST.svg).

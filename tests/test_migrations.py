@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from pg_server import PGServer
 
-from conftest import ROOT, cli_env, run_cli, sql, wait_for
+from conftest import ROOT, cli_env, on_server, run_cli, sql, wait_for
 from replaylog.engine.errors import SchemaVersionError
 from replaylog.engine.store import Store, open_store
 from replaylog.engine.store.shared import migrations
@@ -43,13 +43,13 @@ RESULTS = {
 
 
 def _version(store: Store) -> int:
-    if store.local_path() is None:
+    if on_server(store):
         return int(sql(store, "SELECT version FROM meta")[0][0])
     return int(sql(store, "PRAGMA user_version")[0][0])
 
 
 def _columns(store: Store, table: str) -> list[str]:
-    if store.local_path() is None:
+    if on_server(store):
         return [r[0] for r in sql(store, "SELECT column_name FROM information_schema.columns WHERE"
                                          " table_schema = 'replaylog' AND table_name = ? ORDER BY ordinal_position",
                                   (table,))]
@@ -102,7 +102,7 @@ def _register(monkeypatch: pytest.MonkeyPatch, *made: Migration) -> None:
 
 
 def _indexes(store: Store) -> set[str]:
-    if store.local_path() is None:
+    if on_server(store):
         return {r[0] for r in sql(store, "SELECT indexname FROM pg_indexes WHERE schemaname = 'replaylog'")}
     return {r[0] for r in sql(store, "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")}
 

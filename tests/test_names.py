@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from console_helpers import SIZE, async_test, make_app, settle
 
-from conftest import run_cli
+from conftest import on_server, run_cli
 from replaylog.engine.app import AppImportError, load_app
 from replaylog.engine.store import Store, open_store
 
@@ -224,7 +224,7 @@ def test_claim_takes_only_the_names_given_oldest_first(store: Store) -> None:
 
 
 def test_claim_by_name_reads_index_ranges_and_sorts_nothing(store: Store) -> None:
-    if not isinstance(store.local_path(), Path):
+    if on_server(store):
         pytest.skip("SQLite-specific: reads SQLite's query plans through its trace callback")
     for i in range(50):
         store.start_workflow(f"name{i % 5}", i)

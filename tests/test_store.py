@@ -16,6 +16,7 @@ from replaylog.engine.errors import (
     PayloadTooLargeError,
     ReadOnlyError,
     SchemaVersionError,
+    StoreBusyError,
     StoreError,
     UnknownWorkflowIdError,
     WorkflowClosedError,
@@ -299,3 +300,30 @@ def test_callers_see_the_store_only_through_engine_store() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module == "replaylog.engine.store":
                 offenders += [f"{path.relative_to(root)}: {a.name}" for a in node.names if a.name == "SQLiteStore"]
     assert offenders == []
+
+
+def test_sqlite_errors_leave_the_store_as_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callers catch the store's errors only: a lock held too long, a damaged or broken file, on any method."""
+    import replaylog.engine.store.sqlite.connection as connection
+
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_S", 0.1)
+    db = tmp_path / "errors.db"
+    with open_store(db) as store:
+        store.start_workflow("wf", 1, workflow_id="a")
+        (claim,) = store.claim("w", ttl=30)
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreBusyError):
+                store.start_workflow("wf", 2)  # an operator write
+            with pytest.raises(StoreBusyError):
+                store.commit_record(claim, 0, CommandRecord("activity", "a", True, 1), ttl=30)  # the per-slot path
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        breaker = sqlite3.connect(db, isolation_level=None)
+        breaker.execute("DROP TABLE signals")  # what no migration would do: an error SQLite names in its own words
+        breaker.close()
+        with pytest.raises(StoreError, match="no such table: signals") as raised:
+            store.list_signals("a")
+        assert not isinstance(raised.value, sqlite3.Error)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import timer_app
 
-from conftest import cli_env, run_cli, sql, wait_for
+from conftest import cli_env, on_server, run_cli, sql, wait_for
 from replaylog.engine.app import Registry
 from replaylog.engine.core import TIMER, Outcome
 from replaylog.engine.store import Store, open_store
@@ -79,7 +79,7 @@ def test_a_signal_named_timer_does_not_wake_a_sleeping_workflow(store: Store) ->
 
 def test_the_claim_and_the_worker_reach_the_due_timers_through_the_wake_index(store: Store) -> None:
     # "Without scanning": each query that looks for sleepers seeks in workflows_wake.
-    if store.local_path() is None:
+    if on_server(store):
         _pg_wake_plans(store)
         return
     conn = store._conn

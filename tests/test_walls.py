@@ -121,3 +121,38 @@ def test_the_scan_finds_imports_at_any_depth(tmp_path: Path) -> None:
     (pkg.parent / "console" / "data.py").write_text("def run():\n    from replaylog.engine import worker\n")
     assert breaches("replaylog.console", WALLS["replaylog.console"], root=tmp_path) == [
         "replaylog/console/data.py:2 replaylog.engine.worker"]
+
+
+# The database drivers: named only inside the store, which turns their errors into its own.
+DRIVERS = ("sqlite3", "psycopg", "psycopg_pool")
+
+
+def driver_names(root: Path = ROOT) -> list[str]:
+    """Every import or use of a driver's name in replaylog/ outside replaylog/engine/store/, as "file:line name"."""
+    found = []
+    store = root / "replaylog" / "engine" / "store"
+    for path in sorted((root / "replaylog").rglob("*.py")):
+        if store in path.parents:
+            continue
+        for line, module in imported_modules(path, root):
+            if module.split(".")[0] in DRIVERS:
+                found.append(f"{path.relative_to(root)}:{line} {module}")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Name) and node.id in DRIVERS:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.id}")
+    return sorted(set(found))
+
+
+def test_no_code_outside_the_store_names_a_database_driver() -> None:
+    found = driver_names()
+    assert not found, "a driver named outside replaylog/engine/store:\n" + "\n".join(found)
+
+
+def test_the_driver_scan_finds_imports_and_names(tmp_path: Path) -> None:
+    (tmp_path / "replaylog" / "engine" / "store").mkdir(parents=True)
+    (tmp_path / "replaylog" / "engine" / "store" / "ok.py").write_text("import sqlite3\n")
+    (tmp_path / "replaylog" / "worker.py").write_text(
+        "def f(sqlite3):\n    try:\n        pass\n    except sqlite3.Error:\n        pass\n"
+        "def g():\n    from psycopg import errors\n")
+    assert driver_names(tmp_path) == ["replaylog/worker.py:4 sqlite3", "replaylog/worker.py:7 psycopg",
+                                      "replaylog/worker.py:7 psycopg.errors"]

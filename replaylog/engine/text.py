@@ -49,18 +49,21 @@ def _clock_text(epoch: float, now: float) -> str:
     return when.strftime("%H:%M:%S") if when.date() == today else when.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def duration(seconds: float) -> str:
+    """A span of time, coarse: "<1s", "42s", "4m 12s", "3h 5m", "2d 3h"."""
+    if seconds < 60:
+        return f"{seconds:.0f}s" if seconds >= 1 else "<1s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m {int(seconds % 60)}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h {int(seconds % 3600 // 60)}m"
+    return f"{int(seconds // 86400)}d {int(seconds % 86400 // 3600)}h"
+
+
 def countdown(epoch: float, now: float) -> str:
     """How long until `epoch`, coarse: "in 4m 12s", "in 2d 3h", "due" once it has passed."""
     left = epoch - now
-    if left <= 0:
-        return "due"
-    if left < 60:
-        return f"in {left:.0f}s" if left >= 1 else "in <1s"
-    if left < 3600:
-        return f"in {int(left // 60)}m {int(left % 60)}s"
-    if left < 86400:
-        return f"in {int(left // 3600)}h {int(left % 3600 // 60)}m"
-    return f"in {int(left // 86400)}d {int(left % 86400 // 3600)}h"
+    return "due" if left <= 0 else f"in {duration(left)}"
 
 
 def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str:

@@ -14,7 +14,6 @@ import logging
 import os
 import queue
 import socket
-import sqlite3
 import threading
 import time
 import uuid
@@ -34,11 +33,10 @@ from replaylog.engine.errors import (
     PayloadTooLargeError,
     ReplaylogError,
     StoreBusyError,
-    StoreError,
     UnknownWorkflowError,
     UnknownWorkflowIdError,
 )
-from replaylog.engine.marks import MarkBoard, board_files, board_owner, read_board
+from replaylog.engine.marks import MarkBoard
 from replaylog.engine.store import (
     Claim,
     PendingRecord,
@@ -66,19 +64,9 @@ LAPSE_CHECK = 0.25
 # How often a worker with workflows running looks for new work (seconds): a new start or
 # a signal waits at most this long, and the running workflows are not disturbed for it.
 BUSY_POLL = 0.01
-DEAD_OWNER_CHECK = 1.0
 # With fewer than a quarter of its slots free, a busy worker claims at most this often
 # (seconds), so claims come in batches; an idle worker claims at once.
 CLAIM_COALESCE = 0.01
-# Readers whose transactions keep overlapping (a slow console, a backup) stop SQLite's
-# autocheckpoint from ever restarting the WAL, and it grows without bound. Past this
-# size the worker asks for a RESTART checkpoint, which waits briefly for those readers.
-WAL_RESTART_AT = 8 * 1024 * 1024
-WAL_CHECK = 0.5
-WAL_RESTART_WAIT = 1.0
-# A reader that never lets go (a stuck console) makes every RESTART fail, and each try
-# holds writers back for WAL_RESTART_WAIT: after a failed try, wait longer before the next.
-WAL_RESTART_BACKOFF_MAX = 60.0
 # A run stopped by a BaseException from workflow or activity code (KeyboardInterrupt,
 # SystemExit, …) or by a worker error hands its workflow back, claimable again after this
 # many seconds, doubled for each such run in a row up to the maximum: code that is
@@ -373,16 +361,6 @@ def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Worker:
     """Runs every runnable workflow of one database with the functions of one app.
 
@@ -446,13 +424,9 @@ class Worker:
         self._claim_batch = max(1, self.concurrency // 4)
         self.committer = Committer(self.path, ttl, self.max_payload)
         self._board: MarkBoard | None = None
-        # The database file when the store is one on this host (store.local_path): marks
-        # in files beside it, dead owners by pid, WAL upkeep. None on a server's store.
-        self._local: Path | None = None
         self.completed = 0
         # The workflows given back to the store unfinished because this worker stopped (in order).
         self.handed_back: list[str] = []
-        self._wal_backoff = WAL_CHECK
         self._stop_requested = False  # set by request_stop (a signal handler)
         self._busy_quiet_until = 0.0  # a busy database is logged at most once a minute
         # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
@@ -501,14 +475,9 @@ class Worker:
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
         store = open_store(self.path, max_payload=self.max_payload, wake_clock=self.clock)
-        self._local = store.local_path()
-        if self.track_inflight and self._local is not None:
-            try:
-                self._board = MarkBoard(self._local, self.owner, self.concurrency)
-            except OSError as exc:
-                store.close()
-                raise StoreError(f"cannot create the in-flight mark file beside {self.path}: {exc}") from None
         try:
+            # A store on this host's file keeps start marks in a file beside it; a server's, as rows.
+            self._board = store.open_marks(self.owner, self.concurrency) if self.track_inflight else None
             store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
                                  names=self.names, ttl=self.ttl)
         except BaseException:
@@ -519,9 +488,7 @@ class Worker:
         self.committer.start()
         try:
             self._loop(store, until_idle)
-        except sqlite3.DatabaseError as exc:
-            if not is_damaged(exc):
-                raise
+        except NotADatabaseError as exc:
             self._damaged(exc)
         finally:
             self._stopping.set()
@@ -533,7 +500,7 @@ class Worker:
             self.committer.stop()
             try:
                 store.worker_stopped(self.owner)
-            except (ReplaylogError, sqlite3.Error) as exc:  # the row goes stale and is ignored
+            except ReplaylogError as exc:  # the row goes stale and is ignored
                 log.warning("could not remove this worker's row: %s", exc)
             store.close()
             if self._board is not None:
@@ -549,8 +516,6 @@ class Worker:
         last_version = -1
         next_lapse_check = 0.0
         next_renew = time.monotonic() + self.ttl / 3
-        next_dead_check = 0.0
-        next_wal_check = 0.0
         next_small_claim = 0.0
         dead: list[str] = []
         # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
@@ -568,12 +533,11 @@ class Worker:
             # (The next wake time is read after the claim below: a woken workflow is claimed
             # one round trip sooner, and the time read then is of those still asleep.)
             seek_wake = look
-            if now >= next_dead_check and self._local is not None:
-                # Pids and mark files say something on this host only: a server's store
-                # finds dead workers by their lapsed leases alone.
-                self._fold_dead_boards(store)
-                dead = self._dead_owners(store)
-                next_dead_check = now + DEAD_OWNER_CHECK
+            # The store's upkeep when due (on one host's file: dead workers' marks kept, the
+            # WAL bounded); it names the dead owners whenever it looked for them.
+            found = store.upkeep(self.owner)
+            if found is not None:
+                dead = found
                 look = look or bool(dead)
             last_version = version
             free = self.concurrency - len(self._active)
@@ -605,8 +569,6 @@ class Worker:
                     # starve this connection): the leases stand until they lapse, try again soon.
                     self._busy(exc)
                     next_renew = now + min(self.ttl / 10, 1.0)
-            if now >= next_wal_check and self._local is not None:
-                next_wal_check = now + self._bound_wal(store)
             if until_idle and not self._active and not store.has_runnable(self.names):
                 self.left_unknown = store.pending_unknown(self.names)
                 return
@@ -617,60 +579,12 @@ class Worker:
             self._wake.wait(self.poll if not self._active else max(self.poll, BUSY_POLL))
             self._wake.clear()
 
-    def _dead_owners(self, store: WorkerStore) -> list[str]:
-        """Owners on this host whose process is gone: their leases need not be waited out."""
-        dead = []
-        for owner in store.running_owners():
-            host, _, rest = owner.partition(":")
-            pid_text = rest.partition(":")[0]
-            if host == self._host and owner != self.owner and pid_text.isdigit() and not _pid_alive(int(pid_text)):
-                dead.append(owner)
-        return dead
-
-    def _fold_dead_boards(self, store: WorkerStore) -> None:
-        """Keep the marks of workers that died in the database, and delete their files."""
-        me = os.getpid()
-        for path, pid in board_files(self._local or self.path):
-            if pid == me or _pid_alive(pid):
-                continue
-            owner = board_owner(path)
-            if owner is None or owner.partition(":")[0] != self._host:
-                continue  # another host's (or container's) pid says nothing here: leave it
-            marks = read_board(path)
-            try:
-                if marks:
-                    store.fold_marks(marks)
-            except (ReplaylogError, sqlite3.OperationalError) as exc:
-                log.warning("could not keep the in-flight marks of %s: %s", path.name, exc)
-                continue  # the file stays; a later look tries again
-            path.unlink(missing_ok=True)
-
     def _damaged(self, exc: BaseException) -> None:
         """Stop the worker on a damaged database file, instead of retrying its workflows forever."""
         if self.fatal is None:
-            self.fatal = NotADatabaseError(
-                f"database {self._where} is damaged ({exc}); the worker stopped: check it with"
-                " PRAGMA integrity_check and restore it from a backup"
-            )
+            # The store's line says what is wrong with the file and what to do about it.
+            self.fatal = NotADatabaseError(f"{exc}; the worker stopped")
         self.stop()
-
-    def _bound_wal(self, store: WorkerStore) -> float:
-        """Restart the WAL once it has grown past WAL_RESTART_AT; return seconds until the next look."""
-        if store.wal_bytes() <= WAL_RESTART_AT:
-            self._wal_backoff = WAL_CHECK
-            return WAL_CHECK
-        try:
-            busy, frames, copied = store.checkpoint(restart=True, wait=WAL_RESTART_WAIT)
-        except (ReplaylogError, sqlite3.Error) as exc:
-            # Only a missed chance to shrink the WAL: a later look tries again.
-            log.warning("WAL checkpoint failed: %s", exc)
-            busy, frames, copied = 1, -1, -1
-        log.debug("WAL checkpoint: busy=%s frames=%s copied=%s", busy, frames, copied)
-        if not busy:
-            self._wal_backoff = WAL_CHECK
-            return WAL_CHECK
-        self._wal_backoff = min(WAL_RESTART_BACKOFF_MAX, max(WAL_CHECK, self._wal_backoff) * 2)
-        return self._wal_backoff
 
     def _busy(self, exc: StoreBusyError) -> None:
         """A claim or renewal found the database locked too long: say so once a streak, go on."""
@@ -851,7 +765,7 @@ class Worker:
         write_mark: Callable[[int, str, int, float], None] | None = None
         if board is not None:
             write_mark = board.writer(me.index, claim.id, claim.epoch)
-        elif self.track_inflight and self._local is None:
+        elif self.track_inflight:
             write_mark = _store_marks(store, claim)  # a server's store: where every host sees it
         prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
         clock = time.time

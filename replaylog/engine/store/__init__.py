@@ -30,8 +30,10 @@ from replaylog.engine.store.rows import (
     Claim,
     CommandRow,
     InflightRow,
+    LiveWorker,
     PendingRecord,
     SignalRow,
+    StoreStats,
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
@@ -41,13 +43,13 @@ from replaylog.engine.store.rows import (
     over_cap,
 )
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
-from replaylog.engine.store.shared.operations import operator_name
+from replaylog.engine.store.shared.operations import REMOTE_ADDR_ENV, operator_name
 from replaylog.engine.store.shared.workers import waiting_reason
 from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
-    "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "OperatorStore",
-    "PendingRecord", "ReaderStore", "SignalRow", "Store", "WorkerStore", "WorkflowRow", "WorkflowSummary",
+    "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "LiveWorker", "OperatorStore",
+    "PendingRecord", "ReaderStore", "SignalRow", "Store", "StoreStats", "WorkerStore", "WorkflowRow", "WorkflowSummary",
     "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
 ]

@@ -14,12 +14,11 @@ A store object holds one connection and stays on the thread that opened it.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
-from pathlib import Path
 from typing import Any, Protocol, Self
 
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
 from replaylog.engine.history import HistoryDocument
-from replaylog.engine.marks import Mark
+from replaylog.engine.marks import Mark, MarkBoard
 from replaylog.engine.store import rows
 
 
@@ -40,9 +39,9 @@ class _Closable(Protocol):
     def data_version(self) -> int:
         """A change token: it changes whenever another connection commits to the store."""
 
-    def wake_on_change(self, wake: Callable[[], None]) -> None:
-        """Call `wake` (from another thread) when the change token may have changed; a store
-        that learns of changes only when asked (SQLite) never calls it."""
+    def wake_on_change(self, wake: Callable[[], None]) -> bool:
+        """Call `wake` (from another thread) when the change token may have changed; True if it
+        will. A store that learns of changes only when asked (SQLite) never calls it: False."""
 
 
 class ReaderStore(_Closable, Protocol):
@@ -108,6 +107,9 @@ class ReaderStore(_Closable, Protocol):
     def list_audit(self, workflow_id: str) -> list[rows.AuditRow]:
         """The operators' actions on a workflow, oldest first."""
 
+    def stats(self) -> rows.StoreStats:
+        """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot."""
+
 
 class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
@@ -167,9 +169,6 @@ class WorkerStore(_Closable, Protocol):
     def worker_stopped(self, owner: str) -> None:
         """A worker exits cleanly: it serves nothing any more."""
 
-    def running_owners(self) -> list[str]:
-        """The distinct lease owners of running workflows."""
-
     def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel: bool = False) -> bool:
         """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
@@ -192,17 +191,12 @@ class WorkerStore(_Closable, Protocol):
     def hand_back(self, claim: rows.Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
         """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
 
-    def local_path(self) -> Path | None:
-        """The database file, when the store is a file on this host; None for a server.
-
-        With a file, a worker keeps its start marks in memory-mapped files beside it,
-        judges other workers on this host by their pids, and bounds the WAL; with a
-        server, marks go through `mark_started` and dead workers are found by their
-        lapsed leases alone (hosts share neither files nor pids).
-        """
+    def open_marks(self, owner: str, records: int) -> MarkBoard | None:
+        """A file for this worker's start marks, `records` workflow threads' worth (a store on this
+        host's file keeps them beside it); None where marks go through `mark_started` (a server)."""
 
     def mark_started(self, claim: rows.Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
-        """Record in the store, before an activity runs, that it started (stores without a `local_path`)."""
+        """Record in the store, before an activity runs, that it started (a store with no `open_marks` file)."""
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the store; return how many were written."""
@@ -210,11 +204,13 @@ class WorkerStore(_Closable, Protocol):
     def load_state(self, workflow_id: str) -> WorkflowState:
         """The whole history of a workflow."""
 
-    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
-        """Fold the write-ahead log back into the store; return (busy, log frames, frames copied)."""
+    def upkeep(self, owner: str) -> list[str] | None:
+        """Upkeep the worker's loop asks for on every pass, done only when due; the owners whose
+        process is known gone when it looked (a claim need not wait out their leases), else None.
 
-    def wal_bytes(self) -> int:
-        """The size of the write-ahead log in bytes."""
+        On one host's file: dead workers' mark files folded into the store, dead owners found
+        by pid, the write-ahead log kept bounded. On a server: nothing (None).
+        """
 
 
 class Store(WorkerStore, OperatorStore, Protocol):

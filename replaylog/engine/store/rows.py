@@ -243,6 +243,36 @@ class AuditRow(NamedTuple):
 
 
 @dataclass(frozen=True)
+class LiveWorker:
+    """A worker that stamped its row recently: who, where, what it serves, its last heartbeat."""
+
+    owner: str
+    host: str
+    pid: int
+    names: tuple[str, ...]
+    started_at: float
+    seen_at: float  # its last heartbeat (the row is stamped at each lease renewal)
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """What `replaylog stats` and the metrics show: one snapshot of the whole store, read at `at`."""
+
+    at: float
+    counts: dict[str, int]  # workflows per status, every status present
+    oldest_pending: float | None  # when the longest-waiting pending workflow became pending
+    oldest_blocked: float | None  # when the longest-blocked workflow blocked
+    overdue: int  # blocked workflows whose timer or deadline has passed: no worker has woken them
+    workers: tuple[LiveWorker, ...]
+    slots_last_minute: int  # slots recorded in the 60 s before `at`
+
+    @property
+    def slots_per_second(self) -> float:
+        """Slots committed per second over the last minute."""
+        return self.slots_last_minute / 60.0
+
+
+@dataclass(frozen=True)
 class PendingRecord:
     """One outcome waiting to be committed by `commit_batch`."""
 

@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -26,6 +25,7 @@ from psycopg import pq
 from psycopg.generators import execute, fetch_many, send
 
 from replaylog.engine.errors import ReadOnlyError, StoreError
+from replaylog.engine.marks import MarkBoard
 from replaylog.engine.store.postgres.schema import SCHEMA, check_schema
 from replaylog.engine.store.postgres.url import redact_text, redact_url
 from replaylog.engine.store.rows import default_max_payload
@@ -203,8 +203,12 @@ class PGConnection(StoreBase):
         if self._listener is not None:
             self._listener.join(timeout=2)
 
-    def local_path(self) -> Path | None:
-        """None: a server's store has no file on this host (marks live in the database)."""
+    def open_marks(self, owner: str, records: int) -> MarkBoard | None:
+        """None: hosts share no files; marks are rows, written through `mark_started`."""
+        return None
+
+    def upkeep(self, owner: str) -> list[str] | None:
+        """Nothing: the server bounds its own log, and dead workers are found by their lapsed leases."""
         return None
 
     # -- running operations
@@ -394,11 +398,12 @@ class PGConnection(StoreBase):
             ready.wait(5)
         return self._version
 
-    def wake_on_change(self, wake: Callable[[], None]) -> None:
-        """Call `wake` from the listening thread on each notification (the worker's idle wait
-        ends at once, where polling the token cost up to its poll interval, ~1 ms a signal)."""
+    def wake_on_change(self, wake: Callable[[], None]) -> bool:
+        """Call `wake` from the listening thread on each notification (True): the worker's idle
+        wait ends at once, where polling the token cost up to its poll interval."""
         self._wakers.append(wake)
         self.data_version()  # start listening
+        return True
 
     def _listen(self, ready: threading.Event) -> None:
         backoff = BACKOFF_FIRST
@@ -419,13 +424,3 @@ class PGConnection(StoreBase):
                 if self._closing.wait(backoff):
                     return
                 backoff = min(BACKOFF_MAX, backoff * 2)
-
-    # -- SQLite upkeep that a server does itself
-
-    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
-        """Nothing to do: the server checkpoints its own log."""
-        return 0, 0, 0
-
-    def wal_bytes(self) -> int:
-        """0: the server bounds its own write-ahead log."""
-        return 0

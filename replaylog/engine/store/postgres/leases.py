@@ -167,13 +167,6 @@ class PGLeases(PGConnection):
             out[wid][1].append(SignalRecord(int(seq), name, loads(payload)))
         return out
 
-    def running_owners(self) -> list[str]:
-        """The distinct lease owners of running workflows."""
-        rows = self._run(lambda c, _: c.execute(
-            "SELECT DISTINCT lease_owner FROM workflows WHERE status = 'running' AND lease_owner IS NOT NULL"
-        ).fetchall())
-        return [r[0] for r in rows]
-
     def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
         """Whether `claim` would find anything (of `names`): a cheap read before the claim's transaction."""
         only, named = _names(names)

@@ -37,13 +37,18 @@ class ApprovalRefusedError(OperatorRefusedError):
     """An approval answer that does not fit: nothing is pending, or another request is."""
 
 
+# Set by the console's web server in each browser session's process: the browser's address.
+REMOTE_ADDR_ENV = "REPLAYLOG_REMOTE_ADDR"
+
+
 def actor() -> str:
-    """Who acts: user@host, as the audit trail records it."""
+    """Who acts, as the audit trail records it: user@host, and the browser's address in a served console."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container): its number says who
         user = f"uid {os.getuid()}"
-    return f"{user}@{socket.gethostname()}"
+    remote = os.environ.get(REMOTE_ADDR_ENV)
+    return f"{user}@{socket.gethostname()}" + (f" for browser {remote}" if remote else "")
 
 
 def operator_name() -> str:

@@ -8,6 +8,7 @@ the few words that differ). What operators look at: the console, `list`, `show`,
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,14 +28,22 @@ from replaylog.engine.store.rows import (
     STATUSES,
     AuditRow,
     CommandRow,
+    LiveWorker,
     SignalRow,
+    StoreStats,
     WorkflowRow,
     WorkflowSummary,
     loads,
 )
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.workers import LIVE_TTLS
 from replaylog.engine.vocab import Status
+
+# The window `stats` counts committed slots over, and the slack on a workflow's updated_at
+# (a commit rewrites it at most once a second while the workflow records slots).
+RATE_WINDOW = 60.0
+_UPDATED_SLACK = 2.0
 
 # Characters of a workflow's error a list row carries: a line on any terminal, while a page
 # stays small whatever a stored error (a traceback) holds.
@@ -193,6 +202,41 @@ class SharedReads(StoreBase):
         for status, n in self._query("SELECT status, COUNT(*) FROM workflows GROUP BY status"):
             counts[status] = int(n)
         return counts
+
+    def stats(self) -> StoreStats:
+        """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot.
+
+        Each part is an index read: the status counts and the oldest waits come from
+        (status, updated_at), the overdue ones from the blocked wake-time index. The slots of
+        the last minute are counted only in the histories of workflows updated in it (the
+        updated_at index, then each one's key range): commands have no time index, and one
+        would cost every slot commit a second B-tree write.
+        """
+        def read(conn: Any) -> StoreStats:
+            now, run = time.time(), self.dialect.run
+            counts = dict.fromkeys(STATUSES, 0)
+            for status, n in run(conn, "SELECT status, COUNT(*) FROM workflows GROUP BY status"):
+                counts[status] = int(n)
+            pending = run(conn, "SELECT MIN(updated_at) FROM workflows WHERE status = 'pending'").fetchone()
+            blocked = run(conn, "SELECT MIN(updated_at) FROM workflows WHERE status = 'blocked'").fetchone()
+            overdue = run(conn, "SELECT COUNT(*) FROM workflows WHERE status = 'blocked' AND wake_at IS NOT NULL"
+                          " AND wake_at <= ?", (now,)).fetchone()
+            workers = tuple(
+                LiveWorker(r[0], r[1], int(r[2]), tuple(json.loads(r[3])), float(r[4]), float(r[5]))
+                for r in run(conn, "SELECT owner, host, pid, names, started_at, seen_at FROM workers"
+                             " WHERE seen_at >= ? - ? * ttl ORDER BY started_at, owner", (now, LIVE_TTLS)))
+            since = now - RATE_WINDOW
+            slots = run(conn, "SELECT COUNT(*) FROM workflows w JOIN commands c ON c.slot_key BETWEEN"
+                        f" {FIRST_KEY} AND {LAST_KEY} WHERE w.updated_at >= ? AND c.recorded_at >= ?",
+                        (since - _UPDATED_SLACK, since)).fetchone()
+            return StoreStats(
+                at=now, counts=counts,
+                oldest_pending=None if pending is None or pending[0] is None else float(pending[0]),
+                oldest_blocked=None if blocked is None or blocked[0] is None else float(blocked[0]),
+                overdue=int(overdue[0]) if overdue else 0, workers=workers,
+                slots_last_minute=int(slots[0]) if slots else 0)
+
+        return self._snapshot(read)
 
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[CommandRow]:
         """Recorded slots in order, optionally a page of them."""

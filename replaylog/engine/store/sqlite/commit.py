@@ -17,7 +17,7 @@ from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, Sto
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
-from replaylog.engine.store.sqlite.connection import SQLiteConnection
+from replaylog.engine.store.sqlite.connection import SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
 from replaylog.engine.store.sqlite.operations import tell_parent
 from replaylog.engine.vocab import SlotKind, Status, status_info
@@ -55,19 +55,23 @@ class Commits(SQLiteConnection, SeenCancels):
         says, per record and per finish, whether it was written.
         """
         now = time.time()
-        conn = self._begin_immediate()
+        # (A try costs nothing until it catches: SQLite's errors leave as the store's.)
         try:
-            version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
-            write_record, write_parallel = self._write_record, self._write_parallel
-            written = [write_parallel(item.claim, item.slot, item.record, now, ttl, item.text) if item.parallel
-                       else write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
-                       for item in records]
-            finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
-        except BaseException:
-            self._fence.clear()
-            conn.execute("ROLLBACK")
-            raise
-        self._end(conn)
+            conn = self._begin_immediate()
+            try:
+                version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
+                write_record, write_parallel = self._write_record, self._write_parallel
+                written = [write_parallel(item.claim, item.slot, item.record, now, ttl, item.text) if item.parallel
+                           else write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
+                           for item in records]
+                finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
+            except BaseException:
+                self._fence.clear()
+                conn.execute("ROLLBACK")
+                raise
+            self._end(conn)
+        except sqlite3.Error as exc:
+            raise store_error(exc, self.path) from exc
         cancels = self.cancels
         for claim, _ in finishes:
             self._fence.finished(claim.id)
@@ -82,18 +86,21 @@ class Commits(SQLiteConnection, SeenCancels):
         `text` is the value's JSON text if the caller encoded it already; `parallel`
         marks a task of a parallel group (see PendingRecord).
         """
-        conn = self._begin_immediate()
         try:
-            if parallel:
-                written = self._write_parallel(claim, slot, rec, time.time(), ttl, text)
-            else:
-                version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-                written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
-        except BaseException:
-            self._fence.clear()
-            conn.execute("ROLLBACK")
-            raise
-        self._end(conn)
+            conn = self._begin_immediate()
+            try:
+                if parallel:
+                    written = self._write_parallel(claim, slot, rec, time.time(), ttl, text)
+                else:
+                    version = self._cur.execute("PRAGMA data_version").fetchone()[0]
+                    written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
+            except BaseException:
+                self._fence.clear()
+                conn.execute("ROLLBACK")
+                raise
+            self._end(conn)
+        except sqlite3.Error as exc:
+            raise store_error(exc, self.path) from exc
         return written
 
     # The per-slot transactions are spelled out with these two rather than taken from

@@ -32,6 +32,8 @@ WAL_SIZE_LIMIT = 8 * 1024 * 1024
 _DAMAGE_CODES = (11, 26)
 # ... and for a lock another connection holds: SQLITE_BUSY and SQLITE_LOCKED.
 _BUSY_CODES = (5, 6)
+# ... and for a file this connection may not write: SQLITE_READONLY.
+_READONLY_CODE = 8
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -50,8 +52,28 @@ def is_damaged(exc: BaseException) -> bool:
 
     Such an error will not go away by retrying, unlike "database is locked".
     """
+    if isinstance(exc, NotADatabaseError):
+        return True
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _DAMAGE_CODES
+
+
+def store_error(exc: sqlite3.Error, path: Path) -> StoreError:
+    """The store's error for one of SQLite's, so no caller names sqlite3: by its result code, not its text.
+
+    A damaged file is a NotADatabaseError, a lock held past the busy timeout a
+    StoreBusyError, a file that cannot be written a ReadOnlyError; anything else a StoreError.
+    """
+    msg = str(exc)
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if is_damaged(exc):
+        return NotADatabaseError(f"database {path} is damaged ({msg}): check it with PRAGMA integrity_check"
+                                 " and restore it from a backup")
+    if is_busy(exc):
+        return StoreBusyError(f"database {path}: {msg}")
+    if code == _READONLY_CODE or "readonly" in msg or "read-only" in msg:
+        return ReadOnlyError(f"database {path} cannot be written: {msg}")
+    return StoreError(f"database {path}: {msg}")
 
 
 class SQLiteDialect(Dialect):
@@ -102,7 +124,10 @@ class SQLiteConnection(StoreBase):
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
         # What this connection knows of the slots it wrote (the per-slot speed trick).
         self._fence = CommitFence()
-        self._conn = self._connect()
+        try:
+            self._conn = self._connect()
+        except sqlite3.Error as exc:  # sqlite3.connect itself: a file it cannot open
+            raise store_error(exc, self.path) from None
         # For the per-slot statements: conn.execute makes a new cursor on every call.
         self._cur = self._conn.cursor()
 
@@ -150,7 +175,7 @@ class SQLiteConnection(StoreBase):
             self.schema_upgrade = check_schema(conn, path, readonly=self.readonly)
         except BaseException as exc:
             conn.close()  # a connection that failed its set-up is never kept
-            if isinstance(exc, sqlite3.DatabaseError):
+            if isinstance(exc, sqlite3.DatabaseError) and not is_busy(exc):
                 raise NotADatabaseError(f"{path} is not a usable SQLite database: {exc}") from None
             raise
         return conn
@@ -185,13 +210,8 @@ class SQLiteConnection(StoreBase):
             conn.execute("ROLLBACK")
             raise self._translate(exc) from None
 
-    def _translate(self, exc: sqlite3.OperationalError) -> StoreError:
-        msg = str(exc)
-        if "readonly" in msg or "read-only" in msg:
-            return ReadOnlyError(f"database {self.path} cannot be written: {msg}")
-        if is_busy(exc):
-            return StoreBusyError(f"database {self.path}: {msg}")
-        return StoreError(f"database {self.path}: {msg}")
+    def _translate(self, exc: sqlite3.Error) -> StoreError:
+        return store_error(exc, self.path)
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -228,42 +248,14 @@ class SQLiteConnection(StoreBase):
         with self._write() as conn:
             return body(conn)
 
-    def local_path(self) -> Path | None:
-        """The database file: workers keep their start marks beside it (engine.marks)."""
-        return self.path
-
     def data_version(self) -> int:
         """A number that changes whenever another connection commits to the database."""
-        version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        try:
+            version: int = self._cur.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise store_error(exc, self.path) from exc
         return version
 
-    def wake_on_change(self, wake: Callable[[], None]) -> None:
-        """Nothing: SQLite tells no one of a commit; `data_version` is read when asked."""
-
-    # -- maintenance
-
-    def checkpoint(self, *, restart: bool = False, wait: float = 1.0) -> tuple[int, int, int]:
-        """Fold the WAL back into the database file; return (busy, WAL frames, frames copied).
-
-        PASSIVE never waits. With `restart`, wait up to `wait` seconds for the readers
-        still using the WAL to finish, so the next write starts it from the beginning:
-        readers that keep overlapping otherwise pin it and it grows without bound (the
-        autocheckpoint copies frames but can never restart the log). A RESTART checkpoint
-        holds writers back while it waits, hence the short wait.
-        """
-        if not restart:
-            row = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            return int(row[0]), int(row[1]), int(row[2])
-        self._conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
-        try:
-            row = self._conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-        finally:
-            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        return int(row[0]), int(row[1]), int(row[2])
-
-    def wal_bytes(self) -> int:
-        """The size of the WAL file in bytes (0 if there is none)."""
-        try:
-            return os.stat(f"{self.path}-wal").st_size
-        except FileNotFoundError:
-            return 0
+    def wake_on_change(self, wake: Callable[[], None]) -> bool:
+        """Nothing (False): SQLite tells no one of a commit; `data_version` is read when asked."""
+        return False

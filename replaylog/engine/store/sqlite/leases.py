@@ -153,11 +153,6 @@ class Leases(InflightMarks):
                 out[wid][1].append(SignalRecord(seq, name, loads(payload)))
         return out
 
-    def running_owners(self) -> list[str]:
-        """The distinct lease owners of running workflows."""
-        return [r[0] for r in self._conn.execute(
-            "SELECT DISTINCT lease_owner FROM workflows WHERE status = 'running' AND lease_owner IS NOT NULL")]
-
     def has_claimable(self, dead_owners: Sequence[str] = (), names: Collection[str] | None = None) -> bool:
         """Whether `claim` would find anything (of `names`): a cheap read before taking the write lock."""
         marks = ", ".join("?" * len(dead_owners)) or "NULL"

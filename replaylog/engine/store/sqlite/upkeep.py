@@ -1,0 +1,144 @@
+"""What a worker's loop asks of a store on one host's file: marks, dead processes, the WAL.
+
+A worker calls `upkeep(owner)` on every pass of its loop; it does something only when
+one of its timers is due. Each worker process keeps its start marks in a memory-mapped
+file beside the database (`engine.marks`), and WAL requires every process on one host,
+so a pid says whether a worker is alive: the files of dead workers are folded into the
+`inflight` table and deleted, and the owners of running workflows whose process is gone
+are named so a claim need not wait out their leases. A PostgreSQL store has none of
+this (hosts share no files and pids; its marks are rows).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+
+from replaylog.engine.errors import ReplaylogError, StoreError
+from replaylog.engine.marks import MarkBoard, board_files, board_owner, read_board
+from replaylog.engine.store.sqlite.connection import BUSY_TIMEOUT_S, SQLiteConnection
+from replaylog.engine.store.sqlite.inflight import InflightMarks
+
+log = logging.getLogger("replaylog.worker")
+
+DEAD_OWNER_CHECK = 1.0
+# Readers whose transactions keep overlapping (a slow console, a backup) stop SQLite's
+# autocheckpoint from ever restarting the WAL, and it grows without bound. Past this
+# size the worker asks for a RESTART checkpoint, which waits briefly for those readers.
+WAL_RESTART_AT = 8 * 1024 * 1024
+WAL_CHECK = 0.5
+WAL_RESTART_WAIT = 1.0
+# A reader that never lets go (a stuck console) makes every RESTART fail, and each try
+# holds writers back for WAL_RESTART_WAIT: after a failed try, wait longer before the next.
+WAL_RESTART_BACKOFF_MAX = 60.0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host has that pid (one of another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Upkeep(InflightMarks, SQLiteConnection):
+    """A worker's start-mark file, and the upkeep of marks, dead owners and the WAL."""
+
+    # When each piece of upkeep is next due (time.monotonic()), and the WAL's backoff.
+    _next_dead_check = 0.0
+    _next_wal_check = 0.0
+    _wal_backoff = WAL_CHECK
+
+    def open_marks(self, owner: str, records: int) -> MarkBoard | None:
+        """This worker's mark file beside the database, `records` workflow threads' worth."""
+        try:
+            return MarkBoard(self.path, owner, records)
+        except OSError as exc:
+            raise StoreError(f"cannot create the in-flight mark file beside {self.path}: {exc}") from None
+
+    def upkeep(self, owner: str) -> list[str] | None:
+        """Whatever is due: dead workers' marks kept, dead owners found, the WAL bounded.
+
+        Returns the owners on this host whose process is gone when it looked for them
+        (their leases need not be waited out), else None (nothing new: keep the last list).
+        """
+        now = time.monotonic()
+        dead = None
+        if now >= self._next_dead_check:
+            self._fold_dead_boards(owner)
+            dead = self._dead_owners(owner)
+            self._next_dead_check = now + DEAD_OWNER_CHECK
+        if now >= self._next_wal_check:
+            self._next_wal_check = now + self._bound_wal()
+        return dead
+
+    def _dead_owners(self, me: str) -> list[str]:
+        """Owners on this host whose process is gone."""
+        host = me.partition(":")[0]
+        dead = []
+        for (owner,) in self._conn.execute(
+                "SELECT DISTINCT lease_owner FROM workflows WHERE status = 'running' AND lease_owner IS NOT NULL"):
+            owner_host, _, rest = owner.partition(":")
+            pid_text = rest.partition(":")[0]
+            if owner_host == host and owner != me and pid_text.isdigit() and not pid_alive(int(pid_text)):
+                dead.append(owner)
+        return dead
+
+    def _fold_dead_boards(self, me: str) -> None:
+        """Keep the marks of workers that died in the database, and delete their files."""
+        host = me.partition(":")[0]
+        mine = os.getpid()
+        for path, pid in board_files(self.path):
+            if pid == mine or pid_alive(pid):
+                continue
+            owner = board_owner(path)
+            if owner is None or owner.partition(":")[0] != host:
+                continue  # another host's (or container's) pid says nothing here: leave it
+            marks = read_board(path)
+            try:
+                if marks:
+                    self.fold_marks(marks)
+            except ReplaylogError as exc:
+                log.warning("could not keep the in-flight marks of %s: %s", path.name, exc)
+                continue  # the file stays; a later look tries again
+            path.unlink(missing_ok=True)
+
+    def _bound_wal(self) -> float:
+        """Restart the WAL once it has grown past WAL_RESTART_AT; return seconds until the next look."""
+        try:
+            size = os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            size = 0
+        if size <= WAL_RESTART_AT:
+            self._wal_backoff = WAL_CHECK
+            return WAL_CHECK
+        busy = self._restart_wal()
+        if not busy:
+            self._wal_backoff = WAL_CHECK
+            return WAL_CHECK
+        self._wal_backoff = min(WAL_RESTART_BACKOFF_MAX, max(WAL_CHECK, self._wal_backoff) * 2)
+        return self._wal_backoff
+
+    def _restart_wal(self) -> int:
+        """A RESTART checkpoint that waits at most WAL_RESTART_WAIT for readers; 1 if they held it back.
+
+        The autocheckpoint copies frames but can never restart the log while readers keep
+        overlapping; a RESTART holds writers back while it waits, hence the short wait.
+        """
+        conn = self._conn
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(WAL_RESTART_WAIT * 1000)}")
+            try:
+                busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        except sqlite3.Error as exc:  # only a missed chance to shrink the WAL: a later look tries again
+            log.warning("WAL checkpoint failed: %s", exc)
+            return 1
+        log.debug("WAL checkpoint: busy=%s frames=%s copied=%s", busy, frames, copied)
+        return int(busy)
