@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import click
 from rich import box
@@ -49,6 +49,9 @@ from replaylog.engine.store import (
 from replaylog.engine.text import cancel_state, cancel_text, countdown, duration, preview, printable, waits_text
 from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
+
+if TYPE_CHECKING:
+    from replaylog.console.app import ReplaylogConsole
 
 
 class CLIError(click.ClickException):
@@ -1083,7 +1086,8 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
 
 @cli.command()
 @click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
-@click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics"
+                             " (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--serve", is_flag=True, help="Serve the console in a browser (one console per browser session).")
 @click.option("--host", help="With --serve: the address to bind (default 127.0.0.1; any other needs a token).")
 @click.option("--port", type=click.IntRange(1, 65535), help="With --serve: the TCP port (default 8080).")
@@ -1097,13 +1101,20 @@ def console(settings: Settings, readonly: bool, app: str | None, serve: bool, ho
     if not serve and (host is not None or port is not None):
         fail("--host and --port serve the console in a browser: add --serve")
     settings.open(readonly=readonly).close()
-    registry = _app(app) if app else None
     if serve:
+        _app(app)  # a bad app is refused here, in one line, not in every browser session
         _serve_console(settings, readonly, app, host or "127.0.0.1", port or 8080, token)
         return
+    console_app(settings, readonly=readonly, app=app).run()
+
+
+def console_app(settings: Settings, *, readonly: bool, app: str | None) -> ReplaylogConsole:
+    """The console `replaylog console` opens: with the app every command loads (--app, else
+    $REPLAYLOG_APP, else replaylog.samples), so `c` and the Diagnosis tab replay the code a
+    worker runs, as `check` and `retry` do."""
     from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
 
-    ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
+    return ReplaylogConsole(settings.db, readonly=readonly, registry=_app(app))
 
 
 def _serve_console(settings: Settings, readonly: bool, app: str | None, host: str, port: int,
@@ -1123,15 +1134,21 @@ def _serve_console(settings: Settings, readonly: bool, app: str | None, host: st
 
 @cli.command()
 @click.option("--no-console", is_flag=True, help="Only seed and print the tour; do not open the console.")
+@click.option("--fresh", is_flag=True,
+              help="Seed an existing demo database afresh, dropping the changes made in it (else they are kept).")
 @global_options
 @pass_settings
-def demo(settings: Settings, no_console: bool) -> None:
-    """Seed a demo database with workflows in every state, run a worker, open the console."""
-    from replaylog.demo import run_demo
+def demo(settings: Settings, no_console: bool, fresh: bool) -> None:
+    """Seed a demo database with workflows in every state (once: a second run keeps your changes), run a worker,
+    open the console."""
+    from replaylog.demo import DemoRefused, run_demo
 
     if isinstance(settings.db, str):
         fail("the demo seeds a SQLite file; give --db a file path")
-    run_demo(settings.db, open_console=not no_console, echo=_echo_err)
+    try:
+        run_demo(settings.db, open_console=not no_console, echo=_echo_err, fresh=fresh)
+    except DemoRefused as exc:
+        fail(str(exc))
 
 
 def _echo_err(text: str) -> None:
