@@ -29,8 +29,8 @@ from rich.text import Text
 from replaylog.client import Client, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from replaylog.engine.check import check_workflow, retry_verdict
-from replaylog.engine.core import APPROVAL_PREFIX, dry_replay
+from replaylog.engine.check import check_workflow, judge
+from replaylog.engine.core import APPROVAL_PREFIX
 from replaylog.engine.errors import DuplicateWorkflowIdError, ReplaylogError, StoreError
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.store import (
@@ -850,8 +850,10 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
           histories: tuple[str, ...], more_histories: tuple[str, ...]) -> None:
     """Dry-replay history against the current code, with no side effects: exit 1 if it diverges.
 
-    A finished workflow replays cleanly only if the code ends as it ended: a completed
-    history the code would extend has diverged; a failed one must fail the same way.
+    A completed workflow replays cleanly only if the code ends as it ended (a history the
+    code would extend has diverged). A failed one is judged as `retry` runs it: exit 0
+    when its history replays and a retry may go ahead, exit 1 when it diverges or a retry
+    would fail again (then the line names the slot to fork from).
     """
     if histories:
         # `check --history a.json b.json`: the first file is the option's, the rest come as arguments.
@@ -891,8 +893,9 @@ def _check_histories(files: list[str], registry: Registry) -> None:
         except ReplaylogError as exc:
             ok, text = False, str(exc)
         else:
-            verdict = dry_replay(fn, doc.state, workflow_id=doc.id, status=doc.status, recorded_error=doc.error,
-                                 diverged=doc.diagnostic is not None)
+            failed = [slot for slot, c in enumerate(doc.commands) if not c.ok]
+            verdict = judge(fn, doc.state, workflow_id=doc.id, status=doc.status, recorded_error=doc.error,
+                            diverged=doc.diagnostic is not None, failed_slot=failed[-1] if failed else None)
             ok, text = verdict.ok, verdict.text
         failures += not ok
         click.echo(_one(f"{path} ({doc.id}): {text}"), err=not ok)
@@ -991,9 +994,10 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
             fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
         verdict_text = "dry replay skipped (--force)"
         if not force:
-            verdict, refusal = retry_verdict(store, _app(app), workflow_id)
-            if refusal is not None:
-                fail(refusal)
+            # `check`'s verdict, word for word: the two never disagree on a workflow.
+            verdict = check_workflow(store, _app(app), workflow_id)
+            if not verdict.ok:
+                fail(f"{workflow_id!r} cannot be retried: {verdict.text}")
             verdict_text = verdict.text
         store.retry_workflow(workflow_id, reason)
     click.echo(_one(f"{workflow_id} is pending again ({verdict_text})"))
