@@ -35,6 +35,7 @@ from replaylog.engine.errors import DuplicateWorkflowIdError, ReplaylogError, St
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.store import (
     STATUSES,
+    AuditRow,
     OperatorStore,
     ReaderStore,
     WorkflowRow,
@@ -45,8 +46,8 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import countdown, duration, preview, printable, waits_text
-from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
+from replaylog.engine.text import cancel_state, cancel_text, countdown, duration, preview, printable, waits_text
+from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
 if TYPE_CHECKING:
@@ -547,6 +548,7 @@ def _t(value: Any) -> Text:
 def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     """The `show --json` object."""
     inflight = store.inflight(row.id)
+    audit = store.list_audit(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
         "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
@@ -554,10 +556,10 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
-        "cancel_requested": row.cancel_requested,
+        "cancel_requested": row.cancel_requested, "cancel": _cancel_json(row, audit),
         "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
         "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
-                  for a in store.list_audit(row.id)],
+                  for a in audit],
         "approval": store.pending_approval(row.id),
         **store.family(row.id),
         "commands": [
@@ -573,6 +575,12 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
             "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
             "started_at": inflight.started_at},
     }
+
+
+def _cancel_json(row: WorkflowRow, audit: list[AuditRow]) -> dict[str, Any] | None:
+    """`show --json`'s "cancel": the request's reason, and whether it reached the workflow's code."""
+    state = cancel_state(row.status, row.cancel_requested, audit)
+    return None if state is None else {"reason": row.cancel_requested, "state": state[0], "why": state[1]}
 
 
 def _waiting(store: ReaderStore, workflow: str, status: str,
@@ -767,9 +775,9 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         # said as the console's workflow screen says it.
         line = worker_error_line(row.worker_error, row.status, row.retry_at)
         head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
-    if row.cancel_requested is not None and not status_info(row.status).finished:
-        head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
-                                                             else ""), oneline=True), style="yellow"))
+    if data["cancel"] is not None:
+        said = cancel_text(data["cancel"]["state"], data["cancel"]["why"], data["cancel"]["reason"])
+        head.add_row("cancel", Text(printable(said, oneline=True), style="yellow"))
     if row.forked_from is not None:
         head.add_row("forked from", _t(f"{row.forked_from} at slot {row.forked_slot}"))
     head.add_row("updated", _t(_when(row.updated_at)))

@@ -37,8 +37,8 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import preview
-from replaylog.engine.vocab import Group, SlotKind, Status, kind_info
+from replaylog.engine.text import cancel_state, cancel_text, preview
+from replaylog.engine.vocab import Group, SlotKind, Status, kind_info, status_info
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -259,6 +259,8 @@ class WorkflowDetail:
     children: tuple[tuple[str, str, str], ...] = ()
     # What its code published with ctx.set_event: (key, latest value), in the order first set.
     events: tuple[tuple[str, Any], ...] = ()
+    # What became of an operator's cancel request, in words (engine.text.cancel_text); None if none was made.
+    cancel: str | None = None
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -285,7 +287,18 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
-                          family["parent"], children, tuple(store.events(workflow_id).items()))
+                          family["parent"], children, tuple(store.events(workflow_id).items()),
+                          _cancel(store, row))
+
+
+def _cancel(store: ReaderStore, row: WorkflowRow) -> str | None:
+    """What became of the workflow's cancel request (its audit trail says whether it was not delivered)."""
+    if row.cancel_requested is None:
+        return None
+    # Only a finished workflow's trail can say so: an unfinished one's request is still on its way.
+    state = cancel_state(row.status, row.cancel_requested,
+                         store.list_audit(row.id) if status_info(row.status).finished else ())
+    return None if state is None else cancel_text(*state, row.cancel_requested)
 
 
 # The transcript shows at most this many slots: it is read whole, not paged.

@@ -59,6 +59,9 @@ MAX_EPOCH = 253402300799.0
 # reason. A replay raises WorkflowCancelled at that very command again, so code that
 # catches it (a saga's compensations) replays deterministically.
 CANCEL = SlotKind.CANCEL.value
+# The audit action the verdict of a workflow that finished before its code reached another
+# ctx call writes for the cancel request it never saw (its detail: "the workflow completed first").
+CANCEL_NOT_DELIVERED = "cancel not delivered"
 
 # The kind of the slot `ctx.set_event(key, value)` records: its name is the key, its value
 # the value. Readers outside the workflow take the latest slot of each key.

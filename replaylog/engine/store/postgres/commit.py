@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from replaylog.engine.core import EVENT, TIMER, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
 from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
-from replaylog.engine.store.postgres.operations import tell_parent
+from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
@@ -154,7 +154,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         " error_kind = %s, traceback = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s,"
         " interruptions = 0, retry_at = NULL,"
         " worker_error = CASE WHEN %s IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
-        " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+        " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING cancel_requested",
         (*verdict_values(outcome, status, blocked_on, wake_at, now), status, claim.id, claim.owner, claim.epoch))
     # Refused: the lease is gone; or, after a lost answer, this very verdict was written
     # (nobody has claimed the workflow since: a claim bumps the epoch).
@@ -164,9 +164,8 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         return False
     if cur.rowcount == 1 and status_info(status).code_ended:
         # (Not when a retry found its verdict committed: its parent was told then.)
-        ok = status == Status.COMPLETED
-        tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
-                                     "error": None if ok else outcome.error}, now)
+        written = cur.fetchone()
+        code_ended(conn, claim.id, outcome, status, None if written is None else written[0], now)
     if consumed:
         conn.execute("UPDATE signals SET consumed = true WHERE workflow_id = %s AND NOT consumed AND seq = ANY(%s)",
                      (claim.id, consumed))

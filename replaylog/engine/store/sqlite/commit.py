@@ -19,7 +19,7 @@ from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.sqlite.connection import SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
-from replaylog.engine.store.sqlite.operations import tell_parent
+from replaylog.engine.store.sqlite.operations import code_ended
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
@@ -263,15 +263,14 @@ class Commits(SQLiteConnection, SeenCancels):
             " interruptions = 0, retry_at = NULL,"
             # ?1 is the status written (SET sees the old row's columns); the `?` after it are 10-12.
             " worker_error = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
-            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING cancel_requested",
             (*verdict_values(outcome, status, blocked_on, wake_at, now), claim.id, claim.owner, claim.epoch),
         )
-        if cur.rowcount != 1:
+        written = cur.fetchone()
+        if written is None:
             return False
         if status_info(status).code_ended:
-            ok = status == Status.COMPLETED
-            tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
-                                         "error": None if ok else outcome.error}, now)
+            code_ended(conn, claim.id, outcome, status, written[0], now)
         if consumed:
             conn.execute(
                 f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",
