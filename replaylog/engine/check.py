@@ -112,13 +112,3 @@ def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> 
     return judge(fn, store.load_state(workflow_id), workflow_id=workflow_id, status=row.status,
                  recorded_error=row.error, diverged=row.diagnostic is not None,
                  failed_slot=failed.slot if failed is not None else None)
-
-
-def retry_verdict(store: ReaderStore, registry: Registry, workflow_id: str) -> tuple[DryReplay, str | None]:
-    """Whether `retry` may set a failed workflow going again: the dry replay, and the refusal if any.
-
-    The same judgement as `check_workflow` (a divergence, or a replay that ends in the
-    same recorded activity failure, with the slot to fork from, is refused).
-    """
-    verdict = check_workflow(store, registry, workflow_id)
-    return verdict.replay, None if verdict.ok else f"{workflow_id!r} cannot be retried: {verdict.text}"

@@ -319,7 +319,7 @@ class SharedOperatorWrites(StoreBase):
     def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Make a failed workflow pending again, history kept: the worker replays it and goes on.
 
-        The caller dry-replays it against the current code first (engine.check.retry_verdict).
+        The caller dry-replays it against the current code first (engine.check.check_workflow).
         """
         now, who, sql = time.time(), actor(), self.dialect
 
