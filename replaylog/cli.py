@@ -389,8 +389,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     db = settings.db
     created = isinstance(db, Path) and not db.exists()
     settings.open(create=True).close()
+    metrics = _serve_metrics(settings, metrics_port, metrics_host)  # before the children: a taken port stops all
     children: list[subprocess.Popen[bytes]] = []
-    metrics = None
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
@@ -403,14 +403,11 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         # process passes signals on (on_signal).
         children = [subprocess.Popen(base + (["--metrics-port", str(metrics_port + i)] if metrics_port else []),
                                      start_new_session=True) for i in range(1, processes)]
-    metrics = _serve_metrics(settings, metrics_port, metrics_host)
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
         click.echo(f"{stamp} {printable(wid, oneline=True)} {printable(text, oneline=True)}", err=True)
 
-    if processes == 1:
-        metrics = _serve_metrics(settings, metrics_port, metrics_host)
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload,
                on_event=None if quiet or json_logs else event, metrics=metrics)
@@ -496,7 +493,7 @@ def _show_workflow_logs(quiet: bool) -> None:
 
 # The worker's own lines and its per-workflow events are logged here and under the engine's
 # worker; with --log-format json both go to stdout as JSON, beside the workflows' lines.
-_WORKER_LOGGERS = ("replaylog.cli.worker", "replaylog.engine.worker")
+_WORKER_LOGGERS = ("replaylog.cli.worker", "replaylog.worker")
 
 
 def _json_logs(quiet: bool) -> None:

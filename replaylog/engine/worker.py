@@ -50,6 +50,7 @@ from replaylog.engine.store import (
     over_cap,
     redact_url,
 )
+from replaylog.engine.telemetry import Metrics, RunSpans, Tracing
 from replaylog.engine.vocab import SlotKind, Status
 
 log = logging.getLogger("replaylog.worker")
@@ -178,8 +179,10 @@ class Committer:
     The connection is used by one thread at a time: only the leader touches it.
     """
 
-    def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None,
+                 metrics: Metrics | None = None) -> None:
         self._path = path
+        self.metrics = metrics
         self._ttl = ttl
         self._max_payload = max_payload
         self._lock = threading.Lock()
@@ -256,6 +259,8 @@ class Committer:
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1
+            if self.metrics is not None:
+                self.metrics.batch.observe(1)
         finally:
             if self._hand_over():
                 self._lead()  # verdicts queued meanwhile, with nobody waiting for them
@@ -341,6 +346,8 @@ class Committer:
         self.batches += 1
         self.commits += len(records)
         self.crowd = self.crowd * 0.9 + len(records) * 0.1
+        if self.metrics is not None:
+            self.metrics.batch.observe(len(records) + len(finishes))
         answers = iter(written)
         verdicts = iter(finished)
         for r in batch:
@@ -376,6 +383,10 @@ class Worker:
             1 MiB): an activity result over it is recorded as that activity's failure, a
             workflow result over it fails the workflow.
         on_event: called with (workflow id, event text) for the CLI's log.
+        metrics: where to count latencies, batches and attempts (engine.telemetry; the
+            caller serves them); None: nothing is counted.
+        tracing: an OpenTelemetry span per run and per live activity attempt (needs
+            opentelemetry-api; the application configures the provider).
     """
 
     def __init__(
@@ -391,6 +402,8 @@ class Worker:
         clock: Callable[[], float] = time.time,
         max_payload: int | None = None,
         on_event: Callable[[str, str], None] | None = None,
+        metrics: Metrics | None = None,
+        tracing: bool = False,
     ) -> None:
         # A URL stays a string (a Path would fold its `//`).
         self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
@@ -412,6 +425,9 @@ class Worker:
         # The cap on every value recorded (activity results, the workflow's result), as on inputs.
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
         self.on_event = on_event
+        # Off (None), each costs one test at its hooks (engine.telemetry).
+        self.metrics = metrics
+        self.tracing = Tracing() if tracing else None
         self.owner = _owner_id()
         self._host = socket.gethostname()
         self._stopping = _StopFlag()
@@ -422,7 +438,7 @@ class Worker:
         self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
         self._claim_batch = max(1, self.concurrency // 4)
-        self.committer = Committer(self.path, ttl, self.max_payload)
+        self.committer = Committer(self.path, ttl, self.max_payload, metrics)
         self._board: MarkBoard | None = None
         self.completed = 0
         # The workflows given back to the store unfinished because this worker stopped (in order).
@@ -465,8 +481,12 @@ class Worker:
         """True once stop() was called."""
         return self._stopping.is_set()
 
-    def _event(self, workflow_id: str, text: str) -> None:
-        log.info("%s %s", workflow_id, text)
+    def _event(self, workflow_id: str, text: str, event: str = "", error: str | None = None) -> None:
+        # `event` and `error` are for structured logs (--log-format json): the event's kind
+        # (its text's first word unless given) and a failure's error.
+        kind = event or text.split(" ", 1)[0]
+        log.log(logging.WARNING if error is not None else logging.INFO, "%s %s", workflow_id, text,
+                extra={"workflow_id": workflow_id, "event": kind, "error": error})
         if self.on_event is not None:
             self.on_event(workflow_id, text)
 
@@ -551,8 +571,11 @@ class Worker:
                 next_small_claim = now + CLAIM_COALESCE
                 if store.has_claimable(dead, self.names):
                     try:
+                        began = time.perf_counter()
                         claims = store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
                                              names=self.names)
+                        if self.metrics is not None:
+                            self.metrics.claim.observe(time.perf_counter() - began)
                     except StoreBusyError as exc:
                         self._busy(exc)  # nothing was claimed: look again on a later pass
                         claims, last_version = [], -1
@@ -642,11 +665,15 @@ class Worker:
             store = me.store = open_store(self.path, max_payload=self.max_payload)
         finishing = False
         me.inflight = False
+        spans = None if self.tracing is None else self.tracing.run(claim.id, claim.workflow,
+                                                                   store.trace_context(claim.id))
+        ended: tuple[str, str | None] = ("interrupted", None)  # the run span's status, unless an outcome comes
         try:
-            outcome = self._execute(store, claim, me)
+            outcome = self._execute(store, claim, me, spans)
             self._keep_mark(store, me)  # an activity that ran and returned no JSON value, say
             if outcome is None:
                 return
+            ended = (str(outcome.status), outcome.error)
             # The verdict needs no wait: this thread takes its next workflow while the
             # verdict rides in the next group commit. The workflow stays active (its lease
             # renewed) until `_finished` hears that the verdict was written.
@@ -660,10 +687,10 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
                 log.warning("%s could not be released: %s", claim.id, exc)
             self.handed_back.append(claim.id)
-            self._event(claim.id, "handed back (worker stopping)")
+            self._event(claim.id, "handed back (worker stopping)", "handed_back")
         except LeaseLostError:
             self._keep_mark(store, me)
-            self._event(claim.id, "lease lost to another worker; its writes were refused")
+            self._event(claim.id, "lease lost to another worker; its writes were refused", "lease_lost")
         except _RunInterrupted as stop:
             # Not an outcome: nothing is recorded and the workflow runs again. The started
             # activity's mark is kept, so the interrupted attempt counts towards max_retries.
@@ -676,6 +703,8 @@ class Worker:
             else:
                 self._hand_back(store, claim, f"the worker failed: {error_text(exc)}", exc)
         finally:
+            if spans is not None:
+                spans.end(*ended)
             with self._lock:
                 if not finishing:
                     self._active.pop(claim.id, None)
@@ -716,12 +745,13 @@ class Worker:
             if req.error is not None:
                 self._worker_error(claim, req.error)
             elif not req.ok:
-                self._event(claim.id, "lease lost to another worker; its writes were refused")
+                self._event(claim.id, "lease lost to another worker; its writes were refused", "lease_lost")
             else:
                 if outcome.status == Status.COMPLETED:
                     self.completed += 1
                 detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
-                self._event(claim.id, f"{outcome.status} {detail}".rstrip())
+                self._event(claim.id, f"{outcome.status} {detail}".rstrip(), str(outcome.status),
+                            outcome.error if outcome.status == Status.FAILED else None)
         finally:
             with self._lock:
                 self._active.pop(claim.id, None)
@@ -732,7 +762,8 @@ class Worker:
             self._damaged(exc)
         else:
             log.error("%s crashed in the worker", claim.id, exc_info=exc)
-            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
+            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}", "worker_error",
+                        error_text(exc))
 
     def _hand_back(self, store: WorkerStore, claim: Claim, error: str, exc: BaseException) -> None:
         """Give a workflow whose run stopped without an outcome back, with `error` as its worker error."""
@@ -741,14 +772,14 @@ class Worker:
             wait = store.hand_back(claim, error, backoff=INTERRUPTED_BACKOFF, backoff_max=INTERRUPTED_BACKOFF_MAX)
         except Exception as err:  # noqa: BLE001 - its lease is no longer renewed and lapses on its own
             log.warning("%s could not be handed back: %s", claim.id, err)
-            self._event(claim.id, f"{error}; left for another try when its lease lapses")
+            self._event(claim.id, f"{error}; left for another try when its lease lapses", "handed_back", error)
             return
         if wait is None:
-            self._event(claim.id, "lease lost to another worker; its writes were refused")
+            self._event(claim.id, "lease lost to another worker; its writes were refused", "lease_lost")
         else:
-            self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s")
+            self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s", "handed_back", error)
 
-    def _execute(self, store: WorkerStore, claim: Claim, me: _Thread) -> Outcome | None:
+    def _execute(self, store: WorkerStore, claim: Claim, me: _Thread, spans: RunSpans | None) -> Outcome | None:
         try:
             fn = self.registry.workflow(claim.workflow)
         except UnknownWorkflowError as exc:
@@ -759,6 +790,7 @@ class Worker:
             raise WorkerStopping()
         committer = self.committer
         board = self._board
+        metrics = self.metrics
         # Bound once: record and on_start run once per slot each.
         stopping = self._stopping
         commit = committer.commit_record
@@ -813,7 +845,12 @@ class Worker:
                     refused = fitted
                     rec = rec._replace(error=fitted)
             try:
-                written = commit(claim, slot, rec, text, parallel)
+                if metrics is None:
+                    written = commit(claim, slot, rec, text, parallel)
+                else:
+                    began = time.perf_counter()
+                    written = commit(claim, slot, rec, text, parallel)
+                    metrics.slot_commit.observe(time.perf_counter() - began)
             except Exception as exc:  # the store failed: not the workflow's outcome
                 raise _CommitFailed(exc) from exc
             if not written:
@@ -847,6 +884,8 @@ class Worker:
                 # runs (crashed workers included). No commit and no wait (engine.marks).
                 write_mark(slot, name, attempt, clock())
                 me.inflight = True
+            if spans is not None:
+                spans.attempt_started(slot, name, attempt)
 
         def sleep(seconds: float) -> None:
             if self._stopping.wait(seconds):
@@ -862,6 +901,8 @@ class Worker:
         def on_task_start(slot: int, name: str, attempt: int) -> None:
             if stopping.up:
                 raise WorkerStopping()
+            if spans is not None:
+                spans.attempt_started(slot, name, attempt)
             if write_mark is not None:
                 with group_lock:
                     write_mark(slot, name, attempt, clock())
@@ -876,11 +917,17 @@ class Worker:
                 for future in [pool.submit(thunk) for thunk in thunks]:
                     future.result()
 
+        def on_attempt_end(slot: int, name: str, attempt: int, error: str | None) -> None:
+            if metrics is not None:
+                metrics.attempt_ended(name, error is not None)
+            if spans is not None:
+                spans.attempt_ended(slot, attempt, error)
+
         hooks = ParallelHooks(run_group, functools.partial(record, parallel=True), on_task_start)
         ctx = Context(
             state, workflow_id=claim.id, activities=self.registry.activities, clock=self.clock,
             sleep=sleep, record=record, on_start=on_start, prior=prior, cancel=claim.cancel,
-            parallel=hooks,
+            parallel=hooks, on_attempt_end=None if metrics is None and spans is None else on_attempt_end,
         )
         try:
             outcome = execute(fn, ctx, state)
