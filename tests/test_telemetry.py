@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from serve_helpers import free_port
 
 from conftest import ROOT, cli_env, run_cli, wait_for
 from replaylog.engine.app import load_app
 from replaylog.engine.store import open_store
 from replaylog.engine.worker import Worker
-from serve_helpers import free_port
 
 APP = "telemetry_app"
 
