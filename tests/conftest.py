@@ -30,9 +30,35 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# Commands that run in a process of their own even from run_cli: a worker (its signal
+# handlers, threads and exit are what its tests are about), the console and the demo (a
+# Textual app).
+PROCESS_COMMANDS = frozenset({"worker", "console", "demo"})
+_GLOBAL_OPTIONS = frozenset({"--db", "--max-payload"})  # the group's options that take a value
+
+
+def _command(args: tuple[str, ...]) -> str | None:
+    """The subcommand in a replaylog argument list (after the group's own options)."""
+    it = iter(args)
+    for arg in it:
+        if arg in _GLOBAL_OPTIONS:
+            next(it, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeout: float = 60,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `replaylog --db DB ARGS…` as a real subprocess and capture its output as text."""
+            env: dict[str, str] | None = None, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run `replaylog --db DB ARGS…` and capture its exit code and output as text.
+
+    In this test process (`run_cli_here`) unless `process` is asked for or the command is
+    one of PROCESS_COMMANDS: a new interpreter costs ~0.5 s of imports on a quiet machine,
+    several seconds on a loaded one, and most tests are about what the command says and
+    writes, not about the process. `timeout` bounds only a process.
+    """
+    if not process and _command(args) not in PROCESS_COMMANDS:
+        return run_cli_here(db, *args, input=input, env=env)
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
         [sys.executable, "-m", "replaylog", "--db", str(db), *args],
@@ -43,6 +69,51 @@ def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeou
                                        proc.stderr.decode(errors="replace"))
 
 
+def run_cli_here(db: Path | str, *args: str, input: str | bytes | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`replaylog --db DB ARGS…` through `replaylog.cli.main` in this process, as a process would see it.
+
+    The same entry point, arguments, environment (exactly `env`, else `cli_env()`), working
+    folder, stdin (`input`, else empty) and non-terminal stdout/stderr; the exit code from
+    SystemExit; an exception that escapes main is a traceback on stderr and exit code 1, as
+    the interpreter would print it.
+    """
+    import traceback
+
+    from click.testing import CliRunner
+
+    from replaylog.cli import main
+
+    wanted = env or cli_env()
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k not in wanted}
+    overrides.update(wanted)
+    argv = ["--db", str(db), *args]
+    cwd = os.getcwd()
+    code: int = 0
+    with CliRunner().isolation(input=input, env=overrides) as (out, err, _mixed):
+        try:
+            if cwd != str(ROOT):
+                os.chdir(ROOT)
+            main(argv)
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                code = exc.code or 0
+            else:
+                sys.stderr.write(f"{exc.code}\n")
+                code = 1
+        except Exception:
+            sys.stderr.write(traceback.format_exc())
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if cwd != str(ROOT):
+                os.chdir(cwd)
+        stdout, stderr = out.getvalue(), err.getvalue()
+    return subprocess.CompletedProcess(["replaylog", *argv], code, stdout.decode(errors="replace"),
+                                       stderr.decode(errors="replace"))
+
+
 def start_worker(db: Path | str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `replaylog worker` on DB as a background subprocess."""
     return subprocess.Popen(
@@ -51,7 +122,7 @@ def start_worker(db: Path | str, *args: str, env: dict[str, str] | None = None) 
     )
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02) -> bool:
+def wait_for(predicate: Callable[[], bool], timeout: float = 120.0, interval: float = 0.02) -> bool:
     """Poll until predicate() is true; False on timeout (assert on the answer)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

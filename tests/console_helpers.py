@@ -24,7 +24,7 @@ def make_app(db: Path, **kwargs: Any) -> ReplaylogConsole:
     return app
 
 
-async def settle(pilot: Pilot[Any], timeout: float = 10.0) -> None:
+async def settle(pilot: Pilot[Any], timeout: float = 120.0) -> None:
     """Wait until every screen has drawn the answer to its last read."""
     app = pilot.app
     deadline = time.monotonic() + timeout
@@ -36,7 +36,7 @@ async def settle(pilot: Pilot[Any], timeout: float = 10.0) -> None:
     await pilot.pause()
 
 
-async def wait_until(pilot: Pilot[Any], predicate: Any, timeout: float = 10.0) -> bool:
+async def wait_until(pilot: Pilot[Any], predicate: Any, timeout: float = 120.0) -> bool:
     """Let the app run until predicate() holds; the answer says whether it did."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

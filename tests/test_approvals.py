@@ -194,7 +194,7 @@ def test_a_timed_out_request_is_closed_and_a_late_approve_says_so(tmp_path: Path
     assert (row.status, row.blocked_on) == ("blocked", "approval:req-0") and row.wake_at is not None
     assert "approval: restart the cluster (request req-0) (until" in cli("list").stdout
     # The deadline passes before any worker records the timeout: the store closes the request itself.
-    assert wait_for(lambda: time.time() > (row.wake_at or 0) + 0.05, timeout=30)
+    assert wait_for(lambda: time.time() > (row.wake_at or 0) + 0.05, timeout=120)
     one_line_refusal(cli("approve", wid), "request 'req-0'", "timed out at", "the answer was not recorded")
     assert signal_count(db, wid) == 0
     assert cli("worker", "--until-idle", "--quiet", "--app", "agent_app").returncode == 0

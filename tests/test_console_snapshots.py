@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from console_helpers import SIZE, make_app, settle
+from console_helpers import SIZE, make_app, settle, wait_until
 from console_seed import ROLES
 from textual.pilot import Pilot
-from textual.widgets import Input, TextArea
+from textual.widgets import Input, Static, TextArea
 
 from replaylog.console.paged_table import PagedTable
 from replaylog.engine.app import load_app
@@ -34,7 +34,13 @@ def opening(workflow_id: str | None = None, *keys: str,
             await then(pilot)
         for widget in pilot.app.screen.query("Input, TextArea"):
             assert isinstance(widget, Input | TextArea)
-            widget.cursor_blink = False  # a blinking cursor would make frames differ
+            # A blinking cursor would make frames differ. Then a fresh draw: TextArea caches a
+            # line drawn while its cursor blinked off under the same key as a line with the
+            # cursor steady, so without it the frame depends on whether a loaded machine let a
+            # half-second blink pass before this point.
+            widget.cursor_blink = False
+            widget.notify_style_update()
+            widget.refresh()
         await pilot.pause()
 
     return run_before
@@ -101,7 +107,8 @@ def test_markup_workflow(snap_compare: Snap, console_db: Path) -> None:
 def test_signal_dialog_invalid_json(snap_compare: Snap, console_db: Path) -> None:
     async def break_payload(pilot: Pilot[Any]) -> None:
         pilot.app.screen.query_one("#payload", TextArea).text = '{"approved": tru'
-        await pilot.pause()
+        validation = pilot.app.screen.query_one("#validation", Static)
+        assert await wait_until(pilot, lambda: "not JSON" in str(validation.render()))
 
     assert snap_compare(make_app(console_db), terminal_size=SIZE,
                         run_before=opening(ROLES["blocked"], "s", then=break_payload))

@@ -19,7 +19,7 @@ import pytest
 from fault_app import expected_value
 from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
 
-from conftest import run_cli
+from conftest import run_cli, wait_for
 from replaylog.engine.store import Store, open_store
 
 STEPS = 10  # activities per workflow
@@ -32,6 +32,11 @@ def _top_up(store: Store, expected: dict[str, int], rng: random.Random, count: i
         seed = rng.randrange(1_000_000)
         wid = store.start_workflow("chain", {"n": STEPS, "seed": seed})
         expected[wid] = sum(expected_value(i, seed) for i in range(STEPS))
+
+
+def _has_run(ledger: Path, pid: int) -> bool:
+    """Whether process `pid` has started an activity (the ledger line comes first thing in `effect`)."""
+    return ledger.exists() and f'"pid": {pid},' in ledger.read_text()
 
 
 def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: Path | str | None = None,
@@ -58,6 +63,12 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
             # Random points: during import, mid-claim, mid-activity, mid-commit.
             time.sleep(rng.uniform(0.1, 0.8))
             victim = rng.randrange(workers)
+            if len(killed) % 2:
+                # Every other kill waits until its victim runs activities: on a loaded machine a
+                # worker can spend the whole random delay importing, and the storm must also
+                # land on activities in flight.
+                pid = procs[victim].pid
+                assert wait_for(lambda pid=pid: _has_run(tmp / "ledger.jsonl", pid), timeout=120), procs[victim].log()
             procs[victim].kill()
             killed.add(procs[victim].pid)
             verdict = integrity(db)

@@ -67,7 +67,7 @@ def test_a_frozen_worker_loses_its_lease_and_its_late_writes_are_refused(tmp_pat
         _freeze_outside_a_write(a, db)  # frozen in the middle of the activity at slot 1
         claim_epoch = store.get_workflow(wid).lease_owner
         assert claim_epoch is not None and f":{a.pid}:" in claim_epoch
-        assert wait_for(lambda: (store.get_workflow(wid).lease_expires or 0) < time.time(), timeout=30)
+        assert wait_for(lambda: (store.get_workflow(wid).lease_expires or 0) < time.time(), timeout=120)
 
         b = WorkerProc(db, tmp_path / "logs", fault_env(tmp_path, FAULT_RELEASE=str(release_b)), "--lease", "5")
         procs.append(b)

@@ -68,7 +68,7 @@ def _act(db: Path | str, env: dict[str, str], cancel: list[str], term: list[str]
     for c, t in zip(cancel, term, strict=True):
         assert run_cli(db, "cancel", c, "--reason", "race", env=env).returncode == 0
         done = run_cli(db, "terminate", t, "--reason", "race", env=env)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, (done.stderr, _rows(db)[t])
         left[t] = _rows(db)[t][1]
     return left
 

@@ -83,12 +83,12 @@ def test_database_wal_and_shm_files_are_created_0600_even_with_a_permissive_umas
                                "-q"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
     try:
         wal, shm = Path(f"{db}-wal"), Path(f"{db}-shm")
-        assert wait_for(lambda: wal.exists() and shm.exists() and wal.stat().st_size > 0, timeout=30)
+        assert wait_for(lambda: wal.exists() and shm.exists() and wal.stat().st_size > 0, timeout=120)
         modes = {p.name: oct(_mode(p)) for p in (db, wal, shm)}
         assert modes == {db.name: "0o600", wal.name: "0o600", shm.name: "0o600"}
         # The worker's in-flight mark file (engine.marks) and its folder are private too.
         marks = Path(f"{db}-inflight")
-        assert wait_for(lambda: any(marks.glob("*.marks")), timeout=30)
+        assert wait_for(lambda: any(marks.glob("*.marks")), timeout=120)
         assert oct(_mode(marks)) == "0o700"
         assert {oct(_mode(p)) for p in marks.glob("*.marks")} == {"0o600"}
     finally:

@@ -136,10 +136,10 @@ def _ledger(tmp_path: Path) -> list[dict[str, float]]:
 def test_a_running_worker_fires_a_timer_at_its_wake_time_once(worker: Worker, store: Store,
                                                               tmp_path: Path) -> None:
     wid = store.start_workflow("nap", 0.4)
-    assert wait_for(lambda: store.get_workflow(wid).status == "blocked", timeout=30)
+    assert wait_for(lambda: store.get_workflow(wid).status == "blocked", timeout=120)
     wake_at = store.get_workflow(wid).wake_at
     assert wake_at is not None and store.get_workflow(wid).blocked_on == TIMER
-    assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=30)
+    assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
     (line,) = _ledger(tmp_path)
     assert line["at"] >= wake_at  # never early
     timer = store.list_commands(wid)[0]
@@ -152,7 +152,7 @@ def test_a_deadline_passes_and_the_timeout_is_recorded_then_a_late_signal_stays(
     assert wait_for(lambda: store.get_workflow(wid).blocked_on == "go"
                     and [c.kind for c in store.list_commands(wid)] == ["deadline", "timeout"], timeout=30)
     store.send_signal(wid, "go", "late")
-    assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=30)
+    assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
     assert store.get_workflow(wid).result == ["timeout", "late"]
     assert [s.consumed for s in store.list_signals(wid)] == [True]
 
@@ -168,7 +168,7 @@ def test_a_timer_that_expired_while_no_worker_ran_fires_when_one_starts(db: Path
         row = s.get_workflow(wid)
     assert (row.status, row.blocked_on) == ("blocked", TIMER) and row.wake_at is not None
     # No worker runs while the timer expires; the next one to start fires it, once.
-    assert wait_for(lambda: time.time() > (row.wake_at or 0) + 0.2, timeout=30)
+    assert wait_for(lambda: time.time() > (row.wake_at or 0) + 0.2, timeout=120)
     second = run_cli(db, "worker", "--app", "timer_app", "--until-idle", "--quiet", env=env)
     assert second.returncode == 0, second.stderr
     with open_store(db, readonly=True) as s:

@@ -197,10 +197,10 @@ def test_signal_sent_while_running_is_not_lost(db: Path | str, tmp_path: Path) -
     wid = run_cli(db, "start", "waits", "--app", APP, env=env).stdout.strip()
     worker = start_worker(db, "--app", APP, env=env)
     try:
-        assert wait_for(lambda: statuses(db)[wid] == "running", timeout=30)
+        assert wait_for(lambda: statuses(db)[wid] == "running", timeout=120)
         # Sent while slot 0 is still executing: the run that blocks on 'go' must not strand it.
         assert run_cli(db, "signal", wid, "go", "1", env=env).returncode == 0
-        assert wait_for(lambda: statuses(db)[wid] == "completed", timeout=30)
+        assert wait_for(lambda: statuses(db)[wid] == "completed", timeout=120)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
