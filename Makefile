@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 DEMO_DB ?= .demo/replaylog-demo.db
 
-.PHONY: demo test lint soak bench bench-smoke bench-instructions clean
+.PHONY: demo demo-fresh test lint soak bench bench-smoke bench-instructions postgres postgres-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replaylog needs Python 3.11 or newer: run make PYTHON=python3.11")'
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	@mkdir -p $(dir $(DEMO_DB))
 	$(VENV)/bin/replaylog --db $(DEMO_DB) demo
+
+# The demo seeded afresh: drops what was done in the demo database since.
+demo-fresh: $(STAMP)
+	@mkdir -p $(dir $(DEMO_DB))
+	$(VENV)/bin/replaylog --db $(DEMO_DB) demo --fresh
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -34,8 +39,16 @@ bench: $(STAMP)
 bench-smoke: $(STAMP)
 	$(PY) -m bench --smoke
 
+# A local PostgreSQL server (the dev extra's pgserver) in .demo/postgres: prints the URL to use.
+postgres: $(STAMP)
+	$(PY) -m bench.pg_server start
+
+postgres-stop: $(STAMP)
+	$(PY) -m bench.pg_server stop
+
 bench-instructions: $(STAMP)
 	$(PY) -m bench.instructions
 
 clean:
+	@if [ -x $(PY) ]; then $(PY) -m bench.pg_server stop; fi
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache

@@ -1,7 +1,9 @@
-"""A real PostgreSQL server for the tests and the benchmarks: pgserver's binaries, a temp dir, a unix socket.
+"""A real PostgreSQL server for the tests, the benchmarks and `make postgres`: pgserver's binaries, a unix socket.
 
-No root and no system packages: the `pgserver` wheel carries PostgreSQL 16. One server
-per test process; each test gets a database of its own (CREATE DATABASE is ~50 ms).
+No root and no system packages: the `pgserver` wheel (the dev extra) carries PostgreSQL
+16. One server per test process; each test gets a database of its own (CREATE DATABASE
+is ~50 ms). `python -m bench.pg_server start|stop [FOLDER]` (what `make postgres` and
+`make postgres-stop` run) keeps one running for a newcomer to try replaylog on.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import itertools
 import os
 import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -145,3 +148,58 @@ class PGServer:
         with psycopg.connect(url, autocommit=True) as conn:
             cur = conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
+
+
+# Where `make postgres` keeps its server, beside the demo's SQLite file; the database it makes on it.
+DEV_FOLDER = Path(".demo/postgres")
+DEV_DATABASE = "replaylog"
+
+
+def start_dev(folder: Path = DEV_FOLDER) -> str:
+    """Start (or find running) a durable server in `folder`, with a database `replaylog`; its URL.
+
+    The server outlives this process (pgserver's cleanup is off): it runs until `stop_dev`.
+    """
+    import pgserver
+
+    folder.mkdir(parents=True, exist_ok=True)
+    server = pgserver.get_server(folder.resolve(), cleanup_mode=None)
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DEV_DATABASE,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{DEV_DATABASE}"')
+    return str(server.get_uri(DEV_DATABASE))
+
+
+def stop_dev(folder: Path = DEV_FOLDER) -> bool:
+    """Stop the server `start_dev` started in `folder` (its data stays); False if none was running there."""
+    import pgserver
+
+    if not (folder / "postmaster.pid").exists():
+        return False
+    server = pgserver.get_server(folder.resolve(), cleanup_mode=None)
+    pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=folder.resolve(), user=server.system_user, timeout=60)
+    return True
+
+
+def main(argv: list[str]) -> int:
+    """`start [FOLDER]`: start the dev server and print the URL to use; `stop [FOLDER]`: stop it."""
+    if not argv or argv[0] not in ("start", "stop") or len(argv) > 2:
+        print("usage: python -m bench.pg_server start|stop [FOLDER]", file=sys.stderr)
+        return 2
+    folder = Path(argv[1]) if len(argv) > 1 else DEV_FOLDER
+    if argv[0] == "stop":
+        print(f"stopped the PostgreSQL server in {folder} (its data stays)" if stop_dev(folder)
+              else f"no PostgreSQL server running in {folder}")
+        return 0
+    url = start_dev(folder)
+    print(f"PostgreSQL is running in {folder} (a unix socket there, no TCP port) until `make postgres-stop`.")
+    print("Point replaylog at it (the bundled app; give --app yours):")
+    print(f"  export REPLAYLOG_DB='{url}'")
+    print("  .venv/bin/replaylog start refund 42")
+    print("  .venv/bin/replaylog worker --until-idle")
+    print("  .venv/bin/replaylog list")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import click
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -35,6 +35,7 @@ from replaylog.engine.errors import DuplicateWorkflowIdError, ReplaylogError, St
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.store import (
     STATUSES,
+    AuditRow,
     OperatorStore,
     ReaderStore,
     WorkflowRow,
@@ -45,9 +46,12 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import countdown, duration, preview, printable, waits_text
-from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info, status_info
+from replaylog.engine.text import cancel_state, cancel_text, countdown, duration, preview, printable, waits_text
+from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
+
+if TYPE_CHECKING:
+    from replaylog.console.app import ReplaylogConsole
 
 
 class CLIError(click.ClickException):
@@ -393,7 +397,10 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
-        click.echo(f"{stamp} {printable(wid, oneline=True)} {printable(text, oneline=True)}", err=True)
+        line, *more = text.split("\n")  # a failure's traceback comes on the lines after, indented
+        said = [f"{stamp} {printable(wid, oneline=True)} {printable(line, oneline=True)}"]
+        said += [f"    {printable(part, oneline=True)}" for part in more]
+        click.echo("\n".join(said), err=True)
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
@@ -541,21 +548,23 @@ def _t(value: Any) -> Text:
 def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     """The `show --json` object."""
     inflight = store.inflight(row.id)
+    audit = store.list_audit(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
         "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
-        "input": row.input, "result": row.result, "error": row.error, "diagnostic": row.diagnostic,
+        "input": row.input, "result": row.result, "error": row.error, "traceback": row.traceback,
+        "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
-        "cancel_requested": row.cancel_requested,
+        "cancel_requested": row.cancel_requested, "cancel": _cancel_json(row, audit),
         "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
         "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
-                  for a in store.list_audit(row.id)],
+                  for a in audit],
         "approval": store.pending_approval(row.id),
         **store.family(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-             "attempts": c.attempts, "recorded_at": c.recorded_at}
+             "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
             for c in store.list_commands(row.id)
         ],
         "signals": [
@@ -566,6 +575,12 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
             "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
             "started_at": inflight.started_at},
     }
+
+
+def _cancel_json(row: WorkflowRow, audit: list[AuditRow]) -> dict[str, Any] | None:
+    """`show --json`'s "cancel": the request's reason, and whether it reached the workflow's code."""
+    state = cancel_state(row.status, row.cancel_requested, audit)
+    return None if state is None else {"reason": row.cancel_requested, "state": state[0], "why": state[1]}
 
 
 def _waiting(store: ReaderStore, workflow: str, status: str,
@@ -760,9 +775,9 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         # said as the console's workflow screen says it.
         line = worker_error_line(row.worker_error, row.status, row.retry_at)
         head.add_row("worker error", Text(printable(line, oneline=True), style="yellow"))
-    if row.cancel_requested is not None and not status_info(row.status).finished:
-        head.add_row("cancel", Text(printable("requested" + (f": {row.cancel_requested}" if row.cancel_requested
-                                                             else ""), oneline=True), style="yellow"))
+    if data["cancel"] is not None:
+        said = cancel_text(data["cancel"]["state"], data["cancel"]["why"], data["cancel"]["reason"])
+        head.add_row("cancel", Text(printable(said, oneline=True), style="yellow"))
     if row.forked_from is not None:
         head.add_row("forked from", _t(f"{row.forked_from} at slot {row.forked_slot}"))
     head.add_row("updated", _t(_when(row.updated_at)))
@@ -771,13 +786,19 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
-    shown: list[Any] = [head, _listing(
+    shown: list[Any] = [head]
+    if row.traceback:
+        shown += _traceback("traceback", row.traceback)
+    shown.append(_listing(
         f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
         [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
           Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
           _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
          for c in data["commands"]],
-        wide="value / error")]
+        wide="value / error"))
+    for c in data["commands"]:
+        if c["traceback"]:
+            shown += _traceback(f"traceback of slot {c['slot']} ({c['kind']} {c['name']})", c["traceback"])
     if data["signals"]:
         shown.append(_listing(
             f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
@@ -789,6 +810,11 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
             [(_t(_when(a["at"], short=True)), _t(a["action"]), _t(a["actor"]), _t(a["reason"]), _t(a["detail"]))
              for a in data["audit"]]))
     _print(*shown)
+
+
+def _traceback(title: str, text: str) -> list[Group]:
+    """A failure's traceback as `show` prints it: a title, then its lines (control characters made visible)."""
+    return [Group(Text(printable(title, oneline=True), style="bold"), Text(printable(text), style="red"), Text(""))]
 
 
 def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:
@@ -1060,7 +1086,8 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
 
 @cli.command()
 @click.option("--readonly", is_flag=True, help="Open the database read-only: no write actions.")
-@click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics.")
+@click.option("--app", help="Module or .py file with the workflows, for dry replays in diagnostics"
+                             " (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--serve", is_flag=True, help="Serve the console in a browser (one console per browser session).")
 @click.option("--host", help="With --serve: the address to bind (default 127.0.0.1; any other needs a token).")
 @click.option("--port", type=click.IntRange(1, 65535), help="With --serve: the TCP port (default 8080).")
@@ -1074,13 +1101,20 @@ def console(settings: Settings, readonly: bool, app: str | None, serve: bool, ho
     if not serve and (host is not None or port is not None):
         fail("--host and --port serve the console in a browser: add --serve")
     settings.open(readonly=readonly).close()
-    registry = _app(app) if app else None
     if serve:
+        _app(app)  # a bad app is refused here, in one line, not in every browser session
         _serve_console(settings, readonly, app, host or "127.0.0.1", port or 8080, token)
         return
+    console_app(settings, readonly=readonly, app=app).run()
+
+
+def console_app(settings: Settings, *, readonly: bool, app: str | None) -> ReplaylogConsole:
+    """The console `replaylog console` opens: with the app every command loads (--app, else
+    $REPLAYLOG_APP, else replaylog.samples), so `c` and the Diagnosis tab replay the code a
+    worker runs, as `check` and `retry` do."""
     from replaylog.console.app import ReplaylogConsole  # only the command line knows the console
 
-    ReplaylogConsole(settings.db, readonly=readonly, registry=registry).run()
+    return ReplaylogConsole(settings.db, readonly=readonly, registry=_app(app))
 
 
 def _serve_console(settings: Settings, readonly: bool, app: str | None, host: str, port: int,
@@ -1100,15 +1134,21 @@ def _serve_console(settings: Settings, readonly: bool, app: str | None, host: st
 
 @cli.command()
 @click.option("--no-console", is_flag=True, help="Only seed and print the tour; do not open the console.")
+@click.option("--fresh", is_flag=True,
+              help="Seed an existing demo database afresh, dropping the changes made in it (else they are kept).")
 @global_options
 @pass_settings
-def demo(settings: Settings, no_console: bool) -> None:
-    """Seed a demo database with workflows in every state, run a worker, open the console."""
-    from replaylog.demo import run_demo
+def demo(settings: Settings, no_console: bool, fresh: bool) -> None:
+    """Seed a demo database with workflows in every state (once: a second run keeps your changes), run a worker,
+    open the console."""
+    from replaylog.demo import DemoRefused, run_demo
 
     if isinstance(settings.db, str):
         fail("the demo seeds a SQLite file; give --db a file path")
-    run_demo(settings.db, open_console=not no_console, echo=_echo_err)
+    try:
+        run_demo(settings.db, open_console=not no_console, echo=_echo_err, fresh=fresh)
+    except DemoRefused as exc:
+        fail(str(exc))
 
 
 def _echo_err(text: str) -> None:

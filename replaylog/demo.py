@@ -63,17 +63,55 @@ def seed(db: Path, echo: Callable[[str], None]) -> dict[str, str]:
 
 
 def echo_states(store: ReaderStore, echo: Callable[[str], None]) -> None:
-    """Print one line per workflow: id, name, status, blocked-on or error."""
-    for row in store.list_workflows(sort="created", descending=False, limit=-1):
+    """Print one line per workflow: id, name, status, blocked-on or error, in columns as wide as their widest."""
+    rows = store.list_workflows(sort="created", descending=False, limit=-1)
+    id_width = max((len(r.id) for r in rows), default=0)
+    name_width = max((len(r.workflow) for r in rows), default=0)
+    status_width = max((len(r.status) for r in rows), default=0)
+    for row in rows:
         extra = waits_text(row.blocked_on, row.wake_at, time.time()) or row.error or ""
-        echo(f"  {row.id:<18} {row.workflow:<17} {row.status:<10} {extra}")
+        echo(f"  {row.id:<{id_width}}  {row.workflow:<{name_width}}  {row.status:<{status_width}}  {extra}".rstrip())
 
 
-def run_demo(db: str | os.PathLike[str], *, open_console: bool, echo: Callable[[str], None]) -> None:
-    """Seed, start a background worker, open the console (or print the tour without a terminal)."""
+# The seeded workflow a database must hold for --fresh to wipe it: never a database of real work.
+DEMO_MARK = "refund-v1-8"
+
+
+class DemoRefused(Exception):
+    """The demo will not touch this database (a one-line reason)."""
+
+
+def _is_demo(db: Path) -> bool:
+    """Whether the file holds the demo's seed (or no workflow at all)."""
+    with open_store(db) as store:  # writable, as the demo is: an older database is migrated, not refused
+        return store.count_workflows() == 0 or any(r.id == DEMO_MARK for r in store.list_workflows(limit=-1))
+
+
+def run_demo(db: str | os.PathLike[str], *, open_console: bool, echo: Callable[[str], None],
+             fresh: bool = False) -> None:
+    """Seed (unless the database exists: the changes made in it are kept), start a background worker,
+    open the console (or print the tour without a terminal).
+
+    Args:
+        db: the demo's SQLite file.
+        open_console: open the console when on a terminal.
+        echo: where the lines for the user go.
+        fresh: seed again over an existing demo database (refused for one that is not the demo's).
+    """
     db = Path(db)
-    echo(f"Seeding demo database {db} …")
-    ids = seed(db, echo)
+    kept = db.exists() and not fresh
+    if db.exists() and fresh and not _is_demo(db):
+        raise DemoRefused(f"{db} holds workflows the demo did not seed: --fresh would delete them; give --db"
+                          " another file")
+    if kept:
+        echo(f"Using the demo database {db} as you left it: your changes are kept (to seed it afresh:"
+             f" {_command_name()} --db {db} demo --fresh, or make demo-fresh)")
+        with open_store(db) as store:  # writable, as the demo is: an older database is migrated, not refused
+            echo_states(store, echo)
+        ids = {"nondeterministic": DEMO_MARK, "blocked": "refund-12"}
+    else:
+        echo(f"Seeding demo database {db} …")
+        ids = seed(db, echo)
     worker = subprocess.Popen(
         [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--quiet"],
         stdin=subprocess.DEVNULL,
@@ -97,6 +135,18 @@ def run_demo(db: str | os.PathLike[str], *, open_console: bool, echo: Callable[[
 def _tour(db: Path, ids: dict[str, str], echo: Callable[[str], None]) -> None:
     """The refund tour in the terminal: approve the blocked refund and watch it complete."""
     blocked = ids["blocked"]
+    with open_store(db) as store:
+        if not any(r.id == blocked and r.status == "blocked" for r in store.list_workflows(limit=-1)):
+            blocked = ""  # a kept database where it was approved already (or is gone): nothing to approve
+    if blocked:
+        _approve(db, blocked, echo)
+    cmd = _command_name()
+    echo(f"\nLook closer:  {cmd} --db {db} show {ids['nondeterministic']}")
+    echo(f"              {cmd} --db {db} console")
+
+
+def _approve(db: Path, blocked: str, echo: Callable[[str], None]) -> None:
+    """Approve the blocked refund and watch the background worker complete it."""
     echo(f"\nApproving {blocked} (blocked on 'approval') while the worker runs …")
     with open_store(db) as store:
         start = time.monotonic()
@@ -108,9 +158,6 @@ def _tour(db: Path, ids: dict[str, str], echo: Callable[[str], None]) -> None:
         echo(f"  {blocked} is {row.status} after {1000 * (time.monotonic() - start):.0f} ms: {result}")
         echo("\nEvery workflow now:")
         echo_states(store, echo)
-    cmd = _command_name()
-    echo(f"\nLook closer:  {cmd} --db {db} show {ids['nondeterministic']}")
-    echo(f"              {cmd} --db {db} console")
 
 
 def _command_name() -> str:

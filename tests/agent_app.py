@@ -40,13 +40,26 @@ def note(tag: str) -> str:
 @activity
 def held(tag: str) -> str:
     """Note the start, then wait until $AGENT_RELEASE exists (at most 60 s)."""
+    _hold(tag)
+    _ledger("run", tag)
+    return tag
+
+
+def _hold(tag: str) -> None:
+    """Note `tag`, then wait until $AGENT_RELEASE exists (at most 60 s)."""
     _ledger("start", tag)
     release = Path(os.environ.get("AGENT_RELEASE", "/nonexistent"))
     deadline = time.monotonic() + 60
     while not release.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    _ledger("run", tag)
-    return tag
+
+
+@workflow
+def holds_after_its_last_call(ctx: Context) -> str:
+    """Its last ctx call, then plain code held until released: a cancel sent meanwhile meets no ctx call."""
+    ctx.call_activity(note, "last call")
+    _hold("after the last call")
+    return "done"
 
 
 @activity

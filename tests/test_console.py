@@ -263,6 +263,24 @@ async def test_enter_on_a_slot_shows_its_value_as_pretty_json(console_db: Path) 
 
 
 @async_test
+async def test_a_failed_slot_and_the_failed_workflow_show_their_tracebacks(console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, ROLES["activity_failure"])  # it opens on the diagnosis
+        await pilot.press("1")  # the slots
+        screen.query_one("#slot-table", PagedTable).move_cursor(row=0)
+        await pilot.press("enter")  # slot 0, the activity that failed
+        assert await wait_until(pilot, lambda: isinstance(app.screen, SlotScreen))
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert 'traceback\nTraceback (most recent call last):\n  File "tests/console_workflows.py", line' in shown
+        assert "in carrier_down" in shown and "replaylog/engine" not in shown
+        await pilot.press("escape")
+        await pilot.press("v")  # the workflow's error in full, and where in its code it surfaced
+        shown = rendered(app.screen.query_one("#slot-value Static", Static))
+        assert "traceback\nTraceback (most recent call last):" in shown and "in failing_shipment" in shown
+
+
+@async_test
 async def test_a_50000_slot_history_opens_one_page_at_a_time(db_path: Path) -> None:
     seed_long_history(db_path, "long-1", 50_000)
     seed_long_history(db_path, "short-1", 1)
@@ -530,7 +548,8 @@ async def test_esc_in_the_payload_editor_cancels_without_sending(console_db: Pat
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
         dialog = await open_dialog(pilot, ROLES["blocked"])
-        assert dialog.query_one("#payload", TextArea).has_focus  # the name is known: typing goes to the payload
+        await pilot.press("tab")
+        assert dialog.query_one("#payload", TextArea).has_focus
         await pilot.press("escape")
         assert isinstance(app.screen, WorkflowScreen)
         await pilot.press("enter")  # an enter after it opens the slot under the cursor, and sends nothing
@@ -540,11 +559,38 @@ async def test_esc_in_the_payload_editor_cancels_without_sending(console_db: Pat
 
 
 @async_test
+async def test_the_signal_dialog_starts_in_the_name_offers_no_payload_and_tab_goes_name_payload_send(
+        console_db: Path) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(pilot, ROLES["blocked"])
+        name, payload = dialog.query_one("#signal-name", Input), dialog.query_one("#payload", TextArea)
+        assert name.has_focus and name.value == "approval" and payload.text == ""
+        # Nothing pre-filled to send: one ctrl+s sends no approval the operator did not type.
+        assert dialog.query_one("#send").disabled
+        assert "type the payload" in rendered(dialog.query_one("#validation", Static))
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, SignalDialog)
+        await pilot.press("tab")
+        assert payload.has_focus
+        await pilot.press(*"null", "tab")
+        assert app.focused is dialog.query_one("#send")
+        with open_store(console_db, readonly=True) as store:
+            assert [s.name for s in store.list_signals(ROLES["blocked"])] == ["[/bold]note"]
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog))
+        with open_store(console_db, readonly=True) as store:
+            assert [(s.name, s.payload) for s in store.list_signals(ROLES["blocked"])][-1] == ("approval", None)
+
+
+@async_test
 async def test_a_completed_workflow_refuses_the_signal_in_place(console_db: Path) -> None:
     app = make_app(console_db)
     async with app.run_test(size=SIZE) as pilot:
         dialog = await open_dialog(pilot, ROLES["completed"])
         dialog.query_one("#signal-name", Input).value = "approval"
+        dialog.query_one("#payload", TextArea).text = "true"
         await pilot.press("ctrl+s")
         refusal = dialog.query_one("#refusal", Static)
         assert await wait_until(pilot, lambda: "accepts no signals" in rendered(refusal))
@@ -563,6 +609,7 @@ async def test_unknown_ids_and_oversized_payloads_are_refused_in_place(
         app.open_signal_dialog("no-such-workflow", "approval")
         await pilot.pause()
         dialog = app.screen
+        dialog.query_one("#payload", TextArea).text = "null"
         await pilot.press("ctrl+s")
         refusal = dialog.query_one("#refusal", Static)
         assert await wait_until(pilot, lambda: "no workflow with id" in rendered(refusal))
@@ -680,6 +727,28 @@ async def test_a_divergence_is_aligned_from_the_stored_diagnostic_without_the_co
         # Without the code the issued side is the stored record, and the labels say so.
         assert header(aligned, "issued") == "issued when it failed (stored)"
         assert "not loaded: start the console with --app" in rendered(screen.query_one("#diag-summary", Static))
+
+
+def test_replaylog_console_loads_the_app_every_command_loads(console_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from replaylog.cli import Settings, console_app
+
+    # `replaylog console` with no --app: $REPLAYLOG_APP, as `check`, `retry` and `worker` read it.
+    monkeypatch.setenv("REPLAYLOG_APP", "console_workflows")
+
+    async def go() -> None:
+        app = console_app(Settings(str(console_db), None), readonly=False, app=None)
+        app.animation_level = "none"
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_workflow(pilot, ROLES["diverged"])
+            await pilot.press("3")
+            summary = screen.query_one("#diag-summary", Static)
+            assert await wait_until(pilot, lambda: "dry replay of console_workflows" in rendered(summary))
+            assert "not loaded" not in rendered(summary)
+            assert header(screen.query_one("#aligned", DataTable), "issued") == "issued by the current code"
+
+    import asyncio
+
+    asyncio.run(go())
 
 
 @async_test

@@ -158,6 +158,26 @@ async def test_the_transcript_shows_calls_the_child_and_the_approval(db: Path | 
 
 
 @async_test
+async def test_the_transcript_shows_a_long_approval_answer_whole(db: Path | str) -> None:
+    seed(db)
+    note = "refund approved after a call with the customer; " * 4 + "END-OF-NOTE"
+    with open_store(db) as store:
+        store.answer_approval(WID, approved=True, by="alice", note=note, request="req-4")
+    app = make_app(db)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await open_agent(pilot)
+        await pilot.press("t")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        body = app.screen.query_one("#transcript", Static)
+        assert await wait_until(pilot, lambda: "issue_refund" in rendered(body))
+        # As wide as it is drawn on this terminal: the answer wraps, it is not cut with "…".
+        console = Console(width=body.content_size.width, record=True, file=io.StringIO())
+        console.print(body.content)
+        drawn = " ".join(line.strip() for line in console.export_text().splitlines())
+        assert "approved by alice: refund approved" in drawn and "END-OF-NOTE" in drawn
+
+
+@async_test
 async def test_the_list_filters_to_workflows_waiting_for_an_approval(db: Path | str) -> None:
     seed(db)
     with open_store(db) as store:

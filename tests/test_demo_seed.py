@@ -66,3 +66,43 @@ def test_the_tour_names_a_command_a_newcomer_can_type(tmp_path: Path) -> None:
     shown = subprocess.run([command, *hint.split()[3:]], capture_output=True, text=True, env=cli_env(PATH=path),
                            cwd=ROOT, timeout=60)
     assert shown.returncode == 0 and "refund-v1-8" in shown.stdout, shown.stderr
+
+
+def test_a_second_demo_keeps_the_users_changes_and_says_so_and_fresh_seeds_again(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    first = run_cli(db, "demo", timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert run_cli(db, "terminate", "reminder-ann", "--reason", "mine").returncode == 0
+    second = run_cli(db, "demo", timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "your changes are kept" in second.stderr and "Seeding" not in second.stderr
+    with open_store(db, readonly=True) as store:
+        assert store.get_workflow("reminder-ann").status == "terminated"
+    fresh = run_cli(db, "demo", "--fresh", timeout=120)
+    assert fresh.returncode == 0 and "Seeding demo database" in fresh.stderr
+    with open_store(db, readonly=True) as store:
+        assert store.get_workflow("reminder-ann").status == "blocked"
+
+
+def test_demo_fresh_refuses_a_database_the_demo_did_not_seed(tmp_path: Path) -> None:
+    db = tmp_path / "work.db"
+    assert run_cli(db, "start", "refund", "1", "--id", "real-work").returncode == 0
+    proc = run_cli(db, "demo", "--fresh", timeout=120)
+    assert proc.returncode == 1 and proc.stderr.startswith("replaylog: error: ")
+    assert "holds workflows the demo did not seed" in proc.stderr
+    with open_store(db, readonly=True) as store:
+        assert [r.id for r in store.list_workflows(limit=-1)] == ["real-work"]
+
+
+def test_the_seeding_table_is_aligned_in_columns() -> None:
+    import tempfile
+
+    lines: list[str] = []
+    with tempfile.TemporaryDirectory() as folder:
+        seed(Path(folder) / "demo.db", echo=lines.append)
+    import re
+
+    assert any(line.split()[:2] == ["refund-deadline-21", "refund_with_deadline"] for line in lines)
+    # Workflow and status start at the same place on every line, however long the longest id and name.
+    starts = {tuple(m.start() for m in re.finditer(r"\S+", line))[1:3] for line in lines}
+    assert len(starts) == 1, lines

@@ -134,3 +134,12 @@ def test_readme_is_a_short_users_document() -> None:
     for doc in ("tutorial", "workflows", "cli", "console", "guarantees", "performance", "architecture", "postgres"):
         assert f"(docs/{doc}.md)" in "\n".join(lines), f"README.md does not link docs/{doc}.md"
         assert (ROOT / "docs" / f"{doc}.md").is_file()
+
+
+def test_readme_puts_replaylog_on_path_before_its_first_bare_command() -> None:
+    """`make demo` leaves replaylog in an unactivated .venv: the tour says how to reach it before using it bare."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_bare = re.search(r"^replaylog (start|worker|list|show) ", text, flags=re.MULTILINE)
+    assert first_bare is not None
+    before = text[:first_bare.start()]
+    assert "source .venv/bin/activate" in before and ".venv/bin/replaylog" in before

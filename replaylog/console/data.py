@@ -37,8 +37,8 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import preview
-from replaylog.engine.vocab import Group, SlotKind, Status, kind_info
+from replaylog.engine.text import cancel_state, cancel_text, preview
+from replaylog.engine.vocab import Group, SlotKind, Status, kind_info, status_info
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -103,13 +103,15 @@ class WorkflowView:
     # An operator's cancel request (its reason, "" if none given), and a fork's origin (id, slot).
     cancel_requested: str | None = None
     forked_from: tuple[str, int] | None = None
+    traceback: str | None = None  # a failed workflow's, through its code
 
     @classmethod
     def of(cls, r: WorkflowRow) -> WorkflowView:
         """The view of a store row."""
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
                    r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at, r.wake_at,
-                   r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0))
+                   r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0),
+                   r.traceback)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Slot:
     ok: bool
     value: Any
     error: str | None
+    traceback: str | None = None  # a failed activity's (its last attempt's)
 
     @property
     def label(self) -> str:
@@ -133,7 +136,7 @@ class Slot:
     @classmethod
     def of(cls, c: CommandRow) -> Slot:
         """The view of a store command row."""
-        return cls(c.slot, c.kind, c.name, c.recorded_at, c.attempts, c.ok, c.value, c.error)
+        return cls(c.slot, c.kind, c.name, c.recorded_at, c.attempts, c.ok, c.value, c.error, c.traceback)
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,8 @@ class WorkflowDetail:
     children: tuple[tuple[str, str, str], ...] = ()
     # What its code published with ctx.set_event: (key, latest value), in the order first set.
     events: tuple[tuple[str, Any], ...] = ()
+    # What became of an operator's cancel request, in words (engine.text.cancel_text); None if none was made.
+    cancel: str | None = None
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -282,7 +287,18 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
-                          family["parent"], children, tuple(store.events(workflow_id).items()))
+                          family["parent"], children, tuple(store.events(workflow_id).items()),
+                          _cancel(store, row))
+
+
+def _cancel(store: ReaderStore, row: WorkflowRow) -> str | None:
+    """What became of the workflow's cancel request (its audit trail says whether it was not delivered)."""
+    if row.cancel_requested is None:
+        return None
+    # Only a finished workflow's trail can say so: an unfinished one's request is still on its way.
+    state = cancel_state(row.status, row.cancel_requested,
+                         store.list_audit(row.id) if status_info(row.status).finished else ())
+    return None if state is None else cancel_text(*state, row.cancel_requested)
 
 
 # The transcript shows at most this many slots: it is read whole, not paged.
@@ -388,6 +404,7 @@ class Diagnosis:
     aligned_current: bool = False  # the aligned view's issued side is the current code's
     current_slot: int | None = None  # where the current code first diverges (None: it does not, or unknown)
     checked: bool = False  # made for a `c` (check) press
+    traceback: str | None = None  # the failed workflow's, through its code (stored when it failed)
 
 
 def _labels(commands: list[CommandRow]) -> dict[int, str]:
@@ -475,7 +492,8 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
         kind = "activity" if failed is not None and row.error_kind == "activity" else "other"
         return Diagnosis(workflow_id, kind, "the stored error", row.error or "", failed.slot if failed else None,
                          failed_command=Slot.of(failed) if failed is not None and kind == "activity" else None,
-                         verdict=verdict, verdict_ok=verdict_ok, code=code, current_slot=current, checked=check)
+                         verdict=verdict, verdict_ok=verdict_ok, code=code, current_slot=current, checked=check,
+                         traceback=row.traceback)
     return Diagnosis(workflow_id, "none", "", verdict=verdict, verdict_ok=verdict_ok, code=code,
                      current_slot=current, checked=check)
 

@@ -69,13 +69,19 @@ class DiagnosisView(Vertical):
                 summary.add_row("attempts", text(cmd.attempts))
                 summary.add_row("recorded", text(utc(cmd.recorded_at)))
                 summary.add_row("error", Text(printable(cmd.error or ""), style="red"))
+                if cmd.traceback:
+                    summary.add_row("traceback", Text(printable(cmd.traceback)))
             if cmd is None or not diagnosis.message.endswith(cmd.error or ""):
                 summary.add_row("workflow error", Text(printable(diagnosis.message), style="red"))
+            if diagnosis.traceback:
+                summary.add_row("in the workflow", Text(printable(diagnosis.traceback)))
         elif diagnosis.kind == "other":
             summary.add_row("failure", Text("workflow failed", style="bold red"))
             if diagnosis.slot is not None:
                 summary.add_row("slot", text(diagnosis.slot))
             summary.add_row("error", Text(printable(diagnosis.message), style="red"))
+            if diagnosis.traceback:
+                summary.add_row("traceback", Text(printable(diagnosis.traceback)))
         else:
             summary.add_row("failure", Text("none: this workflow has not failed", style="green"))
         summary.add_row("current code", current_code(diagnosis, verdict))

@@ -17,8 +17,6 @@ from replaylog.console.format import titled
 from replaylog.console.write_dialog import WriteDialog
 from replaylog.engine.core import signal_name_refusal
 
-DEFAULT_PAYLOAD = '{"approved": true, "by": "operator"}'
-
 
 class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
     """Send one signal through `ConsoleData.send_signal` (the store's, as `replaylog signal` uses).
@@ -30,7 +28,8 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
         data: the console's data layer, which sends it.
         workflow_id: the workflow to signal.
         default_name: the name to start with (the signal it waits on, if any).
-        payload: the JSON text to start with.
+        payload: the JSON text to start with (none: the operator types it; nothing is sent
+            that was not typed, and an approval least of all).
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -39,7 +38,7 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
     ]
 
     def __init__(self, data: ConsoleData, workflow_id: str, default_name: str = "",
-                 payload: str = DEFAULT_PAYLOAD) -> None:
+                 payload: str = "") -> None:
         super().__init__()
         self.data = data
         self.workflow_id = workflow_id
@@ -67,9 +66,9 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        """Validate the initial payload; start in the payload editor when the name is known."""
+        """Validate the initial payload; start in the name (tab: the payload, then Send)."""
         self._validate(self.initial_payload)
-        (self.query_one("#payload", TextArea) if self.default_name else self.query_one("#signal-name")).focus()
+        self.query_one("#signal-name", Input).focus()
 
     @on(TextArea.Changed, "#payload")
     def _payload_changed(self, event: TextArea.Changed) -> None:
@@ -87,17 +86,23 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
         line = self.query_one("#validation", Static)
         self.query_one("#refusal", Static).update("")
         name = self.query_one("#signal-name", Input).value
-        try:
-            self.payload = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            self.valid = False
-            line.update(Text(f"✗ not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}", style="bold red"))
+        # The store refuses these names too (its write is where the rule lives); said here as you type.
+        refusal = signal_name_refusal(name)
+        self.valid = False
+        if refusal is not None and name:
+            line.update(Text(f"✗ {refusal}", style="bold red"))
+        elif not raw.strip():
+            line.update(Text("type the payload (JSON; null for none)", style="yellow"))
         else:
-            # The store refuses these names too (its write is where the rule lives); said here as you type.
-            refusal = signal_name_refusal(name)
-            self.valid = refusal is None
-            line.update(Text("✓ valid JSON", style="green") if refusal is None
-                        else Text(f"✗ {refusal}", style="bold red"))
+            try:
+                self.payload = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                line.update(Text(f"✗ not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+                                 style="bold red"))
+            else:
+                self.valid = refusal is None
+                line.update(Text("✓ valid JSON", style="green") if refusal is None
+                            else Text(f"✗ {refusal}", style="bold red"))
         self.query_one("#send", Button).disabled = not self.valid
 
     @on(Button.Pressed, "#send")

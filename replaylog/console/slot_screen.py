@@ -50,9 +50,13 @@ class SlotScreen(ModalScreen[None]):
                 facts.append((when, text(utc(cmd.value), "bold")))
         elif kind.marker is not None:
             facts.append(("marker", text(f"change {cmd.name!r}: {kind.marker}", "cyan")))
-        body: Syntax | Text = (_json(cmd.value) if cmd.ok
-                               else Text(printable(cmd.error or ""), style="red"))
-        return cls(title, facts, body)
+        if cmd.ok:
+            return cls(title, facts, _json(cmd.value))
+        failure = Text(printable(cmd.error or ""), style="red")
+        if cmd.traceback:
+            failure.append("\n\ntraceback\n", style="bold")
+            failure.append(printable(cmd.traceback))
+        return cls(title, facts, failure)
 
     @classmethod
     def for_inflight(cls, workflow_id: str, inflight: InFlight) -> SlotScreen:
@@ -84,6 +88,8 @@ class SlotScreen(ModalScreen[None]):
             sections.append(("result", pretty_json(row.result), "green"))
         if row.error:
             sections.append(("error", printable(row.error), "red"))
+        if row.traceback:
+            sections.append(("traceback", printable(row.traceback), ""))
         for i, (label, value, style) in enumerate(sections):
             body.append(("\n\n" if i else "") + label + "\n", style="bold")
             body.append(value, style=style)  # a Text: stored text is never parsed as markup

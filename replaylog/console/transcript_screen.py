@@ -87,6 +87,9 @@ class TranscriptScreen(ModalScreen[None]):
             line = text(e.title, "bold" if e.group in (Group.APPROVAL, Group.CHILD) else "")
             line.append("  →  ", style="dim")
             line.append_text(text(e.outcome, "" if e.ok else "red"))
+            # Wrapped, never cut: what came of a call (an approval's answer and its note) is
+            # the part an operator reads the transcript for, and it comes last on the line.
+            line.no_wrap, line.overflow = False, "fold"
             grid.add_row(str(e.slot), PARALLEL_MARK if e.parallel else MARKS[e.group], line)
         if not message.entries:
             grid.add_row("", "", Text("no slots recorded yet", style="dim"))

@@ -40,7 +40,7 @@ from replaylog.console.paged_table import PagedTable
 from replaylog.console.slot_screen import SlotScreen
 from replaylog.console.transcript_screen import TranscriptScreen
 from replaylog.engine.text import TIMER, preview, printable
-from replaylog.engine.vocab import SlotKind, Status, kind_info, status_info
+from replaylog.engine.vocab import SlotKind, Status, kind_info
 
 if TYPE_CHECKING:
     from textual.timer import Timer
@@ -280,9 +280,8 @@ class WorkflowScreen(LiveScreen):
             grid.add_row("result", Text(preview(row.result, 200), style="green", no_wrap=True))
         if row.error:
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
-        if row.cancel_requested is not None and not status_info(row.status).finished:
-            said = f"requested: {row.cancel_requested}" if row.cancel_requested else "requested"
-            grid.add_row("cancel", text(said, "bold magenta"))
+        if detail.cancel is not None:
+            grid.add_row("cancel", text(detail.cancel, "bold magenta"))
         if row.forked_from is not None:
             grid.add_row("forked from", text(f"{row.forked_from[0]} at slot {row.forked_from[1]}"))
         # The links of ctx.call_workflow, both ways (g goes to an id).

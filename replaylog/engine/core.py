@@ -31,6 +31,7 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.tracebacks import user_traceback
 from replaylog.engine.vocab import SlotKind, Status, status_info
 from replaylog.engine.workflow_log import WorkflowLog
 
@@ -58,6 +59,9 @@ MAX_EPOCH = 253402300799.0
 # reason. A replay raises WorkflowCancelled at that very command again, so code that
 # catches it (a saga's compensations) replays deterministically.
 CANCEL = SlotKind.CANCEL.value
+# The audit action the verdict of a workflow that finished before its code reached another
+# ctx call writes for the cancel request it never saw (its detail: "the workflow completed first").
+CANCEL_NOT_DELIVERED = "cancel not delivered"
 
 # The kind of the slot `ctx.set_event(key, value)` records: its name is the key, its value
 # the value. Readers outside the workflow take the latest slot of each key.
@@ -330,6 +334,9 @@ class Outcome:
     cancel_delivered: bool = False
     # A blocked run's recorded wake time (epoch seconds): a timer's, or a wait's deadline.
     wake_at: float | None = None
+    # A failed run's traceback through the workflow code (engine.tracebacks.user_traceback):
+    # None when no frame of the user's was on the way (the engine failed it on its own).
+    traceback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -644,6 +651,9 @@ class Context:
         self.cancel_requested: str | None = cancel
         self.cancel_delivered = False
         self._logger: WorkflowLog | None = None  # made when the code first asks for it
+        # The traceback of each activity failure this run recorded, by slot: set before the
+        # failed record is handed to `record`, which may take it (the worker stores it beside it).
+        self.tracebacks: dict[int, str] = {}
 
     @property
     def workflow_id(self) -> str:
@@ -839,6 +849,7 @@ class Context:
                 raise ActivityError(slot, name, error, done)
             first = done + 1
         last_error = ""
+        last_exc: Exception | None = None
         on_start = self._on_start
         for attempt in range(first, attempts + 1):
             if on_start is not None:
@@ -851,6 +862,7 @@ class Context:
                 value = fn(*args, **kwargs) if kwargs else fn(*args)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
+                last_exc = exc
                 if attempt < attempts:
                     # Backoff reads the injected clock only through sleep: no wall clock here.
                     self._sleep(self._backoff * (2 ** (attempt - 1)))
@@ -873,6 +885,9 @@ class Context:
                     raise
             self._append(slot, new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key)))
             return value
+        shown = None if last_exc is None else user_traceback(last_exc)
+        if shown is not None:
+            self.tracebacks[slot] = shown
         self._append(slot, CommandRecord(_ACTIVITY, name, False, None, last_error, attempts, key))
         raise ActivityError(slot, name, last_error, attempts)
 
@@ -1408,7 +1423,8 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
             return _outcome(ctx, Status.CANCELLED, error=error_text(exc))
         if isinstance(exc, ReplaylogError):
             return _failed(ctx, exc)
-        return _outcome(ctx, Status.FAILED, error=f"workflow code raised {error_text(exc)}", error_kind="code")
+        return _outcome(ctx, Status.FAILED, error=f"workflow code raised {error_text(exc)}", error_kind="code",
+                        traceback=None if ctx._dry_run else user_traceback(exc))
     if ctx.fatal is not None:
         return _failed(ctx, ctx.fatal)
     leftover = ctx.unconsumed_divergence()
@@ -1434,7 +1450,10 @@ def _outcome(ctx: Context, status: Status, **kw: Any) -> Outcome:
 
 def _failed(ctx: Context, exc: ReplaylogError) -> Outcome:
     diagnostic = exc.diagnostic if isinstance(exc, NonDeterministicError) else None
-    return _outcome(ctx, Status.FAILED, error=error_text(exc), diagnostic=diagnostic, error_kind=error_kind(exc))
+    # Where in the workflow code it surfaced (the command that diverged, the call whose
+    # activity failed): the engine's frames are left out, and a dry run keeps none.
+    return _outcome(ctx, Status.FAILED, error=error_text(exc), diagnostic=diagnostic, error_kind=error_kind(exc),
+                    traceback=None if ctx._dry_run else user_traceback(exc))
 
 
 @dataclass(frozen=True)

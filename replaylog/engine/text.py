@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
+from replaylog.engine.core import CANCEL_NOT_DELIVERED
 from replaylog.engine.core import TIMER as TIMER  # re-exported: the console names a sleep by it
+from replaylog.engine.vocab import Status, status_info
 
 # C0 controls except tab and newline, DEL, and the C1 range (\x9b is a one-byte CSI).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -79,3 +82,38 @@ def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str
     if blocked_on == TIMER:
         return f"timer until {_clock_text(wake_at, now)}"
     return f"{blocked_on} (until {_clock_text(wake_at, now)})"
+
+
+class _AuditEntry(Protocol):
+    """What `cancel_state` reads of an audit row (engine.store.rows.AuditRow)."""
+
+    @property
+    def action(self) -> str: ...
+    @property
+    def detail(self) -> str | None: ...
+
+
+def cancel_state(status: str, requested: str | None,
+                 audit: Iterable[_AuditEntry]) -> tuple[str, str | None] | None:
+    """What became of an operator's cancel request: ("requested" | "delivered" | "not delivered", why).
+
+    None when no cancel was requested. A finished workflow's `audit` trail holds a "cancel
+    not delivered" row when its verdict met a request its code never reached (it finished
+    first); the row's detail says why.
+    """
+    if requested is None:
+        return None
+    not_delivered = next((a.detail or "" for a in audit if a.action == CANCEL_NOT_DELIVERED), None)
+    if not_delivered is not None:
+        return "not delivered", not_delivered
+    if status == Status.TERMINATED:
+        return "not delivered", "the workflow was terminated first"
+    if not status_info(status).finished:
+        return "requested", None
+    return "delivered", None
+
+
+def cancel_text(state: str, why: str | None, reason: str | None) -> str:
+    """A `cancel_state` and the request's reason in one line: "not delivered: the workflow completed first
+    (reason: late)"."""
+    return state + (f": {why}" if why else "") + (f" (reason: {reason})" if reason else "")

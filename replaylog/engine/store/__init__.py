@@ -27,6 +27,7 @@ from replaylog.engine.store.postgres.url import is_postgres_url, redact_url
 from replaylog.engine.store.protocols import OperatorStore, ReaderStore, Store, WorkerStore
 from replaylog.engine.store.rows import (
     STATUSES,
+    AuditRow,
     Claim,
     CommandRow,
     InflightRow,
@@ -48,7 +49,8 @@ from replaylog.engine.store.shared.workers import waiting_reason
 from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
-    "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "Claim", "CommandRow", "InflightRow", "LiveWorker", "OperatorStore",
+    "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "CommandRow", "InflightRow", "LiveWorker",
+    "OperatorStore",
     "PendingRecord", "ReaderStore", "SignalRow", "Store", "StoreStats", "WorkerStore", "WorkflowRow", "WorkflowSummary",
     "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",

@@ -170,9 +170,9 @@ class WorkerStore(_Closable, Protocol):
         """A worker exits cleanly: it serves nothing any more."""
 
     def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False) -> bool:
-        """Commit one outcome (`text`: its JSON if already encoded) if the lease holds and `slot` is next
-        (any slot not yet written, for a task of a parallel group)."""
+                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+        """Commit one outcome (`text`: its JSON if already encoded; `traceback`: a failure's) if the lease
+        holds and `slot` is next (any slot not yet written, for a task of a parallel group)."""
 
     def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
                      finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:

@@ -87,11 +87,12 @@ def over_cap(what: str, size: int, cap: int) -> str:
     return f"{what} is {size} bytes, over the cap of {cap} bytes"
 
 
-def fit_text(text: str, cap: int, what: str) -> str:
+def fit_text(text: str, cap: int, what: str, *, tail: bool = False) -> str:
     """Error text as it can be stored: UTF-8 (a lone surrogate written as its escape) and
     within the cap (cut, with a note naming `what`, its size and the cap).
 
-    Returns `text` itself when it needs neither.
+    `tail` keeps the end instead of the start (a traceback's innermost frames and its
+    exception). Returns `text` itself when it needs neither.
     """
     if text.isascii() and len(text) <= cap:
         return text
@@ -102,7 +103,12 @@ def fit_text(text: str, cap: int, what: str) -> str:
         text = data.decode()
     if len(data) <= cap:
         return text
-    note = f" … (cut: {over_cap(what, len(data), cap)})"
+    cut = f"cut: {over_cap(what, len(data), cap)}"
+    if tail:
+        note = f"({cut}) … "
+        keep = max(0, cap - len(note.encode()))
+        return note + data[len(data) - keep:].decode("utf-8", "ignore")
+    note = f" … ({cut})"
     keep = max(0, cap - len(note.encode()))
     return data[:keep].decode("utf-8", "ignore") + note
 
@@ -151,6 +157,8 @@ class WorkflowRow:
     forked_slot: int | None = None
     # The workflow that started this one with ctx.call_workflow (None: started by an operator).
     parent: str | None = None
+    # A failed workflow's traceback through its code (engine.core.Outcome.traceback), where one was kept.
+    traceback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +194,8 @@ class CommandRow:
     args: str | None = None
     # A task of a ctx.parallel group (its slots are consecutive; shown grouped).
     parallel: bool = False
+    # A failed activity's traceback, where one was kept (the user's frames of its last attempt).
+    traceback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -285,13 +295,16 @@ class PendingRecord:
     # A task of a parallel group: written in the order the group's tasks complete (see
     # Commits._write_parallel), not refused for not being the next slot.
     parallel: bool = False
+    # A failed activity's traceback (engine.tracebacks.user_traceback), stored beside its error.
+    traceback: str | None = None
 
 
 def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_at: float | None,
                    now: float) -> tuple[object, ...]:
     """What a run's verdict writes, in order: status, blocked_on, wake_at, result, error,
-    diagnostic, error_kind, updated_at (each backend's `_write_finish`)."""
+    diagnostic, error_kind, traceback, updated_at (each backend's `_write_finish`)."""
     return (status, blocked_on, wake_at if status == Status.BLOCKED else None,
             dumps(outcome.result) if status == Status.COMPLETED else None, outcome.error,
             dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
-            outcome.error_kind if status == Status.FAILED else None, now)
+            outcome.error_kind if status == Status.FAILED else None,
+            outcome.traceback if status == Status.FAILED else None, now)

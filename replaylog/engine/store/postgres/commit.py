@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from replaylog.engine.core import EVENT, TIMER, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
 from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
-from replaylog.engine.store.postgres.operations import tell_parent
+from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
@@ -30,8 +30,8 @@ _SLOT = (
     "WITH f AS (UPDATE workflows SET slots = %s + 1, lease_expires = %s,"
     " updated_at = CASE WHEN updated_at < %s - 1 THEN %s ELSE updated_at END"
     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots = %s RETURNING cancel_requested)"
-    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
-    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
+    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
     # The fence's row also says whether an operator asked to cancel: the worker learns of
     # it from the commit itself, without a query of its own per slot (as on SQLite).
     " RETURNING (SELECT cancel_requested FROM f)"
@@ -43,8 +43,8 @@ _SLOT = (
 _PARALLEL = (
     "WITH f AS (UPDATE workflows SET slots = GREATEST(slots, %s + 1), lease_expires = %s"
     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING 1)"
-    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, parallel)"
-    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f ON CONFLICT (slot_key) DO NOTHING"
+    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback,"
+    " parallel) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f ON CONFLICT (slot_key) DO NOTHING"
     " RETURNING NULL::text"
 )
 _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_key = %s AND w.id = %s"
@@ -61,7 +61,7 @@ def _numbered(statement: str, types: Sequence[str]) -> str:
 
 # `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as text.
 _SLOT_RAW = _numbered(_SLOT, ("bigint", "float8", "float8", "float8", "text", "text", "bigint", "bigint", "bigint",
-                              "text", "text", "boolean", "text", "text", "int", "float8", "text"))
+                              "text", "text", "boolean", "text", "text", "int", "float8", "text", "text"))
 
 
 def _as_text(value: object) -> bytes | None:
@@ -76,13 +76,13 @@ def _as_text(value: object) -> bytes | None:
 
 
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
-                 ttl: float, parallel: bool = False) -> tuple[object, ...]:
-    """The parameters of `_SLOT` (of `_PARALLEL` for a task of a parallel group)."""
+                 ttl: float, parallel: bool = False, traceback: str | None = None) -> tuple[object, ...]:
+    """The parameters of `_SLOT` (of `_PARALLEL` for a task of a parallel group); `traceback` a failure's."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     kind, name, ok, value, error, attempts, args = rec
     stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
-    row = (claim.base + slot, kind, name, bool(ok), stored, error, attempts, now, args)
+    row = (claim.base + slot, kind, name, bool(ok), stored, error, attempts, now, args, traceback)
     if parallel:
         return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row)
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
@@ -151,10 +151,10 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
             status, blocked_on, wake_at = Status.PENDING.value, None, None
     cur = conn.execute(
         "UPDATE workflows SET status = %s, blocked_on = %s, wake_at = %s, result = %s, error = %s, diagnostic = %s,"
-        " error_kind = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s, interruptions = 0,"
-        " retry_at = NULL,"
+        " error_kind = %s, traceback = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s,"
+        " interruptions = 0, retry_at = NULL,"
         " worker_error = CASE WHEN %s IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
-        " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+        " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING cancel_requested",
         (*verdict_values(outcome, status, blocked_on, wake_at, now), status, claim.id, claim.owner, claim.epoch))
     # Refused: the lease is gone; or, after a lost answer, this very verdict was written
     # (nobody has claimed the workflow since: a claim bumps the epoch).
@@ -164,9 +164,8 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         return False
     if cur.rowcount == 1 and status_info(status).code_ended:
         # (Not when a retry found its verdict committed: its parent was told then.)
-        ok = status == Status.COMPLETED
-        tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
-                                     "error": None if ok else outcome.error}, now)
+        written = cur.fetchone()
+        code_ended(conn, claim.id, outcome, status, None if written is None else written[0], now)
     if consumed:
         conn.execute("UPDATE signals SET consumed = true WHERE workflow_id = %s AND NOT consumed AND seq = ANY(%s)",
                      (claim.id, consumed))
@@ -177,7 +176,7 @@ class PGCommits(PGConnection, SeenCancels):
     """The worker's lease-fenced writes of outcomes and run verdicts, on PostgreSQL (see `cancels`)."""
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False) -> bool:
+                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
         """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip.
 
         `parallel` marks a task of a parallel group: written if the lease holds and the
@@ -185,7 +184,7 @@ class PGCommits(PGConnection, SeenCancels):
         child in the same transaction.
         """
         now = time.time()
-        params = _slot_params(claim, slot, rec, text, now, ttl, parallel)
+        params = _slot_params(claim, slot, rec, text, now, ttl, parallel, traceback)
         statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
         if not _notifies(rec):
@@ -226,7 +225,7 @@ class PGCommits(PGConnection, SeenCancels):
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
         now = time.time()
-        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel) for r in records]
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel, r.traceback) for r in records]
         cancels = self.cancels
 
         # Only slots, none of which starts a child: nothing is read before the COMMIT, so

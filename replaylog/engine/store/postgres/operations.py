@@ -9,10 +9,9 @@ id told without aborting the transaction.
 
 from __future__ import annotations
 
-from typing import Any
-
 from psycopg import errors as pg_errors
 
+from replaylog.engine.core import Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError
 from replaylog.engine.store.postgres.connection import POSTGRES, Conn, PGConnection
 from replaylog.engine.store.shared import operations as shared_operations
@@ -20,9 +19,10 @@ from replaylog.engine.store.shared.operations import SharedOperatorWrites
 from replaylog.engine.vocab import Status
 
 
-def tell_parent(conn: Conn, child_id: str, outcome: dict[str, Any], now: float) -> None:
-    """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
-    shared_operations.tell_parent(POSTGRES, conn, child_id, outcome, now)
+def code_ended(conn: Conn, workflow_id: str, outcome: Outcome, status: str, cancel_requested: str | None,
+               now: float) -> None:
+    """A verdict ended the workflow: tell its parent, audit a cancel request it never reached (shared.operations)."""
+    shared_operations.code_ended(POSTGRES, conn, workflow_id, outcome, status, cancel_requested, now)
 
 
 class PGOperatorWrites(PGConnection, SharedOperatorWrites):

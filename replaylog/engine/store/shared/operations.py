@@ -22,7 +22,14 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from replaylog.engine.core import APPROVAL_PREFIX, CHILD_PREFIX, TIMER, signal_name_refusal
+from replaylog.engine.core import (
+    APPROVAL_PREFIX,
+    CANCEL_NOT_DELIVERED,
+    CHILD_PREFIX,
+    TIMER,
+    Outcome,
+    signal_name_refusal,
+)
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
 from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
@@ -143,6 +150,22 @@ def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any],
     if row is None or row[1] in FINISHED:
         return
     append_signal(sql, conn, row[0], CHILD_PREFIX + child_id, dumps(outcome), now, row[1], row[2])
+
+
+def code_ended(sql: Dialect, conn: Any, workflow_id: str, outcome: Outcome, status: str,
+               cancel_requested: str | None, now: float) -> None:
+    """A run's verdict ended the workflow (completed, failed, cancelled): what follows, in its transaction.
+
+    Its parent, if it has one open, is told ({"ok", "result", "error"}); a cancel request the
+    run never raised (it came after the code's last ctx call) goes in the audit trail as
+    not delivered, by the worker's user, with its reason.
+    """
+    ok = status == Status.COMPLETED
+    tell_parent(sql, conn, workflow_id, {"ok": ok, "result": outcome.result if ok else None,
+                                         "error": None if ok else outcome.error}, now)
+    if cancel_requested is not None and not outcome.cancel_delivered:
+        _audit(sql, conn, workflow_id, CANCEL_NOT_DELIVERED, now, actor(), cancel_requested or None,
+               f"the workflow {status} first")
 
 
 def _unfinished_descendants(sql: Dialect, conn: Any, workflow_id: str) -> list[tuple[str, str | None]]:
@@ -307,7 +330,8 @@ class SharedOperatorWrites(StoreBase):
                                            " retried")
             sql.run(
                 conn, "UPDATE workflows SET status = 'pending', result = NULL, error = NULL, diagnostic = NULL,"
-                " error_kind = NULL, worker_error = NULL, interruptions = 0, retry_at = NULL, updated_at = ?"
+                " error_kind = NULL, traceback = NULL, worker_error = NULL, interruptions = 0, retry_at = NULL,"
+                " updated_at = ?"
                 " WHERE id = ? AND status = 'failed'", (now, workflow_id))
             _audit(sql, conn, workflow_id, "retry", now, who, reason)
 

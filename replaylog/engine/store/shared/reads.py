@@ -51,13 +51,13 @@ ERROR_PREVIEW = 400
 # The wake time is only meaningful while blocked (a claim or a signal leaves it behind).
 _WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
 _COMMAND_COLUMNS = (f"c.slot_key - {FIRST_KEY}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
-                    " c.args, c.parallel")
+                    " c.args, c.parallel, c.traceback")
 
 
 def _workflow_columns(dialect: Dialect) -> str:
     return ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + dialect.slots_shown + ", "
             "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
-            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent")
+            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent, traceback")
 
 
 def _summary_columns(dialect: Dialect, table: str = "") -> str:
@@ -72,7 +72,7 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         result=loads(r[5]), error=r[6], diagnostic=loads(r[7]), slots=int(r[8]), created_at=r[9],
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
         error_kind=r[15], cancel_requested=r[16], forked_from=r[17],
-        forked_slot=None if r[18] is None else int(r[18]), wake_at=r[19], parent=r[20],
+        forked_slot=None if r[18] is None else int(r[18]), wake_at=r[19], parent=r[20], traceback=r[21],
     )
 
 
@@ -81,7 +81,7 @@ def _summary(r: Sequence[Any]) -> WorkflowSummary:
 
 
 def _command_row(r: Sequence[Any]) -> CommandRow:
-    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]))
+    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10])
 
 
 def load_commands(dialect: Dialect, conn: Any, base: int) -> tuple[CommandRecord, ...]:

@@ -19,14 +19,15 @@ from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.sqlite.connection import SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
-from replaylog.engine.store.sqlite.operations import tell_parent
+from replaylog.engine.store.sqlite.operations import code_ended
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
 _ACTIVITY = SlotKind.ACTIVITY.value
 
-_INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+# A failed slot, or one whose value the caller did not encode: with the failure's traceback.
+_INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
+                   " traceback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 # A successful slot, the common case, binds no None and no bool: Python's sqlite3 binds
 # only exact int, float and str directly and sends anything else (None included) through
 # its adapter lookup, two failed attribute lookups with their exceptions: ~4,000 CPU
@@ -61,9 +62,9 @@ class Commits(SQLiteConnection, SeenCancels):
             try:
                 version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
                 write_record, write_parallel = self._write_record, self._write_parallel
-                written = [write_parallel(item.claim, item.slot, item.record, now, ttl, item.text) if item.parallel
-                           else write_record(item.claim, item.slot, item.record, now, ttl, version, item.text)
-                           for item in records]
+                written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback) if r.parallel
+                           else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback)
+                           for r in records]
                 finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
             except BaseException:
                 self._fence.clear()
@@ -79,21 +80,21 @@ class Commits(SQLiteConnection, SeenCancels):
         return written, finished
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False) -> bool:
+                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
 
         The same transaction and fencing, without the batch's lists; True if written.
         `text` is the value's JSON text if the caller encoded it already; `parallel`
-        marks a task of a parallel group (see PendingRecord).
+        marks a task of a parallel group; `traceback` is a failure's (see PendingRecord).
         """
         try:
             conn = self._begin_immediate()
             try:
                 if parallel:
-                    written = self._write_parallel(claim, slot, rec, time.time(), ttl, text)
+                    written = self._write_parallel(claim, slot, rec, time.time(), ttl, text, traceback)
                 else:
                     version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-                    written = self._write_record(claim, slot, rec, time.time(), ttl, version, text)
+                    written = self._write_record(claim, slot, rec, time.time(), ttl, version, text, traceback)
             except BaseException:
                 self._fence.clear()
                 conn.execute("ROLLBACK")
@@ -124,7 +125,7 @@ class Commits(SQLiteConnection, SeenCancels):
             raise self._translate(exc) from None
 
     def _write_record(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
-                      version: int, text: str | None = None) -> bool:
+                      version: int, text: str | None = None, traceback: str | None = None) -> bool:
         """Write one slot's outcome if the claim still holds the lease and `slot` is next.
 
         The workflow's row is fenced and rewritten only when the commit fence cannot
@@ -176,7 +177,7 @@ class Commits(SQLiteConnection, SeenCancels):
                     self._start_child(claim, name, value, now)
         else:
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
-                                                error, attempts, now, args))
+                                                error, attempts, now, args, traceback))
         return True
 
     def _start_child(self, claim: Claim, workflow: str, value: dict[str, Any], now: float) -> None:
@@ -199,7 +200,7 @@ class Commits(SQLiteConnection, SeenCancels):
                 raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
-                        text: str | None) -> bool:
+                        text: str | None, traceback: str | None = None) -> bool:
         """Write a parallel task's outcome if the claim still holds the lease, whatever slot is next.
 
         The tasks of a group complete in any order, and each outcome is committed as it
@@ -228,8 +229,8 @@ class Commits(SQLiteConnection, SeenCancels):
             text = dumps(value)
         cur = self._cur.execute(
             "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
-            " parallel) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
-            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args),
+            " parallel, traceback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args, traceback),
         )
         return cur.rowcount == 1
 
@@ -255,22 +256,21 @@ class Commits(SQLiteConnection, SeenCancels):
                 status, blocked_on, wake_at = Status.PENDING.value, None, None
         cur = conn.execute(
             "UPDATE workflows SET status = ?, blocked_on = ?, wake_at = ?, result = ?, error = ?, diagnostic = ?,"
-            " error_kind = ?,"
+            " error_kind = ?, traceback = ?,"
             f" lease_owner = NULL, lease_expires = NULL, updated_at = ?, slots = {SLOTS_NOW},"
             # A run that came to a verdict was not interrupted; one that ended the workflow
             # makes the last worker error history.
             " interruptions = 0, retry_at = NULL,"
-            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 9-11.
+            # ?1 is the status written (SET sees the old row's columns); the `?` after it are 10-12.
             " worker_error = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
-            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? RETURNING cancel_requested",
             (*verdict_values(outcome, status, blocked_on, wake_at, now), claim.id, claim.owner, claim.epoch),
         )
-        if cur.rowcount != 1:
+        written = cur.fetchone()
+        if written is None:
             return False
         if status_info(status).code_ended:
-            ok = status == Status.COMPLETED
-            tell_parent(conn, claim.id, {"ok": ok, "result": outcome.result if ok else None,
-                                         "error": None if ok else outcome.error}, now)
+            code_ended(conn, claim.id, outcome, status, written[0], now)
         if consumed:
             conn.execute(
                 f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",

@@ -7,8 +7,8 @@ operators; what it spells itself is how a new workflow row is numbered.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
+from replaylog.engine.core import Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError
 from replaylog.engine.store.shared import operations as shared_operations
 from replaylog.engine.store.shared.operations import SharedOperatorWrites
@@ -16,9 +16,10 @@ from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection
 from replaylog.engine.vocab import Status
 
 
-def tell_parent(conn: sqlite3.Connection, child_id: str, outcome: dict[str, Any], now: float) -> None:
-    """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
-    shared_operations.tell_parent(SQLITE, conn, child_id, outcome, now)
+def code_ended(conn: sqlite3.Connection, workflow_id: str, outcome: Outcome, status: str, cancel_requested: str | None,
+               now: float) -> None:
+    """A verdict ended the workflow: tell its parent, audit a cancel request it never reached (shared.operations)."""
+    shared_operations.code_ended(SQLITE, conn, workflow_id, outcome, status, cancel_requested, now)
 
 
 class OperatorWrites(SQLiteConnection, SharedOperatorWrites):

@@ -1,0 +1,453 @@
+"""The worker: the claim/renew loop, its pool of workflow threads, and the store's upkeep on this host.
+
+The loop claims runnable workflows (a lease with an epoch), hands each to a pooled thread
+that runs it (`WorkflowRun`), renews the leases of the running ones, and hands a run's
+verdict to the committer; on a database file of this host it also folds dead workers'
+marks, finds dead owners by pid and keeps the WAL bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from replaylog.engine.app import Registry
+from replaylog.engine.core import Outcome, error_text
+from replaylog.engine.cpu_focus import CpuFocus
+from replaylog.engine.errors import (
+    LeaseLostError,
+    NotADatabaseError,
+    ReplaylogError,
+    StoreBusyError,
+)
+from replaylog.engine.marks import MarkBoard
+from replaylog.engine.store import (
+    Claim,
+    WorkerStore,
+    default_max_payload,
+    is_damaged,
+    is_postgres_url,
+    open_store,
+)
+from replaylog.engine.vocab import Status
+from replaylog.engine.worker.committer import Committer, Request
+from replaylog.engine.worker.run import (
+    PooledThread,
+    RunInterrupted,
+    RunParts,
+    StopFlag,
+    WorkerStopping,
+    WorkflowRun,
+)
+
+log = logging.getLogger("replaylog.worker")
+
+DEFAULT_LEASE_TTL = 5.0
+DEFAULT_CONCURRENCY = 64
+# How often the idle loop looks at PRAGMA data_version: a read of shared memory, so a
+# few milliseconds costs nothing and a signal wakes its workflow in milliseconds.
+DEFAULT_POLL = 0.002
+# Leases lapse with time, not with a commit, so look for lapsed ones on a timer too.
+LAPSE_CHECK = 0.25
+# How often a worker with workflows running looks for new work (seconds): a new start or
+# a signal waits at most this long, and the running workflows are not disturbed for it.
+BUSY_POLL = 0.01
+# With fewer than a quarter of its slots free, a busy worker claims at most this often
+# (seconds), so claims come in batches; an idle worker claims at once.
+CLAIM_COALESCE = 0.01
+# A run stopped by a BaseException from workflow or activity code (KeyboardInterrupt,
+# SystemExit, …) or by a worker error hands its workflow back, claimable again after this
+# many seconds, doubled for each such run in a row up to the maximum: code that is
+# interrupted every time costs a claim and a replay a minute, not a spinning worker.
+INTERRUPTED_BACKOFF = 1.0
+INTERRUPTED_BACKOFF_MAX = 60.0
+
+def _owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Runs every runnable workflow of one database with the functions of one app.
+
+    Args:
+        path: the database file, or a PostgreSQL URL.
+        registry: the app's workflows and activities.
+        concurrency: workflows run at once (one thread each).
+        ttl: lease length in seconds; renewed while a workflow runs.
+        track_inflight: record that an activity started before running it.
+        focus_cpu: while commits are crowded, run engine code on one CPU (engine.cpu_focus).
+        clock: the live clock for `ctx.now()`.
+        max_payload: the cap in bytes on every value recorded (else $REPLAYLOG_MAX_PAYLOAD, else
+            1 MiB): an activity result over it is recorded as that activity's failure, a
+            workflow result over it fails the workflow.
+        on_event: called with (workflow id, event text) for the CLI's log.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        registry: Registry,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        ttl: float = DEFAULT_LEASE_TTL,
+        poll: float = DEFAULT_POLL,
+        track_inflight: bool = True,
+        focus_cpu: bool = True,
+        clock: Callable[[], float] = time.time,
+        max_payload: int | None = None,
+        on_event: Callable[[str, str], None] | None = None,
+    ) -> None:
+        # A URL stays a string (a Path would fold its `//`).
+        self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
+        self.registry = registry
+        # The workflows this worker claims: one whose name its app lacks stays pending for a
+        # worker that knows it (claiming it here could only fail it).
+        self.names = frozenset(registry.workflows)
+        self.concurrency = max(1, concurrency)
+        self.ttl = ttl
+        self.poll = poll
+        self.track_inflight = track_inflight
+        # Engine code on one CPU while commits are crowded; None when off or not possible.
+        # Not on a server's store: its commits are the server's work, not this process's,
+        # and pinning the engine cost 50 workflows at once on PostgreSQL ~10% of their slots/s
+        # (2 vCPUs, the server on the same machine: 3,230-3,540 pinned, 3,550-3,910 not) and
+        # a sched_setaffinity call per slot.
+        self.focus = CpuFocus.create(focus_cpu and isinstance(self.path, Path))
+        self.clock = clock
+        # The cap on every value recorded (activity results, the workflow's result), as on inputs.
+        self.max_payload = max_payload if max_payload is not None else default_max_payload()
+        self.on_event = on_event
+        self.owner = _owner_id()
+        self._host = socket.gethostname()
+        self._stopping = StopFlag()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._active: dict[str, Claim] = {}
+        self._threads: list[threading.Thread] = []
+        self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
+        self._claim_batch = max(1, self.concurrency // 4)
+        self.committer = Committer(self.path, ttl, self.max_payload)
+        self._board: MarkBoard | None = None
+        # What every run shares; run() adds where the marks go once it has opened the store.
+        self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self._event,
+                               self.focus)
+        self.completed = 0
+        # The workflows given back to the store unfinished because this worker stopped (in order).
+        self.handed_back: list[str] = []
+        self._stop_requested = False  # set by request_stop (a signal handler)
+        self._busy_quiet_until = 0.0  # a busy database is logged at most once a minute
+        # After run(until_idle=True): the pending workflows left because this app lacks their names, per name.
+        self.left_unknown: dict[str, int] = {}
+        # Set when the database turns out to be damaged: run() raises it after stopping.
+        self.fatal: NotADatabaseError | None = None
+
+    # -- control
+
+    def stop(self) -> None:
+        """Ask the worker to stop: each workflow finishes its current slot and is handed back."""
+        self._stopping.set()
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        """stop(), safe to call from a signal handler: it takes no lock.
+
+        A handler runs in the main thread between two bytecodes, possibly while that thread
+        holds the wake event's (non-reentrant) lock in the main loop; stop() would then wait
+        for it for ever. The main loop sees this flag within one poll and stops itself.
+        """
+        self._stop_requested = True
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once request_stop() or stop() was called."""
+        return self._stop_requested or self._stopping.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once stop() was called."""
+        return self._stopping.is_set()
+
+    def _event(self, workflow_id: str, text: str) -> None:
+        log.info("%s %s", workflow_id, text)
+        if self.on_event is not None:
+            self.on_event(workflow_id, text)
+
+    # -- the main loop
+
+    def run(self, *, until_idle: bool = False) -> None:
+        """Serve until stop() (or, with until_idle, until nothing of its names is pending or running)."""
+        store = open_store(self.path, max_payload=self.max_payload, wake_clock=self.clock)
+        try:
+            # A store on this host's file keeps start marks in a file beside it; a server's, as rows.
+            self._board = store.open_marks(self.owner, self.concurrency) if self.track_inflight else None
+            store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
+                                 names=self.names, ttl=self.ttl)
+        except BaseException:
+            if self._board is not None:
+                self._board.close(remove=True)
+            store.close()
+            raise
+        # Without a mark file (a server's store) each mark is a row, where every host sees it.
+        self._parts = replace(self._parts, board=self._board,
+                              marks_in_store=self.track_inflight and self._board is None)
+        self.committer.start()
+        try:
+            self._loop(store, until_idle)
+        except NotADatabaseError as exc:
+            self._damaged(exc)
+        finally:
+            self._stopping.set()
+            # Claims still queued run first (and are handed back); then one None per thread.
+            for _ in self._threads:
+                self._ready.put(None)
+            for t in list(self._threads):
+                t.join()
+            self.committer.stop()
+            try:
+                store.worker_stopped(self.owner)
+            except ReplaylogError as exc:  # the row goes stale and is ignored
+                log.warning("could not remove this worker's row: %s", exc)
+            store.close()
+            if self._board is not None:
+                # Every run has ended, and a run that ended with an activity in flight
+                # folded its mark into the database: the file says nothing more.
+                self._board.close(remove=True)
+        if self.fatal is not None:
+            raise self.fatal
+
+    def _loop(self, store: WorkerStore, until_idle: bool) -> None:
+        # A store that is told of changes (PostgreSQL's LISTEN) ends the idle wait at once.
+        store.wake_on_change(self._wake.set)
+        last_version = -1
+        next_lapse_check = 0.0
+        next_renew = time.monotonic() + self.ttl / 3
+        next_small_claim = 0.0
+        dead: list[str] = []
+        # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
+        # store's wake index whenever we look, so the loop wakes at that time and never asks
+        # after each sleeper. None: nobody sleeps on a timer or a deadline.
+        next_wake: float | None = None
+        while not self._stopping.is_set():
+            if self._stop_requested:
+                self.stop()
+                break
+            now = time.monotonic()
+            version = store.data_version()
+            due = next_wake is not None and self.clock() >= next_wake
+            look = version != last_version or now >= next_lapse_check or due
+            # (The next wake time is read after the claim below: a woken workflow is claimed
+            # one round trip sooner, and the time read then is of those still asleep.)
+            seek_wake = look
+            # The store's upkeep when due (on one host's file: dead workers' marks kept, the
+            # WAL bounded); it names the dead owners whenever it looked for them.
+            found = store.upkeep(self.owner)
+            if found is not None:
+                dead = found
+                look = look or bool(dead)
+            last_version = version
+            free = self.concurrency - len(self._active)
+            if look and 0 < free < self._claim_batch and now < next_small_claim:
+                # Under load, claim in batches: every claim is a durable write that holds
+                # the write lock, and one per finished workflow starved the commits.
+                last_version = -1  # look again on a later pass
+                look = False
+            if look and free > 0:
+                next_lapse_check = now + LAPSE_CHECK
+                next_small_claim = now + CLAIM_COALESCE
+                if store.has_claimable(dead, self.names):
+                    try:
+                        claims = store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
+                                             names=self.names)
+                    except StoreBusyError as exc:
+                        self._busy(exc)  # nothing was claimed: look again on a later pass
+                        claims, last_version = [], -1
+                    for claim in claims:
+                        self._launch(claim)
+            if seek_wake:
+                next_wake = store.next_wake(self.names)
+            if now >= next_renew:
+                try:
+                    self._renew(store)
+                    next_renew = now + self.ttl / 3
+                except StoreBusyError as exc:
+                    # Commits kept the write lock past the busy timeout (a burst of them can
+                    # starve this connection): the leases stand until they lapse, try again soon.
+                    self._busy(exc)
+                    next_renew = now + min(self.ttl / 10, 1.0)
+            if until_idle and not self._active and not store.has_runnable(self.names):
+                self.left_unknown = store.pending_unknown(self.names)
+                return
+            # While workflows run here, every commit of this worker's own changes the data
+            # version: looking every 2 ms then is mostly work for nothing, and each look
+            # takes the GIL from the workflow threads (it cost a lone workflow ~4% of its
+            # slots). A run that ends sets _wake, so a finished slot is refilled at once.
+            self._wake.wait(self.poll if not self._active else max(self.poll, BUSY_POLL))
+            self._wake.clear()
+
+    def _damaged(self, exc: BaseException) -> None:
+        """Stop the worker on a damaged database file, instead of retrying its workflows forever."""
+        if self.fatal is None:
+            # The store's line says what is wrong with the file and what to do about it.
+            self.fatal = NotADatabaseError(f"{exc}; the worker stopped")
+        self.stop()
+
+    def _busy(self, exc: StoreBusyError) -> None:
+        """A claim or renewal found the database locked too long: say so once a streak, go on."""
+        now = time.monotonic()
+        if now >= self._busy_quiet_until:
+            log.warning("%s; the worker goes on and tries again", exc)
+        self._busy_quiet_until = now + 60.0
+
+    def _renew(self, store: WorkerStore) -> None:
+        with self._lock:
+            claims = list(self._active.values())
+        # Also when idle: the worker's row says it is alive (store.served_names).
+        store.renew(claims, ttl=self.ttl, worker=self.owner)
+
+    def _launch(self, claim: Claim) -> None:
+        # Workflow threads are pooled: a thread and its connection outlive one workflow,
+        # because starting a thread and opening a connection per workflow cost more than
+        # running a short workflow does.
+        with self._lock:
+            self._active[claim.id] = claim
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        if spawn:
+            index = len(self._threads)
+            t = threading.Thread(target=self._serve, args=(index,), name=f"replaylog-wf-{index}", daemon=True)
+            self._threads.append(t)
+            t.start()
+        self._ready.put(claim)
+
+    def _serve(self, index: int) -> None:
+        """A pooled workflow thread: run claims one at a time until handed None.
+
+        `index` is the thread's own record in the mark file (there are at most
+        `concurrency` threads, and as many records).
+        """
+        me = PooledThread(index)
+        try:
+            while (claim := self._ready.get()) is not None:
+                try:
+                    self._run_one(claim, me)
+                except BaseException:  # the pool counts on this thread: it keeps serving
+                    # _run_one accounts for its claim whatever happens; only a second
+                    # interruption inside its own handlers gets here.
+                    log.exception("%s: the workflow thread was interrupted while handing it back", claim.id)
+        finally:
+            if me.store is not None:
+                me.store.close()
+
+    # -- one workflow
+
+    def _run_one(self, claim: Claim, me: PooledThread) -> None:
+        store = me.store
+        if store is None:
+            store = me.store = open_store(self.path, max_payload=self.max_payload)
+        finishing = False
+        me.inflight = False
+        try:
+            outcome = WorkflowRun(self._parts, store, claim, me).execute()
+            self._keep_mark(store, me)  # an activity that ran and returned no JSON value, say
+            # The verdict needs no wait: this thread takes its next workflow while the
+            # verdict rides in the next group commit. The workflow stays active (its lease
+            # renewed) until `_finished` hears that the verdict was written.
+            finishing = True
+            self.committer.submit_later(
+                Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
+        except WorkerStopping:
+            self._keep_mark(store, me)  # stopped in a retry's backoff: that attempt ran
+            try:
+                store.release(claim)
+            except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
+                log.warning("%s could not be released: %s", claim.id, exc)
+            self.handed_back.append(claim.id)
+            self._event(claim.id, "handed back (worker stopping)")
+        except LeaseLostError:
+            self._keep_mark(store, me)
+            self._event(claim.id, "lease lost to another worker; its writes were refused")
+        except RunInterrupted as stop:
+            # Not an outcome: nothing is recorded and the workflow runs again. The started
+            # activity's mark is kept, so the interrupted attempt counts towards max_retries.
+            self._keep_mark(store, me)
+            self._hand_back(store, claim, f"{error_text(stop.exc)} raised in {stop.where}", stop.exc)
+        except Exception as exc:  # noqa: BLE001 - logged; the workflow is handed back for another try
+            self._keep_mark(store, me)
+            if is_damaged(exc):
+                self._damaged(exc)
+            else:
+                self._hand_back(store, claim, f"the worker failed: {error_text(exc)}", exc)
+        finally:
+            with self._lock:
+                if not finishing:
+                    self._active.pop(claim.id, None)
+                self._idle += 1  # this pooled thread is free for the next claim
+            if not finishing:
+                self._wake.set()
+
+    def _keep_mark(self, store: WorkerStore, me: PooledThread) -> None:
+        """A run ended with an activity started and no outcome: keep its mark in the database.
+
+        The thread's record in the mark file is overwritten by its next activity, and
+        the mark must outlive that: the next run of the workflow counts attempts on from
+        it, and the operator sees that the activity possibly ran.
+        """
+        board = self._board
+        inflight, me.inflight = me.inflight, False
+        mark = board.read(me.index) if inflight and board is not None else None
+        if mark is None:
+            return
+        try:
+            store.fold_marks([mark])
+        except Exception as exc:  # noqa: BLE001 - only the attempt count and a hint are lost
+            log.warning("%s: could not keep the in-flight mark of slot %s: %s", mark.workflow_id, mark.slot, exc)
+
+    def _finished(self, claim: Claim, outcome: Outcome, req: Request) -> None:
+        """A workflow's verdict was committed (or refused, or failed): report it, let the workflow go."""
+        try:
+            if req.error is not None:
+                self._worker_error(claim, req.error)
+            elif not req.ok:
+                self._event(claim.id, "lease lost to another worker; its writes were refused")
+            else:
+                if outcome.status == Status.COMPLETED:
+                    self.completed += 1
+                detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
+                # A failure's traceback follows on the lines after (the CLI indents them).
+                shown = f"\n{outcome.traceback}" if outcome.status == Status.FAILED and outcome.traceback else ""
+                self._event(claim.id, f"{outcome.status} {detail}".rstrip() + shown)
+        finally:
+            with self._lock:
+                self._active.pop(claim.id, None)
+            self._wake.set()
+
+    def _worker_error(self, claim: Claim, exc: BaseException) -> None:
+        if is_damaged(exc):
+            self._damaged(exc)
+        else:
+            log.error("%s crashed in the worker", claim.id, exc_info=exc)
+            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
+
+    def _hand_back(self, store: WorkerStore, claim: Claim, error: str, exc: BaseException) -> None:
+        """Give a workflow whose run stopped without an outcome back, with `error` as its worker error."""
+        log.error("%s: %s; handing it back", claim.id, error, exc_info=exc)
+        try:
+            wait = store.hand_back(claim, error, backoff=INTERRUPTED_BACKOFF, backoff_max=INTERRUPTED_BACKOFF_MAX)
+        except Exception as err:  # noqa: BLE001 - its lease is no longer renewed and lapses on its own
+            log.warning("%s could not be handed back: %s", claim.id, err)
+            self._event(claim.id, f"{error}; left for another try when its lease lapses")
+            return
+        if wait is None:
+            self._event(claim.id, "lease lost to another worker; its writes were refused")
+        else:
+            self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s")

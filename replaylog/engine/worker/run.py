@@ -1,0 +1,352 @@
+"""One run of one claimed workflow: the Context's hooks (record, on_start, sleep, parallel) as methods.
+
+The run replays the workflow's history in memory and executes the rest live; every new
+outcome is committed (lease-fenced, `Committer`) before the workflow code continues.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+from replaylog.engine.app import Registry
+from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.cpu_focus import CpuFocus
+from replaylog.engine.errors import (
+    ActivityError,
+    DuplicateWorkflowIdError,
+    LeaseLostError,
+    PayloadTooLargeError,
+    UnknownWorkflowError,
+    UnknownWorkflowIdError,
+)
+from replaylog.engine.marks import MarkBoard
+from replaylog.engine.store import Claim, WorkerStore, encode_value, fit_text, over_cap
+from replaylog.engine.vocab import SlotKind, Status
+from replaylog.engine.worker.committer import Committer
+
+# Bound once: compared on every slot (a global is cheaper to read than an enum member).
+_ACTIVITY = SlotKind.ACTIVITY.value
+# When a mark says an activity started: the wall clock, whatever clock the workflows read.
+_wall_clock = time.time
+
+
+class PooledThread:
+    """What a pooled workflow thread keeps from slot to slot and from run to run.
+
+    A plain object with slots rather than a threading.local: the slot path reads and
+    writes these several times per slot, and each access to a threading.local cost
+    ~1,000 CPU instructions (README, Performance).
+    """
+
+    __slots__ = ("focused", "index", "inflight", "store")
+
+    def __init__(self, index: int) -> None:
+        self.index = index  # the thread's own record in the mark file
+        self.focused = False  # moved to the focus CPU (CpuFocus)
+        # The run's latest start mark (the thread's record) is of an activity with no
+        # recorded outcome yet.
+        self.inflight = False
+        self.store: WorkerStore | None = None  # the thread's own connection, opened on first use
+
+
+class StopFlag(threading.Event):
+    """An Event whose state is also a plain attribute, `up`.
+
+    Workflow threads look at it twice per slot; reading an attribute costs a tenth of
+    calling is_set() (a Python method). `up` turns True before the Event is set.
+    """
+
+    up = False
+
+    def set(self) -> None:
+        """Raise the flag and wake every waiter."""
+        self.up = True
+        super().set()
+
+    def clear(self) -> None:
+        """Lower the flag."""
+        super().clear()
+        self.up = False
+
+
+class WorkerStopping(BaseException):
+    """Raised in a workflow thread when the worker stops: the workflow is handed back."""
+
+
+class CommitFailed(BaseException):
+    """A commit of an outcome raised (the store failed): a BaseException, so that workflow code
+    cannot catch it and the core cannot take it for the workflow's own failure."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
+class RunInterrupted(BaseException):
+    """A run stopped by a BaseException that is not the engine's own, and where it was raised."""
+
+    def __init__(self, exc: BaseException, where: str) -> None:
+        super().__init__(exc, where)
+        self.exc = exc
+        self.where = where
+
+
+@dataclass(frozen=True, slots=True)
+class RunParts:
+    """What every run of one worker shares.
+
+    Attributes:
+        registry: the app's workflows and activities.
+        committer: the worker's group commit.
+        stopping: raised when the worker stops: a run stops after its current slot.
+        clock: the live clock for `ctx.now()`.
+        max_payload: the cap in bytes on every value recorded.
+        event: says what happened to a workflow, (workflow id, text), for the CLI's log.
+        focus: CPU focus of engine code while commits are crowded (engine.cpu_focus), or None.
+        board: the mark file of this host's database (engine.marks), or None.
+        marks_in_store: in-flight marks are tracked and there is no mark file (a server's
+            store): each mark is one write to the database, where every host sees it.
+    """
+
+    registry: Registry
+    committer: Committer
+    stopping: StopFlag
+    clock: Callable[[], float]
+    max_payload: int
+    event: Callable[[str, str], None]
+    focus: CpuFocus | None = None
+    board: MarkBoard | None = None
+    marks_in_store: bool = False
+
+
+class WorkflowRun:
+    """One run of a claimed workflow on a pooled thread, from its history to its outcome.
+
+    The Context calls `record` with each live outcome (committed before it returns),
+    `on_start` before each live activity attempt and `sleep` between attempts; a parallel
+    group's task threads call `record_task` and `on_task_start`, and share the thread's
+    one mark record (engine.marks): it holds the latest task started, written under
+    `_group_lock` so two tasks never tear it. After a crash that task counts its attempts
+    on and shows as possibly run; the group's other unrecorded tasks run again from
+    their first attempt.
+    """
+
+    __slots__ = ("_cancels", "_claim", "_commit", "_group_lock", "_marked", "_me", "_parts", "_store", "_write_mark",
+                 "ctx")
+
+    def __init__(self, parts: RunParts, store: WorkerStore, claim: Claim, me: PooledThread) -> None:
+        self._parts = parts
+        self._store = store
+        self._claim = claim
+        self._me = me
+        # Bound once: record and on_start run once per slot each.
+        self._commit = parts.committer.commit_record
+        self._cancels = parts.committer.cancels
+        self._write_mark: Callable[[int, str, int, float], None] | None = None
+        if parts.board is not None:
+            self._write_mark = parts.board.writer(me.index, claim.id, claim.epoch)
+        elif parts.marks_in_store:
+            self._write_mark = self._store_mark
+        self._group_lock = threading.Lock()
+        self._marked = -1  # the slot the thread's mark is of
+        self.ctx: Context | None = None
+
+    def execute(self) -> Outcome:
+        """Replay the history and run the rest live; the outcome to commit as the run's verdict.
+
+        Raises:
+            WorkerStopping: the worker stops (the slot before is committed).
+            LeaseLostError: another worker holds the lease: this run's writes were refused.
+            RunInterrupted: a BaseException from workflow or activity code.
+            Exception: the store failed (a worker error: the workflow is handed back).
+        """
+        parts, claim = self._parts, self._claim
+        try:
+            fn = parts.registry.workflow(claim.workflow)
+        except UnknownWorkflowError as exc:
+            return Outcome(status=Status.FAILED, error=f"UnknownWorkflowError: {exc}", error_kind="engine")
+        # The claim loaded a short history along with its batch; a long one is loaded here.
+        state = claim.state if claim.state is not None else self._store.load_state(claim.id)
+        if parts.stopping.up:
+            raise WorkerStopping()
+        prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
+        hooks = ParallelHooks(self._run_group, self.record_task, self.on_task_start)
+        ctx = self.ctx = Context(
+            state, workflow_id=claim.id, activities=parts.registry.activities, clock=parts.clock,
+            sleep=self.sleep, record=self.record, on_start=self.on_start, prior=prior, cancel=claim.cancel,
+            parallel=hooks,
+        )
+        try:
+            outcome = execute(fn, ctx, state)
+        except CommitFailed as failed:
+            raise failed.exc from None  # a worker error: the workflow is handed back
+        except (WorkerStopping, LeaseLostError, Exception):
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back
+            raise RunInterrupted(exc, ctx.interrupted_in or "workflow code") from exc
+        return self._capped(outcome)
+
+    def _capped(self, outcome: Outcome) -> Outcome:
+        """The outcome with its error text cut to the cap, or failed if its result is over the cap."""
+        cap = self._parts.max_payload
+        if outcome.status == Status.FAILED and outcome.error:
+            error = fit_text(outcome.error, cap, "the workflow's error text")
+            shown = outcome.traceback and fit_text(outcome.traceback, cap, "the workflow's traceback", tail=True)
+            if error is not outcome.error or shown is not outcome.traceback:
+                return replace(outcome, error=error, traceback=shown)
+        elif outcome.status == Status.COMPLETED:
+            # The store encodes the result again when it writes the verdict: once per
+            # workflow, not per slot.
+            size = encode_value(outcome.result)[1]
+            if size > cap:
+                error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
+                return replace(outcome, status=Status.FAILED, result=None, error=error, error_kind="engine")
+        return outcome
+
+    # -- the Context's hooks
+
+    def record(self, slot: int, rec: CommandRecord, parallel: bool = False) -> None:
+        """Commit one live outcome before the workflow goes on (the Context's `record`)."""
+        me = self._me
+        parts = self._parts
+        focus = parts.focus
+        # From a task thread (parallel) the workflow thread's CPU focus is not its to move.
+        if focus is not None and not parallel:
+            focus.engine_code(me, parts.committer.crowd)
+        # The value is encoded here, once: its size is checked against the cap before
+        # anything is committed, and the store writes this text without encoding again.
+        # (A clock read is a float: never near a cap, and the store encodes it.)
+        text = None
+        refused = None
+        failure_tb = None
+        if rec.ok and rec.kind == _ACTIVITY:
+            value = rec.value
+            if type(value) is int:  # encode_value's int case, inline: the common value on this path
+                text = int.__repr__(value)
+                size = len(text)
+            else:
+                text, size = encode_value(value)
+            cap = parts.max_payload
+            if size > cap:
+                # Retrying would not make the value smaller: the failure is recorded at once.
+                refused = error_text(PayloadTooLargeError(
+                    over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
+                rec = CommandRecord(_ACTIVITY, rec.name, False, None, refused, rec.attempts, rec.args)
+                text = None
+        elif rec.kind == SlotKind.CHILD and rec.ok:
+            self._check_child(slot, rec)
+        elif rec.kind == EVENT:
+            text, size = encode_value(rec.value)
+            if size > parts.max_payload:
+                # Refused before anything is written: ctx.set_event raises it, its slot stays free.
+                raise PayloadTooLargeError(
+                    over_cap(f"slot {slot}: the value of event {rec.name!r}", size, parts.max_payload))
+        elif not rec.ok:
+            # An error text is stored too: cut to the cap, and made UTF-8 (an exception
+            # may carry a lone surrogate, from a file name say), or the commit would fail.
+            error = rec.error or ""
+            fitted = fit_text(error, parts.max_payload, f"slot {slot}: the error text of activity {rec.name!r}")
+            if fitted is not error:
+                refused = fitted
+                rec = rec._replace(error=fitted)
+            ctx = self.ctx
+            failure_tb = ctx.tracebacks.pop(slot, None) if ctx is not None else None
+            if failure_tb is not None:
+                failure_tb = fit_text(failure_tb, parts.max_payload,
+                                      f"slot {slot}: the traceback of activity {rec.name!r}", tail=True)
+        claim = self._claim
+        try:
+            written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+        except Exception as exc:  # the store failed: not the workflow's outcome
+            raise CommitFailed(exc) from exc
+        if not written:
+            raise LeaseLostError(claim.id)
+        if failure_tb is not None:
+            # Recorded: said once, whether or not the workflow code goes on to handle it.
+            parts.event(claim.id, f"slot {slot}: activity {rec.name!r} failed after {rec.attempts} attempt(s): "
+                                  f"{rec.error}\n{failure_tb}")
+        if not parallel:
+            me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
+        else:
+            with self._group_lock:
+                if self._marked == slot:
+                    me.inflight = False  # the thread's mark is this task's
+        cancels = self._cancels
+        if cancels and claim.id in cancels:
+            # The commit came upon an operator's cancel request: the next ctx call raises it
+            # (a parallel group's tasks run on; the call after the group raises it).
+            reason = cancels.pop(claim.id)
+            ctx = self.ctx
+            if ctx is not None and ctx.cancel_requested is None:
+                ctx.cancel_requested = reason
+        if parts.stopping.up:
+            raise WorkerStopping()  # the current slot is committed: stop here
+        if refused is not None:
+            # The workflow code sees what a replay of this slot will show it.
+            raise ActivityError(slot, rec.name, refused, rec.attempts)
+
+    def record_task(self, slot: int, rec: CommandRecord) -> None:
+        """`record` for a task of a parallel group, from its task thread."""
+        self.record(slot, rec, True)
+
+    def on_start(self, slot: int, name: str, attempt: int) -> None:
+        """Before each live attempt of an activity: stop if the worker stops, else mark it started."""
+        # Stop between slots: the slot before this one is already committed.
+        parts = self._parts
+        if parts.stopping.up:
+            raise WorkerStopping()
+        me = self._me
+        if me.focused and parts.focus is not None:
+            parts.focus.activity(me)  # the activity, and whatever it starts, may use every CPU
+        write_mark = self._write_mark
+        if write_mark is not None:
+            # Before the activity runs; `attempt` counts on from the starts of earlier
+            # runs (crashed workers included). No commit and no wait (engine.marks).
+            write_mark(slot, name, attempt, _wall_clock())
+            me.inflight = True
+
+    def on_task_start(self, slot: int, name: str, attempt: int) -> None:
+        """`on_start` for a task of a parallel group, from its task thread."""
+        parts = self._parts
+        if parts.stopping.up:
+            raise WorkerStopping()
+        write_mark = self._write_mark
+        if write_mark is not None:
+            with self._group_lock:
+                write_mark(slot, name, attempt, _wall_clock())
+                self._marked = slot
+                self._me.inflight = True
+
+    def sleep(self, seconds: float) -> None:
+        """Wait between live attempts of an activity; stop at once if the worker stops."""
+        if self._parts.stopping.wait(seconds):
+            raise WorkerStopping()
+
+    def _run_group(self, thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
+        """Run a parallel group's live tasks on threads of their own, at most `max_concurrency` at once."""
+        me = self._me
+        focus = self._parts.focus
+        if me.focused and focus is not None:
+            focus.activity(me)  # the task threads inherit this thread's CPUs: all of them
+        with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
+                                thread_name_prefix=f"replaylog-task-{me.index}") as pool:
+            for future in [pool.submit(thunk) for thunk in thunks]:
+                future.result()
+
+    def _store_mark(self, slot: int, name: str, attempts: int, started_at: float) -> None:
+        """A mark on a store without local files: one write to the database."""
+        self._store.mark_started(self._claim, slot, name, attempts, started_at)
+
+    def _check_child(self, slot: int, rec: CommandRecord) -> None:
+        """Refuse a child workflow this app does not know, or whose id another workflow has, before it is recorded."""
+        self._parts.registry.workflow(rec.name)  # UnknownWorkflowError naming the known ones
+        child_id = rec.value["id"]
+        try:
+            self._store.get_workflow(child_id)
+        except UnknownWorkflowIdError:
+            return
+        raise DuplicateWorkflowIdError(f"slot {slot}: a workflow with id {child_id!r} already exists")
