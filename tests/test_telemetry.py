@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from serve_helpers import free_port
 
-from conftest import ROOT, cli_env, run_cli, wait_for
+from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
 from replaylog.engine.app import load_app
 from replaylog.engine.store import open_store
 from replaylog.engine.worker import Worker
@@ -216,10 +218,6 @@ def test_a_failed_workflow_records_its_error_on_its_span(db_path: Path, spans: o
 
 def test_after_a_kill_9_the_resumed_run_makes_spans_only_for_what_runs_live(
         db_path: Path, tmp_path: Path, spans: object) -> None:
-    import os
-    import signal
-
-    from conftest import start_worker
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     assert isinstance(spans, InMemorySpanExporter)
