@@ -26,12 +26,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from replaylog.client import Client, resolve_db
+from replaylog.client import NO_INPUT, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from replaylog.engine.check import check_workflow, retry_verdict
+from replaylog.engine.check import check_workflow
 from replaylog.engine.core import APPROVAL_PREFIX, dry_replay
-from replaylog.engine.errors import DuplicateWorkflowIdError, ReplaylogError, StoreError
+from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.store import (
     STATUSES,
@@ -42,7 +42,6 @@ from replaylog.engine.store import (
     WorkflowSummary,
     default_max_payload,
     open_store,
-    operator_name,
     redact_url,
     waiting_reason,
 )
@@ -255,31 +254,17 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
           app: str | None, if_exists: str) -> None:
     """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
     registry = _app(app)
-    if workflow_name not in registry.workflows:
-        fail(str(_unknown_workflow(registry, workflow_name)))
-    # A workflow is called fn(ctx) or fn(ctx, input): refuse now what could only fail later.
+    fn = registry.workflow(workflow_name)  # an unknown name: one line, naming the ones the app knows
+    # A workflow is called fn(ctx) or fn(ctx, input): refused before INPUT_JSON is read
+    # (the client checks it again, as it checks every start).
     refusal = registry.input_refusal(workflow_name, given=input_json is not None)
     if refusal is not None:
         fail(refusal)
     value, given = read_json_arg(input_json, "the workflow input", settings.max_payload)
-    with settings.open(create=True) as store:
-        try:
-            wid = store.start_workflow(workflow_name, value, has_input=given, workflow_id=workflow_id)
-        except DuplicateWorkflowIdError as exc:
-            if if_exists != "return" or workflow_id is None:
-                fail(str(exc))
-            wid = workflow_id
-        except ReplaylogError as exc:
-            fail(str(exc))
-    click.echo(wid)
-
-
-def _unknown_workflow(registry: Registry, name: str) -> Exception:
-    try:
-        registry.workflow(name)
-    except ReplaylogError as exc:
-        return exc
-    return ReplaylogError(name)  # pragma: no cover - only called for unknown names
+    with settings.client() as client:
+        handle = client.start(fn, value if given else NO_INPUT, id=workflow_id,
+                              if_exists="return" if if_exists == "return" else "fail")
+    click.echo(handle.id)
 
 
 @cli.command()
@@ -291,8 +276,8 @@ def _unknown_workflow(registry: Registry, name: str) -> Exception:
 def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | None) -> None:
     """Send a signal (payload defaults to null). PAYLOAD_JSON may be `-` (stdin) or `@path`."""
     payload, _ = read_json_arg(payload_json, f"the payload of signal {name!r}", settings.max_payload)
-    with settings.open() as store:
-        seq = store.send_signal(workflow_id, name, payload)
+    with settings.client() as client:
+        seq = client.signal(workflow_id, name, payload)
     click.echo(f"signal {printable(name, oneline=True)!s} #{seq} sent to {printable(workflow_id, oneline=True)}")
 
 
@@ -306,9 +291,8 @@ def signal(settings: Settings, workflow_id: str, name: str, payload_json: str | 
 @pass_settings
 def approve(settings: Settings, workflow_id: str, reject: bool, note: str | None, request: str | None) -> None:
     """Answer the approval request a workflow waits on (and only it, once)."""
-    with settings.open() as store:
-        rid = store.answer_approval(workflow_id, approved=not reject, by=operator_name(), note=note,
-                                    request=request)
+    with settings.client() as client:
+        rid = client.get_handle(workflow_id).approve(note=note, reject=reject, request=request)
     verb = "rejected" if reject else "approved"
     click.echo(f"{verb} request {rid} of {printable(workflow_id, oneline=True)}")
 
@@ -941,8 +925,8 @@ def _one(text: str) -> str:
     return printable(text, oneline=True)
 
 
-def _stopping(act: Callable[[OperatorStore, str, str | None], str]) -> click.Command:
-    """A command `act.__name__ WORKFLOW_ID [--reason TEXT]`: runs `act` on the store, prints the line it returns.
+def _stopping(act: Callable[[WorkflowHandle[Any], str | None], str]) -> click.Command:
+    """A command `act.__name__ WORKFLOW_ID [--reason TEXT]`: runs `act` on the handle, prints the line it returns.
 
     Its help is `act`'s docstring. (cancel and terminate: the same arguments, one write.)
     """
@@ -952,32 +936,32 @@ def _stopping(act: Callable[[OperatorStore, str, str | None], str]) -> click.Com
     @global_options
     @pass_settings
     def command(settings: Settings, workflow_id: str, reason: str | None) -> None:
-        with settings.open() as store:
-            said = act(store, workflow_id, reason)
+        with settings.client() as client:
+            said = act(client.get_handle(workflow_id), reason)
         click.echo(_one(said))
 
     return cli.command(name=act.__name__, help=act.__doc__)(command)
 
 
 @_stopping
-def cancel(store: OperatorStore, workflow_id: str, reason: str | None) -> str:
+def cancel(handle: WorkflowHandle[Any], reason: str | None) -> str:
     """Ask a pending, running or blocked workflow to cancel.
 
     Its code sees WorkflowCancelled at its current or next ctx call and may run
     compensating activities; when the exception leaves it, its status is `cancelled`.
     """
-    was = store.cancel_workflow(workflow_id, reason)
-    return f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled at its next ctx call"
+    was = handle.cancel(reason)
+    return f"cancel requested for {handle.id} (was {was}): its code sees WorkflowCancelled at its next ctx call"
 
 
 @_stopping
-def terminate(store: OperatorStore, workflow_id: str, reason: str | None) -> str:
+def terminate(handle: WorkflowHandle[Any], reason: str | None) -> str:
     """Stop a pending, running or blocked workflow at once: no workflow code runs again.
 
     An activity in flight may still finish; its outcome is not recorded.
     """
-    was = store.terminate_workflow(workflow_id, reason)
-    return f"{workflow_id} terminated (was {was})"
+    was = handle.terminate(reason)
+    return f"{handle.id} terminated (was {was})"
 
 
 @cli.command()
@@ -993,18 +977,10 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
     Refused if the dry replay diverges, or if it would end in the same recorded activity
     failure (fork from that slot instead).
     """
-    with settings.open() as store:
-        row = store.get_workflow(workflow_id)
-        if row.status != Status.FAILED:
-            fail(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
-        verdict_text = "dry replay skipped (--force)"
-        if not force:
-            verdict, refusal = retry_verdict(store, _app(app), workflow_id)
-            if refusal is not None:
-                fail(refusal)
-            verdict_text = verdict.text
-        store.retry_workflow(workflow_id, reason)
-    click.echo(_one(f"{workflow_id} is pending again ({verdict_text})"))
+    with settings.client(app=None if force else _app(app)) as client:
+        verdict = client.get_handle(workflow_id).retry(reason, force=force)
+    said = "dry replay skipped (--force)" if verdict is None else verdict.text
+    click.echo(_one(f"{workflow_id} is pending again ({said})"))
 
 
 @cli.command()
@@ -1020,9 +996,10 @@ def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | Non
     The original is untouched. Activities from slot K run again, under the fork's own
     idempotency keys.
     """
-    with settings.open() as store:
-        wid = store.fork_workflow(workflow_id, from_slot, new_id=new_id)
-        again = [c for c in store.list_commands(workflow_id, offset=from_slot) if c.kind == SlotKind.ACTIVITY]
+    with settings.client() as client:
+        original = client.get_handle(workflow_id)
+        wid = original.fork(from_slot, id=new_id).id
+        again = [s for s in original.history(from_slot) if s.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
     click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
@@ -1076,8 +1053,8 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
     A workflow exported running or blocked is imported pending; a finished one keeps its status.
     """
     doc = _read_document(file)
-    with settings.open(create=True) as store:
-        wid = store.import_history(doc, new_id=new_id)
+    with settings.client() as client:
+        wid = client.import_history(doc, id=new_id).id
     click.echo(wid)
 
 

@@ -53,7 +53,7 @@ from replaylog.engine.store import (
     open_store,
     operator_name,
 )
-from replaylog.engine.vocab import status_info
+from replaylog.engine.vocab import Status, status_info
 
 __all__ = [
     "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
@@ -83,7 +83,7 @@ class _NoInput:
 NO_INPUT: Any = _NoInput()
 
 # What `app=` takes: a module, an import string or .py path (as --app), a Registry, or functions.
-AppLike = ModuleType | str | os.PathLike[str] | Registry | Iterable[Callable[..., Any]]
+AppLike = ModuleType | str | os.PathLike[str] | Registry | Iterable[object]
 
 
 # ---------------------------------------------------------------- errors
@@ -231,7 +231,8 @@ def app_registry(app: AppLike) -> Registry:
     if isinstance(app, ModuleType):
         return Registry.from_module(app)
     functions = list(app)
-    spec = ", ".join(registered_name(fn) for fn in functions[:4]) + (", …" if len(functions) > 4 else "")
+    names = [str(getattr(fn, "_replaylog_name", None) or getattr(fn, "__name__", fn)) for fn in functions[:4]]
+    spec = ", ".join(names) + (", …" if len(functions) > 4 else "")
     return Registry.from_functions(functions, f"[{spec}]")
 
 
@@ -549,13 +550,14 @@ class WorkflowHandle(Generic[R]):
         if row is None:
             info = self.describe()
             raise TimeoutError(f"workflow {self._id!r} did not finish within {timeout} s (it is {info.status})")
-        if row.status == "completed":
+        if row.status == Status.COMPLETED:
             return cast(R, row.result)
         info = WorkflowInfo.from_row(row)
-        if row.status == "cancelled":
+        if row.status == Status.CANCELLED:
             raise WorkflowCancelled(row.cancel_requested or "", workflow_id=self._id)
-        if row.status == "terminated":
-            raise WorkflowTerminated(self._id, row.cancel_requested or row.error or "")
+        if row.status == Status.TERMINATED:
+            said = [a.reason for a in self._client._call(lambda s: s.list_audit(self._id)) if a.action == "terminate"]
+            raise WorkflowTerminated(self._id, (said[-1] if said else None) or "")
         raise WorkflowFailed(self._id, row.error_kind, row.error or "", info.diagnostic)
 
     def get_event(self, key: str, timeout: float | None = None) -> Any:
@@ -618,7 +620,7 @@ class WorkflowHandle(Generic[R]):
 
         def retry(store: Store) -> DryReplay | None:
             row = store.get_workflow(self._id)
-            if row.status != "failed":
+            if row.status != Status.FAILED:
                 raise OperatorRefusedError(f"workflow {self._id!r} is {row.status}: only a failed workflow"
                                            " can be retried")
             verdict = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import client_app
 import pytest
@@ -22,6 +23,7 @@ from replaylog import (
     Worker,
     WorkflowCancelled,
     WorkflowFailed,
+    WorkflowHandle,
     WorkflowInfo,
     WorkflowTerminated,
 )
@@ -152,8 +154,9 @@ def test_result_raises_what_ended_the_workflow(client: Client, worker: Worker) -
     terminated = client.start(client_app.waits)
     assert wait_for(lambda: terminated.describe().status == "blocked")
     assert terminated.terminate("stuck") == "blocked"
-    with pytest.raises(WorkflowTerminated, match="stuck"):
+    with pytest.raises(WorkflowTerminated, match="stuck") as ended:
         terminated.result(timeout=60)
+    assert (ended.value.workflow_id, ended.value.reason) == (terminated.id, "stuck")
 
 
 def test_result_times_out_and_leaves_the_workflow_untouched(client: Client, worker: Worker) -> None:
@@ -277,3 +280,28 @@ def test_waiting_on_a_handle_wakes_when_another_process_finishes_it(client: Clie
     with Worker(db, app=client_app, concurrency=2, focus_cpu=False):
         waiter.join(120)
     assert got == [14] and client.waiting == 0
+
+
+def test_a_hundred_waiting_calls_take_no_thread_of_the_clients_and_close_wakes_them(db: Path | str) -> None:
+    client = Client(db)
+    handles = [client.start("noinput") for _ in range(100)]  # no worker: they stay pending
+    before = threading.active_count()
+    outcomes: list[str] = []
+
+    def wait(h: WorkflowHandle[Any]) -> None:
+        try:
+            h.result(timeout=300)
+        except ClientClosedError:
+            outcomes.append("closed")
+
+    waiters = [threading.Thread(target=wait, args=(h,)) for h in handles]
+    for t in waiters:
+        t.start()
+    assert wait_for(lambda: client.waiting == 100)
+    # The waiters' own threads, and on PostgreSQL the client's one listening thread (started
+    # with its first open, before `before` was taken): nothing per waiting call.
+    assert threading.active_count() == before + 100
+    client.close()
+    for t in waiters:
+        t.join(60)
+    assert outcomes == ["closed"] * 100 and client.waiting == 0

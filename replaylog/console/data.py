@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from replaylog.client import Client
 from replaylog.engine.app import Registry
 from replaylog.engine.check import NoCode, check_workflow, retry_verdict
 from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay
@@ -25,7 +26,6 @@ from replaylog.engine.store import (
     STATUSES,
     CommandRow,
     InflightRow,
-    OperatorStore,
     ReaderStore,
     SignalRow,
     WorkflowRow,
@@ -33,7 +33,6 @@ from replaylog.engine.store import (
     is_busy,
     is_postgres_url,
     open_store,
-    operator_name,
     redact_url,
     waiting_reason,
 )
@@ -599,21 +598,25 @@ class ConsoleData:
                 payload over the cap, a read-only console, an unreachable database).
         """
         try:
-            with open_store(self.db_path, readonly=self.readonly) as store:
-                return store.send_signal(workflow_id, name, payload)
+            with self._client() as client:
+                return client.signal(workflow_id, name, payload)
         except ReplaylogError as exc:
             raise SignalRefused(str(exc)) from exc
         except Exception as exc:  # any failure is a refusal to show, never a crash
             raise SignalRefused(f"could not send: {exc}") from exc
 
-    # -- the operator's actions: each the store's one write transaction, as the command line makes it
+    # -- the operator's actions: the client's (replaylog.client), as the command line and an application make them
 
-    def _act(self, act: Callable[[OperatorStore], str]) -> str:
+    def _client(self) -> Client:
+        # One per write: a write is rare, and a client's connection stays off the UI thread.
+        return Client(self.db_path, readonly=self.readonly, app=self.registry)
+
+    def _act(self, act: Callable[[Client], str]) -> str:
         if self.readonly:
             raise ActionRefused("the console is read-only: no write actions")
         try:
-            with open_store(self.db_path) as store:
-                return act(store)
+            with self._client() as client:
+                return act(client)
         except ReplaylogError as exc:
             raise ActionRefused(str(exc)) from exc
         except Exception as exc:  # any failure is a refusal to show, never a crash
@@ -621,12 +624,12 @@ class ConsoleData:
 
     def cancel(self, workflow_id: str, reason: str) -> str:
         """Ask the workflow to cancel (`replaylog cancel`); the line to show. ActionRefused if not."""
-        was = self._act(lambda s: s.cancel_workflow(workflow_id, reason or None))
+        was = self._act(lambda c: c.get_handle(workflow_id).cancel(reason or None))
         return f"cancel requested for {workflow_id} (was {was}): its code sees WorkflowCancelled at its next ctx call"
 
     def terminate(self, workflow_id: str, reason: str) -> str:
         """Terminate the workflow (`replaylog terminate`); the line to show. ActionRefused if not."""
-        was = self._act(lambda s: s.terminate_workflow(workflow_id, reason or None))
+        was = self._act(lambda c: c.get_handle(workflow_id).terminate(reason or None))
         return f"{workflow_id} terminated (was {was})"
 
     def retry_preview(self, workflow_id: str) -> RetryPreview:
@@ -644,8 +647,8 @@ class ConsoleData:
 
     def retry(self, workflow_id: str) -> str:
         """Set a failed workflow pending again (after `retry_preview`); the line to show."""
-        def go(store: OperatorStore) -> str:
-            store.retry_workflow(workflow_id)
+        def go(client: Client) -> str:
+            client.get_handle(workflow_id).retry()  # dry-replayed again, under the write: the code may have moved
             return f"{workflow_id} is pending again"
         return self._act(go)
 
@@ -659,7 +662,7 @@ class ConsoleData:
 
     def fork(self, workflow_id: str, slot: int) -> str:
         """Fork the workflow from `slot` (`replaylog fork`); the line to show, naming the new id."""
-        new = self._act(lambda s: s.fork_workflow(workflow_id, slot))
+        new = self._act(lambda c: c.get_handle(workflow_id).fork(slot).id)
         return f"forked {workflow_id} at slot {slot} as {new}"
     def answer_approval(self, workflow_id: str, request: str, *, approved: bool, note: str | None) -> None:
         """Answer the approval request `request` through the store's `answer_approval` (what `replaylog approve` uses).
@@ -669,8 +672,8 @@ class ConsoleData:
                 request or none, a read-only console, an unreachable database).
         """
         try:
-            with open_store(self.db_path, readonly=self.readonly) as store:
-                store.answer_approval(workflow_id, approved=approved, by=operator_name(), note=note, request=request)
+            with self._client() as client:
+                client.get_handle(workflow_id).approve(note=note, reject=not approved, request=request)
         except ReplaylogError as exc:
             raise ApprovalRefused(str(exc)) from exc
         except Exception as exc:  # any failure is a refusal to show, never a crash
