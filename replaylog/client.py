@@ -53,6 +53,7 @@ from replaylog.engine.store import (
     open_store,
     operator_name,
 )
+from replaylog.engine.telemetry import trace_context_now
 from replaylog.engine.vocab import Status, status_info
 
 __all__ = [
@@ -458,7 +459,8 @@ class Client:
 
         def start(store: Store) -> str:
             try:
-                return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id)
+                return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id,
+                                            trace_context=trace_context_now())
             except DuplicateWorkflowIdError:
                 if if_exists != "return" or id is None:
                     raise

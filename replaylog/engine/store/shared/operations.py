@@ -222,8 +222,12 @@ class SharedOperatorWrites(StoreBase):
     """Writes an operator makes, each one write transaction, refused whole on bad input."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None) -> str:
-        """Insert a pending workflow; return its id."""
+                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
+        """Insert a pending workflow; return its id.
+
+        `trace_context` is the caller's trace context (W3C headers as JSON text), kept for
+        the worker's spans of this workflow.
+        """
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
         _check_id(wid)
@@ -231,6 +235,8 @@ class SharedOperatorWrites(StoreBase):
 
         def start(conn: Any) -> None:
             self._insert_workflow(conn, wid, workflow, input_text, now)
+            if trace_context is not None:
+                sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
             _audit(sql, conn, wid, "start", now, who, detail=workflow)
 
         self._operate(wid, "start", now, who, start, lambda _: None)
