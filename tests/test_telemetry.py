@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from serve_helpers import free_port
 
-from conftest import ROOT, cli_env, run_cli, wait_for
+from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
 from replaylog.engine.app import load_app
 from replaylog.engine.store import open_store
 from replaylog.engine.worker import Worker
@@ -212,3 +214,35 @@ def test_a_failed_workflow_records_its_error_on_its_span(db_path: Path, spans: o
     assert run.attributes["replaylog.status"] == "failed" and run.status.status_code.name == "ERROR"
     assert "order 7 is broken" in run.status.description
     assert run.parent is None  # started with no trace around it: a trace of its own
+
+
+def test_after_a_kill_9_the_resumed_run_makes_spans_only_for_what_runs_live(
+        db_path: Path, tmp_path: Path, spans: object) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    assert isinstance(spans, InMemorySpanExporter)
+    with open_store(db_path) as store:
+        store.start_workflow("steps", 8, workflow_id="steps-8")
+    env = cli_env(REPLAYLOG_TEST_LEDGER=str(tmp_path / "ledger"), REPLAYLOG_TEST_STEP_SECONDS="0.3")
+    worker = start_worker(db_path, "--app", "worker_app", env=env)
+
+    def recorded() -> int:
+        with open_store(db_path, readonly=True) as store:
+            return len(store.list_commands("steps-8"))
+    try:
+        assert wait_for(lambda: recorded() >= 3, timeout=60)
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+    before = recorded()
+    os.environ["REPLAYLOG_TEST_LEDGER"] = str(tmp_path / "ledger")
+    try:
+        Worker(db_path, load_app("worker_app"), poll=0.002, ttl=1.0, tracing=True).run(until_idle=True)
+    finally:
+        del os.environ["REPLAYLOG_TEST_LEDGER"]
+    assert recorded() == 8
+    attempts = [s for s in spans.get_finished_spans() if s.name == "activity step"]
+    slots = sorted(s.attributes["replaylog.slot"] for s in attempts)
+    assert slots == list(range(before, 8))  # the recorded prefix replayed: no span for it
+    (run,) = [s for s in spans.get_finished_spans() if s.name == "workflow steps"]
+    assert run.attributes["replaylog.status"] == "completed"

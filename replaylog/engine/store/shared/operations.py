@@ -365,9 +365,9 @@ class SharedOperatorWrites(StoreBase):
             new = slot_key(self._insert_workflow(conn, wid, workflow, input_text, now, slots=from_slot,
                                                  forked_from=workflow_id, forked_slot=from_slot))
             sql.run(
-                conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
-                " SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args FROM commands"
-                " WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
+                conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
+                " traceback) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args,"
+                " traceback FROM commands WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                 " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
