@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -76,7 +77,13 @@ class PGServer:
         self.start()
 
     def stop(self) -> None:
-        """Stop the server (fast shutdown); tried again while it still answers."""
+        """Stop the server (fast shutdown); tried again while it still answers.
+
+        Run as root, pg_ctl runs as pgserver's own user, and cannot stop a server whose folder
+        that user can no longer reach: a pytest session that starts makes /tmp/pytest-of-root
+        0700 again, under a server started in a test's tmp_path. The postmaster is then sent
+        SIGINT (a fast shutdown) by the pid in its postmaster.pid.
+        """
         for attempt in range(5):
             try:
                 self._ctl("-m", "fast", "stop")
@@ -86,9 +93,27 @@ class PGServer:
                     psycopg.connect(self.admin_url, connect_timeout=2).close()
                 except psycopg.OperationalError:
                     return  # it is down
+                if self._interrupt_postmaster():
+                    return
                 if attempt == 4:
                     raise
                 time.sleep(1)
+
+    def _interrupt_postmaster(self) -> bool:
+        """SIGINT to the postmaster named in postmaster.pid; whether it has gone within a minute."""
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return False
+        deadline = time.monotonic() + 60
+        try:
+            os.kill(pid, signal.SIGINT)
+            while time.monotonic() < deadline:
+                os.kill(pid, 0)
+                time.sleep(0.05)
+        except ProcessLookupError:
+            return True
+        return False
 
     def close(self) -> None:
         """Stop the server for good, at the end of a run.

@@ -17,7 +17,7 @@ import pytest
 from replaylog.engine.store import Store, open_store
 
 if TYPE_CHECKING:
-    from pg_server import PGServer
+    from pg_server import Databases, PGServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,10 +161,20 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PGServer]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def pg_databases(pg_server: PGServer) -> Databases:
+    """The test process's empty PostgreSQL databases, lent one to a test."""
+    from pg_server import Databases
+
+    return Databases(pg_server)
+
+
 @pytest.fixture
-def pg_url(pg_server: PGServer) -> str:
-    """The URL of a fresh, empty PostgreSQL database."""
-    return pg_server.fresh_database()
+def pg_url(pg_databases: Databases) -> Iterator[str]:
+    """The URL of an empty PostgreSQL database of the test's own."""
+    url = pg_databases.take()
+    yield url
+    pg_databases.give_back(url)
 
 
 @pytest.fixture(params=STORE_BACKENDS)
@@ -263,12 +273,13 @@ def console_seed_pg(pg_server: PGServer) -> str:
 
 
 @pytest.fixture(params=STORE_BACKENDS)
-def console_any(request: pytest.FixtureRequest) -> Path | str:
+def console_any(request: pytest.FixtureRequest) -> Iterator[Path | str]:
     """A fresh copy of the seeded console database, once per backend: the file, or a PostgreSQL database
-    made from the seeded template (CREATE DATABASE … TEMPLATE copies it on the server)."""
+    made from the seeded template (CREATE DATABASE … TEMPLATE copies it on the server; dropped after)."""
     if request.param == "sqlite":
         path: Path = request.getfixturevalue("console_db")
-        return path
+        yield path
+        return
     server: PGServer = request.getfixturevalue("pg_server")
     template: str = request.getfixturevalue("console_seed_pg")
     name = f"console_{os.getpid()}_{time.monotonic_ns()}"
@@ -281,7 +292,8 @@ def console_any(request: pytest.FixtureRequest) -> Path | str:
             if attempt == 49:
                 raise
             time.sleep(0.1)
-    return server.url(name)
+    yield server.url(name)
+    server.execute(server.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

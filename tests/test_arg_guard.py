@@ -16,7 +16,7 @@ from replaylog import activity
 from replaylog.engine.core import ARGS_TEXT_LIMIT, CommandRecord, Context, WorkflowState, args_key, dry_replay, run
 from replaylog.engine.errors import NonDeterministicError
 from replaylog.engine.store import open_store
-from replaylog.verdicts import verdict_text
+from replaylog.engine.text import verdict_text
 
 Cli = Callable[..., CompletedProcess[str]]
 CALLS: list[Any] = []

@@ -7,9 +7,12 @@ checks that each measurement ran and wrote the fields the table in docs/performa
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,12 +34,29 @@ PEER_FIELDS = {"single": "slots_per_s", "group": "slots_per_s", "resume": "repla
                "signal": "median_ms", "short": "workflows_per_s_1p"}
 
 
+def postmasters(pgdata: Path) -> list[int]:
+    """The pids of PostgreSQL servers running on the data folder `pgdata` (their `postgres -D` command)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"postgres") and b"-D" in argv:
+            folder = argv[argv.index(b"-D") + 1].decode(errors="replace")
+            if Path(folder) == pgdata:
+                found.append(int(entry.name))
+    return found
+
+
 def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--workdir", str(tmp_path / "work")],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
+    # The run's PostgreSQL server is stopped, however it ended.
+    assert postmasters(tmp_path / "work" / "pgdata") == []
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["meta"]["mode"] == "smoke"
@@ -75,8 +95,33 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
     assert "measurement" in proc.stdout
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a server started by root runs as another user (pgserver's)")
+def test_a_server_whose_folder_its_user_can_no_longer_reach_is_stopped_all_the_same() -> None:
+    # Under root, pgserver runs PostgreSQL as its own user and opens the folders above the data
+    # folder to it; a pytest session that starts closes /tmp/pytest-of-root again (0700), and
+    # pg_ctl, run as that user, can no longer stop a server under a test's tmp_path.
+    from pg_server import PGServer
+
+    base = Path(tempfile.mkdtemp(prefix="replaylog-pg-"))
+    closed = base / "closed"
+    closed.mkdir()
+    server = PGServer(closed / "pg", durable=False)
+    try:
+        assert postmasters(closed / "pg")
+        closed.chmod(0o700)
+        server.close()
+        assert postmasters(closed / "pg") == []
+    finally:
+        for pid in postmasters(closed / "pg"):
+            os.kill(pid, signal.SIGINT)
+        closed.chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.soak
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> None:
+    """In `make soak`: under valgrind it takes a minute on a quiet machine, ten on a loaded one."""
     # The figure to watch while working on the slot path (bench/instructions.py). Only
     # that it runs and is sane is checked: the engine does more per slot than the
     # floor's bare commit. (At 100 slots a count moves by ~2,000 between runs, about
@@ -95,8 +140,6 @@ def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> 
 
 def test_a_run_without_workdir_keeps_its_databases_in_the_system_temp_dir_never_in_the_repo() -> None:
     # A killed run leaves its folder behind: one under bench/ was once committed whole.
-    import tempfile
-
     from bench.cli import default_workdir
 
     workdir = default_workdir()

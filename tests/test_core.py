@@ -20,7 +20,7 @@ from replaylog.engine.core import (
     signal,
     workflow,
 )
-from replaylog.verdicts import verdict_text
+from replaylog.engine.text import verdict_text
 
 # ------------------------------------------------------------------ the reference's refund
 # (refund, its activities and their side-effect counters live in tests/reference_refund.py)

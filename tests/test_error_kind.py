@@ -24,12 +24,12 @@ from replaylog.console.workflow_screen import WorkflowScreen
 from replaylog.engine.app import load_app
 from replaylog.engine.core import CommandRecord, WorkflowState, dry_replay
 from replaylog.engine.store import open_store
+from replaylog.engine.text import verdict_text
 from replaylog.engine.worker import Worker
-from replaylog.verdicts import verdict_text
 
 APP = '''
 from replaylog import ActivityError, activity, workflow
-from replaylog.verdicts import verdict_text
+from replaylog.engine.text import verdict_text
 
 
 class CardDeclined(ActivityError):

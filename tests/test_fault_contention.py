@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from fault_harness import WorkerProc, fault_env, integrity, reaping, report
 
 from conftest import ROOT, run_cli
 from replaylog.engine.store import open_store
 
-SECONDS = 20.0
 WAL_BOUND = 32 * 1024 * 1024
 
 
@@ -32,6 +32,18 @@ def _size(path: Path) -> int:
 
 
 def test_no_caller_sees_a_locked_database_and_the_wal_stays_bounded(tmp_path: Path) -> None:
+    """8 s of contention (`make soak`: 60 s)."""
+    contention(tmp_path, 8.0)
+
+
+@pytest.mark.soak
+def test_soak_no_caller_sees_a_locked_database_for_a_minute(tmp_path: Path) -> None:
+    """The soak variant (make soak): a minute of contention."""
+    contention(tmp_path, 60.0)
+
+
+def contention(tmp_path: Path, seconds: float) -> None:
+    """Workers, senders, readers and CLI calls on one file for `seconds`; checks every promise."""
     rng = random.Random(11)
     db = tmp_path / "contention.db"
     wal = Path(f"{db}-wal")
@@ -50,13 +62,13 @@ def test_no_caller_sees_a_locked_database_and_the_wal_stays_bounded(tmp_path: Pa
              str(tmp_path / f"acks-{k}.jsonl"), "0.02"], env=env, cwd=ROOT, stdin=subprocess.DEVNULL))
     for k in range(2):
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "fault_reader", str(db), str(SECONDS), str(tmp_path / f"reader-{k}.json")],
+            [sys.executable, "-m", "fault_reader", str(db), str(seconds), str(tmp_path / f"reader-{k}.json")],
             env=env, cwd=ROOT, stdin=subprocess.DEVNULL))
     cli_calls = 0
     max_wal = 0
     started_total = 140
     with reaping([WorkerProc(db, tmp_path / "logs", env, "--quiet") for _ in range(2)]) as workers:
-        deadline = time.monotonic() + SECONDS
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             max_wal = max(max_wal, _size(wal))
             if store.count_workflows(status=("pending", "running")) < 16:
@@ -92,7 +104,7 @@ def test_no_caller_sees_a_locked_database_and_the_wal_stays_bounded(tmp_path: Pa
     store.close()
     assert integrity(db) == "ok"
     report("contention", {
-        "seconds": SECONDS, "workers": 2, "signal_senders": 2, "signals_acknowledged": len(acks),
+        "seconds": seconds, "workers": 2, "signal_senders": 2, "signals_acknowledged": len(acks),
         "reader_processes": 2, "reads": sum(r["reads"] for r in readers),
         "long_read_transactions": sum(r["long_holds"] for r in readers), "cli_calls": cli_calls,
         "workflows_started": started_total, "workflows_completed": counts["completed"],

@@ -25,8 +25,7 @@ from replaylog.engine.core import (
     signal,
     workflow,
 )
-from replaylog.engine.text import blocked_text
-from replaylog.verdicts import verdict_text
+from replaylog.engine.text import blocked_text, verdict_text
 
 START = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 

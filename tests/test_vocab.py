@@ -28,7 +28,7 @@ from replaylog.engine.core import (
     workflow,
 )
 from replaylog.engine.history import parse_document
-from replaylog.engine.text import utc
+from replaylog.engine.text import utc, verdict_text
 from replaylog.engine.vocab import (
     FINISHED,
     UNFINISHED,
@@ -40,7 +40,6 @@ from replaylog.engine.vocab import (
     kind_info,
     status_info,
 )
-from replaylog.verdicts import verdict_text
 
 START = 1_800_000_000.0
 

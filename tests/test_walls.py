@@ -20,7 +20,7 @@ from conftest import ROOT
 WALLS = {
     # The engine knows nothing above it: not the console, not the public package's top
     # (`from replaylog import …`), not the client or the command line, not Textual.
-    "replaylog.engine": ("=replaylog", "replaylog.console", "replaylog.cli", "replaylog.client", "replaylog.verdicts",
+    "replaylog.engine": ("=replaylog", "replaylog.console", "replaylog.cli", "replaylog.client",
                          "replaylog.worker", "replaylog.demo", "replaylog.testing", "replaylog.samples", "textual"),
     # The console reads and writes through the store; it never runs workflows, and the
     # command line above it is the one place that knows both.

@@ -1,24 +1,101 @@
-"""`check`: one workflow's history dry-replayed against the current code, judged by its status.
+"""`check` and `retry`: one workflow's history dry-replayed against the current code, and one verdict.
 
-The one place a check is made, for the command line, the console and the client alike.
-The answers are structured (`DryReplay`, `RetryVerdict`); `replaylog.verdicts` words them.
+The one place a check is made, for the command line, the client and the console alike.
+A verdict answers what an operator asks: does the recorded history replay against the
+current code, and, for a failed workflow, would a retry now succeed. `check` and `retry`
+give the same answer (a failed workflow is judged as `retry` runs it: from its history,
+as if unfinished). A dry replay answers with a structure (engine.core.DryReplay: a Reason and a slot);
+engine.text words its line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import DryReplay, Reason, dry_replay
+from replaylog.engine.core import DryReplay, Reason, WorkflowState, dry_replay
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.store import ReaderStore
+from replaylog.engine.text import verdict_line, verdict_text
 from replaylog.engine.vocab import Status
 
 
-def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> DryReplay:
-    """Dry-replay a stored workflow against `registry`'s code; nothing runs and nothing is written.
+@dataclass(frozen=True)
+class Verdict:
+    """A check's answer.
 
-    A code without the recorded workflow name is the verdict Reason.NO_CODE, nothing replayed.
+    Attributes:
+        replay: the dry replay it rests on.
+        replays: the recorded history replays against the current code (no divergence).
+        ok: `check`'s answer (exit 0): it replays and, for a failed workflow, a retry may go
+            ahead (it would not just fail again).
+        text: the one line to show.
+        retry: for a failed workflow, "allowed" or "refused"; None for any other status.
+        fork_from: a retry would fail again on the activity error recorded at this slot:
+            forking from it runs that activity again.
+    """
+
+    replay: DryReplay
+    replays: bool
+    ok: bool
+    text: str
+    retry: str | None = None
+    fork_from: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `check --json` shape."""
+        r = self.replay
+        return {"ok": self.ok, "replays": self.replays, "retry": self.retry, "fork_from": self.fork_from,
+                "reason": str(r.reason), "slot": r.slot,
+                "verdict": self.text, "replayed": r.replayed, "issued": list(r.issued),
+                "diagnostic": r.diagnostic.to_dict() if r.diagnostic else None}
+
+
+def judge(fn: Callable[..., Any], state: WorkflowState, *, workflow_id: str, status: str,
+          recorded_error: str | None, diverged: bool, failed_slot: int | None) -> Verdict:
+    """The verdict on one history (stored or exported) against the workflow function `fn`.
+
+    Args:
+        fn: the current code's workflow function.
+        state: the recorded history.
+        workflow_id: its id (idempotency keys; the fork command in a refusal).
+        status: its recorded status.
+        recorded_error: a failed workflow's error.
+        diverged: it was failed by a divergence (a stored diagnostic).
+        failed_slot: the slot of its last failed activity, if any (where a fork would start).
+    """
+    if status != Status.FAILED:
+        replay = dry_replay(fn, state, workflow_id=workflow_id, status=status, recorded_error=recorded_error,
+                            diverged=diverged)
+        return Verdict(replay, replay.diagnostic is None and (replay.ok or status not in _ENDED), replay.ok,
+                       verdict_text(replay))
+    # A failed workflow is judged as `retry` runs it: its history replayed as if unfinished,
+    # so code that now goes further is what a fix looks like, not a divergence.
+    replay = dry_replay(fn, state, workflow_id=workflow_id, status=Status.FAILED if diverged else None,
+                        recorded_error=recorded_error, diverged=diverged)
+    if replay.diagnostic is not None:
+        return Verdict(replay, False, False, f"the recorded history does not replay, so a retry is refused:"
+                                             f" {verdict_line(replay)}", "refused")
+    if not replay.ok:
+        return Verdict(replay, True, False, f"the recorded history replays, but a retry would fail:"
+                                            f" {verdict_line(replay)}", "refused")
+    if replay.recorded_failure:
+        at = failed_slot if failed_slot is not None else 0
+        return Verdict(replay, True, False,
+                       f"the recorded history replays, but a retry would fail again on the activity error"
+                       f" recorded at slot {at}: fork from slot {at} to run that activity again (replaylog fork"
+                       f" {workflow_id} --from-slot {at})", "refused", at)
+    return Verdict(replay, True, True, f"{verdict_text(replay)}: a retry may go ahead", "allowed")
+
+
+# Statuses whose recorded end a replay must reproduce (a completed one the code extends has diverged).
+_ENDED = (Status.COMPLETED, Status.CANCELLED, Status.TERMINATED)
+
+
+def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> Verdict:
+    """Dry-replay a stored workflow against `registry`'s code; nothing runs and nothing is written.
 
     Raises:
         UnknownWorkflowIdError: no workflow has that id.
@@ -27,44 +104,9 @@ def check_workflow(store: ReaderStore, registry: Registry, workflow_id: str) -> 
     try:
         fn = registry.workflow(row.workflow)
     except ReplaylogError as exc:
-        return DryReplay(False, Reason.NO_CODE, error=str(exc), status=row.status)
-    return dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id, status=row.status,
-                      recorded_error=row.error, error_kind=row.error_kind, diverged=row.diagnostic is not None)
-
-
-@dataclass(frozen=True)
-class RetryVerdict:
-    """Whether `retry` may set a failed workflow going again.
-
-    Attributes:
-        workflow_id: the workflow.
-        replay: its history dry-replayed as if it were unfinished (it may go on further now).
-        fails_again_at: the replay ends in the activity failure history holds at this slot:
-            a retry would fail again the same way (fork from the slot instead).
-    """
-
-    workflow_id: str
-    replay: DryReplay
-    fails_again_at: int | None = None
-
-    @property
-    def refused(self) -> bool:
-        """The retry is refused: the replay diverges (or has no code), or it would fail again."""
-        return not self.replay.ok or self.fails_again_at is not None
-
-
-def retry_verdict(store: ReaderStore, registry: Registry, workflow_id: str) -> RetryVerdict:
-    """Whether `retry` may set a failed workflow going again: the dry replay, and why it is refused if it is."""
-    row = store.get_workflow(workflow_id)
-    try:
-        fn = registry.workflow(row.workflow)
-    except ReplaylogError as exc:
-        return RetryVerdict(workflow_id, DryReplay(False, Reason.NO_CODE, error=str(exc), status=row.status))
-    diverged = row.diagnostic is not None
-    replay = dry_replay(fn, store.load_state(workflow_id), workflow_id=workflow_id,
-                        status=Status.FAILED if diverged else None, recorded_error=row.error,
-                        error_kind=row.error_kind, diverged=diverged)
-    if replay.ok and replay.recorded_failure:
-        failed = store.last_failed_command(workflow_id)
-        return RetryVerdict(workflow_id, replay, failed.slot if failed is not None else 0)
-    return RetryVerdict(workflow_id, replay)
+        return Verdict(DryReplay(False, Reason.NO_CODE, error=str(exc), status=row.status), False, False, str(exc),
+                       "refused" if row.status == Status.FAILED else None)
+    failed = store.last_failed_command(workflow_id) if row.status == Status.FAILED else None
+    return judge(fn, store.load_state(workflow_id), workflow_id=workflow_id, status=row.status,
+                 recorded_error=row.error, diverged=row.diagnostic is not None,
+                 failed_slot=failed.slot if failed is not None else None)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
-from replaylog.engine.core import CANCEL_NOT_DELIVERED
+from replaylog.engine.core import CANCEL_NOT_DELIVERED, DryReplay, Reason
 from replaylog.engine.core import TIMER as TIMER  # re-exported: the console names a sleep by it
 from replaylog.engine.vocab import Status, status_info
 
@@ -162,3 +162,54 @@ def cancel_text(state: str, why: str | None, reason: str | None) -> str:
     """A `cancel_state` and the request's reason in one line: "not delivered: the workflow completed first
     (reason: late)"."""
     return state + (f": {why}" if why else "") + (f" (reason: {reason})" if reason else "")
+
+
+# ---------------------------------------------------------------- a dry replay's verdict, in words
+
+
+def verdict_line(verdict: DryReplay) -> str:
+    """A dry replay's verdict (engine.core.DryReplay: a Reason and what it names) in one line."""
+    return _said(verdict)
+
+
+def verdict_text(verdict: DryReplay) -> str:
+    """The verdict's line to show an operator; a clean one says how many slots were replayed."""
+    line = _said(verdict)
+    return f"{line} ({verdict.replayed} slot(s) replayed)" if verdict.ok else line
+
+
+def _said(v: DryReplay) -> str:
+    if v.reason is Reason.ENDS_DIFFERENTLY:
+        ended = f"the workflow {v.status}"
+        if v.status == Status.FAILED and v.recorded_error:
+            ended += f" ({v.recorded_error})"
+        return f"ends differently: {ended}, the current code {_now(v)}"
+    clean = "no longer diverges" if v.fixed else "replays cleanly"
+    waits = blocked_text(v.outcome.blocked_on, v.outcome.wake_at) if v.outcome is not None else "?"
+    said = {
+        Reason.RUNS_LIVE: f"{clean}; slot {v.slot} would run {v.live} live",
+        Reason.FAILED_LIVE: f"replays cleanly up to slot {v.slot}, where it failed live: {v.error}",
+        Reason.COMPLETES: f"{clean}; completes",
+        Reason.ENDS_CANCELLED: f"{clean}; ends cancelled",
+        Reason.BLOCKS: f"{clean}; blocked on {waits}",
+        Reason.FAILS_AGAIN: f"fails again the same way: {v.error}",
+        Reason.RECORDED_FAILURE: f"{clean}; fails on its recorded activity error",
+        Reason.DIVERGES: v.error or "diverges",
+        Reason.CODE_FAILS: v.error or "workflow code fails",
+        Reason.NO_CODE: v.error or "the code has no such workflow",
+    }
+    return said[v.reason]
+
+
+def _now(v: DryReplay) -> str:
+    """How the current code's replay ends, for `ends differently`."""
+    o = v.outcome
+    if o is None:
+        return "ends elsewhere"
+    if o.status == Status.BLOCKED:
+        return f"blocks on {blocked_text(o.blocked_on, o.wake_at)}"
+    if o.status == Status.CANCELLED:
+        return "ends cancelled"
+    if o.status == Status.COMPLETED:
+        return "completes"
+    return f"fails: {o.error}"

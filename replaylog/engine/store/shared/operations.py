@@ -219,8 +219,12 @@ class SharedOperatorWrites(StoreBase):
     """Writes an operator makes, each one write transaction, refused whole on bad input."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None) -> str:
-        """Insert a pending workflow; return its id."""
+                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
+        """Insert a pending workflow; return its id.
+
+        `trace_context` is the caller's trace context (W3C headers as JSON text), kept for
+        the worker's spans of this workflow.
+        """
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
         _check_id(wid)
@@ -228,6 +232,8 @@ class SharedOperatorWrites(StoreBase):
 
         def start(conn: Any) -> None:
             self._insert_workflow(conn, wid, workflow, input_text, now)
+            if trace_context is not None:
+                sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
             _audit(sql, conn, wid, "start", now, who, detail=workflow)
 
         self._operate(wid, "start", now, who, start, lambda _: None)
@@ -316,7 +322,7 @@ class SharedOperatorWrites(StoreBase):
     def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Make a failed workflow pending again, history kept: the worker replays it and goes on.
 
-        The caller dry-replays it against the current code first (engine.check.retry_verdict).
+        The caller dry-replays it against the current code first (engine.check.check_workflow).
         """
         now, who, sql = time.time(), actor(), self.dialect
 
@@ -356,9 +362,9 @@ class SharedOperatorWrites(StoreBase):
             new = slot_key(self._insert_workflow(conn, wid, workflow, input_text, now, slots=from_slot,
                                                  forked_from=workflow_id, forked_slot=from_slot))
             sql.run(
-                conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
-                " SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args FROM commands"
-                " WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
+                conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
+                " traceback) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args,"
+                " traceback FROM commands WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                 " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
