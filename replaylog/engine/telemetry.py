@@ -18,11 +18,11 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from replaylog.engine.store import open_store
+from replaylog.engine.text import utc
 
 if TYPE_CHECKING:  # prometheus-client is imported only when metrics are on
     from prometheus_client.metrics_core import Metric
@@ -137,7 +137,7 @@ class JsonLines(logging.Formatter):
             error = self.formatException(record.exc_info)
         line = {
             "ts": record.created,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": utc(record.created, "iso"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "workflow_id": getattr(record, "workflow_id", None),

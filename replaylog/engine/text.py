@@ -44,11 +44,12 @@ def pretty_json(value: Any) -> str:
 
 
 # The forms a stored time takes: a full timestamp (messages, a slot's facts), to the minute,
-# a time of day that says UTC or not (a column header saying it), a table's short stamp, and
-# a time of day to the millisecond.
-TimeForm = Literal["full", "minute", "clock", "time", "short", "millis"]
+# a time of day that says UTC or not (a column header saying it), a table's short stamp, a
+# time of day to the millisecond, and ISO 8601 to the millisecond for machines (JSON logs).
+TimeForm = Literal["full", "minute", "clock", "time", "short", "millis", "iso"]
 _FORMS: dict[str, str] = {"full": "%Y-%m-%d %H:%M:%S UTC", "minute": "%Y-%m-%d %H:%M UTC", "clock": "%H:%M:%S UTC",
-                          "time": "%H:%M:%S", "short": "%m-%d %H:%M:%S", "millis": "%H:%M:%S."}
+                          "time": "%H:%M:%S", "short": "%m-%d %H:%M:%S", "millis": "%H:%M:%S.",
+                          "iso": "%Y-%m-%dT%H:%M:%S."}
 
 
 def is_time(value: Any) -> bool:
@@ -75,7 +76,9 @@ def utc(epoch: float | None, form: TimeForm = "full") -> str:
     except (OverflowError, OSError, ValueError):
         return f"{epoch} (epoch seconds)"
     shown = when.strftime(_FORMS[form])
-    return shown + f"{when.microsecond // 1000:03d}" if form == "millis" else shown
+    if form == "millis":
+        return shown + f"{when.microsecond // 1000:03d}"
+    return shown + f"{when.microsecond // 1000:03d}Z" if form == "iso" else shown
 
 
 def near_utc(epoch: float, now: float) -> str:
