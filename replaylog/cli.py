@@ -29,8 +29,8 @@ from rich.text import Text
 from replaylog.client import NO_INPUT, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from replaylog.engine.check import check_workflow
-from replaylog.engine.core import APPROVAL_PREFIX, dry_replay
+from replaylog.engine.check import check_workflow, judge
+from replaylog.engine.core import APPROVAL_PREFIX
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.store import (
@@ -350,34 +350,47 @@ def events(settings: Settings, workflow_id: str, key: str | None, wait: float | 
               help="Accepted for older scripts: a worker creates a missing database.")
 @click.option("--quiet", "-q", is_flag=True,
               help="Print no start line and nothing per workflow; of the workflows' log lines, WARNING and above.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), metavar="PORT",
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (with --processes N, process i on PORT+i).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="The address --metrics-port binds.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object per event on stdout (ts, level, workflow_id, slot, event, error, message).")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
-           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, child: bool) -> None:
+           lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, metrics_port: int | None,
+           metrics_host: str, log_format: str, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
 
     registry = _app(app)
-    _show_workflow_logs(quiet)
+    json_logs = log_format == "json"
+    if json_logs:
+        _json_logs(quiet)
+    else:
+        _show_workflow_logs(quiet)
     # A worker is the natural first process on a new database (started before any workflow),
     # so it creates a missing one; its start line says it did, so a mistyped path shows at once.
     # A bad database (not replaylog's, damaged, newer) still fails here, in one line.
     db = settings.db
     created = isinstance(db, Path) and not db.exists()
     settings.open(create=True).close()
+    metrics = _serve_metrics(settings, metrics_port, metrics_host)  # before the children: a taken port stops all
     children: list[subprocess.Popen[bytes]] = []
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
                 "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
-        base += ["--no-cpu-focus"] * no_cpu_focus
+        base += ["--no-cpu-focus"] * no_cpu_focus + ["--log-format", log_format, "--metrics-host", metrics_host]
         # In a session of their own: ctrl-c in a terminal signals the whole foreground
         # process group, and a child that heard it from the terminal and then from this
         # process took the second as "leave now" and dropped its workflows. Only this
         # process passes signals on (on_signal).
-        children = [subprocess.Popen(base, start_new_session=True) for _ in range(processes - 1)]
+        children = [subprocess.Popen(base + (["--metrics-port", str(metrics_port + i)] if metrics_port else []),
+                                     start_new_session=True) for i in range(1, processes)]
 
     def event(wid: str, text: str) -> None:
         stamp = datetime.now().strftime("%H:%M:%S")
@@ -387,7 +400,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
         click.echo("\n".join(said), err=True)
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
-               focus_cpu=not no_cpu_focus, max_payload=settings.max_payload, on_event=None if quiet else event)
+               focus_cpu=not no_cpu_focus, max_payload=settings.max_payload,
+               on_event=None if quiet or json_logs else event, metrics=metrics)
 
     stopped_by: list[str] = []
 
@@ -404,8 +418,10 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     if not quiet and not child:
         # On stderr, with the per-workflow events: stdout stays for what a script reads. Said
         # once the signal handlers are in place: a SIGTERM after it always stops the worker cleanly.
-        click.echo(printable(_serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children],
-                                      created=created), oneline=True), err=True)
+        line = _serving(settings, registry, concurrency, [os.getpid()] + [c.pid for c in children], created=created)
+        if metrics_port:
+            line += f"; metrics on http://{metrics_host}:{metrics_port}/metrics"
+        _worker_line(line, "worker_started", json_logs)
     try:
         w.run(until_idle=until_idle)
     except ReplaylogError as exc:
@@ -413,8 +429,10 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     finally:
         for proc in children:  # not `child`: that is the --child flag
             proc.wait()
+        if metrics is not None:
+            metrics.close()
     if stopped_by and not quiet:
-        click.echo(_one(_stopped_line(stopped_by[0], w.handed_back, w.completed)), err=True)
+        _worker_line(_one(_stopped_line(stopped_by[0], w.handed_back, w.completed)), "worker_stopped", json_logs)
     if w.left_unknown:
         names = ", ".join(f"{printable(name, oneline=True)} ({n})" for name, n in w.left_unknown.items())
         click.echo(f"left {sum(w.left_unknown.values())} pending workflow(s) no worker here knows: {names}", err=True)
@@ -462,6 +480,48 @@ def _show_workflow_logs(quiet: bool) -> None:
     wf_logger.addHandler(handler)
     wf_logger.setLevel(logging.WARNING if quiet else logging.INFO)
     wf_logger.propagate = False  # ours alone: a root handler the app adds later would print each line twice
+
+
+# The worker's own lines and its per-workflow events are logged here and under the engine's
+# worker; with --log-format json both go to stdout as JSON, beside the workflows' lines.
+_WORKER_LOGGERS = ("replaylog.cli.worker", "replaylog.worker")
+
+
+def _json_logs(quiet: bool) -> None:
+    """--log-format json: every event and every workflow log line as one JSON object on stdout."""
+    from replaylog.engine.telemetry import JsonLines
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonLines())
+    for name in (WORKFLOW_LOGGER, *_WORKER_LOGGERS):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING if quiet else logging.INFO)
+        logger.propagate = False  # one line per event, whatever handler the app adds to the root
+
+
+def _worker_line(text: str, event: str, json_logs: bool) -> None:
+    """A line of the worker's own (started, stopped): on stderr, or as a JSON event."""
+    if json_logs:
+        logging.getLogger(_WORKER_LOGGERS[0]).info(text, extra={"event": event})
+    else:
+        click.echo(printable(text, oneline=True), err=True)
+
+
+def _serve_metrics(settings: Settings, port: int | None, host: str) -> Any:
+    """Start serving --metrics-port (None: no metrics, and prometheus-client never imported)."""
+    if port is None:
+        return None
+    from replaylog.engine.telemetry import Metrics
+
+    try:
+        metrics = Metrics(settings.db)
+        metrics.serve(port, host)
+    except ImportError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}")
+    return metrics
 
 
 def _stopped_line(signame: str, handed_back: list[str], completed: int) -> str:
@@ -842,8 +902,10 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
           histories: tuple[str, ...], more_histories: tuple[str, ...]) -> None:
     """Dry-replay history against the current code, with no side effects: exit 1 if it diverges.
 
-    A finished workflow replays cleanly only if the code ends as it ended: a completed
-    history the code would extend has diverged; a failed one must fail the same way.
+    A completed workflow replays cleanly only if the code ends as it ended (a history the
+    code would extend has diverged). A failed one is judged as `retry` runs it: exit 0
+    when its history replays and a retry may go ahead, exit 1 when it diverges or a retry
+    would fail again (then the line names the slot to fork from).
     """
     if histories:
         # `check --history a.json b.json`: the first file is the option's, the rest come as arguments.
@@ -883,8 +945,9 @@ def _check_histories(files: list[str], registry: Registry) -> None:
         except ReplaylogError as exc:
             ok, text = False, str(exc)
         else:
-            verdict = dry_replay(fn, doc.state, workflow_id=doc.id, status=doc.status, recorded_error=doc.error,
-                                 diverged=doc.diagnostic is not None)
+            failed = [slot for slot, c in enumerate(doc.commands) if not c.ok]
+            verdict = judge(fn, doc.state, workflow_id=doc.id, status=doc.status, recorded_error=doc.error,
+                            diverged=doc.diagnostic is not None, failed_slot=failed[-1] if failed else None)
             ok, text = verdict.ok, verdict.text
         failures += not ok
         click.echo(_one(f"{path} ({doc.id}): {text}"), err=not ok)

@@ -30,8 +30,8 @@ from types import ModuleType
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from replaylog.engine.app import Registry, load_app
-from replaylog.engine.check import retry_verdict
-from replaylog.engine.core import DryReplay, registered_name
+from replaylog.engine.check import Verdict, check_workflow
+from replaylog.engine.core import registered_name
 from replaylog.engine.errors import (
     Diagnostic,
     DuplicateWorkflowIdError,
@@ -53,6 +53,7 @@ from replaylog.engine.store import (
     open_store,
     operator_name,
 )
+from replaylog.engine.telemetry import trace_context_now
 from replaylog.engine.vocab import Status, status_info
 
 __all__ = [
@@ -458,7 +459,8 @@ class Client:
 
         def start(store: Store) -> str:
             try:
-                return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id)
+                return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id,
+                                            trace_context=trace_context_now())
             except DuplicateWorkflowIdError:
                 if if_exists != "return" or id is None:
                     raise
@@ -608,26 +610,27 @@ class WorkflowHandle(Generic[R]):
         """Stop the workflow at once: no code of it runs again. Returns its status before."""
         return self._client._call(lambda s: s.terminate_workflow(self._id, reason))
 
-    def retry(self, reason: str | None = None, *, force: bool = False) -> DryReplay | None:
+    def retry(self, reason: str | None = None, *, force: bool = False) -> Verdict | None:
         """Set a failed workflow going again, history kept.
 
         With the client's `app`, its history is dry-replayed against the code first and the
-        retry refused (OperatorRefusedError) if it diverges or would end in the same recorded
-        activity failure; the dry replay is returned. Without an app, or with `force`, no
-        replay is made and None is returned.
+        retry refused (OperatorRefusedError, with `check`'s line) if it diverges or would end
+        in the same recorded activity failure; `check`'s verdict is returned (`.ok`, `.text`,
+        `.replays`, `.fork_from`). Without an app, or with `force`, no replay is made and
+        None is returned.
         """
         registry = self._client.registry
 
-        def retry(store: Store) -> DryReplay | None:
+        def retry(store: Store) -> Verdict | None:
             row = store.get_workflow(self._id)
             if row.status != Status.FAILED:
                 raise OperatorRefusedError(f"workflow {self._id!r} is {row.status}: only a failed workflow"
                                            " can be retried")
             verdict = None
             if registry is not None and not force:
-                verdict, refusal = retry_verdict(store, registry, self._id)
-                if refusal is not None:
-                    raise OperatorRefusedError(refusal)
+                verdict = check_workflow(store, registry, self._id)
+                if not verdict.ok:
+                    raise OperatorRefusedError(f"{self._id!r} cannot be retried: {verdict.text}")
             store.retry_workflow(self._id, reason)
             return verdict
 

@@ -24,6 +24,7 @@ from types import FrameType
 
 from replaylog.client import AppLike, app_registry, resolve_db
 from replaylog.engine.store import default_max_payload, open_store
+from replaylog.engine.telemetry import Metrics
 from replaylog.engine.worker import DEFAULT_LEASE_TTL
 from replaylog.engine.worker import Worker as EngineWorker
 
@@ -46,6 +47,12 @@ class Worker:
         track_inflight: record that an activity started before running it.
         focus_cpu: while commits are crowded, run engine code on one CPU (docs/performance.md).
         on_event: called with (workflow id, event text) as workflows start, block and finish.
+        metrics_port: serve Prometheus metrics on http://metrics_host:PORT/metrics while it
+            runs (0 picks a free port: see `metrics_port` after start); needs the `metrics`
+            extra. None: no metrics, and prometheus-client is never imported.
+        metrics_host: the address the metrics port binds.
+        tracing: an OpenTelemetry span per workflow run and per activity attempt, through
+            the tracer provider the application configured; needs the `otel` extra.
 
     `run()` blocks until stopped; `with Worker(...):` runs it in background threads for the
     length of the block. On stopping (SIGTERM, SIGINT, `stop()` or the end of the block)
@@ -56,13 +63,18 @@ class Worker:
     def __init__(self, db: str | os.PathLike[str] | None = None, *, app: AppLike, concurrency: int = 64,
                  lease: float = DEFAULT_LEASE_TTL, max_payload: int | None = None, track_inflight: bool = True,
                  focus_cpu: bool = True, on_event: Callable[[str, str], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, metrics_port: int | None = None,
+                 metrics_host: str = "127.0.0.1", tracing: bool = False) -> None:
         self.db = resolve_db(db)
         self.registry = app_registry(app)
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
+        self._metrics = None if metrics_port is None else Metrics(self.db)
+        self._metrics_at = (metrics_host, metrics_port or 0)
+        self.metrics_port: int | None = None  # the port metrics are served on, once started
         self._engine = EngineWorker(self.db, self.registry, concurrency=concurrency, ttl=lease,
                                     track_inflight=track_inflight, focus_cpu=focus_cpu, clock=clock,
-                                    max_payload=self.max_payload, on_event=on_event)
+                                    max_payload=self.max_payload, on_event=on_event, metrics=self._metrics,
+                                    tracing=tracing)
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._ran = False
@@ -83,6 +95,13 @@ class Worker:
         self._ran = True
         # Create a missing database and fail here, in the caller's thread, on a bad one.
         open_store(self.db, max_payload=self.max_payload).close()
+        if self._metrics is not None:
+            host, port = self._metrics_at
+            self.metrics_port = self._metrics.serve(port, host)
+
+    def _done(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
 
     def run(self, *, until_idle: bool = False) -> None:
         """Serve until stopped; with `until_idle`, until nothing this app knows is pending or running.
@@ -92,7 +111,10 @@ class Worker:
         """
         self._prepare()
         if threading.current_thread() is not threading.main_thread():
-            self._engine.run(until_idle=until_idle)
+            try:
+                self._engine.run(until_idle=until_idle)
+            finally:
+                self._done()
             return
         engine = self._engine
 
@@ -107,6 +129,7 @@ class Worker:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self._done()
 
     def start(self) -> None:
         """Run in background threads; return at once (`stop()` ends it)."""
@@ -129,6 +152,7 @@ class Worker:
         self._engine.stop()
         if self._thread is not None:
             self._thread.join(timeout)
+        self._done()
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure

@@ -370,22 +370,35 @@ def test_check_a_completed_workflow_the_code_now_ends_short_of_or_blocks_after(c
     one_line_error(cli("check", wid, "--app", waits), "the workflow completed", "blocks on signal 'more'")
 
 
-def test_check_a_workflow_failed_by_its_own_code_replays_cleanly_when_it_fails_again_the_same_way(
+def test_check_and_retry_give_one_verdict_on_a_failed_workflow_does_it_replay_and_would_a_retry_succeed(
         cli: Cli, tmp_path: Path) -> None:
     v1 = write_app(tmp_path, "v1", "    ctx.call_activity(a)\n    raise ValueError('boom')\n")
     wid = run_steps(cli, v1)
     shown = json.loads(cli("show", wid, "--json").stdout)
     assert shown["status"] == "failed" and shown["diagnostic"] is None
+    # The same code: the history replays, a retry would fail again. check says so and exits 1; so is retry refused.
     same = cli("check", wid, "--app", v1)
-    assert same.returncode == 0, same.stderr
-    assert same.stdout.strip() == f"{wid}: fails again the same way: workflow code raised ValueError: boom " \
-                                  "(1 slot(s) replayed)"
+    one_line_error(same, "the recorded history replays, but a retry would fail: workflow code raised ValueError")
+    as_json = json.loads(cli("check", wid, "--app", v1, "--json").stdout)
+    assert (as_json["ok"], as_json["replays"], as_json["retry"]) == (False, True, "refused")
+    one_line_error(cli("retry", wid, "--app", v1), "cannot be retried", same.stderr.split(": ", 3)[-1].strip())
     other = write_app(tmp_path, "other", "    ctx.call_activity(a)\n    raise KeyError('k')\n")
-    one_line_error(cli("check", wid, "--app", other), "ends differently", "ValueError: boom", "KeyError")
+    one_line_error(cli("check", wid, "--app", other), "a retry would fail", "KeyError")
     early = write_app(tmp_path, "early", "    raise ValueError('boom')\n")
-    one_line_error(cli("check", wid, "--app", early), "slot 0", "activity:a", "failed before issuing it")
+    one_line_error(cli("check", wid, "--app", early), "does not replay", "slot 0", "activity:a",
+                   "failed before issuing it")
+    assert json.loads(cli("check", wid, "--app", early, "--json").stdout)["replays"] is False
+    # After a fix: check exits 0 and retry accepts, with the same words.
     fixed = write_app(tmp_path, "fixed", "    ctx.call_activity(a)\n    return 'ok'\n")
-    one_line_error(cli("check", wid, "--app", fixed), "ends differently", "the current code completes")
+    checked = cli("check", wid, "--app", fixed)
+    assert checked.returncode == 0, checked.stderr
+    verdict = checked.stdout.strip().split(": ", 1)[1]
+    assert verdict == "replays cleanly; completes (1 slot(s) replayed): a retry may go ahead"
+    as_json = json.loads(cli("check", wid, "--app", fixed, "--json").stdout)
+    assert (as_json["ok"], as_json["replays"], as_json["retry"], as_json["verdict"]) == (True, True, "allowed",
+                                                                                      verdict)
+    retried = cli("retry", wid, "--app", fixed)
+    assert retried.returncode == 0 and retried.stdout.strip() == f"{wid} is pending again ({verdict})"
 
 
 def test_check_a_workflow_failed_by_divergence_replays_cleanly_under_the_code_that_recorded_it(cli: Cli) -> None:
@@ -403,8 +416,10 @@ def test_check_a_workflow_that_failed_live_at_the_slot_history_ends_at(cli: Cli,
     app = write_app(tmp_path, "v1", "    ctx.call_activity(a)\n    ctx.call_activity('nope')\n")
     wid = run_steps(cli, app)
     assert "unknown activity 'nope'" in json.loads(cli("show", wid, "--json").stdout)["error"]
+    # Judged as a retry runs it: the history replays up to the slot that failed live, which would run again.
     verdict = cli("check", wid, "--app", app)
-    assert verdict.returncode == 0 and "replays cleanly up to slot 1, where it failed live" in verdict.stdout
+    assert verdict.returncode == 0 and "replays cleanly; slot 1 would run activity:nope live" in verdict.stdout
+    assert "a retry may go ahead" in verdict.stdout
 
 
 def test_check_says_each_verdict_once_and_piped_output_is_not_wrapped(cli: Cli) -> None:

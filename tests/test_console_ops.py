@@ -120,7 +120,9 @@ async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_
     async with app.run_test(size=SIZE) as pilot:
         await open_workflow(pilot, wid)
         dialog = await dialog_for(pilot, "r")
-        assert "non-determinism at slot 0" in body(dialog) and "cannot be retried" in body(dialog)
+        said = body(dialog)
+        assert "does not replay, so a retry is refused" in said
+        assert said.count("non-determinism at slot 0") == 1  # said once, not once per line
         assert not dialog.query("#confirm")  # refused: nothing to confirm
         await pilot.press("ctrl+s")
         await pilot.pause()
@@ -136,6 +138,26 @@ async def test_retry_shows_the_dry_replay_verdict_first_and_offers_it_only_when_
         assert await wait_until(pilot, lambda: app.screen is screen)
         with open_store(console_any, readonly=True) as store:
             assert store.get_workflow(wid).status == "pending"
+
+
+@async_test
+async def test_a_retry_that_would_fail_again_on_an_activity_error_offers_the_fork_it_names(
+        console_any: Path | str) -> None:
+    wid = ROLES["activity_failure"]
+    app = make_app(console_any, registry=load_app("console_workflows"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_workflow(pilot, wid)
+        dialog = await dialog_for(pilot, "r")
+        said = body(dialog)
+        assert "a retry would fail again on the activity error recorded at slot 0" in said
+        assert "Fork from slot 0 instead" in said
+        confirm = dialog.query_one("#confirm", Button)
+        assert "Fork from slot 0" in str(confirm.label)
+        await pilot.press("ctrl+s")
+        assert await wait_until(pilot, lambda: app.screen is screen)
+        with open_store(console_any, readonly=True) as store:
+            forks = [r for r in store.list_workflows(limit=-1) if r.forked_from == wid]
+            assert len(forks) == 1 and store.get_workflow(wid).status == "failed"
 
 
 @async_test

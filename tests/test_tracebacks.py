@@ -96,9 +96,11 @@ def test_the_store_keeps_a_failed_slots_and_a_failed_workflows_traceback_and_ret
     assert [c.traceback for c in store.list_commands(wid)] == ["Traceback (slot 0)\nKeyError: 'valeu'",
                                                                "Traceback (slot 1)"]
     assert store.get_workflow(wid).traceback == "Traceback (workflow)"
+    fork = store.fork_workflow(wid, 1)  # slot 0 is copied with its traceback; slot 1 runs again
+    assert [c.traceback for c in store.list_commands(fork)] == ["Traceback (slot 0)\nKeyError: 'valeu'"]
     store.retry_workflow(wid)
     assert store.get_workflow(wid).traceback is None
-    assert sql(store, "SELECT COUNT(*) FROM commands WHERE traceback IS NOT NULL") == [(2,)]
+    assert sql(store, "SELECT COUNT(*) FROM commands WHERE traceback IS NOT NULL") == [(3,)]
 
 
 def test_show_show_json_and_the_worker_log_carry_the_tracebacks(db: Path | str) -> None:

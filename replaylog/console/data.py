@@ -19,7 +19,7 @@ from typing import Any
 
 from replaylog.client import Client
 from replaylog.engine.app import Registry
-from replaylog.engine.check import NoCode, check_workflow, retry_verdict
+from replaylog.engine.check import NoCode, check_workflow
 from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.store import (
@@ -470,7 +470,7 @@ def diagnose(store: ReaderStore, workflow_id: str, registry: Registry | None, *,
     if registry is not None and (check or row.diagnostic):
         checked = check_workflow(store, registry, workflow_id)
         verdict, verdict_ok = checked.text, checked.ok
-        replay = None if isinstance(checked, NoCode) else checked
+        replay = None if isinstance(checked.replay, NoCode) else checked.replay
     elif check:
         verdict, verdict_ok = "no workflow code loaded: start the console with --app to check", None
     current = replay.diagnostic.slot if replay is not None and replay.diagnostic is not None else None
@@ -517,10 +517,12 @@ WRITE_ACTIONS = frozenset({"signal", "cancel_workflow", "terminate_workflow", "r
 
 @dataclass(frozen=True)
 class RetryPreview:
-    """What a retry would do: the dry replay's verdict, and why it is refused (None: it may go ahead)."""
+    """What a retry would do: `check`'s verdict on it (the one `replaylog retry` gives), whether it may go
+    ahead, and the slot to fork from instead when it would fail again on a recorded activity error."""
 
     verdict: str
-    refusal: str | None
+    allowed: bool
+    fork_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -635,15 +637,15 @@ class ConsoleData:
     def retry_preview(self, workflow_id: str) -> RetryPreview:
         """Dry-replay a failed workflow against the loaded code, as `replaylog retry` does first."""
         if self.registry is None:
-            return RetryPreview("no workflow code loaded", "a retry dry-replays the history against the code"
-                                " first: open the console with --app")
+            return RetryPreview("no workflow code loaded: a retry dry-replays the history against the code first",
+                                False)
         with self._reader() as store:
             row = store.get_workflow(workflow_id)
             if row.status != Status.FAILED:
-                return RetryPreview(f"the workflow is {row.status}",
-                                    f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried")
-            verdict, refusal = retry_verdict(store, self.registry, workflow_id)
-        return RetryPreview(verdict.text, refusal)
+                return RetryPreview(f"workflow {workflow_id!r} is {row.status}: only a failed workflow can be retried",
+                                    False)
+            verdict = check_workflow(store, self.registry, workflow_id)
+        return RetryPreview(verdict.text, verdict.ok, verdict.fork_from)
 
     def retry(self, workflow_id: str) -> str:
         """Set a failed workflow pending again (after `retry_preview`); the line to show."""

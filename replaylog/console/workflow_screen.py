@@ -553,14 +553,22 @@ class WorkflowScreen(LiveScreen):
     def on_workflow_screen_retry_previewed(self, message: RetryPreviewed) -> None:
         """The verdict first: the dialog offers the retry only when the verdict allows it."""
         p = message.preview
+        # `check`'s verdict, said once (it names the divergence, or what a retry would do).
         body = Text("dry replay against the current code: ", style="bold")
-        body.append(printable(p.verdict), style="green" if p.refusal is None else "red")
-        if p.refusal is not None:
-            body.append("\n" + printable(p.refusal), style="bold red")
-        else:
+        body.append(printable(p.verdict), style="green" if p.allowed else "red")
+        if p.allowed:
             body.append("\nRetry sets it pending again, history kept: a worker replays it and goes on.")
-        self._confirm("Retry workflow", body, "Retry", lambda _reason: self.data.retry(self.workflow_id),
-                      allowed=p.refusal is None)
+            self._confirm("Retry workflow", body, "Retry", lambda _reason: self.data.retry(self.workflow_id))
+        elif p.fork_from is not None:
+            # The way out the verdict names, offered here: a fork that runs the failed activity again.
+            at = p.fork_from
+            body.append(f"\nFork from slot {at} instead: a new workflow with slots 0–{at - 1} and every signal"
+                        f" copied runs the activity at slot {at} again; this one is kept as it is.")
+            self._confirm("Retry workflow", body, f"Fork from slot {at}",
+                          lambda _reason: self.data.fork(self.workflow_id, at))
+        else:
+            self._confirm("Retry workflow", body, "Retry", lambda _reason: self.data.retry(self.workflow_id),
+                          allowed=False)
 
     def action_fork_workflow(self) -> None:
         """Fork from the highlighted slot; the confirmation says which activities run again."""

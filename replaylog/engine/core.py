@@ -533,6 +533,8 @@ def blocked_text(blocked_on: str | None, wake_at: float | None) -> str:
 
 RecordFn = Callable[[int, CommandRecord], None]
 StartFn = Callable[[int, str, int], None]
+# (slot, name, attempt, error text or None): after each live attempt of an activity (metrics, traces).
+AttemptEndFn = Callable[[int, str, int, str | None], None]
 
 
 def _one_by_one(thunks: Sequence[Callable[[], None]], _max_concurrency: int) -> None:
@@ -581,6 +583,8 @@ class Context:
         record: called with each new outcome; must make it durable before returning.
             Without one, the new outcomes are collected in `new_commands`.
         on_start: called before each live attempt (in-flight tracking); may be None.
+        on_attempt_end: called after each live attempt with its error text (None if it
+            returned), from the thread that ran it; may be None (metrics and traces use it).
         dry_run: stop with DryRunStop instead of executing anything live; the commands
             issued are collected in `issued`.
         backoff: base seconds of the exponential backoff between attempts.
@@ -605,6 +609,7 @@ class Context:
         sleep: Callable[[float], None] = lambda _s: None,
         record: RecordFn | None = None,
         on_start: StartFn | None = None,
+        on_attempt_end: AttemptEndFn | None = None,
         dry_run: bool = False,
         backoff: float = 0.05,
         prior: tuple[int, int] | None = None,
@@ -621,6 +626,7 @@ class Context:
         self._sleep = sleep
         self._record = record
         self._on_start = on_start
+        self._on_end = on_attempt_end
         self._dry_run = dry_run
         self._backoff = backoff
         self._prior_slot, self._prior_attempts = prior if prior is not None else (-1, 0)
@@ -674,9 +680,9 @@ class Context:
     def logger(self) -> WorkflowLog:
         """A `logging` logger (a LoggerAdapter of "replaylog.workflow") that writes nothing while
         `is_replaying`: a line is written once, when the code reaches it live. Each record carries
-        the workflow id (`record.workflow_id`)."""
+        the workflow id (`record.workflow_id`) and the slot its next command takes (`record.slot`)."""
         if self._logger is None:
-            self._logger = WorkflowLog(self._workflow_id, lambda: self.is_replaying)
+            self._logger = WorkflowLog(self._workflow_id, lambda: self.is_replaying, lambda: self._cmd_index)
         return self._logger
 
     # -- the guard
@@ -850,7 +856,7 @@ class Context:
             first = done + 1
         last_error = ""
         last_exc: Exception | None = None
-        on_start = self._on_start
+        on_start, on_end = self._on_start, self._on_end
         for attempt in range(first, attempts + 1):
             if on_start is not None:
                 on_start(slot, name, attempt)
@@ -863,6 +869,8 @@ class Context:
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
                 last_exc = exc
+                if on_end is not None:
+                    on_end(slot, name, attempt, last_error)
                 if attempt < attempts:
                     # Backoff reads the injected clock only through sleep: no wall clock here.
                     self._sleep(self._backoff * (2 ** (attempt - 1)))
@@ -877,6 +885,8 @@ class Context:
                 raise
             finally:
                 self._running = None
+            if on_end is not None:
+                on_end(slot, name, attempt, None)
             if value is not None and type(value) not in _PLAIN_JSON:
                 try:
                     value = to_json_value(value, f"slot {slot}: the value activity {name!r} returned")

@@ -115,8 +115,8 @@ class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None) -> str:
-        """Insert a pending workflow; return its id."""
+                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
+        """Insert a pending workflow (with the caller's trace context, if any); return its id."""
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
@@ -145,6 +145,9 @@ class WorkerStore(_Closable, Protocol):
 
     def get_workflow(self, workflow_id: str) -> rows.WorkflowRow:
         """One workflow; UnknownWorkflowIdError if there is none (a child's id is checked with it)."""
+
+    def trace_context(self, workflow_id: str) -> str | None:
+        """The trace context the workflow was started in (W3C headers as JSON text), if any."""
 
     def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
               names: Collection[str] | None = None) -> list[rows.Claim]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.store import Claim, PendingRecord, WorkerStore, open_store
+from replaylog.engine.telemetry import Metrics
 
 log = logging.getLogger("replaylog.worker")
 
@@ -59,8 +60,10 @@ class Committer:
     The connection is used by one thread at a time: only the leader touches it.
     """
 
-    def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None,
+                 metrics: Metrics | None = None) -> None:
         self._path = path
+        self.metrics = metrics  # batch sizes (engine.telemetry), None: not counted
         self._ttl = ttl
         self._max_payload = max_payload
         self._lock = threading.Lock()
@@ -139,6 +142,8 @@ class Committer:
             self.batches += 1
             self.commits += 1
             self.crowd = self.crowd * 0.9 + 0.1
+            if self.metrics is not None:
+                self.metrics.batch.observe(1)
         finally:
             if self._hand_over():
                 self._lead()  # verdicts queued meanwhile, with nobody waiting for them
@@ -224,6 +229,8 @@ class Committer:
         self.batches += 1
         self.commits += len(records)
         self.crowd = self.crowd * 0.9 + len(records) * 0.1
+        if self.metrics is not None:
+            self.metrics.batch.observe(len(records) + len(finishes))
         answers = iter(written)
         verdicts = iter(finished)
         for r in batch:

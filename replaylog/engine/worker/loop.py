@@ -37,6 +37,7 @@ from replaylog.engine.store import (
     is_postgres_url,
     open_store,
 )
+from replaylog.engine.telemetry import Metrics, Tracing
 from replaylog.engine.vocab import Status
 from replaylog.engine.worker.committer import Committer, Request
 from replaylog.engine.worker.run import (
@@ -89,6 +90,10 @@ class Worker:
             1 MiB): an activity result over it is recorded as that activity's failure, a
             workflow result over it fails the workflow.
         on_event: called with (workflow id, event text) for the CLI's log.
+        metrics: where to count latencies, batches and attempts (engine.telemetry; the
+            caller serves them); None: nothing is counted.
+        tracing: an OpenTelemetry span per run and per live activity attempt (needs
+            opentelemetry-api; the application configures the provider).
     """
 
     def __init__(
@@ -104,6 +109,8 @@ class Worker:
         clock: Callable[[], float] = time.time,
         max_payload: int | None = None,
         on_event: Callable[[str, str], None] | None = None,
+        metrics: Metrics | None = None,
+        tracing: bool = False,
     ) -> None:
         # A URL stays a string (a Path would fold its `//`).
         self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
@@ -125,6 +132,9 @@ class Worker:
         # The cap on every value recorded (activity results, the workflow's result), as on inputs.
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
         self.on_event = on_event
+        # Off (None), each costs one test at its hooks (engine.telemetry).
+        self.metrics = metrics
+        self.tracing = Tracing() if tracing else None
         self.owner = _owner_id()
         self._host = socket.gethostname()
         self._stopping = StopFlag()
@@ -135,11 +145,11 @@ class Worker:
         self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
         self._claim_batch = max(1, self.concurrency // 4)
-        self.committer = Committer(self.path, ttl, self.max_payload)
+        self.committer = Committer(self.path, ttl, self.max_payload, metrics)
         self._board: MarkBoard | None = None
         # What every run shares; run() adds where the marks go once it has opened the store.
         self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self._event,
-                               self.focus)
+                               self.focus, metrics=metrics)
         self.completed = 0
         # The workflows given back to the store unfinished because this worker stopped (in order).
         self.handed_back: list[str] = []
@@ -176,8 +186,12 @@ class Worker:
         """True once stop() was called."""
         return self._stopping.is_set()
 
-    def _event(self, workflow_id: str, text: str) -> None:
-        log.info("%s %s", workflow_id, text)
+    def _event(self, workflow_id: str, text: str, event: str = "", error: str | None = None) -> None:
+        # `event` and `error` are for structured logs (--log-format json): the event's kind
+        # (its text's first word unless given) and a failure's error.
+        kind = event or text.split(" ", 1)[0]
+        log.log(logging.WARNING if error is not None else logging.INFO, "%s %s", workflow_id, text,
+                extra={"workflow_id": workflow_id, "event": kind, "error": error})
         if self.on_event is not None:
             self.on_event(workflow_id, text)
 
@@ -265,8 +279,11 @@ class Worker:
                 next_small_claim = now + CLAIM_COALESCE
                 if store.has_claimable(dead, self.names):
                     try:
+                        began = time.perf_counter()
                         claims = store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
                                              names=self.names)
+                        if self.metrics is not None:
+                            self.metrics.claim.observe(time.perf_counter() - began)
                     except StoreBusyError as exc:
                         self._busy(exc)  # nothing was claimed: look again on a later pass
                         claims, last_version = [], -1
@@ -356,8 +373,12 @@ class Worker:
             store = me.store = open_store(self.path, max_payload=self.max_payload)
         finishing = False
         me.inflight = False
+        spans = None if self.tracing is None else self.tracing.run(claim.id, claim.workflow,
+                                                                   store.trace_context(claim.id))
+        ended: tuple[str, str | None] = ("interrupted", None)  # the run span's status, unless an outcome comes
         try:
-            outcome = WorkflowRun(self._parts, store, claim, me).execute()
+            outcome = WorkflowRun(self._parts, store, claim, me, spans).execute()
+            ended = (str(outcome.status), outcome.error)
             self._keep_mark(store, me)  # an activity that ran and returned no JSON value, say
             # The verdict needs no wait: this thread takes its next workflow while the
             # verdict rides in the next group commit. The workflow stays active (its lease
@@ -372,10 +393,10 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the lease lapses on its own anyway
                 log.warning("%s could not be released: %s", claim.id, exc)
             self.handed_back.append(claim.id)
-            self._event(claim.id, "handed back (worker stopping)")
+            self._event(claim.id, "handed back (worker stopping)", "handed_back")
         except LeaseLostError:
             self._keep_mark(store, me)
-            self._event(claim.id, "lease lost to another worker; its writes were refused")
+            self._event(claim.id, "lease lost to another worker; its writes were refused", "lease_lost")
         except RunInterrupted as stop:
             # Not an outcome: nothing is recorded and the workflow runs again. The started
             # activity's mark is kept, so the interrupted attempt counts towards max_retries.
@@ -388,6 +409,8 @@ class Worker:
             else:
                 self._hand_back(store, claim, f"the worker failed: {error_text(exc)}", exc)
         finally:
+            if spans is not None:
+                spans.end(*ended)
             with self._lock:
                 if not finishing:
                     self._active.pop(claim.id, None)
@@ -418,14 +441,15 @@ class Worker:
             if req.error is not None:
                 self._worker_error(claim, req.error)
             elif not req.ok:
-                self._event(claim.id, "lease lost to another worker; its writes were refused")
+                self._event(claim.id, "lease lost to another worker; its writes were refused", "lease_lost")
             else:
                 if outcome.status == Status.COMPLETED:
                     self.completed += 1
                 detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
                 # A failure's traceback follows on the lines after (the CLI indents them).
                 shown = f"\n{outcome.traceback}" if outcome.status == Status.FAILED and outcome.traceback else ""
-                self._event(claim.id, f"{outcome.status} {detail}".rstrip() + shown)
+                self._event(claim.id, f"{outcome.status} {detail}".rstrip() + shown, str(outcome.status),
+                            outcome.error if outcome.status == Status.FAILED else None)
         finally:
             with self._lock:
                 self._active.pop(claim.id, None)
@@ -436,7 +460,8 @@ class Worker:
             self._damaged(exc)
         else:
             log.error("%s crashed in the worker", claim.id, exc_info=exc)
-            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}")
+            self._event(claim.id, f"left for another try after a worker error: {error_text(exc)}", "worker_error",
+                        error_text(exc))
 
     def _hand_back(self, store: WorkerStore, claim: Claim, error: str, exc: BaseException) -> None:
         """Give a workflow whose run stopped without an outcome back, with `error` as its worker error."""
@@ -445,9 +470,9 @@ class Worker:
             wait = store.hand_back(claim, error, backoff=INTERRUPTED_BACKOFF, backoff_max=INTERRUPTED_BACKOFF_MAX)
         except Exception as err:  # noqa: BLE001 - its lease is no longer renewed and lapses on its own
             log.warning("%s could not be handed back: %s", claim.id, err)
-            self._event(claim.id, f"{error}; left for another try when its lease lapses")
+            self._event(claim.id, f"{error}; left for another try when its lease lapses", "handed_back", error)
             return
         if wait is None:
-            self._event(claim.id, "lease lost to another worker; its writes were refused")
+            self._event(claim.id, "lease lost to another worker; its writes were refused", "lease_lost")
         else:
-            self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s")
+            self._event(claim.id, f"{error}; handed back, runs again in {wait:.0f} s", "handed_back", error)

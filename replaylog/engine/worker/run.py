@@ -25,6 +25,7 @@ from replaylog.engine.errors import (
 )
 from replaylog.engine.marks import MarkBoard
 from replaylog.engine.store import Claim, WorkerStore, encode_value, fit_text, over_cap
+from replaylog.engine.telemetry import Metrics, RunSpans
 from replaylog.engine.vocab import SlotKind, Status
 from replaylog.engine.worker.committer import Committer
 
@@ -105,11 +106,12 @@ class RunParts:
         stopping: raised when the worker stops: a run stops after its current slot.
         clock: the live clock for `ctx.now()`.
         max_payload: the cap in bytes on every value recorded.
-        event: says what happened to a workflow, (workflow id, text), for the CLI's log.
+        event: says what happened to a workflow, (workflow id, text, event kind, error), for the CLI's log.
         focus: CPU focus of engine code while commits are crowded (engine.cpu_focus), or None.
         board: the mark file of this host's database (engine.marks), or None.
         marks_in_store: in-flight marks are tracked and there is no mark file (a server's
             store): each mark is one write to the database, where every host sees it.
+        metrics: commit latencies and activity attempts are counted there (engine.telemetry), or None.
     """
 
     registry: Registry
@@ -117,10 +119,11 @@ class RunParts:
     stopping: StopFlag
     clock: Callable[[], float]
     max_payload: int
-    event: Callable[[str, str], None]
+    event: Callable[[str, str, str, str | None], None]
     focus: CpuFocus | None = None
     board: MarkBoard | None = None
     marks_in_store: bool = False
+    metrics: Metrics | None = None
 
 
 class WorkflowRun:
@@ -135,11 +138,13 @@ class WorkflowRun:
     their first attempt.
     """
 
-    __slots__ = ("_cancels", "_claim", "_commit", "_group_lock", "_marked", "_me", "_parts", "_store", "_write_mark",
-                 "ctx")
+    __slots__ = ("_cancels", "_claim", "_commit", "_group_lock", "_marked", "_me", "_parts", "_spans", "_store",
+                 "_write_mark", "ctx")
 
-    def __init__(self, parts: RunParts, store: WorkerStore, claim: Claim, me: PooledThread) -> None:
+    def __init__(self, parts: RunParts, store: WorkerStore, claim: Claim, me: PooledThread,
+                 spans: RunSpans | None = None) -> None:
         self._parts = parts
+        self._spans = spans  # this run's OpenTelemetry spans (engine.telemetry), None: not traced
         self._store = store
         self._claim = claim
         self._me = me
@@ -175,10 +180,11 @@ class WorkflowRun:
             raise WorkerStopping()
         prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
         hooks = ParallelHooks(self._run_group, self.record_task, self.on_task_start)
+        observed = parts.metrics is not None or self._spans is not None
         ctx = self.ctx = Context(
             state, workflow_id=claim.id, activities=parts.registry.activities, clock=parts.clock,
             sleep=self.sleep, record=self.record, on_start=self.on_start, prior=prior, cancel=claim.cancel,
-            parallel=hooks,
+            parallel=hooks, on_attempt_end=self.on_attempt_end if observed else None,
         )
         try:
             outcome = execute(fn, ctx, state)
@@ -259,8 +265,14 @@ class WorkflowRun:
                 failure_tb = fit_text(failure_tb, parts.max_payload,
                                       f"slot {slot}: the traceback of activity {rec.name!r}", tail=True)
         claim = self._claim
+        metrics = parts.metrics
         try:
-            written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+            if metrics is None:
+                written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+            else:
+                began = time.perf_counter()
+                written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+                metrics.slot_commit.observe(time.perf_counter() - began)
         except Exception as exc:  # the store failed: not the workflow's outcome
             raise CommitFailed(exc) from exc
         if not written:
@@ -268,7 +280,7 @@ class WorkflowRun:
         if failure_tb is not None:
             # Recorded: said once, whether or not the workflow code goes on to handle it.
             parts.event(claim.id, f"slot {slot}: activity {rec.name!r} failed after {rec.attempts} attempt(s): "
-                                  f"{rec.error}\n{failure_tb}")
+                                  f"{rec.error}\n{failure_tb}", "activity_failed", f"{rec.error}\n{failure_tb}")
         if not parallel:
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
         else:
@@ -308,6 +320,8 @@ class WorkflowRun:
             # runs (crashed workers included). No commit and no wait (engine.marks).
             write_mark(slot, name, attempt, _wall_clock())
             me.inflight = True
+        if self._spans is not None:
+            self._spans.attempt_started(slot, name, attempt)
 
     def on_task_start(self, slot: int, name: str, attempt: int) -> None:
         """`on_start` for a task of a parallel group, from its task thread."""
@@ -320,6 +334,16 @@ class WorkflowRun:
                 write_mark(slot, name, attempt, _wall_clock())
                 self._marked = slot
                 self._me.inflight = True
+        if self._spans is not None:
+            self._spans.attempt_started(slot, name, attempt)
+
+    def on_attempt_end(self, slot: int, name: str, attempt: int, error: str | None) -> None:
+        """After each live attempt (given to the Context only when metrics or traces are on)."""
+        metrics = self._parts.metrics
+        if metrics is not None:
+            metrics.attempt_ended(name, error is not None)
+        if self._spans is not None:
+            self._spans.attempt_ended(slot, attempt, error)
 
     def sleep(self, seconds: float) -> None:
         """Wait between live attempts of an activity; stop at once if the worker stops."""

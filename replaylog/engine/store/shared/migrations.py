@@ -97,6 +97,11 @@ MIGRATIONS: list[Migration] = [
         AddColumn("workflows", "traceback", "text"),
         AddColumn("commands", "traceback", "text"),
     )),
+    Migration(3, "the trace context a workflow was started in: workflows.trace_context", (
+        # W3C trace context headers as JSON ({"traceparent": …}), set by a start made inside
+        # an OpenTelemetry span: the worker's spans of the workflow join that trace.
+        AddColumn("workflows", "trace_context", "text"),
+    )),
 ]
 
 

@@ -34,7 +34,7 @@ from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWor
 from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
-from replaylog.engine.vocab import FINISHED, Status
+from replaylog.engine.vocab import FINISHED, SlotKind, Status
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -222,8 +222,12 @@ class SharedOperatorWrites(StoreBase):
     """Writes an operator makes, each one write transaction, refused whole on bad input."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None) -> str:
-        """Insert a pending workflow; return its id."""
+                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
+        """Insert a pending workflow; return its id.
+
+        `trace_context` is the caller's trace context (W3C headers as JSON text), kept for
+        the worker's spans of this workflow.
+        """
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
         _check_id(wid)
@@ -231,6 +235,8 @@ class SharedOperatorWrites(StoreBase):
 
         def start(conn: Any) -> None:
             self._insert_workflow(conn, wid, workflow, input_text, now)
+            if trace_context is not None:
+                sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
             _audit(sql, conn, wid, "start", now, who, detail=workflow)
 
         self._operate(wid, "start", now, who, start, lambda _: None)
@@ -319,7 +325,7 @@ class SharedOperatorWrites(StoreBase):
     def retry_workflow(self, workflow_id: str, reason: str | None = None) -> None:
         """Make a failed workflow pending again, history kept: the worker replays it and goes on.
 
-        The caller dry-replays it against the current code first (engine.check.retry_verdict).
+        The caller dry-replays it against the current code first (engine.check.check_workflow).
         """
         now, who, sql = time.time(), actor(), self.dialect
 
@@ -359,9 +365,10 @@ class SharedOperatorWrites(StoreBase):
             new = slot_key(self._insert_workflow(conn, wid, workflow, input_text, now, slots=from_slot,
                                                  forked_from=workflow_id, forked_slot=from_slot))
             sql.run(
-                conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args)"
-                " SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args FROM commands"
-                " WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
+                conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
+                " traceback, parallel) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at,"
+                " args, traceback, parallel FROM commands WHERE slot_key BETWEEN ? AND ?",
+                (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                 " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
@@ -387,6 +394,15 @@ class SharedOperatorWrites(StoreBase):
         consumed = status != Status.PENDING
         signals = [(wid, s.seq, s.name, self.encode_payload(s.payload, f"the payload of signal {s.name!r}"),
                     consumed, at) for s, at in zip(doc.signals, doc.sent_at, strict=True)]
+        # The children an unfinished parent started and still waits for (no outcome signal in
+        # the export): a worker only starts a child when it records the child slot, and an
+        # imported slot is replayed, not recorded. A finished parent's children are not run again.
+        answered = {s.name for s in doc.signals if s.name.startswith(CHILD_PREFIX)}
+        children = [(str(c.value["id"]), c.name,
+                     None if c.value.get("input") is None else self.encode_payload(c.value["input"], "a child's input"))
+                    for c in doc.commands
+                    if status == Status.PENDING and c.kind == SlotKind.CHILD and c.ok and isinstance(c.value, dict)
+                    and "id" in c.value and CHILD_PREFIX + str(c.value["id"]) not in answered]
         now, who, sql = time.time(), actor(), self.dialect
 
         def write(conn: Any) -> None:
@@ -399,6 +415,11 @@ class SharedOperatorWrites(StoreBase):
                          " args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(base + i, *c) for i, c in enumerate(commands)])
             sql.run_many(conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                          " VALUES (?, ?, ?, ?, ?, ?)", signals)
+            for child_id, name, child_input in children:
+                # As a worker's commit of the child slot would have: the parent waits for it.
+                if not sql.run(conn, "SELECT 1 FROM workflows WHERE id = ?", (child_id,)).fetchone():
+                    self._insert_workflow(conn, child_id, name, child_input, now)
+                    sql.run(conn, "UPDATE workflows SET parent = ? WHERE id = ?", (wid, child_id))
             _audit(sql, conn, wid, "import", now, who, detail=f"from an export of {doc.id}")
 
         self._operate(wid, "import", now, who, write, lambda _: None)

@@ -203,6 +203,11 @@ class SharedReads(StoreBase):
             counts[status] = int(n)
         return counts
 
+    def trace_context(self, workflow_id: str) -> str | None:
+        """The trace context the workflow was started in (W3C headers as JSON text), if any."""
+        row = self._query_one("SELECT trace_context FROM workflows WHERE id = ?", (workflow_id,))
+        return None if row is None or row[0] is None else str(row[0])
+
     def stats(self) -> StoreStats:
         """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot.
 

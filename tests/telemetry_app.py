@@ -1,0 +1,42 @@
+"""A test app for metrics, traces and JSON logs: an activity that fails before it succeeds, a wait, a failure."""
+
+from __future__ import annotations
+
+from replaylog import Context, activity, current_activity, workflow
+
+
+@activity
+def fetch(n: int) -> int:
+    """Always works."""
+    return n * 2
+
+
+@activity
+def flaky(n: int) -> int:
+    """Fails on its first two attempts at a slot, then returns n."""
+    if current_activity().attempt < 3:
+        raise ConnectionError(f"attempt {current_activity().attempt} refused")
+    return n
+
+
+@activity
+def broken(n: int) -> int:
+    """Always fails."""
+    raise ValueError(f"order {n} is broken")
+
+
+@workflow
+def order(ctx: Context, n: int) -> int:
+    """fetch, flaky (three attempts), a log line, a wait for "go", fetch again."""
+    total = ctx.call_activity(fetch, n)
+    total += ctx.call_activity(flaky, n, max_retries=3)
+    ctx.logger.info("order %s fetched, waiting for go", n)
+    ctx.wait_signal("go")
+    return total + ctx.call_activity(fetch, n)
+
+
+@workflow
+def doomed(ctx: Context, n: int) -> int:
+    """One fetch, then an activity that fails for good (two attempts): the workflow fails."""
+    ctx.call_activity(fetch, n)
+    return ctx.call_activity(broken, n, max_retries=2)
