@@ -49,14 +49,34 @@ def postmasters(pgdata: Path) -> list[int]:
     return found
 
 
+def run_bench(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m bench ARGS`; past `timeout` it is interrupted (SIGINT: its `finally` blocks stop its
+    PostgreSQL server) and the test fails."""
+    bench = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, env=cli_env(), text=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = bench.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        bench.send_signal(signal.SIGINT)
+        try:
+            out, err = bench.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            bench.kill()
+            out, err = bench.communicate()
+        return subprocess.CompletedProcess(bench.args, -1, out, f"{err}\ninterrupted after {timeout:.0f} s")
+    return subprocess.CompletedProcess(bench.args, bench.returncode, out, err)
+
+
 def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(out), "--workdir", str(tmp_path / "work")],
-        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-    )
-    # The run's PostgreSQL server is stopped, however it ended.
-    assert postmasters(tmp_path / "work" / "pgdata") == []
+    pgdata = tmp_path / "work" / "pgdata"
+    try:
+        proc = run_bench(["--smoke", "--out", str(out), "--workdir", str(tmp_path / "work")], timeout=1800)
+        # The run's PostgreSQL server is stopped, however the run ended.
+        assert postmasters(pgdata) == [], "the bench left its PostgreSQL server running"
+    finally:
+        for pid in postmasters(pgdata):  # not to leave it to the next test or run
+            os.kill(pid, signal.SIGINT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["meta"]["mode"] == "smoke"

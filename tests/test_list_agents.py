@@ -67,3 +67,31 @@ def test_list_tree_counts_top_level_workflows_and_shows_every_child(tmp_path: Pa
     cut = cli("list", "--tree", "--limit", "1")
     assert cut.stdout.splitlines()[0] == "1 of 3 top-level workflow(s), each with its children"
     assert cut.stderr.strip() == "showing 1 of 3 top-level workflow(s), each with its children; use --limit 0 for all"
+
+
+def test_a_fork_keeps_the_parallel_marks_of_the_slots_it_copies(tmp_path: Path, db: Path | str) -> None:
+    from replaylog.engine.store import open_store
+
+    env = agent_env(tmp_path)
+    wid = run_cli(db, "start", "fan", "--app", "agent_app", env=env).stdout.strip()
+    assert run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env).returncode == 0
+    fork = run_cli(db, "fork", wid, "--from-slot", "2", "--id", "fan-fork", env=env)
+    assert fork.returncode == 0, fork.stderr
+    with open_store(db, readonly=True) as store:
+        original = [c.parallel for c in store.list_commands(wid)]
+        assert original[:2] == [True, True]
+        assert [c.parallel for c in store.list_commands("fan-fork")] == original[:2]
+
+
+def test_importing_an_unfinished_parent_starts_the_child_it_waits_for(tmp_path: Path, db: Path | str) -> None:
+    cli, ids = seeded(tmp_path, db)
+    fam = ids["family"]
+    exported = tmp_path / "family.json"
+    assert cli("export", fam, "-o", str(exported)).returncode == 0
+    other = tmp_path / "other.db"
+    imported = run_cli(other, "import", str(exported), "--id", "fam-copy")
+    assert imported.returncode == 0, imported.stderr
+    listed = {r["id"]: r for r in json.loads(run_cli(other, "list", "--json").stdout)}
+    # The child its slot 0 started exists, pending, under the imported parent (no outcome was exported).
+    assert listed[f"{fam}.0"]["parent"] == "fam-copy" and listed[f"{fam}.0"]["status"] == "pending"
+    assert listed[f"{fam}.0"]["workflow"] == "child_waits"

@@ -18,6 +18,7 @@ import timer_app
 from conftest import cli_env, on_server, run_cli, sql, wait_for
 from replaylog.engine.app import Registry
 from replaylog.engine.core import TIMER, Outcome
+from replaylog.engine.errors import StoreError
 from replaylog.engine.store import Store, open_store
 from replaylog.engine.worker import Worker
 
@@ -69,11 +70,13 @@ def test_a_signal_and_a_passed_deadline_wake_the_workflow_once(store: Store) -> 
     assert store.claim(OWNER, ttl=30, limit=10) == []
 
 
-def test_a_signal_named_timer_does_not_wake_a_sleeping_workflow(store: Store) -> None:
+def test_a_signal_named_timer_is_refused_and_does_not_wake_a_sleeping_workflow(store: Store) -> None:
     wid = store.start_workflow("nap", 1)
     _block(store, (wid, TIMER, time.time() + 3600))
-    store.send_signal(wid, TIMER, None)
+    with pytest.raises(StoreError, match="reserved for durable timers"):
+        store.send_signal(wid, TIMER, None)
     assert store.get_workflow(wid).status == "blocked"
+    assert store.list_signals(wid) == []
     assert store.claim(OWNER, ttl=30, limit=10) == []
 
 

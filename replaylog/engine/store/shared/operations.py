@@ -35,7 +35,7 @@ from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.text import utc
-from replaylog.engine.vocab import FINISHED, Status
+from replaylog.engine.vocab import FINISHED, SlotKind, Status
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -363,8 +363,9 @@ class SharedOperatorWrites(StoreBase):
                                                  forked_from=workflow_id, forked_slot=from_slot))
             sql.run(
                 conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
-                " traceback) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at, args,"
-                " traceback FROM commands WHERE slot_key BETWEEN ? AND ?", (old, new, old, old + from_slot - 1))
+                " traceback, parallel) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at,"
+                " args, traceback, parallel FROM commands WHERE slot_key BETWEEN ? AND ?",
+                (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                 " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
@@ -390,6 +391,15 @@ class SharedOperatorWrites(StoreBase):
         consumed = status != Status.PENDING
         signals = [(wid, s.seq, s.name, self.encode_payload(s.payload, f"the payload of signal {s.name!r}"),
                     consumed, at) for s, at in zip(doc.signals, doc.sent_at, strict=True)]
+        # The children an unfinished parent started and still waits for (no outcome signal in
+        # the export): a worker only starts a child when it records the child slot, and an
+        # imported slot is replayed, not recorded. A finished parent's children are not run again.
+        answered = {s.name for s in doc.signals if s.name.startswith(CHILD_PREFIX)}
+        children = [(str(c.value["id"]), c.name,
+                     None if c.value.get("input") is None else self.encode_payload(c.value["input"], "a child's input"))
+                    for c in doc.commands
+                    if status == Status.PENDING and c.kind == SlotKind.CHILD and c.ok and isinstance(c.value, dict)
+                    and "id" in c.value and CHILD_PREFIX + str(c.value["id"]) not in answered]
         now, who, sql = time.time(), actor(), self.dialect
 
         def write(conn: Any) -> None:
@@ -402,6 +412,11 @@ class SharedOperatorWrites(StoreBase):
                          " args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(base + i, *c) for i, c in enumerate(commands)])
             sql.run_many(conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                          " VALUES (?, ?, ?, ?, ?, ?)", signals)
+            for child_id, name, child_input in children:
+                # As a worker's commit of the child slot would have: the parent waits for it.
+                if not sql.run(conn, "SELECT 1 FROM workflows WHERE id = ?", (child_id,)).fetchone():
+                    self._insert_workflow(conn, child_id, name, child_input, now)
+                    sql.run(conn, "UPDATE workflows SET parent = ? WHERE id = ?", (wid, child_id))
             _audit(sql, conn, wid, "import", now, who, detail=f"from an export of {doc.id}")
 
         self._operate(wid, "import", now, who, write, lambda _: None)
