@@ -161,5 +161,9 @@ def test_a_caught_refusal_of_a_taken_child_id_leaves_the_outcome_to_the_workflow
             "child_task", f"slot 0: a workflow with id {other!r} already exists", False)
     assert workflow_ids(db) == sorted([other, raises, falls_back])  # no child started for either
     for wid in (raises, falls_back):  # their histories replay: the recorded refusal is raised again
-        checked = run_cli(db, "check", wid, *app, env=env)
-        assert checked.returncode == 0, checked.stdout + checked.stderr
+        checked = run_cli(db, "check", wid, "--json", *app, env=env)
+        assert json.loads(checked.stdout)["replays"] is True, checked.stdout + checked.stderr
+    # The completed one replays to its end; the failed one would fail again on a retry (exit 1).
+    assert run_cli(db, "check", falls_back, *app, env=env).returncode == 0
+    again = run_cli(db, "check", raises, *app, env=env)
+    assert again.returncode == 1 and "a retry would fail" in again.stdout + again.stderr
