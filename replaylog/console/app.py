@@ -26,7 +26,7 @@ from textual.worker import get_current_worker
 
 from replaylog.console.approval_dialog import ApprovalDialog
 from replaylog.console.commands import WorkflowCommands
-from replaylog.console.data import ConsoleData, is_transient
+from replaylog.console.data import ConsoleData, is_transient, signal_name_refusal
 from replaylog.console.goto_dialog import GoToDialog
 from replaylog.console.help_screen import HelpScreen
 from replaylog.console.keys import APP_BINDINGS, help_sections
@@ -35,7 +35,6 @@ from replaylog.console.signal_dialog import SignalDialog
 from replaylog.console.workflow_screen import WorkflowScreen
 from replaylog.console.workflows_screen import WorkflowsScreen
 from replaylog.engine.app import Registry
-from replaylog.engine.core import signal_name_refusal
 from replaylog.engine.text import printable
 
 # Well under the one second the issue allows, and a data_version read is a read of

@@ -1,9 +1,12 @@
 """The console's one way to the database: what it reads, as plain frozen views, and the writes it makes.
 
 Screens never see the store: `ConsoleData` opens a connection on the calling thread (a
-sqlite3 connection must not cross threads; screens call it from their thread workers),
+SQLite connection must not cross threads; screens call it from their thread workers),
 reads or writes, closes it, and hands back only the view types below, built from the
-store's rows. The app watches for commits through `ChangeWatch`, also from here.
+store's rows. The app watches for commits through `ChangeWatch`, also from here. The
+few engine names other console modules need (the signal-name rule, the served console's
+address variable, a URL without its password) are handed on from here too, so this
+module stays the console's one door to the engine.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from replaylog.client import Client
 from replaylog.engine.app import Registry
 from replaylog.engine.check import check_workflow
 from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay, Reason
+from replaylog.engine.core import signal_name_refusal as signal_name_refusal
 from replaylog.engine.errors import ReplaylogError
+from replaylog.engine.store import REMOTE_ADDR_ENV as REMOTE_ADDR_ENV
 from replaylog.engine.store import (
     STATUSES,
     CommandRow,
@@ -33,9 +38,9 @@ from replaylog.engine.store import (
     is_busy,
     is_postgres_url,
     open_store,
-    redact_url,
     waiting_reason,
 )
+from replaylog.engine.store import redact_url as redact_url
 from replaylog.engine.text import cancel_state, cancel_text, preview
 from replaylog.engine.vocab import Group, SlotKind, Status, kind_info, status_info
 

@@ -37,7 +37,7 @@ from aiohttp import web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
-from replaylog.engine.store import REMOTE_ADDR_ENV, redact_url
+from replaylog.console.data import REMOTE_ADDR_ENV, redact_url
 
 TOKEN_ENV = "REPLAYLOG_CONSOLE_TOKEN"
 COOKIE = "replaylog_console"

@@ -12,10 +12,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
-from replaylog.console.data import ConsoleData, SignalRefused
+from replaylog.console.data import ConsoleData, SignalRefused, signal_name_refusal
 from replaylog.console.format import titled
 from replaylog.console.write_dialog import WriteDialog
-from replaylog.engine.core import signal_name_refusal
 
 
 class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
