@@ -50,6 +50,10 @@ from replaylog.engine.worker.run import (
 )
 
 log = logging.getLogger("replaylog.worker")
+# A library's logger: with no handler of the application's anywhere above it, Python's
+# last-resort handler would print its warnings raw to stderr (a failure's text unescaped,
+# beside the command line's own escaped line). The application's handlers still get them.
+log.addHandler(logging.NullHandler())
 
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_CONCURRENCY = 64
