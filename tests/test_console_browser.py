@@ -93,6 +93,8 @@ def test_a_browser_sends_a_signal_and_answers_an_approval_and_the_store_has_both
         terminal.press("Enter", expect="1 Slots")
         terminal.press("s", expect="Send a signal to")
         terminal.type("from-browser")
+        terminal.press("Tab")  # the payload: the dialog sends only what the operator typed
+        terminal.page.keyboard.type("null")
         terminal.press("Control+s", expect="Signal sent")
 
         terminal.press("Escape", expect="agent-991")  # back to the list

@@ -77,7 +77,7 @@ async def test_cancel_asks_a_reason_and_confirmation_then_requests_it_through_th
             assert (row.status, row.cancel_requested) == ("pending", "customer asked")
             assert [a.action for a in store.list_audit(ROLES["blocked"])][-1] == "cancel"
         summary = screen.query_one("#summary", Static)
-        assert await wait_until(pilot, lambda: "requested: customer asked" in rendered(summary))
+        assert await wait_until(pilot, lambda: "requested (reason: customer asked)" in rendered(summary))
 
 
 @async_test

@@ -51,6 +51,7 @@ def test_a_served_session_shows_the_list_and_audits_its_writes_with_the_browsers
             mark = len(session.received)
             await session.keys("nudge")
             assert await session.shows("nudge", since=mark)
+            await session.keys("\t", "null")  # the payload: the dialog sends only what the operator typed
             mark = len(session.received)
             await session.keys("\x13")  # ctrl+s sends
             assert await session.shows("Signal sent", since=mark), screen_text(bytes(session.received[-6000:]))
