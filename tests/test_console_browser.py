@@ -94,7 +94,9 @@ def test_a_browser_sends_a_signal_and_answers_an_approval_and_the_store_has_both
         terminal.press("s", expect="Send a signal to")
         terminal.type("from-browser")
         terminal.press("Tab")  # the payload: the dialog sends only what the operator typed
+        mark = len(terminal.received)
         terminal.page.keyboard.type("null")
+        assert terminal.shows("valid JSON", since=mark)  # checked, so ctrl+s may send it
         terminal.press("Control+s", expect="Signal sent")
 
         terminal.press("Escape", expect="agent-991")  # back to the list
