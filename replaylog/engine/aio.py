@@ -33,15 +33,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from replaylog.engine.errors import ActivityError, ParallelError, ReplaylogError
+from replaylog.engine.errors import ActivityError, AsyncWorkflowError, ParallelError
 
 if TYPE_CHECKING:
     from replaylog.engine.core import Context, Task
     from replaylog.engine.workflow_log import WorkflowLog
-
-
-class AsyncWorkflowError(ReplaylogError):
-    """An async workflow did what would make its history depend on timing (it names the call)."""
 
 
 _ALLOWED = ("only ctx calls may be awaited in a workflow (await ctx.call_activity, ctx.sleep, ctx.wait_signal, "
