@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, Literal, TypeVar, cast, overload
@@ -43,7 +44,9 @@ from replaylog.engine.errors import (
     WorkflowCancelled,
 )
 from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_statuses, prune
 from replaylog.engine.store import (
+    PruneBatch,
     ReaderStore,
     ScheduleRow,
     Store,
@@ -559,6 +562,38 @@ class Client:
     def trigger_schedule(self, name: str) -> WorkflowHandle[Any]:
         """Start the schedule's workflow now (whatever its policies, even paused); its handle."""
         return WorkflowHandle(self, self._call(lambda s: s.trigger_schedule(name)))
+
+    def prune(self, finished_before: float | str | datetime | timedelta, *,
+              statuses: str | Iterable[str] | None = None, dry_run: bool = False, vacuum: bool = False,
+              batch: int = BATCH) -> PruneReport:
+        """Delete finished workflows last updated before `finished_before`, with all they own, batch by batch.
+
+        `finished_before`: an age ("30d", a timedelta: that long ago), a time (an ISO
+        string, a datetime, epoch seconds); a time in the future is refused (StoreError),
+        nothing written. `statuses`: of these finished statuses only (default: all). A
+        workflow is deleted with its child workflows, and kept while one of them is
+        unfinished. `dry_run`: count only, write nothing. `vacuum` (SQLite): give the
+        space back to the file system afterwards (a VACUUM: see `reclaim_space`).
+        """
+        now = time.time()
+        if isinstance(finished_before, timedelta):
+            cutoff = now - finished_before.total_seconds()
+        elif isinstance(finished_before, datetime):
+            cutoff = parse_cutoff(finished_before.isoformat(), now)
+        elif isinstance(finished_before, str):
+            cutoff = parse_cutoff(finished_before, now)
+        else:
+            cutoff = parse_cutoff(datetime.fromtimestamp(float(finished_before), UTC).isoformat(), now)
+        wanted = parse_statuses(statuses)
+
+        def one(after: int) -> PruneBatch:
+            return self._call(lambda s: s.prune_batch(finished_before=cutoff, statuses=wanted, after=after,
+                                                      batch=batch, dry_run=dry_run))
+
+        report = prune(one, finished_before=cutoff, dry_run=dry_run)
+        if not dry_run:
+            report.space = self._call(lambda s: s.reclaim_space(full=vacuum))
+        return report
 
 
 class WorkflowHandle(Generic[R]):

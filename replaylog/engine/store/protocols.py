@@ -162,6 +162,13 @@ class OperatorStore(ReaderStore, Protocol):
     def trigger_schedule(self, name: str) -> str:
         """Start the schedule's workflow now; its id."""
 
+    def prune_batch(self, *, finished_before: float, statuses: Collection[str] = ..., after: int = 0,
+                    batch: int = 500, dry_run: bool = False) -> rows.PruneBatch:
+        """Delete (dry: find) one batch of finished top-level workflows with their children and all they own."""
+
+    def reclaim_space(self, *, full: bool = False) -> str:
+        """Give pruned space back where the backend does that on request (SQLite); what was done, in a line."""
+
 
 class WorkerStore(_Closable, Protocol):
     """What a worker needs: leases, fenced commits, in-flight marks, history, upkeep."""
