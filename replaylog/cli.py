@@ -1092,25 +1092,31 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
 
 @cli.command()
 @click.argument("workflow_id")
-@click.option("--from-slot", "from_slot", type=int, required=True, metavar="K",
+@click.option("--from-slot", "from_slot", type=int, metavar="K",
               help="Copy slots 0..K-1; from slot K the fork's code runs live.")
+@click.option("--from-failure", is_flag=True,
+              help="From the last slot whose outcome is an error: the activity that failed runs again.")
+@click.option("--from-activity", "from_activity", metavar="NAME",
+              help="From the first slot of activity NAME: it, and everything after it, runs again.")
 @click.option("--id", "new_id", help="The fork's id (else a generated one).")
 @global_options
 @pass_settings
-def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | None) -> None:
+def fork(settings: Settings, workflow_id: str, from_slot: int | None, from_failure: bool, from_activity: str | None,
+         new_id: str | None) -> None:
     """Start a new workflow from a copy of another's history up to slot K, and every signal it received.
 
-    The original is untouched. Activities from slot K run again, under the fork's own
-    idempotency keys.
+    K is given by one of --from-slot, --from-failure or --from-activity. The original is
+    untouched. Activities from slot K run again, under the fork's own idempotency keys.
     """
     with settings.client() as client:
         original = client.get_handle(workflow_id)
-        wid = original.fork(from_slot, id=new_id).id
-        again = [s for s in original.history(from_slot) if s.kind == SlotKind.ACTIVITY]
+        slot = original.fork_slot(from_slot, from_failure=from_failure, from_activity=from_activity)
+        wid = original.fork(slot, id=new_id).id
+        again = [s for s in original.history(slot) if s.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
-    click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
-                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {from_slot}"
+    click.echo(_one(f"forked {workflow_id} at slot {slot}: "
+                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {slot}"
                        f" will run again, with new idempotency keys: {names}" if again else
                        "no recorded activity runs again")), err=True)
 

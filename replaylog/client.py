@@ -59,7 +59,7 @@ from replaylog.engine.store import (
     operator_name,
 )
 from replaylog.engine.telemetry import trace_context_now
-from replaylog.engine.vocab import Status, status_info
+from replaylog.engine.vocab import SlotKind, Status, status_info
 
 __all__ = [
     "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
@@ -717,13 +717,48 @@ class WorkflowHandle(Generic[R]):
 
         return self._client._call(retry)
 
-    def fork(self, from_slot: int, id: str | None = None) -> WorkflowHandle[R]:
-        """A new workflow from a copy of this one's slots 0..from_slot-1 and every signal; its handle.
+    def fork(self, from_slot: int | None = None, id: str | None = None, *, from_failure: bool = False,
+             from_activity: str | None = None) -> WorkflowHandle[R]:
+        """A new workflow from a copy of this one's slots 0..K-1 and every signal; its handle.
 
-        This workflow is untouched; activities from `from_slot` on run again under the fork's keys.
+        K is `from_slot`, or the slot `fork_slot` finds (`from_failure`: the last failed
+        slot; `from_activity`: the first slot of that activity): give exactly one. This
+        workflow is untouched; activities from K on run again under the fork's keys.
         """
-        return WorkflowHandle(self._client, self._client._call(lambda s: s.fork_workflow(self._id, from_slot,
-                                                                                          new_id=id)))
+        slot = self.fork_slot(from_slot, from_failure=from_failure, from_activity=from_activity)
+        return WorkflowHandle(self._client, self._client._call(lambda s: s.fork_workflow(self._id, slot, new_id=id)))
+
+    def fork_slot(self, from_slot: int | None = None, *, from_failure: bool = False,
+                  from_activity: str | None = None) -> int:
+        """The slot a fork starts from, named one of three ways (exactly one; else OperatorRefusedError).
+
+        `from_failure`: the highest slot whose recorded outcome is an error, so the activity
+        that failed runs again; refused when no slot failed (a workflow its own code failed
+        is retried once the code is fixed). `from_activity`: the first slot of the activity
+        of that name.
+        """
+        named = [from_slot is not None, from_failure, from_activity is not None]
+        if sum(named) != 1:
+            raise OperatorRefusedError("name the fork's first live slot one way: --from-slot K, --from-failure"
+                                       " or --from-activity NAME")
+        if from_slot is not None:
+            return from_slot
+
+        def find(store: Store) -> int:
+            row = store.get_workflow(self._id)
+            if from_failure:
+                failed = store.last_failed_command(self._id)
+                if failed is None:
+                    raise OperatorRefusedError(
+                        f"workflow {self._id!r} ({row.status}) has no failed slot to fork from"
+                        + (": its code failed, not an activity; fix the code and retry it" if row.error_kind
+                           and row.status == Status.FAILED else ""))
+                return failed.slot
+            found = store.first_slot(self._id, SlotKind.ACTIVITY, str(from_activity))
+            if found is None:
+                raise OperatorRefusedError(f"workflow {self._id!r} recorded no activity {from_activity!r}")
+            return found
+        return self._client._call(find)
 
     def export(self) -> dict[str, Any]:
         """The workflow's whole history as one versioned JSON document (`Client.import_history` takes it)."""

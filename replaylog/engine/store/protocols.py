@@ -77,6 +77,9 @@ class ReaderStore(_Closable, Protocol):
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.CommandRow]:
         """Recorded slots in order, optionally a page of them."""
 
+    def first_slot(self, workflow_id: str, kind: str, name: str) -> int | None:
+        """The first slot of a workflow that recorded a command of this kind and name, if any."""
+
     def family(self, workflow_id: str) -> dict[str, Any]:
         """A workflow's parent and children: {"parent": id or None, "children": [{"id", "workflow", "status"}]}."""
 
