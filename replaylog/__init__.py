@@ -50,6 +50,7 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.retry import RetryPolicy, default_retry
 from replaylog.worker import Worker
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
@@ -70,6 +71,7 @@ __all__ = [
     "Outcome",
     "ParallelError",
     "ReplaylogError",
+    "RetryPolicy",
     "RunResult",
     "SignalTimeout",
     "Slot",
@@ -86,6 +88,7 @@ __all__ = [
     "WorkflowTerminated",
     "activity",
     "current_activity",
+    "default_retry",
     "idempotency_key",
     "run",
     "signal",

@@ -45,7 +45,18 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import cancel_state, cancel_text, countdown, duration, preview, printable, utc, waits_text
+from replaylog.engine.text import (
+    RETRY,
+    cancel_state,
+    cancel_text,
+    countdown,
+    duration,
+    preview,
+    printable,
+    retry_text,
+    utc,
+    waits_text,
+)
 from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
@@ -616,7 +627,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         ],
         "inflight": None if inflight is None else {
             "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
-            "started_at": inflight.started_at},
+            "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at},
     }
 
 
@@ -824,7 +835,11 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     if row.forked_from is not None:
         head.add_row("forked from", _t(f"{row.forked_from} at slot {row.forked_slot}"))
     head.add_row("updated", _t(_when(row.updated_at)))
-    if data["inflight"]:
+    if data["inflight"] and data["inflight"]["retry_at"] is not None and row.blocked_on == RETRY:
+        i = data["inflight"]
+        head.add_row("retry", Text(printable(retry_text(i["slot"], i["name"], i["attempts"], i["error"],
+                                                        i["retry_at"], time.time()), oneline=True), style="yellow"))
+    elif data["inflight"]:
         i = data["inflight"]
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"

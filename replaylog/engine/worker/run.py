@@ -13,7 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.core import (
+    EVENT,
+    Attempts,
+    CommandRecord,
+    Context,
+    Outcome,
+    ParallelHooks,
+    error_text,
+    execute,
+)
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
@@ -178,13 +187,15 @@ class WorkflowRun:
         state = claim.state if claim.state is not None else self._store.load_state(claim.id)
         if parts.stopping.up:
             raise WorkerStopping()
-        prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
+        prior = None if claim.inflight_slot is None else Attempts(
+            claim.inflight_slot, claim.inflight_attempts, claim.inflight_error, claim.inflight_retry_at)
         hooks = ParallelHooks(self._run_group, self.record_task, self.on_task_start)
         observed = parts.metrics is not None or self._spans is not None
         ctx = self.ctx = Context(
             state, workflow_id=claim.id, activities=parts.registry.activities, clock=parts.clock,
             sleep=self.sleep, record=self.record, on_start=self.on_start, prior=prior, cancel=claim.cancel,
             parallel=hooks, on_attempt_end=self.on_attempt_end if observed else None,
+            retry=parts.registry.retry, durable_retry=True,
         )
         try:
             outcome = execute(fn, ctx, state)
@@ -204,6 +215,11 @@ class WorkflowRun:
             shown = outcome.traceback and fit_text(outcome.traceback, cap, "the workflow's traceback", tail=True)
             if error is not outcome.error or shown is not outcome.traceback:
                 return replace(outcome, error=error, traceback=shown)
+        elif outcome.retry is not None:
+            error = fit_text(outcome.retry.error, cap, f"slot {outcome.retry.slot}: the error text of activity"
+                                                       f" {outcome.retry.name!r}")
+            if error is not outcome.retry.error:
+                return replace(outcome, retry=outcome.retry._replace(error=error))
         elif outcome.status == Status.COMPLETED:
             # The store encodes the result again when it writes the verdict: once per
             # workflow, not per slot.

@@ -24,7 +24,7 @@ _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
     " SELECT id, %s, %s, %s, %s FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
 )
 
 def _names(names: Collection[str] | None) -> tuple[str, list[Any]]:
@@ -117,23 +117,23 @@ class PGLeases(PGConnection):
                                               list[tuple[Any, ...]]]:
             with conn.pipeline():
                 history = self._send_histories(conn, short) if short else None
-                marks = conn.execute("SELECT workflow_id, slot, attempts FROM inflight WHERE workflow_id = ANY(%s)",
-                                     (ids,))
+                marks = conn.execute("SELECT workflow_id, slot, attempts, error, retry_at FROM inflight"
+                                     " WHERE workflow_id = ANY(%s)", (ids,))
             return (self._read_histories(short, *history) if history else {}), marks.fetchall()
 
         histories, marks = self._run(read)
-        started = {wid: (int(slot), int(attempts)) for wid, slot, attempts in marks}
+        started = {wid: (int(slot), int(attempts), error, retry_at) for wid, slot, attempts, error, retry_at in marks}
         claims = []
         for wid, workflow, epoch, input_text, slots, seq, cancel, _, _ in taken:
             inp, has_input = loads(input_text), input_text is not None
             logs = histories.get(wid)
             state = None if logs is None else WorkflowState(
                 input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-            slot, attempts = started.get(wid, (None, 0))
+            slot, attempts, error, retry_at = started.get(wid, (None, 0, None, None))
             if slot is not None and slot < slots:
-                slot, attempts = None, 0  # its outcome was recorded since
+                slot, attempts, error, retry_at = None, 0, None, None  # its outcome was recorded since
             claims.append(Claim(wid, workflow, owner, int(epoch), slot_key(int(seq)), inp, has_input, state,
-                                slot, attempts, cancel))
+                                slot, attempts, cancel, error, retry_at))
         return claims
 
     @staticmethod

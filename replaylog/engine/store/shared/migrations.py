@@ -102,6 +102,13 @@ MIGRATIONS: list[Migration] = [
         # an OpenTelemetry span: the worker's spans of the workflow join that trace.
         AddColumn("workflows", "trace_context", "text"),
     )),
+    Migration(4, "retry waits: inflight.error, inflight.retry_at", (
+        # An activity waiting durably for its next attempt under a retry policy: the last
+        # attempt's error and the next attempt's time, beside its attempt count. A start mark
+        # clears retry_at (the next attempt has started).
+        AddColumn("inflight", "error", "text"),
+        AddColumn("inflight", "retry_at", "real"),
+    )),
 ]
 
 

@@ -26,8 +26,8 @@ from replaylog.engine.core import (
     APPROVAL_PREFIX,
     CANCEL_NOT_DELIVERED,
     CHILD_PREFIX,
-    TIMER,
     Outcome,
+    RetryWait,
     signal_name_refusal,
 )
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
@@ -35,7 +35,7 @@ from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.text import utc
-from replaylog.engine.vocab import FINISHED, SlotKind, Status
+from replaylog.engine.vocab import FINISHED, SlotKind, Status, Wait
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -132,12 +132,29 @@ def append_signal(sql: Dialect, conn: Any, workflow_id: str, name: str, text: st
         conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
         " SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, false, ? FROM signals WHERE workflow_id = ?"
         " RETURNING seq", (workflow_id, name, text, now, workflow_id)).fetchone()
-    if status == Status.BLOCKED and blocked_on == name and name != TIMER:
+    if status == Status.BLOCKED and blocked_on == name and name not in TIME_WAITS:
         sql.run(conn, "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
                 " WHERE id = ?", (now, workflow_id))
     else:
         sql.run(conn, "UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
     return int(seq_row[0])
+
+
+# The blocked-on words only time ends: no signal wakes them, whatever its name (engine.vocab.Wait).
+TIME_WAITS = frozenset(w.value for w in Wait)
+
+
+def keep_retry(sql: Dialect, conn: Any, workflow_id: str, wait: RetryWait, now: float) -> None:
+    """A verdict blocked on a retry: keep the activity's attempts, last error and next attempt's time.
+
+    The run that wakes at `retry_at` reads them with its claim (Claim.inflight_*) and counts
+    its attempts on from there, whichever worker it is and whatever died in between.
+    """
+    sql.run(conn, "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, error, retry_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot,"
+            " name = excluded.name, attempts = excluded.attempts, started_at = excluded.started_at,"
+            " error = excluded.error, retry_at = excluded.retry_at",
+            (workflow_id, wait.slot, wait.name, wait.attempts, now, wait.error, wait.retry_at))
 
 
 def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any], now: float) -> None:

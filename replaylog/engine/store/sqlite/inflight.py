@@ -18,7 +18,7 @@ from replaylog.engine.store.sqlite.connection import SQLiteConnection
 _FOLD_MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
 )
 # Ids per `IN (...)` list (SQLite allows 32,766 parameters; batches are far smaller).
 IN_CHUNK = 500
@@ -36,7 +36,8 @@ class InflightMarks(SQLiteConnection):
         """
         row = self._conn.execute(
             f"SELECT {SLOTS_NOW}, workflows.lease_owner, workflows.lease_epoch, i.slot, i.name, i.attempts,"
-            " i.started_at FROM workflows LEFT JOIN inflight i ON i.workflow_id = workflows.id WHERE workflows.id = ?",
+            " i.started_at, i.error, i.retry_at FROM workflows LEFT JOIN inflight i ON i.workflow_id = workflows.id"
+            " WHERE workflows.id = ?",
             (workflow_id,),
         ).fetchone()
         if row is None:
@@ -52,16 +53,18 @@ class InflightMarks(SQLiteConnection):
         return best
 
     @staticmethod
-    def _inflight_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """The folded in-flight (slot, attempts) of many workflows, by id."""
-        out: dict[str, tuple[int, int]] = {}
+    def _inflight_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[int, int, str | None,
+                                                                                   float | None]]:
+        """The folded in-flight (slot, attempts, error, retry_at) of many workflows, by id."""
+        out: dict[str, tuple[int, int, str | None, float | None]] = {}
         for i in range(0, len(ids), IN_CHUNK):
             chunk = ids[i:i + IN_CHUNK]
             marks = ", ".join("?" * len(chunk))
-            for wid, slot, attempts in conn.execute(
-                f"SELECT workflow_id, slot, attempts FROM inflight WHERE workflow_id IN ({marks})", chunk,
+            for wid, slot, attempts, error, retry_at in conn.execute(
+                f"SELECT workflow_id, slot, attempts, error, retry_at FROM inflight WHERE workflow_id IN ({marks})",
+                chunk,
             ):
-                out[wid] = (slot, attempts)
+                out[wid] = (slot, attempts, error, retry_at)
         return out
 
     @staticmethod

@@ -113,12 +113,12 @@ class Leases(InflightMarks):
                 logs = histories.get(wid)
                 state = None if logs is None else WorkflowState(
                     input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-                slot, attempts = started.get(wid, (None, 0))
+                slot, attempts, error, retry_at = started.get(wid, (None, 0, None, None))
                 if slot is not None and slot < row[3]:
-                    slot, attempts = None, 0  # its outcome was recorded since
+                    slot, attempts, error, retry_at = None, 0, None, None  # its outcome was recorded since
                 claims.append(
                     Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state, slot, attempts,
-                          row[5]))
+                          row[5], error, retry_at))
         return claims
 
     @staticmethod
