@@ -18,7 +18,7 @@ import pytest
 import retry_app
 
 from conftest import cli_env, run_cli, start_worker, wait_for
-from replaylog import ActivityError, Context, RetryPolicy, WorkflowState, activity, current_activity, run
+from replaylog import Context, RetryPolicy, WorkflowState, activity, current_activity, run
 from replaylog.engine.app import Registry
 from replaylog.engine.core import RETRY
 from replaylog.engine.errors import StoreError
@@ -121,7 +121,8 @@ def test_max_retries_keeps_its_meaning_and_cannot_be_given_with_a_policy() -> No
         ctx.call_activity(down, max_retries=2, retry=RetryPolicy())
 
     result, _ = _runs(both)
-    assert result.outcome.error == "workflow code raised TypeError: call_activity(): give retry= or max_retries=, not both"
+    assert result.outcome.error == ("workflow code raised TypeError: call_activity(): give retry= or max_retries=,"
+                                    " not both")
     assert result.state.commands == ()  # nothing recorded
 
 

@@ -230,6 +230,7 @@ class Worker:
             for t in list(self._threads):
                 t.join()
             self.committer.stop()
+            self._parts.activities.close()
             try:
                 store.worker_stopped(self.owner)
             except ReplaylogError as exc:  # the row goes stale and is ignored
@@ -332,7 +333,11 @@ class Worker:
         with self._lock:
             claims = list(self._active.values())
         # Also when idle: the worker's row says it is alive (store.served_names).
-        store.renew(claims, ttl=self.ttl, worker=self.owner)
+        held = store.renew(claims, ttl=self.ttl, worker=self.owner)
+        for claim, kept in zip(claims, held, strict=True):
+            if not kept:
+                # Terminated, or taken over: its async activities are cancelled at their next await.
+                self._parts.activities.cancel(claim.id)
 
     def _launch(self, claim: Claim) -> None:
         # Workflow threads are pooled: a thread and its connection outlive one workflow,
