@@ -40,6 +40,7 @@ from replaylog.engine.core import (
 )
 from replaylog.engine.errors import (
     ActivityError,
+    ActivityTimeout,
     AsyncWorkflowError,
     ChildWorkflowError,
     Diagnostic,
@@ -64,6 +65,7 @@ from replaylog.worker import Worker
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "ActivityTimeout",
     "AsyncContext",
     "AsyncWorkflowError",
     "ChildWorkflowError",

@@ -51,6 +51,7 @@ from replaylog.engine.text import (
     cancel_text,
     countdown,
     duration,
+    heartbeat_text,
     preview,
     printable,
     retry_text,
@@ -627,7 +628,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         ],
         "inflight": None if inflight is None else {
             "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
-            "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at},
+            "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at,
+            "details": inflight.details, "heartbeat_at": inflight.heartbeat_at},
     }
 
 
@@ -844,6 +846,9 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
+    if data["inflight"] and data["inflight"]["heartbeat_at"] is not None:
+        i = data["inflight"]
+        head.add_row("heartbeat", _t(heartbeat_text(i["heartbeat_at"], i["details"], time.time())))
     shown: list[Any] = [head]
     if row.traceback:
         shown += _traceback("traceback", row.traceback)

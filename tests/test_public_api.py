@@ -16,6 +16,7 @@ import replaylog.engine
 PUBLIC = [
     "ActivityError",
     "ActivityInfo",
+    "ActivityTimeout",
     "AsyncContext",
     "AsyncWorkflowError",
     "ChildWorkflowError",

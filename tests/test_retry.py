@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import retry_app
+from fault_harness import app_worker, read_jsonl
 
 from conftest import cli_env, run_cli, start_worker, wait_for
 from replaylog import Context, RetryPolicy, WorkflowState, activity, current_activity, run
@@ -158,17 +158,12 @@ def test_a_parallel_task_takes_a_policy_too() -> None:
 @pytest.fixture
 def worker(db: Path | str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
     monkeypatch.setenv("FAULT_LEDGER", str(tmp_path / "ledger.jsonl"))
-    w = Worker(db, Registry.from_module(retry_app), concurrency=4)
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    yield w
-    w.stop()
-    t.join(30)
+    with app_worker(db, retry_app) as w:
+        yield w
 
 
 def _ledger(tmp_path: Path) -> list[dict[str, Any]]:
-    path = tmp_path / "ledger.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return read_jsonl(tmp_path / "ledger.jsonl")
 
 
 def test_a_long_wait_between_attempts_blocks_on_retry_holding_no_thread(worker: Worker, store: Store,
@@ -205,14 +200,8 @@ def test_a_long_wait_between_attempts_blocks_on_retry_holding_no_thread(worker: 
 
 def test_show_and_list_say_a_workflow_waits_for_a_retry_and_when(store: Store, db: Path | str) -> None:
     wid = store.start_workflow("durable", {"attempts": 3, "initial": 3600, "fail": 5})
-    w = Worker(db, Registry.from_module(retry_app), concurrency=2)
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    try:
+    with app_worker(db, retry_app):
         assert wait_for(lambda: store.get_workflow(wid).blocked_on == RETRY, timeout=120)
-    finally:
-        w.stop()
-        t.join(30)
     shown = run_cli(db, "show", wid)
     assert "blocked on  retry at " in shown.stdout
     assert "slot 0: activity flaky failed attempt 1: ConnectionError: attempt 1 failed; attempt 2 at" in shown.stdout

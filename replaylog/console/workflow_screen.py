@@ -38,7 +38,7 @@ from replaylog.console.live_screen import LiveScreen
 from replaylog.console.paged_table import PagedTable
 from replaylog.console.slot_screen import SlotScreen
 from replaylog.console.transcript_screen import TranscriptScreen
-from replaylog.engine.text import RETRY, TIMER, is_time, preview, printable, retry_text, utc
+from replaylog.engine.text import RETRY, TIMER, heartbeat_text, is_time, preview, printable, retry_text, utc
 from replaylog.engine.vocab import SlotKind, Status, kind_info
 
 if TYPE_CHECKING:
@@ -308,6 +308,8 @@ class WorkflowScreen(LiveScreen):
                 what = (f"slot {i.slot}: activity {i.name} started {i.attempts} time(s), no recorded outcome"
                         " — possibly ran")
             grid.add_row("in flight", text(what, "bold yellow"))
+            if i.heartbeat_at is not None:
+                grid.add_row("heartbeat", text(heartbeat_text(i.heartbeat_at, i.details, self.data.clock())))
         grid.add_row("history", Text(f"{row.slots:,} slot(s), {detail.signal_total:,} signal(s), "
                                      f"{detail.signal_waiting:,} waiting"))
         grid.add_row("times", Text(f"created {utc(row.created_at)}   updated {utc(row.updated_at)}", style="dim"))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, overload
 
 from replaylog.engine import aio as _aio
 from replaylog.engine.errors import (
@@ -407,6 +407,26 @@ class ActivityInfo:
     name: str
     attempt: int
     idempotency_key: str
+    # What the latest earlier attempt of this activity passed to `heartbeat` (in this run, or in
+    # a run of another worker before it died or stopped heartbeating); None if nothing.
+    heartbeat_details: Any = None
+    _ctx: Context | None = field(default=None, repr=False, compare=False)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Say that this attempt is alive, with `details` (any JSON value) for the next attempt to read.
+
+        Under `heartbeat_timeout`, an attempt that sends none for that long is failed with
+        ActivityTimeout and retried (on another worker, if this one stopped answering). The
+        latest details are kept in the store, shown by `show` and the console, and given to the
+        next attempt as `heartbeat_details`.
+
+        Raises:
+            ActivityTimeout: this attempt was already failed by a timeout: stop working.
+            ValueNotJSONError: JSON cannot hold `details`.
+        """
+        if self._ctx is None:
+            raise RuntimeError("heartbeat() called outside a running activity")
+        self._ctx._heartbeat(self.slot, self.name, self.attempt, details)
 
 
 # The Context of the workflow run in progress, set once per run by `execute`; the context
@@ -429,12 +449,14 @@ _task_running: contextvars.ContextVar[tuple[int, str, int] | None] = contextvars
 def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
     ctx = _current_context.get()
-    running = _task_running.get() if ctx is not None and ctx._group else ctx._running if ctx is not None else None
+    # A parallel task, or an attempt run on a thread of its own (a timeout), keeps its own.
+    running = _task_running.get() or (ctx._running if ctx is not None else None)
     if ctx is None or running is None:
-        raise RuntimeError("current_activity() called outside a running activity")
+        raise RuntimeError("current_activity() called outside a running activity (heartbeat() needs one too)")
     slot, name, attempt = running
     workflow_id = ctx.workflow_id
-    return ActivityInfo(workflow_id, slot, name, attempt, idempotency_key(workflow_id, slot))
+    return ActivityInfo(workflow_id, slot, name, attempt, idempotency_key(workflow_id, slot),
+                        ctx._details.get(slot), ctx)
 
 
 def idempotency_key(workflow_id: str, slot: int) -> str:
@@ -570,6 +592,17 @@ def _change_id(value: Any, what: str) -> str:
     return value
 
 
+def _limits(timeout: Any, heartbeat_timeout: Any, where: str) -> tuple[float | None, float | None] | None:
+    """An activity call's (timeout, heartbeat_timeout), checked before anything is recorded; None if neither."""
+    if timeout is None and heartbeat_timeout is None:
+        return None
+    for what, value in (("timeout", timeout), ("heartbeat_timeout", heartbeat_timeout)):
+        if value is not None and (not _is_number(value) or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"{where}({what}={value!r}): {what} must be a positive number of seconds")
+    return (None if timeout is None else float(timeout),
+            None if heartbeat_timeout is None else float(heartbeat_timeout))
+
+
 RecordFn = Callable[[int, CommandRecord], None]
 StartFn = Callable[[int, str, int], None]
 # (slot, name, attempt, error text or None): after each live attempt of an activity (metrics, traces).
@@ -600,6 +633,21 @@ class ParallelHooks:
     on_start: StartFn | None = None
 
 
+class TimedHooks(Protocol):
+    """How a Context runs an attempt under a timeout or a heartbeat timeout: the worker's threads and clock.
+
+    Without hooks (the in-memory runner) timeouts are not enforced and heartbeats only keep
+    their details for the next attempt.
+    """
+
+    def run_attempt(self, call: Callable[[], Any], slot: int, name: str, attempt: int, timeout: float | None,
+                    heartbeat_timeout: float | None) -> Any:
+        """Run `call` (the attempt) and return its value; raise ActivityTimeout when a limit passes first."""
+
+    def heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
+        """An attempt said it is alive (from the attempt's own thread); ActivityTimeout if it was abandoned."""
+
+
 @dataclass(frozen=True)
 class Task:
     """One activity call described by `ctx.task`, to be run by `ctx.parallel`."""
@@ -609,6 +657,8 @@ class Task:
     kwargs: dict[str, Any]
     max_retries: int | None = None  # None: the retry policy's attempts (see Context.call_activity)
     retry: RetryPolicy | None = None
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
 
 
 class Context:
@@ -636,6 +686,8 @@ class Context:
             activities that name none.
         durable_retry: a wait between attempts longer than engine.retry.DURABLE_AFTER ends the
             run blocked on RETRY (the worker's runs); without it every wait is `sleep`.
+        timed: runs attempts under `timeout` / `heartbeat_timeout` and takes heartbeats (the
+            worker's, see TimedHooks); without it neither limit is enforced.
         cancel: the reason of an operator's cancel request already known ("" for none
             given); the worker sets `cancel_requested` when it learns of one mid-run.
         finished: the history is a finished workflow's (dry runs only): every timer in it
@@ -665,6 +717,7 @@ class Context:
         parallel: ParallelHooks | None = None,
         retry: RetryPolicy | None = None,
         durable_retry: bool = False,
+        timed: TimedHooks | None = None,
         run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any] | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
@@ -684,6 +737,9 @@ class Context:
         self._prior_slot, self._prior_attempts = self._prior.slot, self._prior.attempts
         self._default_retry = retry
         self._durable_retry = durable_retry
+        self._timed = timed
+        # The latest heartbeat details of each activity slot, for its next attempt.
+        self._details: dict[int, Any] = {} if self._prior.details is None else {self._prior.slot: self._prior.details}
         # Set when the run blocks on RETRY: the activity's state the store keeps (Outcome.retry).
         self.retry_wait: RetryWait | None = None
         self._finished = finished
@@ -814,7 +870,8 @@ class Context:
 
     def call_activity(
         self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int | None = None,
-        retry: RetryPolicy | None = None, **kwargs: Any
+        retry: RetryPolicy | None = None, timeout: float | None = None, heartbeat_timeout: float | None = None,
+        **kwargs: Any
     ) -> Any:
         """Run an activity once, durably: replay its recorded outcome, or execute and record it.
 
@@ -827,17 +884,24 @@ class Context:
                 non-retryable errors. Without either, the activity's policy
                 (`@activity(retry=...)`), else the app's (`default_retry`), else 3
                 attempts as `max_retries=3`.
+            timeout: seconds an attempt may run (start to close); one still running then
+                fails with ActivityTimeout (and is retried under the policy), and its late
+                result is discarded.
+            heartbeat_timeout: seconds an attempt may go without calling
+                `current_activity().heartbeat()` before it fails with ActivityTimeout (and
+                another worker takes the workflow over if this one stopped answering).
 
         Raises:
             ActivityError: the activity failed permanently (now, or in history).
             TypeError: both `retry` and `max_retries` are given, or `retry` is no RetryPolicy
-                (nothing is recorded).
+                (nothing is recorded). ValueError: a timeout is not a positive number of seconds.
         """
         if isinstance(fn_or_name, str):
             name, fn = fn_or_name, self._activities.get(fn_or_name)
         else:
             name, fn = registered_name(fn_or_name), fn_or_name
         attempts, policy = self._policy(fn, max_retries, retry, "call_activity")
+        limits = _limits(timeout, heartbeat_timeout, "call_activity")
         slot = self._cmd_index
         self._cmd_index = slot + 1
         checked = fn not in _UNCHECKED
@@ -865,7 +929,7 @@ class Context:
                     key = args_key(args, kwargs)
                 except (TypeError, ValueError, RecursionError):
                     self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
-        return self._run_activity(slot, name, fn, key, attempts, policy, args, kwargs)
+        return self._run_activity(slot, name, fn, key, attempts, policy, args, kwargs, limits)
 
     def _policy(self, fn: Callable[..., Any] | None, max_retries: int | None, retry: RetryPolicy | None,
                 where: str) -> tuple[int, RetryPolicy | None]:
@@ -923,7 +987,8 @@ class Context:
         raise self.fatal
 
     def _run_activity(self, slot: int, name: str, fn: Callable[..., Any], key: str | None, attempts: int,
-                      policy: RetryPolicy | None, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+                      policy: RetryPolicy | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                      limits: tuple[float | None, float | None] | None = None) -> Any:
         """The live branch of an activity slot: its attempts, then its outcome recorded."""
         self.executed_commands += 1
         first = 1
@@ -954,9 +1019,12 @@ class Context:
             else:
                 self._running = (slot, name, attempt)
             try:
-                value = fn(*args, **kwargs) if kwargs else fn(*args)
-                if type(value) is CoroutineType and _aio.is_async(fn):
-                    value = self._run_coroutine(value)
+                if limits is not None:
+                    value = self._timed_attempt(fn, args, kwargs, slot, name, attempt, limits)
+                else:
+                    value = fn(*args, **kwargs) if kwargs else fn(*args)
+                    if type(value) is CoroutineType and _aio.is_async(fn):
+                        value = self._run_coroutine(value)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
                 last_exc = exc
@@ -1013,10 +1081,38 @@ class Context:
         self._append(slot, CommandRecord(_ACTIVITY, name, False, None, last_error, attempts, key))
         raise ActivityError(slot, name, last_error, attempts)
 
+    def _timed_attempt(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], slot: int,
+                       name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
+        """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
+
+        def body() -> Any:
+            _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
+            value = fn(*args, **kwargs)
+            if type(value) is CoroutineType and _aio.is_async(fn):
+                value = self._run_coroutine(value)
+            return value
+
+        copied = contextvars.copy_context()
+
+        def call() -> Any:
+            return copied.run(body)
+
+        if self._timed is None:
+            return call()  # the in-memory runner: no clock of its own to enforce a limit with
+        return self._timed.run_attempt(call, slot, name, attempt, *limits)
+
+    def _heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
+        """`current_activity().heartbeat(details)`: keep the details for the next attempt, tell the hooks."""
+        details = to_json_value(details, f"slot {slot}: the heartbeat details of activity {name!r}")
+        self._details[slot] = details
+        if self._timed is not None:
+            self._timed.heartbeat(slot, name, attempt, details)
+
     # -- parallel activities
 
     def task(self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int | None = None,
-             retry: RetryPolicy | None = None, **kwargs: Any) -> Task:
+             retry: RetryPolicy | None = None, timeout: float | None = None, heartbeat_timeout: float | None = None,
+             **kwargs: Any) -> Task:
         """Describe an activity call without running it, for `parallel`.
 
         `max_retries` and `retry` are `call_activity`'s; the waits between a task's attempts
@@ -1027,7 +1123,8 @@ class Context:
             TypeError: both `retry` and `max_retries` are given, or `retry` is no RetryPolicy.
         """
         self._policy(None, max_retries, retry, "task")  # refused here, before any slot
-        return Task(fn_or_name, args, kwargs, max_retries, retry)
+        _limits(timeout, heartbeat_timeout, "task")
+        return Task(fn_or_name, args, kwargs, max_retries, retry, timeout, heartbeat_timeout)
 
     def parallel(self, tasks: Sequence[Task], max_concurrency: int = 8) -> list[Any]:
         """Run activity calls at once; their results in task order.
@@ -1108,7 +1205,8 @@ class Context:
         def thunk(i: int, slot: int, name: str, fn: Callable[..., Any], key: str | None, t: Task) -> None:
             try:
                 attempts, policy = self._policy(fn, t.max_retries, t.retry, "task")
-                outcomes[i] = self._run_activity(slot, name, fn, key, attempts, policy, t.args, t.kwargs)
+                outcomes[i] = self._run_activity(slot, name, fn, key, attempts, policy, t.args, t.kwargs,
+                                                 _limits(t.timeout, t.heartbeat_timeout, "task"))
             except ActivityError as exc:
                 outcomes[i] = exc
             except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread below

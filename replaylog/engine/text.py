@@ -137,6 +137,13 @@ def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str
     return f"{blocked_on} (until {near_utc(wake_at, now)})"
 
 
+def heartbeat_text(heartbeat_at: float, details: Any, now: float) -> str:
+    """An in-flight attempt's latest heartbeat, for operators: when, and its details in short."""
+    ago = "just now" if now - heartbeat_at < 1 else f"{duration(now - heartbeat_at)} ago"
+    said = "" if details is None else f": {preview(details, 120)}"
+    return f"last heartbeat {ago} ({near_utc(heartbeat_at, now)}){said}"
+
+
 def retry_text(slot: int, name: str, attempts: int, error: str | None, retry_at: float, now: float) -> str:
     """An activity waiting for its next attempt, for operators: which, what failed, when it runs again."""
     failed = f": {error}" if error else ""

@@ -221,6 +221,9 @@ class InflightRow:
     # (a retry policy's durable wait), and when the next attempt may start.
     error: str | None = None
     retry_at: float | None = None
+    # What its latest attempt passed to heartbeat() (a JSON value), and when.
+    details: Any = None
+    heartbeat_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,7 @@ class Claim:
     # a retry (engine.retry).
     inflight_error: str | None = None
     inflight_retry_at: float | None = None
+    inflight_details: Any = None  # what its last attempt passed to heartbeat(), if anything
 
 
 class AuditRow(NamedTuple):

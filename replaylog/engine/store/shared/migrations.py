@@ -109,6 +109,14 @@ MIGRATIONS: list[Migration] = [
         AddColumn("inflight", "error", "text"),
         AddColumn("inflight", "retry_at", "real"),
     )),
+    Migration(5, "heartbeats: inflight.details, inflight.heartbeat_at, inflight.heartbeat_expires", (
+        # An attempt's latest heartbeat: its details (JSON) for the next attempt, when it beat, and
+        # when it is due by under a heartbeat timeout: a claim takes a running workflow over once
+        # that time has passed, without waiting for its lease to lapse.
+        AddColumn("inflight", "details", "text"),
+        AddColumn("inflight", "heartbeat_at", "real"),
+        AddColumn("inflight", "heartbeat_expires", "real"),
+    )),
 ]
 
 

@@ -157,6 +157,34 @@ def keep_retry(sql: Dialect, conn: Any, workflow_id: str, wait: RetryWait, now: 
             (workflow_id, wait.slot, wait.name, wait.attempts, now, wait.error, wait.retry_at))
 
 
+# An attempt's heartbeat, fenced by the lease: its details (NULL keeps the slot's last ones), when it
+# beat (NULL keeps), and when the next is due (NULL: nobody watches). A beat means an attempt runs:
+# no retry wait is pending. Parameters: slot, name, attempts, now, details, beat_at, expires, id,
+# owner, epoch.
+HEARTBEAT = (
+    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, details, heartbeat_at, heartbeat_expires)"
+    " SELECT id, ?, ?, ?, ?, ?, ?, ? FROM workflows WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
+    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    " attempts = excluded.attempts, retry_at = NULL,"
+    " started_at = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
+    " THEN inflight.started_at ELSE excluded.started_at END,"
+    " details = CASE WHEN excluded.details IS NOT NULL OR inflight.slot <> excluded.slot THEN excluded.details"
+    " ELSE inflight.details END,"
+    " heartbeat_at = CASE WHEN excluded.heartbeat_at IS NOT NULL OR inflight.slot <> excluded.slot"
+    " THEN excluded.heartbeat_at ELSE inflight.heartbeat_at END,"
+    " heartbeat_expires = excluded.heartbeat_expires"
+)
+
+
+BEATLESS = (" sent no heartbeat within its heartbeat timeout (its worker stopped answering);"
+            " another worker took the workflow over")
+
+
+def beatless_error(attempts: int) -> str:
+    """The error a claim keeps for an attempt taken over because it sent no heartbeat in time."""
+    return f"ActivityTimeout: attempt {attempts}{BEATLESS}"
+
+
 def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any], now: float) -> None:
     """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
     row = sql.run(conn, "SELECT p.id, p.status, p.blocked_on FROM workflows c JOIN workflows p ON p.id = c.parent"
