@@ -452,7 +452,7 @@ def current_activity() -> ActivityInfo:
     # A parallel task, or an attempt run on a thread of its own (a timeout), keeps its own.
     running = _task_running.get() or (ctx._running if ctx is not None else None)
     if ctx is None or running is None:
-        raise RuntimeError("current_activity() called outside a running activity (heartbeat() needs one too)")
+        raise RuntimeError("current_activity() called outside a running activity")
     slot, name, attempt = running
     workflow_id = ctx.workflow_id
     return ActivityInfo(workflow_id, slot, name, attempt, idempotency_key(workflow_id, slot),
