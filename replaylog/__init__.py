@@ -14,6 +14,7 @@ knows both the engine and the console. `engine` and `console` are the implementa
 packages: what is not named here may change without notice.
 """
 
+from replaylog.async_client import AsyncClient, AsyncWorkflowHandle
 from replaylog.client import (
     Client,
     Slot,
@@ -40,6 +41,7 @@ from replaylog.engine.core import (
 )
 from replaylog.engine.errors import (
     ActivityError,
+    ActivityTimeout,
     AsyncWorkflowError,
     ChildWorkflowError,
     Diagnostic,
@@ -52,7 +54,8 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
-from replaylog.worker import Worker
+from replaylog.engine.retry import RetryPolicy, default_retry
+from replaylog.worker import AsyncWorker, Worker
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
 # SignalRecord) and dry_replay, which serve the worker and `replaylog check`;
@@ -63,8 +66,12 @@ from replaylog.worker import Worker
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "ActivityTimeout",
+    "AsyncClient",
     "AsyncContext",
+    "AsyncWorker",
     "AsyncWorkflowError",
+    "AsyncWorkflowHandle",
     "ChildWorkflowError",
     "Client",
     "Context",
@@ -74,6 +81,7 @@ __all__ = [
     "Outcome",
     "ParallelError",
     "ReplaylogError",
+    "RetryPolicy",
     "RunResult",
     "SignalTimeout",
     "Slot",
@@ -90,6 +98,7 @@ __all__ = [
     "WorkflowTerminated",
     "activity",
     "current_activity",
+    "default_retry",
     "idempotency_key",
     "run",
     "signal",
