@@ -50,6 +50,7 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.queues import DedupIdTakenError, Queue, QueueError
 from replaylog.worker import Worker
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
@@ -64,11 +65,14 @@ __all__ = [
     "ChildWorkflowError",
     "Client",
     "Context",
+    "DedupIdTakenError",
     "Diagnostic",
     "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",
+    "Queue",
+    "QueueError",
     "ReplaylogError",
     "RunResult",
     "SignalTimeout",

@@ -165,7 +165,7 @@ def test_list_pages_filters_and_sorts_in_sql(store: Store) -> None:
     assert store.count_workflows(text="agent") == 15
     assert store.count_workflows(text="wf-0") == 10
     assert store.status_counts() == {"pending": 30, "running": 0, "blocked": 0, "completed": 0, "failed": 0,
-                                     "cancelled": 0, "terminated": 0}
+                                     "cancelled": 0, "terminated": 0, "queued": 0}
     assert store.count_workflows(text="%") == 0  # LIKE wildcards in the filter are literal
 
 

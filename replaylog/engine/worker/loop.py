@@ -209,6 +209,12 @@ class Worker:
             self._board = store.open_marks(self.owner, self.concurrency) if self.track_inflight else None
             store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
                                  names=self.names, ttl=self.ttl)
+            if self.registry.queues:
+                # Every worker's claim reads the limits from the store: the newest declaration
+                # of a queue is the one enforced everywhere (docs/flow-control.md says why).
+                for change in store.declare_queues(self.registry.queues.values(),
+                                                   by=f"app {self.registry.spec} ({self.owner})"):
+                    log.warning("%s; this worker's declaration now applies to every worker", change)
         except BaseException:
             if self._board is not None:
                 self._board.close(remove=True)
