@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import click
 from rich import box
@@ -34,11 +34,14 @@ from replaylog.engine.core import APPROVAL_PREFIX
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.queues import check_start as check_queue_options
+from replaylog.engine.retention import BATCH, parse_duration
+from replaylog.engine.schedules import CATCH_UPS, DEFAULT_CATCH_UP, DEFAULT_OVERLAP, OVERLAPS
 from replaylog.engine.store import (
     STATUSES,
     AuditRow,
     OperatorStore,
     ReaderStore,
+    ScheduleRow,
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
@@ -57,7 +60,7 @@ from replaylog.engine.text import (
     utc,
     waits_text,
 )
-from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info
+from replaylog.engine.vocab import FINISHED, UNFINISHED, SlotKind, Status, kind_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
 if TYPE_CHECKING:
@@ -252,22 +255,23 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
 
 
 class Seconds(click.ParamType):  # type: ignore[type-arg]
-    """A length of time: seconds (`90`, `1.5`) or with a unit (`30s`, `5m`, `2h`, `1d`); any sign, checked later."""
+    """A length of time: seconds (`90`, `1.5`, any sign: the client words a negative one) or a number and
+    a unit (`30s`, `5m`, `2h`, `1d`, as engine.retention.parse_duration reads them)."""
 
     name = "seconds"
-    _UNITS: ClassVar[dict[str, float]] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         """The number of seconds `value` says; a usage error naming what is wrong."""
         if isinstance(value, int | float):
             return float(value)
-        text = str(value).strip().lower()
-        scale = self._UNITS.get(text[-1:], None) if text else None
         try:
-            return float(text[:-1] if scale is not None else text) * (scale or 1.0)
+            return float(value)
         except ValueError:
-            self.fail(f"{value!r} is not a length of time: give seconds (90) or a number with s, m, h or d (5m)",
-                      param, ctx)
+            pass
+        try:
+            return parse_duration(str(value), f"--{param.name if param else 'delay'}")
+        except StoreError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 @cli.command()
@@ -399,14 +403,20 @@ def events(settings: Settings, workflow_id: str, key: str | None, wait: float | 
               help="The address --metrics-port binds.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON object per event on stdout (ts, level, workflow_id, slot, event, error, message).")
+@click.option("--retention", metavar="AGE",
+              help="Prune workflows finished longer ago than AGE (30d, 12h), at start and every 5 minutes,"
+                   " as `replaylog prune --finished-before AGE` would.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
            lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, metrics_port: int | None,
-           metrics_host: str, log_format: str, child: bool) -> None:
+           metrics_host: str, log_format: str, retention: str | None, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
+
+    # Checked before anything starts; only this process prunes (its --child processes never get it).
+    keep_for = None if retention is None else parse_duration(retention, "--retention")
 
     registry = _app(app)
     json_logs = log_format == "json"
@@ -444,7 +454,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload,
-               on_event=None if quiet or json_logs else event, metrics=metrics)
+               on_event=None if quiet or json_logs else event, metrics=metrics, retention=keep_for)
 
     stopped_by: list[str] = []
 
@@ -496,6 +506,42 @@ def migrate(settings: Settings) -> None:
         click.echo(f"{where}: schema version {now}, up to date")
     else:
         click.echo(f"{where}: schema version {before} -> {now}")
+
+
+@cli.command()
+@click.option("--finished-before", "finished_before", required=True, metavar="AGE|TIME",
+              help="Workflows finished (last updated) before this: an age (30d, 12h, 90m, 2w) or an ISO date or"
+                   " time, UTC unless it says otherwise (2026-01-31, 2026-01-31T12:00).")
+@click.option("--status", "statuses", default=",".join(sorted(FINISHED)), show_default=True, metavar="S,S",
+              help="Only workflows in these finished statuses, comma-separated.")
+@click.option("--dry-run", is_flag=True, help="Count what would be pruned and show the first ids; write nothing.")
+@click.option("--vacuum", is_flag=True,
+              help="SQLite: afterwards give the freed space back to the file system (a VACUUM: rewrites the file,"
+                   " needs that much free disk, holds the write lock while it runs).")
+@click.option("--batch", type=click.IntRange(min=1), default=BATCH, show_default=True,
+              help="Top-level workflows per write transaction (workers commit between batches).")
+@global_options
+@pass_settings
+def prune(settings: Settings, finished_before: str, statuses: str, dry_run: bool, vacuum: bool, batch: int) -> None:
+    """Delete finished workflows with everything they own (slots, signals, audit rows, child workflows).
+
+    A workflow is kept while any child workflow of it is unfinished, and a child goes
+    with its parent. Export first (`replaylog export`) what must outlive the database.
+    """
+    with settings.client(readonly=dry_run) as client:
+        report = client.prune(finished_before, statuses=statuses, dry_run=dry_run, vacuum=vacuum, batch=batch)
+    total = report.pruned + report.children
+    first = ", ".join(report.first) + (", …" if report.pruned > len(report.first) else "")
+    verb = "would prune" if dry_run else "pruned"
+    line = (f"{verb} {total} workflow(s) finished before {utc(report.cutoff)}"
+            + (f" ({report.pruned} top-level, {report.children} children with them)" if report.children else "")
+            + (f": {first}" if first else ""))
+    click.echo(_one(line))
+    if report.kept:
+        kept = ", ".join(report.kept_ids) + (", …" if report.kept > len(report.kept_ids) else "")
+        click.echo(_one(f"kept {report.kept} workflow(s) whose child workflows still run: {kept}"))
+    if report.space:
+        click.echo(_one(report.space), err=True)
 
 
 class _WorkflowLines(logging.Formatter):
@@ -1130,25 +1176,31 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
 
 @cli.command()
 @click.argument("workflow_id")
-@click.option("--from-slot", "from_slot", type=int, required=True, metavar="K",
+@click.option("--from-slot", "from_slot", type=int, metavar="K",
               help="Copy slots 0..K-1; from slot K the fork's code runs live.")
+@click.option("--from-failure", is_flag=True,
+              help="From the last slot whose outcome is an error: the activity that failed runs again.")
+@click.option("--from-activity", "from_activity", metavar="NAME",
+              help="From the first slot of activity NAME: it, and everything after it, runs again.")
 @click.option("--id", "new_id", help="The fork's id (else a generated one).")
 @global_options
 @pass_settings
-def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | None) -> None:
+def fork(settings: Settings, workflow_id: str, from_slot: int | None, from_failure: bool, from_activity: str | None,
+         new_id: str | None) -> None:
     """Start a new workflow from a copy of another's history up to slot K, and every signal it received.
 
-    The original is untouched. Activities from slot K run again, under the fork's own
-    idempotency keys.
+    K is given by one of --from-slot, --from-failure or --from-activity. The original is
+    untouched. Activities from slot K run again, under the fork's own idempotency keys.
     """
     with settings.client() as client:
         original = client.get_handle(workflow_id)
-        wid = original.fork(from_slot, id=new_id).id
-        again = [s for s in original.history(from_slot) if s.kind == SlotKind.ACTIVITY]
+        slot = original.fork_slot(from_slot, from_failure=from_failure, from_activity=from_activity)
+        wid = original.fork(slot, id=new_id).id
+        again = [s for s in original.history(slot) if s.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
-    click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
-                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {from_slot}"
+    click.echo(_one(f"forked {workflow_id} at slot {slot}: "
+                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {slot}"
                        f" will run again, with new idempotency keys: {names}" if again else
                        "no recorded activity runs again")), err=True)
 
@@ -1201,6 +1253,126 @@ def import_cmd(settings: Settings, file: str, new_id: str | None) -> None:
     with settings.client() as client:
         wid = client.import_history(doc, id=new_id).id
     click.echo(wid)
+
+
+# ---------------------------------------------------------------- schedules
+
+
+@cli.group()
+def schedule() -> None:
+    """Cron schedules that start a workflow at each tick: add, list, pause, resume, delete, trigger."""
+
+
+def _schedule_line(row: ScheduleRow) -> str:
+    state = "paused" if row.paused else f"next run {utc(row.next_at)}"
+    return _one(f"schedule {row.name}: {row.workflow} at {row.cron!r} ({row.timezone}); {state}")
+
+
+@schedule.command(name="add")
+@click.argument("name")
+@click.option("--cron", "cron_expr", required=True, metavar="EXPR",
+              help="Cron expression: five fields (minute hour day month weekday), or six with seconds first.")
+@click.option("--workflow", "workflow_name", required=True, metavar="W", help="The workflow each tick starts.")
+@click.option("--input", "input_json", metavar="JSON", help="Its input (JSON, `-` for stdin, `@path`); else none.")
+@click.option("--timezone", default="UTC", show_default=True, metavar="TZ",
+              help="IANA time zone the cron expression is read in (Europe/Paris, America/New_York, …).")
+@click.option("--overlap", type=click.Choice(OVERLAPS), default=DEFAULT_OVERLAP, show_default=True,
+              help="A tick while the last started workflow still runs: skip it, keep one for when it ends,"
+                   " or start anyway.")
+@click.option("--catch-up", "catch_up", type=click.Choice(CATCH_UPS), default=DEFAULT_CATCH_UP, show_default=True,
+              help="Ticks missed while no worker ran: none start, the latest starts, or every one starts.")
+@click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
+@global_options
+@pass_settings
+def schedule_add(settings: Settings, name: str, cron_expr: str, workflow_name: str, input_json: str | None,
+                 timezone: str, overlap: str, catch_up: str, app: str | None) -> None:
+    """Add a schedule NAME: each tick starts one workflow W, id NAME@<tick in UTC>."""
+    registry = _app(app)
+    registry.workflow(workflow_name)  # an unknown name: one line, naming the ones the app knows
+    refusal = registry.input_refusal(workflow_name, given=input_json is not None)
+    if refusal is not None:
+        fail(refusal.replace("INPUT_JSON", "--input"))
+    value, given = read_json_arg(input_json, "the schedule's input", settings.max_payload)
+    with settings.client(app=registry) as client:
+        row = client.add_schedule(name, workflow_name, cron_expr, value if given else NO_INPUT, timezone=timezone,
+                                  overlap=overlap, catch_up=catch_up)
+    click.echo(_schedule_line(row))
+
+
+@schedule.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@global_options
+@pass_settings
+def schedule_list(settings: Settings, as_json: bool) -> None:
+    """List the schedules with their next run."""
+    with settings.client(readonly=True) as client:
+        rows = client.schedules()
+    if as_json:
+        click.echo(json.dumps([schedule_json(r) for r in rows]))
+        return
+    if not rows:
+        click.echo("no schedules")
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    for col in ("name", "workflow", "cron", "time zone", "next run (UTC)", "overlap", "catch-up", "last started"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("name", "next run (UTC)"))
+    for r in rows:
+        table.add_row(_t(r.name), _t(r.workflow), _t(r.cron), _t(r.timezone),
+                      Text("paused", style="yellow") if r.paused else _t(utc(r.next_at)), _t(r.overlap),
+                      _t(r.catch_up), _t(r.last_id or "—"))
+    _print(table)
+
+
+def schedule_json(row: ScheduleRow) -> dict[str, Any]:
+    """A schedule as `schedule list --json` prints it."""
+    return {"name": row.name, "workflow": row.workflow, "cron": row.cron, "timezone": row.timezone,
+            "input": row.input, "has_input": row.has_input, "overlap": row.overlap, "catch_up": row.catch_up,
+            "paused": row.paused, "origin": row.origin, "next_at": row.next_at, "last_tick": row.last_tick,
+            "last_id": row.last_id, "buffered": row.buffered, "skipped": row.skipped}
+
+
+def _schedule_action(verb: str, act: Callable[[Client, str, str | None], str]) -> None:
+    @click.argument("name")
+    @click.option("--reason", help="Why: kept in the audit trail (under schedule:NAME).")
+    @global_options
+    @pass_settings
+    def command(settings: Settings, name: str, reason: str | None) -> None:
+        with settings.client() as client:
+            click.echo(act(client, name, reason))
+
+    command.__doc__ = act.__doc__
+    schedule.command(name=verb, help=act.__doc__)(command)
+
+
+def _pause(client: Client, name: str, reason: str | None) -> str:
+    """Pause a schedule: its ticks start nothing until it is resumed."""
+    return _schedule_line(client.pause_schedule(name, reason))
+
+
+def _resume(client: Client, name: str, reason: str | None) -> str:
+    """Resume a schedule from its next tick after now (ticks missed while paused are not caught up)."""
+    return _schedule_line(client.resume_schedule(name, reason))
+
+
+def _delete(client: Client, name: str, reason: str | None) -> str:
+    """Delete a schedule; the workflows it started are untouched."""
+    client.delete_schedule(name, reason)
+    return f"schedule {printable(name, oneline=True)} deleted"
+
+
+_schedule_action("pause", _pause)
+_schedule_action("resume", _resume)
+_schedule_action("delete", _delete)
+
+
+@schedule.command(name="trigger")
+@click.argument("name")
+@global_options
+@pass_settings
+def schedule_trigger(settings: Settings, name: str) -> None:
+    """Start the schedule's workflow now (whatever its policies, even paused); print its id."""
+    with settings.client() as client:
+        click.echo(client.trigger_schedule(name).id)
 
 
 # ---------------------------------------------------------------- console and demo

@@ -19,12 +19,14 @@ re-reads the workflow only when `PRAGMA data_version` says another connection co
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, Literal, TypeVar, cast, overload
@@ -44,8 +46,11 @@ from replaylog.engine.errors import (
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.queues import DedupIdTakenError, Queue
 from replaylog.engine.queues import check_start as check_queue_options
+from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_statuses, prune
 from replaylog.engine.store import (
+    PruneBatch,
     ReaderStore,
+    ScheduleRow,
     Store,
     WorkflowRow,
     database_path,
@@ -56,7 +61,7 @@ from replaylog.engine.store import (
     operator_name,
 )
 from replaylog.engine.telemetry import trace_context_now
-from replaylog.engine.vocab import Status, status_info
+from replaylog.engine.vocab import SlotKind, Status, status_info
 
 __all__ = [
     "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
@@ -546,6 +551,82 @@ class Client:
         document = doc if isinstance(doc, HistoryDocument) else parse_document(doc, "the document")
         return WorkflowHandle(self, self._call(lambda s: s.import_history(document, new_id=id), create=True))
 
+    # -- schedules (engine.schedules, docs/schedules.md)
+
+    def add_schedule(self, name: str, workflow: Callable[..., Any] | str, cron: str, input: Any = NO_INPUT, *,
+                     timezone: str = "UTC", overlap: str = "skip", catch_up: str = "last") -> ScheduleRow:
+        """Add a schedule that starts `workflow` at each tick of `cron` in `timezone`; return it.
+
+        Each tick starts one workflow, id "NAME@<tick in UTC>", with `input` (leave it out
+        for a workflow that takes none). `overlap`: skip, buffer-one or allow; `catch_up`:
+        none, last or all (docs/schedules.md). Raises ScheduleRefusedError (a malformed
+        cron expression, an unknown time zone or policy, a name taken), WorkflowInputError,
+        ValueNotJSONError; nothing is written then. A missing SQLite database is created.
+        """
+        wf_name, fn = _workflow_name(workflow)
+        if fn is None and self.registry is not None:
+            fn = self.registry.workflow(wf_name)
+        given = input is not NO_INPUT
+        if fn is not None:
+            refusal = Registry("", {wf_name: fn}).input_refusal(wf_name, given)
+            if refusal is not None:
+                raise WorkflowInputError(refusal)
+        return self._call(lambda s: s.add_schedule(name, wf_name, cron, input=input if given else None,
+                                                   has_input=given, timezone=timezone, overlap=overlap,
+                                                   catch_up=catch_up), create=True)
+
+    def schedules(self) -> builtins.list[ScheduleRow]:
+        """Every schedule, by name, with its next tick (`next_at`)."""
+        return self._call(lambda s: s.list_schedules())
+
+    def pause_schedule(self, name: str, reason: str | None = None) -> ScheduleRow:
+        """Pause a schedule: its ticks start nothing until it is resumed."""
+        return self._call(lambda s: s.pause_schedule(name, True, reason))
+
+    def resume_schedule(self, name: str, reason: str | None = None) -> ScheduleRow:
+        """Resume a paused schedule from its next tick after now (the ticks it missed paused are not caught up)."""
+        return self._call(lambda s: s.pause_schedule(name, False, reason))
+
+    def delete_schedule(self, name: str, reason: str | None = None) -> None:
+        """Delete a schedule; the workflows it started are untouched."""
+        self._call(lambda s: s.delete_schedule(name, reason))
+
+    def trigger_schedule(self, name: str) -> WorkflowHandle[Any]:
+        """Start the schedule's workflow now (whatever its policies, even paused); its handle."""
+        return WorkflowHandle(self, self._call(lambda s: s.trigger_schedule(name)))
+
+    def prune(self, finished_before: float | str | datetime | timedelta, *,
+              statuses: str | Iterable[str] | None = None, dry_run: bool = False, vacuum: bool = False,
+              batch: int = BATCH) -> PruneReport:
+        """Delete finished workflows last updated before `finished_before`, with all they own, batch by batch.
+
+        `finished_before`: an age ("30d", a timedelta: that long ago), a time (an ISO
+        string, a datetime, epoch seconds); a time in the future is refused (StoreError),
+        nothing written. `statuses`: of these finished statuses only (default: all). A
+        workflow is deleted with its child workflows, and kept while one of them is
+        unfinished. `dry_run`: count only, write nothing. `vacuum` (SQLite): give the
+        space back to the file system afterwards (a VACUUM: see `reclaim_space`).
+        """
+        now = time.time()
+        if isinstance(finished_before, timedelta):
+            cutoff = now - finished_before.total_seconds()
+        elif isinstance(finished_before, datetime):
+            cutoff = parse_cutoff(finished_before.isoformat(), now)
+        elif isinstance(finished_before, str):
+            cutoff = parse_cutoff(finished_before, now)
+        else:
+            cutoff = parse_cutoff(datetime.fromtimestamp(float(finished_before), UTC).isoformat(), now)
+        wanted = parse_statuses(statuses)
+
+        def one(after: int) -> PruneBatch:
+            return self._call(lambda s: s.prune_batch(finished_before=cutoff, statuses=wanted, after=after,
+                                                      batch=batch, dry_run=dry_run))
+
+        report = prune(one, finished_before=cutoff, dry_run=dry_run)
+        if not dry_run:
+            report.space = self._call(lambda s: s.reclaim_space(full=vacuum))
+        return report
+
 
 class WorkflowHandle(Generic[R]):
     """One workflow, by its id: wait for its result, read its events, signal and steer it.
@@ -668,13 +749,48 @@ class WorkflowHandle(Generic[R]):
 
         return self._client._call(retry)
 
-    def fork(self, from_slot: int, id: str | None = None) -> WorkflowHandle[R]:
-        """A new workflow from a copy of this one's slots 0..from_slot-1 and every signal; its handle.
+    def fork(self, from_slot: int | None = None, id: str | None = None, *, from_failure: bool = False,
+             from_activity: str | None = None) -> WorkflowHandle[R]:
+        """A new workflow from a copy of this one's slots 0..K-1 and every signal; its handle.
 
-        This workflow is untouched; activities from `from_slot` on run again under the fork's keys.
+        K is `from_slot`, or the slot `fork_slot` finds (`from_failure`: the last failed
+        slot; `from_activity`: the first slot of that activity): give exactly one. This
+        workflow is untouched; activities from K on run again under the fork's keys.
         """
-        return WorkflowHandle(self._client, self._client._call(lambda s: s.fork_workflow(self._id, from_slot,
-                                                                                          new_id=id)))
+        slot = self.fork_slot(from_slot, from_failure=from_failure, from_activity=from_activity)
+        return WorkflowHandle(self._client, self._client._call(lambda s: s.fork_workflow(self._id, slot, new_id=id)))
+
+    def fork_slot(self, from_slot: int | None = None, *, from_failure: bool = False,
+                  from_activity: str | None = None) -> int:
+        """The slot a fork starts from, named one of three ways (exactly one; else OperatorRefusedError).
+
+        `from_failure`: the highest slot whose recorded outcome is an error, so the activity
+        that failed runs again; refused when no slot failed (a workflow its own code failed
+        is retried once the code is fixed). `from_activity`: the first slot of the activity
+        of that name.
+        """
+        named = [from_slot is not None, from_failure, from_activity is not None]
+        if sum(named) != 1:
+            raise OperatorRefusedError("name the fork's first live slot one way: --from-slot K, --from-failure"
+                                       " or --from-activity NAME")
+        if from_slot is not None:
+            return from_slot
+
+        def find(store: Store) -> int:
+            row = store.get_workflow(self._id)
+            if from_failure:
+                failed = store.last_failed_command(self._id)
+                if failed is None:
+                    raise OperatorRefusedError(
+                        f"workflow {self._id!r} ({row.status}) has no failed slot to fork from"
+                        + (": its code failed, not an activity; fix the code and retry it" if row.error_kind
+                           and row.status == Status.FAILED else ""))
+                return failed.slot
+            found = store.first_slot(self._id, SlotKind.ACTIVITY, str(from_activity))
+            if found is None:
+                raise OperatorRefusedError(f"workflow {self._id!r} recorded no activity {from_activity!r}")
+            return found
+        return self._client._call(find)
 
     def export(self) -> dict[str, Any]:
         """The workflow's whole history as one versioned JSON document (`Client.import_history` takes it)."""

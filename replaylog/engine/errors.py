@@ -112,6 +112,10 @@ class SignalTimeout(ReplaylogError):
         self.slot = slot
 
 
+class AsyncWorkflowError(ReplaylogError):
+    """An async workflow did what would make its history depend on timing (the error names the call)."""
+
+
 class UnknownActivityError(ReplaylogError):
     """Workflow code called an activity name the app does not define."""
 
@@ -158,6 +162,10 @@ class WorkflowClosedError(StoreError):
 
 class OperatorRefusedError(StoreError):
     """An operator action that does not apply to the workflow as it is (cancel a finished one, …)."""
+
+
+class ScheduleRefusedError(OperatorRefusedError):
+    """A schedule that cannot be: a malformed cron expression, an unknown time zone or name, no such schedule."""
 
 
 class HistoryFormatError(StoreError):

@@ -33,7 +33,9 @@ from replaylog.engine.store.rows import (
     InflightRow,
     LiveWorker,
     PendingRecord,
+    PruneBatch,
     QueueRow,
+    ScheduleRow,
     SignalRow,
     StoreStats,
     WorkflowRow,
@@ -51,8 +53,8 @@ from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
     "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "CommandRow", "InflightRow", "LiveWorker",
-    "OperatorStore", "PendingRecord", "QueueRow", "ReaderStore", "SignalRow", "Store", "StoreStats", "WorkerStore",
-    "WorkflowRow", "WorkflowSummary",
+    "OperatorStore", "PendingRecord", "PruneBatch", "QueueRow", "ReaderStore", "ScheduleRow", "SignalRow", "Store",
+    "StoreStats", "WorkerStore", "WorkflowRow", "WorkflowSummary",
     "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
 ]

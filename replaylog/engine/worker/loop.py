@@ -40,6 +40,7 @@ from replaylog.engine.store import (
 from replaylog.engine.telemetry import Metrics, Tracing
 from replaylog.engine.vocab import Status
 from replaylog.engine.worker.committer import Committer, Request
+from replaylog.engine.worker.pruner import Pruner
 from replaylog.engine.worker.run import (
     PooledThread,
     RunInterrupted,
@@ -74,6 +75,9 @@ CLAIM_COALESCE = 0.01
 # interrupted every time costs a claim and a replay a minute, not a spinning worker.
 INTERRUPTED_BACKOFF = 1.0
 INTERRUPTED_BACKOFF_MAX = 60.0
+# How often (seconds, on the worker's clock) the loop looks for due schedule ticks when it
+# knows of none sooner: a schedule added or resumed elsewhere is seen within this.
+SCHEDULE_LOOK = 1.0
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -98,6 +102,8 @@ class Worker:
             caller serves them); None: nothing is counted.
         tracing: an OpenTelemetry span per run and per live activity attempt (needs
             opentelemetry-api; the application configures the provider).
+        retention: prune workflows finished more than this many seconds ago, at start and
+            every few minutes (engine.worker.pruner); None: never.
     """
 
     def __init__(
@@ -115,6 +121,7 @@ class Worker:
         on_event: Callable[[str, str], None] | None = None,
         metrics: Metrics | None = None,
         tracing: bool = False,
+        retention: float | None = None,
     ) -> None:
         # A URL stays a string (a Path would fold its `//`).
         self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
@@ -139,6 +146,8 @@ class Worker:
         # Off (None), each costs one test at its hooks (engine.telemetry).
         self.metrics = metrics
         self.tracing = Tracing() if tracing else None
+        # Finished workflows older than this many seconds are pruned by a thread of their own.
+        self.retention = retention
         self.owner = _owner_id()
         self._host = socket.gethostname()
         self._stopping = StopFlag()
@@ -209,6 +218,9 @@ class Worker:
             self._board = store.open_marks(self.owner, self.concurrency) if self.track_inflight else None
             store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
                                  names=self.names, ttl=self.ttl)
+            for name in store.sync_app_schedules(self.registry.schedules):
+                self._event(f"schedule:{name}", f"schedule {name} set from the app"
+                            f" ({self.registry.schedules[name]})", "schedule")
             if self.registry.queues:
                 # Every worker's claim reads the limits from the store: the newest declaration
                 # of a queue is the one enforced everywhere (docs/flow-control.md says why).
@@ -224,6 +236,9 @@ class Worker:
         self._parts = replace(self._parts, board=self._board,
                               marks_in_store=self.track_inflight and self._board is None)
         self.committer.start()
+        pruner = None if self.retention is None else Pruner(self.path, self.retention, self._stopping)
+        if pruner is not None:
+            pruner.start()
         try:
             self._loop(store, until_idle)
         except NotADatabaseError as exc:
@@ -235,7 +250,10 @@ class Worker:
                 self._ready.put(None)
             for t in list(self._threads):
                 t.join()
+            if pruner is not None:
+                pruner.join()
             self.committer.stop()
+            self._parts.activities.close()
             try:
                 store.worker_stopped(self.owner)
             except ReplaylogError as exc:  # the row goes stale and is ignored
@@ -255,6 +273,7 @@ class Worker:
         next_lapse_check = 0.0
         next_renew = time.monotonic() + self.ttl / 3
         next_small_claim = 0.0
+        next_schedule = 0.0  # on self.clock: when to look for due schedule ticks
         dead: list[str] = []
         # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
         # store's wake index whenever we look, so the loop wakes at that time and never asks
@@ -278,6 +297,9 @@ class Worker:
                 dead = found
                 look = look or bool(dead)
             last_version = version
+            if self.clock() >= next_schedule:
+                next_schedule, started = self._schedules(store)
+                look = look or started  # this connection's own commit leaves data_version as it was
             free = self.concurrency - len(self._active)
             if look and 0 < free < self._claim_batch and now < next_small_claim:
                 # Under load, claim in batches: every claim is a durable write that holds
@@ -320,6 +342,23 @@ class Worker:
             self._wake.wait(self.poll if not self._active else max(self.poll, BUSY_POLL))
             self._wake.clear()
 
+    def _schedules(self, store: WorkerStore) -> tuple[float, bool]:
+        """Start the workflows of due schedule ticks (any worker may: each tick starts once).
+
+        Returns when to look next (on the worker's clock) and whether anything started.
+        """
+        started: list[str] = []
+        try:
+            started = store.fire_schedules(self.clock())
+            for wid in started:
+                self._event(wid, "started by its schedule", "scheduled")
+            upcoming = store.next_schedule_at()
+        except StoreBusyError as exc:
+            self._busy(exc)
+            upcoming = None
+        look = self.clock() + SCHEDULE_LOOK
+        return (look if upcoming is None else min(look, upcoming)), bool(started)
+
     def _damaged(self, exc: BaseException) -> None:
         """Stop the worker on a damaged database file, instead of retrying its workflows forever."""
         if self.fatal is None:
@@ -338,7 +377,11 @@ class Worker:
         with self._lock:
             claims = list(self._active.values())
         # Also when idle: the worker's row says it is alive (store.served_names).
-        store.renew(claims, ttl=self.ttl, worker=self.owner)
+        held = store.renew(claims, ttl=self.ttl, worker=self.owner)
+        for claim, kept in zip(claims, held, strict=True):
+            if not kept:
+                # Terminated, or taken over: its async activities are cancelled at their next await.
+                self._parts.activities.cancel(claim.id)
 
     def _launch(self, claim: Claim) -> None:
         # Workflow threads are pooled: a thread and its connection outlive one workflow,
