@@ -16,6 +16,7 @@ import replaylog.engine
 PUBLIC = [
     "ActivityError",
     "ActivityInfo",
+    "ActivityTimeout",
     "AsyncClient",
     "AsyncContext",
     "AsyncWorker",
@@ -33,6 +34,7 @@ PUBLIC = [
     "Queue",
     "QueueError",
     "ReplaylogError",
+    "RetryPolicy",
     "RunResult",
     "SignalTimeout",
     "Slot",
@@ -49,6 +51,7 @@ PUBLIC = [
     "WorkflowTerminated",
     "activity",
     "current_activity",
+    "default_retry",
     "idempotency_key",
     "run",
     "signal",

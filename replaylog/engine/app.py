@@ -16,6 +16,7 @@ from typing import Any
 from replaylog.engine.core import decorated_in, error_text, forget_decorated
 from replaylog.engine.errors import ReplaylogError, UnknownWorkflowError
 from replaylog.engine.queues import Queue, declared_in, forget_declared
+from replaylog.engine.retry import RetryPolicy, app_default
 
 DEFAULT_APP = "replaylog.samples"
 
@@ -112,6 +113,8 @@ class Registry:
     activities: dict[str, Callable[..., Any]] = field(default_factory=dict)
     # The queues the app declares (engine.queues), by name: its workers record them in the store.
     queues: dict[str, Queue] = field(default_factory=dict)
+    # The app's default retry policy (engine.retry.default_retry in its module), if it set one.
+    retry: RetryPolicy | None = None
 
     @classmethod
     def from_module(cls, module: ModuleType, spec: str | None = None) -> Registry:
@@ -122,8 +125,10 @@ class Registry:
         activities) share a recorded name, or a workflow can never be called.
         """
         # The namespace too: functions imported from other modules count, as they always did.
-        return cls.from_functions([*decorated_in(module.__name__), *declared_in(module.__name__),
-                                   *vars(module).values()], spec or module.__name__)
+        reg = cls.from_functions([*decorated_in(module.__name__), *declared_in(module.__name__),
+                                  *vars(module).values()], spec or module.__name__)
+        reg.retry = app_default(module.__name__)
+        return reg
 
     @classmethod
     def from_functions(cls, functions: Iterable[Any], spec: str) -> Registry:
