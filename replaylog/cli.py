@@ -736,6 +736,7 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 _FILTER_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--status", "S,S", "Only workflows in these statuses (comma-separated)."),
     ("--workflow", "NAME,NAME", "Only workflows of these names."),
+    ("--queue", "NAME,NAME", "Only workflows started on these queues."),
     ("--parent", "ID", "Only the children of this workflow (ctx.call_workflow)."),
     ("--forked-from", "ID", "Only the forks of this workflow."),
     ("--created-after", "AGE|TIME", "Only workflows started at or after this: an age (2h, 7d) or an ISO time."),
@@ -780,7 +781,7 @@ def _filter_given(ctx: click.Context) -> WorkflowFilter:
 def _filter_fields(where: WorkflowFilter) -> dict[str, Any]:
     """A parsed filter's fields back as `workflow_filter` takes them (times as epoch seconds)."""
     return {k: v for k, v in {
-        "status": where.statuses, "workflow": where.workflows, "parent": where.parent,
+        "status": where.statuses, "workflow": where.workflows, "queue": where.queues, "parent": where.parent,
         "forked_from": where.forked_from, "created_after": where.created_after,
         "created_before": where.created_before, "updated_after": where.updated_after,
         "updated_before": where.updated_before, "error_kind": where.error_kinds, "error_text": where.error_text,
