@@ -101,6 +101,8 @@ class PGDialect(Dialect):
     lock = " FOR UPDATE"
     lock_of_format = " FOR UPDATE OF {}"
     share_lock = " FOR SHARE"
+    # seq is an identity column: its sequence never hands a number out twice.
+    next_seq = "nextval(pg_get_serial_sequence('workflows', 'seq'))"
 
     def run(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Rows:
         """Execute one statement."""

@@ -52,6 +52,8 @@ class Dialect:
     slots_now: ClassVar[str] = "slots"
     # What a LIKE with backslash escapes needs after it.
     like_escape: ClassVar[str] = ""
+    # A new workflow seq, in an UPDATE of a workflow's row (a run continued as new takes one).
+    next_seq: ClassVar[str] = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows)"
 
     def lock_of(self, alias: str) -> str:
         """The row lock of one table of a join, by its alias ("" where writes lock the whole store)."""
