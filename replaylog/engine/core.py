@@ -70,6 +70,9 @@ CANCEL_NOT_DELIVERED = "cancel not delivered"
 EVENT = SlotKind.EVENT.value
 # The longest event key, in characters: a key is a name a reader asks for, not a value.
 EVENT_KEY_LIMIT = 200
+ATTRIBUTES = SlotKind.ATTRIBUTES.value
+# A search attribute's value as stored and compared: a short scalar (engine.store indexes it as text).
+ATTRIBUTE_VALUE_LIMIT = 200
 
 
 # ---------------------------------------------------------------- decorators
@@ -1205,23 +1208,52 @@ class Context:
         if not key or len(key) > EVENT_KEY_LIMIT:
             raise ValueError(f"ctx.set_event(key, value): the key must be 1-{EVENT_KEY_LIMIT} characters,"
                              f" got {len(key)}")
+        self._record_value(EVENT, key, value, f"the value of event {key!r}")
+
+    def _record_value(self, kind: str, name: str, value: Any, what: str) -> None:
+        """A slot that only records a value (an event, search attributes): replayed, or recorded now."""
         slot = self._cmd_index
         self._cmd_index = slot + 1
-        rec = self._guard(slot, EVENT, key)
+        rec = self._guard(slot, kind, name)
         if rec is not None:
             self.replayed_commands += 1
             return
         if self.cancel_requested is not None and not self.cancel_delivered:
-            self._deliver_cancel(slot, f"{EVENT}:{key}")
+            self._deliver_cancel(slot, f"{kind}:{name}")
         try:
-            value = to_json_value(value, f"slot {slot}: the value of event {key!r}")
-            self._append(slot, new_record(CommandRecord, (EVENT, key, True, value, None, 1, None)))
+            value = to_json_value(value, f"slot {slot}: {what}")
+            self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, None)))
         except ReplaylogError:
             # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
             # slot stays free, so code that catches the error records its next command there.
             self._cmd_index = slot
             raise
         self.executed_commands += 1
+
+    def upsert_search_attributes(self, attributes: Mapping[str, str | int | float | bool | None]) -> None:
+        """Set search attributes of this workflow, by which operators find it (`list --attr customer=c-42`).
+
+        Recorded in a slot of kind `attributes` when first reached and replayed ever after;
+        the store indexes each value (as text) for equality, and `list` shows them as
+        columns. A key set again takes the new value; a key set to None is removed.
+
+        Raises:
+            TypeError: not a dict of string keys to str, int, float, bool or None.
+            ValueError: a key empty or over 200 characters, a string value over 200, no key.
+        """
+        if not isinstance(attributes, Mapping) or not attributes:
+            raise TypeError("ctx.upsert_search_attributes(attributes): give a non-empty dict of key to value")
+        for key, value in attributes.items():
+            if not isinstance(key, str) or not key or len(key) > EVENT_KEY_LIMIT:
+                raise ValueError(f"ctx.upsert_search_attributes: key {key!r} must be a string of 1-{EVENT_KEY_LIMIT}"
+                                 " characters")
+            if value is not None and not isinstance(value, str | int | float | bool):
+                raise TypeError(f"ctx.upsert_search_attributes: the value of {key!r} must be a str, int, float, bool"
+                                f" or None, got {type(value).__name__}")
+            if isinstance(value, str) and len(value) > ATTRIBUTE_VALUE_LIMIT:
+                raise ValueError(f"ctx.upsert_search_attributes: the value of {key!r} is over"
+                                 f" {ATTRIBUTE_VALUE_LIMIT} characters")
+        self._record_value(ATTRIBUTES, ",".join(sorted(attributes)), dict(attributes), "the search attributes")
 
     # -- durable time
 

@@ -103,6 +103,8 @@ class PGDialect(Dialect):
     share_lock = " FOR SHARE"
     # seq is an identity column: its sequence never hands a number out twice.
     next_seq = "nextval(pg_get_serial_sequence('workflows', 'seq'))"
+    # The expression of the GIN index of schema migration 4: whole words, no stemming (as SQLite's FTS5).
+    error_match = "to_tsvector('simple', coalesce(workflows.error, '')) @@ plainto_tsquery('simple', ?)"
 
     def run(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Rows:
         """Execute one statement."""
