@@ -352,6 +352,8 @@ class Client:
         self.waiting = 0
         # The clock recorded wake times are due by (replaylog.testing gives its own).
         self._wake_clock: Callable[[], float] | None = None
+        # Called on each change of the counter (from any thread): AsyncClient's waits wake their loops so.
+        self._listeners: set[Callable[[], None]] = set()
 
     # -- life
 
@@ -368,9 +370,7 @@ class Client:
             store, self._store = self._store, None
             if store is not None:
                 store.close()
-        with self._changed:
-            self._version += 1
-            self._changed.notify_all()
+        self._bump()
 
     @property
     def closed(self) -> bool:
@@ -405,9 +405,15 @@ class Client:
     # -- waiting for a change
 
     def _notify(self) -> None:
+        self._bump()
+
+    def _bump(self) -> None:
         with self._changed:
             self._version += 1
             self._changed.notify_all()
+            listeners = list(self._listeners)
+        for wake in listeners:
+            wake()
 
     def _look(self) -> None:
         """SQLite: bump the change counter if another connection committed since the last look."""
@@ -416,10 +422,10 @@ class Client:
                 return
             version = self._store.data_version()
         with self._changed:
-            if version != self._data_version:
-                self._data_version = version
-                self._version += 1
-                self._changed.notify_all()
+            moved = version != self._data_version
+            self._data_version = version
+        if moved:
+            self._bump()
 
     @contextlib.contextmanager
     def _waiting(self) -> Iterator[None]:
@@ -712,7 +718,13 @@ class WorkflowHandle(Generic[R]):
             WorkflowTerminated: an operator terminated it.
             TimeoutError: `timeout` seconds passed first; the workflow is untouched.
         """
-        row = self._client._wait(lambda s: _finished(s.get_workflow(self._id)), timeout)
+        return self._ended(self._client._wait(self._finished, timeout), timeout)
+
+    def _finished(self, store: Store) -> WorkflowRow | None:
+        return _finished(store.get_workflow(self._id))
+
+    def _ended(self, row: WorkflowRow | None, timeout: float | None) -> R:
+        """`result`'s answer from the row its wait found (None: the wait timed out)."""
         if row is None:
             info = self.describe()
             raise TimeoutError(f"workflow {self._id!r} did not finish within {timeout} s (it is {info.status})")
@@ -733,6 +745,11 @@ class WorkflowHandle(Generic[R]):
         None until it is set or the workflow finishes. Returns None if the key is not set
         by then.
         """
+        answer = self._client._wait(self._event_look(key, timeout), timeout)
+        return None if answer is None else answer[1]
+
+    def _event_look(self, key: str, timeout: float | None) -> Callable[[Store], tuple[bool, Any] | None]:
+        """`get_event`'s check of the store, for its wait: (set?, value), or None to wait on."""
         key = _check_key(key, "get_event")
 
         def look(store: Store) -> tuple[bool, Any] | None:
@@ -743,8 +760,7 @@ class WorkflowHandle(Generic[R]):
                 return False, None  # it never will be set
             return None
 
-        answer = self._client._wait(look, timeout)
-        return None if answer is None else answer[1]
+        return look
 
     def events(self) -> dict[str, Any]:
         """Every event key the workflow set, with its latest value."""

@@ -395,7 +395,8 @@ _task_running: contextvars.ContextVar[tuple[int, str, int] | None] = contextvars
 def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
     ctx = _current_context.get()
-    running = _task_running.get() if ctx is not None and ctx._group else ctx._running if ctx is not None else None
+    # A parallel task's and an async activity's attempt are in their own context; else the context's.
+    running = _task_running.get() or (ctx._running if ctx is not None else None)
     if ctx is None or running is None:
         raise RuntimeError("current_activity() called outside a running activity")
     slot, name, attempt = running
@@ -448,6 +449,15 @@ class WorkflowBlocked(BaseException):
         super().__init__(name)
         self.name = name
         self.wake_at = wake_at
+
+
+class RunSuspended(BaseException):
+    """Raised by a `run_coroutine` hook that started an async activity and lets the run end meanwhile.
+
+    The run unwinds as a blocked one does, holding no thread, and nothing is recorded for the
+    activity yet; its runner runs the workflow again when the activity has finished, and the
+    hook then hands that attempt's outcome to the replay that reaches the same slot.
+    """
 
 
 class _Interrupted(ReplaylogError):
@@ -627,8 +637,9 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
-        run_coroutine: awaits the coroutine of an `async def` activity and returns its value
-            (the worker's, on its own event loop); without it, on a loop made for the call.
+        run_coroutine: awaits the coroutine of an attempt (slot, attempt) of an `async def`
+            activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
+            it, on a loop made for the call.
         max_slots: the most slots one run's history may hold: a command past it fails the
             workflow (HistoryTooLongError, saying to use `continue_as_new`); None: no cap.
     """
@@ -650,7 +661,7 @@ class Context:
         cancel: str | None = None,
         finished: bool = False,
         parallel: ParallelHooks | None = None,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any] | None = None,
+        run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
         max_slots: int | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
@@ -911,7 +922,12 @@ class Context:
             try:
                 value = fn(*args, **kwargs) if kwargs else fn(*args)
                 if type(value) is CoroutineType and _aio.is_async(fn):
-                    value = self._run_coroutine(value)
+                    # Its task runs in a copy of this context: current_activity() reads the attempt there.
+                    token = _task_running.set((slot, name, attempt))
+                    try:
+                        value = self._run_coroutine(value, slot, attempt)
+                    finally:
+                        _task_running.reset(token)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
                 last_exc = exc
@@ -922,7 +938,7 @@ class Context:
                     self._sleep(self._backoff * (2 ** (attempt - 1)))
                 continue
             except BaseException as exc:
-                if not isinstance(exc, (WorkflowBlocked, DryRunStop)):
+                if not isinstance(exc, (WorkflowBlocked, DryRunStop, RunSuspended)):
                     # Not a failure of the activity, and nothing is recorded: the run stops,
                     # and any later command raises again (workflow code may catch this).
                     self.interrupted = exc
