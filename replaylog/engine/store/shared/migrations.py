@@ -215,6 +215,11 @@ MIGRATIONS: list[Migration] = [
             " rate_limit bigint, rate_period double precision, declared_by text NOT NULL,"
             " declared_at double precision NOT NULL)"),
     )),
+    Migration(9, "queued workflows by the end of their delay: workflows_delayed", (
+        # A worker sleeps until the first delay ends (next_wake), as until the first timer: one
+        # seek; only delayed queued workflows are in it.
+        AddIndex("workflows_delayed", "workflows", ("not_before",), "status = 'queued' AND not_before IS NOT NULL"),
+    )),
 ]
 
 
