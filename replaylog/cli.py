@@ -26,7 +26,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from replaylog.client import NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
+from replaylog.client import BULK_PAST, NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import check_workflow, judge
@@ -809,6 +809,7 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 _FILTER_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--status", "S,S", "Only workflows in these statuses (comma-separated)."),
     ("--workflow", "NAME,NAME", "Only workflows of these names."),
+    ("--queue", "NAME,NAME", "Only workflows started on these queues."),
     ("--parent", "ID", "Only the children of this workflow (ctx.call_workflow)."),
     ("--forked-from", "ID", "Only the forks of this workflow."),
     ("--created-after", "AGE|TIME", "Only workflows started at or after this: an age (2h, 7d) or an ISO time."),
@@ -853,7 +854,7 @@ def _filter_given(ctx: click.Context) -> WorkflowFilter:
 def _filter_fields(where: WorkflowFilter) -> dict[str, Any]:
     """A parsed filter's fields back as `workflow_filter` takes them (times as epoch seconds)."""
     return {k: v for k, v in {
-        "status": where.statuses, "workflow": where.workflows, "parent": where.parent,
+        "status": where.statuses, "workflow": where.workflows, "queue": where.queues, "parent": where.parent,
         "forked_from": where.forked_from, "created_after": where.created_after,
         "created_before": where.created_before, "updated_after": where.updated_after,
         "updated_before": where.updated_before, "error_kind": where.error_kinds, "error_text": where.error_text,
@@ -1273,7 +1274,6 @@ def _one(text: str) -> str:
 
 # How many ids a bulk action names before it acts (the rest are counted).
 _BULK_SHOWN = 10
-_PAST = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
 
 
 def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: str | None, dry_run: bool, yes: bool,
@@ -1285,23 +1285,23 @@ def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: st
         shown = ", ".join(ids[:_BULK_SHOWN]) + (", …" if len(ids) > _BULK_SHOWN else "")
         click.echo(_one(f"{action}: {len(ids)} workflow(s) match" + (f": {shown}" if ids else "")), err=True)
         if dry_run or not ids:
-            click.echo(_one(f"dry run: nothing was {_PAST[action]}" if dry_run else "nothing to do"), err=True)
+            click.echo(_one(f"dry run: nothing was {BULK_PAST[action]}" if dry_run else "nothing to do"), err=True)
             return
         if not yes:
             if not sys.stdin.isatty():
                 fail(f"{action} of {len(ids)} workflow(s) needs confirmation: add --yes (no terminal to ask on)")
             if not click.confirm(f"{action.capitalize()} these {len(ids)} workflow(s)?", err=True):
-                fail(f"nothing was {_PAST[action]}")
+                fail(f"nothing was {BULK_PAST[action]}")
 
         def said(outcome: BulkOutcome) -> None:
             if outcome.ok:
-                click.echo(_one(f"{outcome.id} {_PAST[action]}"))
+                click.echo(_one(f"{outcome.id} {BULK_PAST[action]}"))
             else:
                 click.echo(_one(f"{outcome.id} refused: {outcome.error}"), err=True)
 
         report = client.bulk(action, ids, reason=reason, force=force, on_each=said)
     refused = len(report.refused)
-    click.echo(_one(f"{_PAST[action]} {report.done} of {len(ids)} workflow(s)"
+    click.echo(_one(f"{BULK_PAST[action]} {report.done} of {len(ids)} workflow(s)"
                     + (f"; {refused} refused (above)" if refused else "")), err=True)
     if refused:
         sys.exit(1)

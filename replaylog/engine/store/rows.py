@@ -340,6 +340,7 @@ class WorkflowFilter:
 
     statuses: tuple[str, ...] = ()
     workflows: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()
     parent: str | None = None
     forked_from: str | None = None
     created_after: float | None = None

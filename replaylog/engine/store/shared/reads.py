@@ -157,7 +157,7 @@ class SharedReads(StoreBase):
 
     def _filter(self, where: WorkflowFilter, clauses: list[str], params: list[Any]) -> None:
         """The clauses of a WorkflowFilter, each one an index range or a check of the rows it leaves."""
-        for column, values in (("status", where.statuses), ("workflow", where.workflows),
+        for column, values in (("status", where.statuses), ("workflow", where.workflows), ("queue", where.queues),
                                ("error_kind", where.error_kinds)):
             if values:
                 clause, listed = self.dialect.in_list(column, values)
