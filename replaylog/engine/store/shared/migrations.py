@@ -230,6 +230,11 @@ MIGRATIONS: list[Migration] = [
                      " input text, slots bigint NOT NULL, ended_at double precision NOT NULL,"
                      " PRIMARY KEY (workflow_id, run))"),
     )),
+    Migration(10, "queued workflows by the end of their delay: workflows_delayed", (
+        # A worker sleeps until the first delay ends (next_wake), as until the first timer: one
+        # seek; only delayed queued workflows are in it.
+        AddIndex("workflows_delayed", "workflows", ("not_before",), "status = 'queued' AND not_before IS NOT NULL"),
+    )),
 ]
 
 
