@@ -171,6 +171,7 @@ class Worker:
         self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
         self._backlog = 0  # claims queued on _ready with no thread promised to them (all are busy)
+        self._freed = False  # a run suspended on async activities: its thread is free for a claim
         # The spare mark records (PARKED_MARKS) free, and the one each suspended workflow's mark is in.
         self._spare_marks = list(range(self.concurrency, self.concurrency + PARKED_MARKS))
         self._parked_marks: dict[str, int] = {}
@@ -304,7 +305,9 @@ class Worker:
             now = time.monotonic()
             version = store.data_version()
             due = next_wake is not None and self.clock() >= next_wake
-            look = version != last_version or now >= next_lapse_check or due
+            # A run that suspended freed its thread without a commit (the data version did not move).
+            freed, self._freed = self._freed, False
+            look = version != last_version or now >= next_lapse_check or due or freed
             # (The next wake time is read after the claim below: a woken workflow is claimed
             # one round trip sooner, and the time read then is of those still asleep.)
             seek_wake = look
@@ -491,6 +494,7 @@ class Worker:
             self._park_mark(store, me, claim.id)
             ended = ("suspended", None)
             suspended = True
+            self._freed = True
         except WorkerStopping:
             self._keep_mark(store, me)  # stopped in a retry's backoff: that attempt ran
             try:
