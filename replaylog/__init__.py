@@ -41,6 +41,7 @@ from replaylog.engine.core import (
 )
 from replaylog.engine.errors import (
     ActivityError,
+    ActivityTimeout,
     AsyncWorkflowError,
     ChildWorkflowError,
     Diagnostic,
@@ -53,6 +54,8 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.queues import DedupIdTakenError, Queue, QueueError
+from replaylog.engine.retry import RetryPolicy, default_retry
 from replaylog.worker import AsyncWorker, Worker
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
@@ -64,6 +67,7 @@ from replaylog.worker import AsyncWorker, Worker
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "ActivityTimeout",
     "AsyncClient",
     "AsyncContext",
     "AsyncWorker",
@@ -72,12 +76,16 @@ __all__ = [
     "ChildWorkflowError",
     "Client",
     "Context",
+    "DedupIdTakenError",
     "Diagnostic",
     "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",
+    "Queue",
+    "QueueError",
     "ReplaylogError",
+    "RetryPolicy",
     "RunResult",
     "SignalTimeout",
     "Slot",
@@ -94,6 +102,7 @@ __all__ = [
     "WorkflowTerminated",
     "activity",
     "current_activity",
+    "default_retry",
     "idempotency_key",
     "run",
     "signal",

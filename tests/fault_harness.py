@@ -12,13 +12,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from conftest import ROOT, cli_env, run_cli, wait_for
+from replaylog.engine.app import Registry
+from replaylog.engine.worker import Worker
 
 
 def fault_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -27,14 +31,14 @@ def fault_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 class WorkerProc:
-    """One `replaylog worker --app fault_app` subprocess whose stderr goes to a log file."""
+    """One `replaylog worker --app fault_app` (or `app`) subprocess whose stderr goes to a log file."""
 
-    def __init__(self, db: Path | str, logdir: Path, env: dict[str, str], *args: str) -> None:
+    def __init__(self, db: Path | str, logdir: Path, env: dict[str, str], *args: str, app: str = "fault_app") -> None:
         logdir.mkdir(parents=True, exist_ok=True)
         self.log_path = logdir / f"worker-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "fault_app", *args],
+            [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", app, *args],
             env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
         )
         self.pid = self.proc.pid
@@ -119,3 +123,17 @@ def crash_mid_activity(db: Path | str, tmp: Path, crashes: int, after_kill: Call
     done = run_cli(db, "worker", "--app", "fault_app", "--until-idle", "--quiet",
                    env=fault_env(tmp, FAULT_RELEASE=str(tmp / "released")))
     assert done.returncode == 0, done.stderr
+
+
+@contextmanager
+def app_worker(db: Path | str, module: ModuleType, concurrency: int = 4) -> Iterator[Worker]:
+    """An in-process worker of the app `module` on `db`, on a thread of its own, stopped on leaving."""
+    w = Worker(db, Registry.from_module(module), concurrency=concurrency)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+        t.join(30)
+

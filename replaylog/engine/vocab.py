@@ -85,6 +85,19 @@ class SlotKind(_Described):
     ATTRIBUTES = "attributes", KindInfo()
 
 
+class Wait(StrEnum):
+    """The words a blocked workflow's `blocked_on` holds for waits that time alone ends (any other
+    word is the name of the signal it waits for). No signal may take one of these names.
+
+    TIMER: a durable sleep (ctx.sleep), the timer slot's kind. RETRY: the durable wait between
+    two attempts of an activity under a RetryPolicy (engine.retry), the next attempt's time
+    its wake time.
+    """
+
+    TIMER = SlotKind.TIMER.value
+    RETRY = "retry"
+
+
 # Every kind's stored text, and its member: a row's text looked up without a ValueError.
 _BY_TEXT: dict[str, SlotKind] = {k.value: k for k in SlotKind}
 _UNKNOWN = KindInfo()
@@ -133,6 +146,10 @@ class Status(_Described):
     CANCELLED = "cancelled", StatusInfo(finished=True, code_ended=True, outcome=True, by_operator=True)
     # Ended by an operator, not by its code: its history stops wherever the code was.
     TERMINATED = "terminated", StatusInfo(finished=True, by_operator=True)
+    # Started on a queue (engine.queues) and not admitted yet: a claim admits it when the
+    # queue has room, its priority comes up and its delay has passed. Last, so the console's
+    # status keys 1-7 kept their meaning when it came.
+    QUEUED = "queued", StatusInfo()
 
 
 _STATUS_BY_TEXT: dict[str, Status] = {s.value: s for s in Status}

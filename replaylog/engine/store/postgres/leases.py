@@ -15,16 +15,18 @@ from typing import Any
 from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from replaylog.engine.errors import ReadOnlyError
 from replaylog.engine.marks import Mark
-from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
+from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT
+from replaylog.engine.store.shared.queues import admit, room_sql
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
     " SELECT id, %s, %s, %s, %s FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
 )
 
 def _names(names: Collection[str] | None) -> tuple[str, list[Any]]:
@@ -46,6 +48,11 @@ _LAPSED = ("SELECT id, 2, lease_expires FROM workflows WHERE status = 'running' 
            " LIMIT %s FOR UPDATE SKIP LOCKED")
 _DEAD = ("SELECT id, 3, 0::double precision FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s)"
          " AND (lease_expires >= %s OR lease_expires IS NULL){only} LIMIT %s FOR UPDATE SKIP LOCKED")
+# Running under a lease that stands, with an attempt whose heartbeat is past due: its worker stopped
+# answering (frozen, cut off). Taken over, the epoch fences that worker out (see the SQLite store).
+_BEATLESS = ("SELECT w.id, 4, i.heartbeat_expires FROM workflows w JOIN inflight i ON i.workflow_id = w.id"
+             " WHERE w.status = 'running' AND i.heartbeat_expires < %s AND i.slot >= w.slots"
+             " AND w.lease_expires >= %s{only} LIMIT %s FOR UPDATE OF w SKIP LOCKED")
 
 
 # The rows a claim leased (its answer lost): this owner's, stamped with the claim's time.
@@ -54,14 +61,30 @@ _CLAIMED = ("SELECT id, workflow, lease_epoch, input, slots, seq, cancel_request
 
 
 def _claim_sql(only: str, dead: bool) -> str:
-    """The claim: pick from every source, keep the first `limit`, lease them; returns their rows and order."""
-    sources = [_DUE, _PENDING, _LAPSED, *([_DEAD] if dead else [])]
+    """The claim: pick from every source, keep the first `limit`, lease them; returns their rows and order.
+
+    A last row of NULLs says that a queue has a queued workflow due and room for it: the
+    claim then admits in a transaction of its own (`_admit`), so an unqueued claim stays one
+    statement, one round trip.
+    """
+    sources = [_DUE, _PENDING, _LAPSED, *([_DEAD] if dead else []), _BEATLESS]
     ctes = ", ".join(f"s{i} AS ({sql.format(only=only)})" for i, sql in enumerate(sources))
     union = " UNION ALL ".join(f"SELECT * FROM s{i}" for i in range(len(sources)))
-    return (f"WITH {ctes}, pick AS (SELECT * FROM ({union}) u ORDER BY k, o LIMIT %s)"
-            " UPDATE workflows w SET status = 'running', lease_owner = %s, lease_epoch = w.lease_epoch + 1,"
-            " lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL FROM pick WHERE w.id = pick.id"
-            " RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq, w.cancel_requested, pick.k, pick.o")
+    # A dead owner's workflow may also have a heartbeat past due: each row is picked once.
+    return (f"WITH {ctes}, pick AS (SELECT * FROM (SELECT DISTINCT ON (id) * FROM ({union}) u ORDER BY id, k) d"
+            " ORDER BY k, o LIMIT %s),"
+            " leased AS (UPDATE workflows w SET status = 'running', lease_owner = %s,"
+            " lease_epoch = w.lease_epoch + 1, lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL"
+            " FROM pick WHERE w.id = pick.id RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq,"
+            " w.cancel_requested, pick.k, pick.o)"
+            " SELECT * FROM leased UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+            f" WHERE {room_sql('%s', only)}")
+
+
+# Admitted queued workflows leased (in the admission's transaction), as the claim leases.
+_LEASE = ("UPDATE workflows SET status = 'running', lease_owner = %s, lease_epoch = lease_epoch + 1,"
+          " lease_expires = %s, updated_at = %s WHERE id = ANY(%s)"
+          " RETURNING id, workflow, lease_epoch, input, slots, seq, cancel_requested, 4, admitted_at")
 
 
 def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_owners: Sequence[str], owner: str,
@@ -70,7 +93,8 @@ def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_
     params: list[Any] = [due_by, *named, limit, *named, now, limit, now, *named, limit]
     if dead_owners:
         params += [list(dead_owners), now, *named, limit]
-    return [*params, limit, owner, expires, now]
+    params += [now, now, *named, limit]
+    return [*params, limit, owner, expires, now, due_by, *named, now]
 
 
 class PGLeases(PGConnection):
@@ -104,9 +128,19 @@ class PGLeases(PGConnection):
             return conn.execute(statement, params).fetchall()
 
         taken = self._run(take, write=True)
+        queued_due = bool(taken) and taken[-1][0] is None
+        taken = [r for r in taken if r[0] is not None]
+        if queued_due and len(taken) < limit:
+            seen = {r[0] for r in taken}
+            taken += [r for r in self._admit(owner, names, limit - len(taken), now, now + ttl) if r[0] not in seen]
         if not taken:
             return []
         taken.sort(key=lambda r: (r[7], r[8]))
+        beatless = [r[0] for r in taken if r[7] == 4]
+        if beatless:
+            self._run(lambda conn, _: conn.execute(
+                "UPDATE inflight SET error = 'ActivityTimeout: attempt ' || attempts || %s, heartbeat_expires = NULL"
+                " WHERE workflow_id = ANY(%s)", (BEATLESS, beatless)), write=True)
         # The leases are ours from here: only their holder writes a workflow's commands and
         # marks, so those are read after the claim's commit, retried on their own after a
         # fault (signals sent meanwhile are read too, as a later claim would). One round trip.
@@ -117,24 +151,49 @@ class PGLeases(PGConnection):
                                               list[tuple[Any, ...]]]:
             with conn.pipeline():
                 history = self._send_histories(conn, short) if short else None
-                marks = conn.execute("SELECT workflow_id, slot, attempts FROM inflight WHERE workflow_id = ANY(%s)",
-                                     (ids,))
+                marks = conn.execute("SELECT workflow_id, slot, attempts, error, retry_at, details FROM inflight"
+                                     " WHERE workflow_id = ANY(%s)", (ids,))
             return (self._read_histories(short, *history) if history else {}), marks.fetchall()
 
         histories, marks = self._run(read)
-        started = {wid: (int(slot), int(attempts)) for wid, slot, attempts in marks}
+        started = {wid: (int(slot), int(attempts), error, retry_at, loads(details))
+                   for wid, slot, attempts, error, retry_at, details in marks}
         claims = []
         for wid, workflow, epoch, input_text, slots, seq, cancel, _, _ in taken:
             inp, has_input = loads(input_text), input_text is not None
             logs = histories.get(wid)
             state = None if logs is None else WorkflowState(
                 input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-            slot, attempts = started.get(wid, (None, 0))
+            slot, attempts, error, retry_at, details = started.get(wid, (None, 0, None, None, None))
             if slot is not None and slot < slots:
-                slot, attempts = None, 0  # its outcome was recorded since
+                slot, attempts, error, retry_at, details = None, 0, None, None, None  # recorded since
             claims.append(Claim(wid, workflow, owner, int(epoch), slot_key(int(seq)), inp, has_input, state,
-                                slot, attempts, cancel))
+                                slot, attempts, cancel, error, retry_at, details))
         return claims
+
+    def _admit(self, owner: str, names: Collection[str] | None, limit: int, now: float,
+               expires: float) -> list[tuple[Any, ...]]:
+        """Admit and lease queued workflows their queues have room for (engine.store.shared.queues).
+
+        One transaction: the queues' rows locked, their counts read after the locks are
+        held (a statement of its own, so it sees every admission committed before), the
+        chosen workflows leased. After a lost answer, the rows it leased carry this owner
+        and the claim's time.
+        """
+        due_by = self.wake_clock()
+
+        def take(conn: Conn, attempt: int) -> list[tuple[Any, ...]]:
+            if attempt:
+                mine = conn.execute(_CLAIMED, (owner, now, expires)).fetchall()
+                if mine:
+                    return mine
+            with conn.transaction():
+                ids = admit(POSTGRES, conn, owner, names, limit, due_by)
+                if not ids:
+                    return []
+                return conn.execute(_LEASE, (owner, expires, now, ids)).fetchall()
+
+        return self._run(take, write=True)
 
     @staticmethod
     def _send_histories(conn: Conn, ids: Sequence[str]) -> tuple[Cursor, Cursor]:
@@ -176,15 +235,20 @@ class PGLeases(PGConnection):
             " AND (retry_at IS NULL OR retry_at <= %s))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < %s{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s){only})"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
-            (*named, now, now, *named, list(dead_owners), *named, self.wake_clock(), *named)).fetchone())
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})"
+            " OR EXISTS (SELECT 1 FROM workflows w JOIN inflight i ON i.workflow_id = w.id WHERE w.status = 'running'"
+            f" AND i.heartbeat_expires < %s{only})"
+            f" OR {room_sql('%s', only)}",
+            (*named, now, now, *named, list(dead_owners), *named, self.wake_clock(), *named, now, *named,
+             self.wake_clock(), *named, now)).fetchone())
         return bool(row and row[0])
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
+        """Whether anything (of `names`) is queued, pending, running or past its wake time: what `--until-idle`
+        waits out."""
         only, named = _names(names)
         row = self._run(lambda c, _: c.execute(
-            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'){only})"
+            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('queued', 'pending', 'running'){only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
             (*named, self.wake_clock(), *named)).fetchone())
         return bool(row and row[0])
@@ -273,6 +337,13 @@ class PGLeases(PGConnection):
             sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
         sender.mark({"id": claim.id, "slot": slot, "name": name, "attempts": attempts, "started_at": started_at,
                      "owner": claim.owner, "epoch": claim.epoch})
+
+    def heartbeat(self, claim: Claim, slot: int, name: str, attempts: int, *, details: str | None,
+                  beat_at: float | None, expires: float | None) -> bool:
+        """Keep an attempt's heartbeat in the table, if the claim holds the lease (see shared.operations.HEARTBEAT)."""
+        params = (slot, name, attempts, time.time(), details, beat_at, expires, claim.id, claim.owner, claim.epoch)
+        return bool(self._run(lambda conn, _: conn.execute(HEARTBEAT.replace("?", "%s"), params).rowcount == 1,
+                              write=True))
 
     def close(self) -> None:
         """Close the connection; let go of the mark sender if this store used it."""
