@@ -130,3 +130,14 @@ def test_a_suspended_workflows_start_mark_outlives_its_threads_next_workflow_and
         worker.wait()
     mark = inflight(hung)  # read from the dead worker's mark file
     assert isinstance(mark, dict) and (mark["slot"], mark["name"]) == (0, "ahang")
+
+
+def test_an_async_attempt_past_its_timeout_is_cancelled_and_fails_with_activity_timeout(
+        db: Path | str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.txt"
+    monkeypatch.setenv("REPLAYLOG_TEST_LEDGER", str(path))
+    with Client(db, app=async_app) as client, Worker(db, app=async_app, focus_cpu=False):
+        error = client.start(async_app.times_out).result(timeout=60)
+    assert error == ("ActivityTimeout: attempt 1 ran past its timeout of 0.3 s (start to close); "
+                     "its task was cancelled")
+    assert ledger(path)["cancelled"] == 1  # the task got CancelledError at its await

@@ -392,7 +392,8 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return asyncio.iscoroutinefunction(fn)
 
 
-def run_coroutine(coro: Coroutine[Any, Any, Any], _slot: int = 0, _attempt: int = 1) -> Any:
+def run_coroutine(coro: Coroutine[Any, Any, Any], _slot: int = 0, _attempt: int = 1,
+                  _timeout: float | None = None) -> Any:
     """Await an async activity's coroutine where no worker owns a loop (the in-memory runner).
 
     On a loop made for the call; from a thread that already runs a loop (an application's),
