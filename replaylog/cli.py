@@ -652,7 +652,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         **store.family(row.id),
         "commands": [
             {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-             "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
+             "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at,
+             "parallel_group": c.parallel_group}
             for c in store.list_commands(row.id)
         ],
         "signals": [
@@ -879,11 +880,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         shown += _traceback("traceback", row.traceback)
     shown.append(_listing(
         f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
-        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
-          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
-         for c in data["commands"]],
-        wide="value / error"))
+        _slot_rows(data["commands"]), wide="value / error"))
     for c in data["commands"]:
         if c["traceback"]:
             shown += _traceback(f"traceback of slot {c['slot']} ({c['kind']} {c['name']})", c["traceback"])
@@ -916,6 +913,23 @@ def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]],
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def _slot_rows(commands: list[dict[str, Any]]) -> list[tuple[Text, ...]]:
+    """show's slot rows: each ctx.parallel group opens with a line of its own, its tasks marked ‖."""
+    last = {c["parallel_group"]: c["slot"] for c in commands}  # each group's last recorded slot
+    rows: list[tuple[Text, ...]] = []
+    group = None
+    for c in commands:
+        if c["parallel_group"] is not None and c["parallel_group"] != group:
+            first, end = c["slot"], last[c["parallel_group"]]
+            span = f"slot {first}" if first == end else f"slots {first}–{end}"
+            rows.append((_t(""), _t("‖"), Text(f"in parallel: {span}", style="italic"), *(_t(""),) * 4))
+        group = c["parallel_group"]
+        rows.append((_t(c["slot"]), _t(c["kind"] + (" ‖" if group is not None else "")), _t(c["name"]),
+                     Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+                     _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True))))
+    return rows
 
 
 def _slot_value(c: dict[str, Any]) -> str:

@@ -118,6 +118,12 @@ MIGRATIONS: list[Migration] = [
                      " last_id text, buffered double precision, skipped bigint NOT NULL DEFAULT 0,"
                      " created_at double precision NOT NULL, updated_at double precision NOT NULL)"),
     )),
+    Migration(5, "parallel groups told apart: commands.parallel_group", (
+        # The slot of its ctx.parallel group's first task, on each task of the group: two
+        # groups back to back are two groups. NULL on the tasks recorded before it (their
+        # `parallel` mark alone: consecutive marked slots read as one group) and elsewhere.
+        AddColumn("commands", "parallel_group", "integer"),
+    )),
 ]
 
 
