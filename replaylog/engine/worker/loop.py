@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import Outcome, RunSuspended, error_text
+from replaylog.engine.core import DEFAULT_MAX_SLOTS, HISTORY_WARN, Outcome, RunSuspended, error_text
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     LeaseLostError,
@@ -106,6 +106,9 @@ class Worker:
             caller serves them); None: nothing is counted.
         tracing: an OpenTelemetry span per run and per live activity attempt (needs
             opentelemetry-api; the application configures the provider).
+        max_slots: the most slots one run's history may hold: a workflow that passes it fails,
+            told to use ctx.continue_as_new (None: no cap). The worker's log warns when a run's
+            history passes HISTORY_WARN (10,000) slots.
         max_suspended: workflows awaiting async activities kept at most beside the running
             ones (they hold no thread: engine.worker.activity_loop).
         retention: prune workflows finished more than this many seconds ago, at start and
@@ -129,6 +132,7 @@ class Worker:
         tracing: bool = False,
         max_suspended: int = DEFAULT_MAX_SUSPENDED,
         retention: float | None = None,
+        max_slots: int | None = DEFAULT_MAX_SLOTS,
     ) -> None:
         # A URL stays a string (a Path would fold its `//`).
         self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
@@ -170,7 +174,8 @@ class Worker:
         self._board: MarkBoard | None = None
         # What every run shares; run() adds where the marks go once it has opened the store.
         self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self._event,
-                               self.focus, metrics=metrics, activities=ActivityLoop(self._resume))
+                               self.focus, metrics=metrics, activities=ActivityLoop(self._resume),
+                               max_slots=max_slots)
         # How many workflows suspended on async activities (holding no thread) it keeps at most,
         # beside the `concurrency` that run on threads.
         self.max_suspended = max_suspended
@@ -549,6 +554,11 @@ class Worker:
                 if outcome.status == Status.COMPLETED:
                     self.completed += 1
                 detail = outcome.blocked_on if outcome.status == Status.BLOCKED else (outcome.error or "")
+                slots = outcome.replayed_commands + outcome.executed_commands
+                if slots > HISTORY_WARN and outcome.status != Status.CONTINUED:
+                    log.warning("%s has %d slots in its history, past %d: use ctx.continue_as_new(input) to go on"
+                                " in a fresh history before it reaches the cap", claim.id, slots, HISTORY_WARN,
+                                extra={"workflow_id": claim.id, "event": "long_history", "error": None})
                 # A failure's traceback follows on the lines after (the CLI indents them).
                 shown = f"\n{outcome.traceback}" if outcome.status == Status.FAILED and outcome.traceback else ""
                 self._event(claim.id, f"{outcome.status} {detail}".rstrip() + shown, str(outcome.status),

@@ -204,7 +204,7 @@ class PGLeases(PGConnection):
             f" ON c.slot_key BETWEEN (w.seq << {SLOT_BITS}) AND (w.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1}"
             " WHERE w.id = ANY(%s) ORDER BY w.id, c.slot_key", (list(ids),))
         signals = conn.execute(
-            "SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id = ANY(%s)"
+            "SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id = ANY(%s) AND run IS NULL"
             " ORDER BY workflow_id, seq", (list(ids),))
         return commands, signals
 

@@ -171,7 +171,7 @@ class Leases(InflightMarks):
                     new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error,
                                      attempts, args)))
             for wid, seq, name, payload in conn.execute(
-                f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks})"
+                f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks}) AND run IS NULL"
                 " ORDER BY workflow_id, seq",
                 chunk,
             ):
