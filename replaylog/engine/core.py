@@ -13,7 +13,7 @@ import json
 import math
 import random
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
@@ -747,8 +747,8 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
-        run_coroutine: awaits the coroutine of an attempt (slot, attempt) of an `async def`
-            activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
+        run_coroutine: awaits the coroutine of an attempt (slot, attempt[, timeout]) of an
+            `async def` activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
             it, on a loop made for the call.
         max_slots: the most slots one run's history may hold: a command past it fails the
             workflow (HistoryTooLongError, saying to use `continue_as_new`); None: no cap.
@@ -774,7 +774,7 @@ class Context:
         retry: RetryPolicy | None = None,
         durable_retry: bool = False,
         timed: TimedHooks | None = None,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
+        run_coroutine: Callable[..., Any] | None = None,
         max_slots: int | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
@@ -1156,6 +1156,16 @@ class Context:
     def _timed_attempt(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], slot: int,
                        name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
         """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
+
+        timeout, heartbeat_timeout = limits
+        if self._timed is not None and heartbeat_timeout is None and _aio.is_async(fn):
+            # An async attempt needs no thread to be timed: its task is awaited under the timeout
+            # on the worker's loop, and cancelled (CancelledError at its current await) when it passes.
+            token = _task_running.set((slot, name, attempt))
+            try:
+                return self._run_coroutine(fn(*args, **kwargs), slot, attempt, timeout)
+            finally:
+                _task_running.reset(token)
 
         def body() -> Any:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread

@@ -230,7 +230,12 @@ MIGRATIONS: list[Migration] = [
                      " input text, slots bigint NOT NULL, ended_at double precision NOT NULL,"
                      " PRIMARY KEY (workflow_id, run))"),
     )),
-    Migration(10, "parallel groups told apart: commands.parallel_group", (
+    Migration(10, "queued workflows by the end of their delay: workflows_delayed", (
+        # A worker sleeps until the first delay ends (next_wake), as until the first timer: one
+        # seek; only delayed queued workflows are in it.
+        AddIndex("workflows_delayed", "workflows", ("not_before",), "status = 'queued' AND not_before IS NOT NULL"),
+    )),
+    Migration(11, "parallel groups told apart: commands.parallel_group", (
         # The slot of its ctx.parallel group's first task, on each task of the group: two
         # groups back to back are two groups. NULL on the tasks recorded before it (their
         # `parallel` mark alone: consecutive marked slots read as one group) and elsewhere.
