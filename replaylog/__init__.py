@@ -23,6 +23,7 @@ from replaylog.client import (
     WorkflowInfo,
     WorkflowTerminated,
 )
+from replaylog.engine.aio import AsyncContext
 from replaylog.engine.core import (
     ActivityInfo,
     Context,
@@ -39,6 +40,7 @@ from replaylog.engine.core import (
 )
 from replaylog.engine.errors import (
     ActivityError,
+    AsyncWorkflowError,
     ChildWorkflowError,
     Diagnostic,
     DuplicateWorkflowIdError,
@@ -61,6 +63,8 @@ from replaylog.worker import Worker
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "AsyncContext",
+    "AsyncWorkflowError",
     "ChildWorkflowError",
     "Client",
     "Context",

@@ -33,6 +33,7 @@ from replaylog.engine.check import check_workflow, judge
 from replaylog.engine.core import APPROVAL_PREFIX
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.retention import BATCH, parse_duration
 from replaylog.engine.store import (
     STATUSES,
     AuditRow,
@@ -46,7 +47,7 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.text import cancel_state, cancel_text, countdown, duration, preview, printable, utc, waits_text
-from replaylog.engine.vocab import UNFINISHED, SlotKind, Status, kind_info
+from replaylog.engine.vocab import FINISHED, UNFINISHED, SlotKind, Status, kind_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
 if TYPE_CHECKING:
@@ -356,14 +357,20 @@ def events(settings: Settings, workflow_id: str, key: str | None, wait: float | 
               help="The address --metrics-port binds.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON object per event on stdout (ts, level, workflow_id, slot, event, error, message).")
+@click.option("--retention", metavar="AGE",
+              help="Prune workflows finished longer ago than AGE (30d, 12h), at start and every 5 minutes,"
+                   " as `replaylog prune --finished-before AGE` would.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
            lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, metrics_port: int | None,
-           metrics_host: str, log_format: str, child: bool) -> None:
+           metrics_host: str, log_format: str, retention: str | None, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
+
+    # Checked before anything starts; only this process prunes (its --child processes never get it).
+    keep_for = None if retention is None else parse_duration(retention, "--retention")
 
     registry = _app(app)
     json_logs = log_format == "json"
@@ -401,7 +408,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload,
-               on_event=None if quiet or json_logs else event, metrics=metrics)
+               on_event=None if quiet or json_logs else event, metrics=metrics, retention=keep_for)
 
     stopped_by: list[str] = []
 
@@ -453,6 +460,42 @@ def migrate(settings: Settings) -> None:
         click.echo(f"{where}: schema version {now}, up to date")
     else:
         click.echo(f"{where}: schema version {before} -> {now}")
+
+
+@cli.command()
+@click.option("--finished-before", "finished_before", required=True, metavar="AGE|TIME",
+              help="Workflows finished (last updated) before this: an age (30d, 12h, 90m, 2w) or an ISO date or"
+                   " time, UTC unless it says otherwise (2026-01-31, 2026-01-31T12:00).")
+@click.option("--status", "statuses", default=",".join(sorted(FINISHED)), show_default=True, metavar="S,S",
+              help="Only workflows in these finished statuses, comma-separated.")
+@click.option("--dry-run", is_flag=True, help="Count what would be pruned and show the first ids; write nothing.")
+@click.option("--vacuum", is_flag=True,
+              help="SQLite: afterwards give the freed space back to the file system (a VACUUM: rewrites the file,"
+                   " needs that much free disk, holds the write lock while it runs).")
+@click.option("--batch", type=click.IntRange(min=1), default=BATCH, show_default=True,
+              help="Top-level workflows per write transaction (workers commit between batches).")
+@global_options
+@pass_settings
+def prune(settings: Settings, finished_before: str, statuses: str, dry_run: bool, vacuum: bool, batch: int) -> None:
+    """Delete finished workflows with everything they own (slots, signals, audit rows, child workflows).
+
+    A workflow is kept while any child workflow of it is unfinished, and a child goes
+    with its parent. Export first (`replaylog export`) what must outlive the database.
+    """
+    with settings.client(readonly=dry_run) as client:
+        report = client.prune(finished_before, statuses=statuses, dry_run=dry_run, vacuum=vacuum, batch=batch)
+    total = report.pruned + report.children
+    first = ", ".join(report.first) + (", …" if report.pruned > len(report.first) else "")
+    verb = "would prune" if dry_run else "pruned"
+    line = (f"{verb} {total} workflow(s) finished before {utc(report.cutoff)}"
+            + (f" ({report.pruned} top-level, {report.children} children with them)" if report.children else "")
+            + (f": {first}" if first else ""))
+    click.echo(_one(line))
+    if report.kept:
+        kept = ", ".join(report.kept_ids) + (", …" if report.kept > len(report.kept_ids) else "")
+        click.echo(_one(f"kept {report.kept} workflow(s) whose child workflows still run: {kept}"))
+    if report.space:
+        click.echo(_one(report.space), err=True)
 
 
 class _WorkflowLines(logging.Formatter):
@@ -1047,25 +1090,31 @@ def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, re
 
 @cli.command()
 @click.argument("workflow_id")
-@click.option("--from-slot", "from_slot", type=int, required=True, metavar="K",
+@click.option("--from-slot", "from_slot", type=int, metavar="K",
               help="Copy slots 0..K-1; from slot K the fork's code runs live.")
+@click.option("--from-failure", is_flag=True,
+              help="From the last slot whose outcome is an error: the activity that failed runs again.")
+@click.option("--from-activity", "from_activity", metavar="NAME",
+              help="From the first slot of activity NAME: it, and everything after it, runs again.")
 @click.option("--id", "new_id", help="The fork's id (else a generated one).")
 @global_options
 @pass_settings
-def fork(settings: Settings, workflow_id: str, from_slot: int, new_id: str | None) -> None:
+def fork(settings: Settings, workflow_id: str, from_slot: int | None, from_failure: bool, from_activity: str | None,
+         new_id: str | None) -> None:
     """Start a new workflow from a copy of another's history up to slot K, and every signal it received.
 
-    The original is untouched. Activities from slot K run again, under the fork's own
-    idempotency keys.
+    K is given by one of --from-slot, --from-failure or --from-activity. The original is
+    untouched. Activities from slot K run again, under the fork's own idempotency keys.
     """
     with settings.client() as client:
         original = client.get_handle(workflow_id)
-        wid = original.fork(from_slot, id=new_id).id
-        again = [s for s in original.history(from_slot) if s.kind == SlotKind.ACTIVITY]
+        slot = original.fork_slot(from_slot, from_failure=from_failure, from_activity=from_activity)
+        wid = original.fork(slot, id=new_id).id
+        again = [s for s in original.history(slot) if s.kind == SlotKind.ACTIVITY]
     click.echo(wid)
     names = ", ".join(f"{c.name} (slot {c.slot})" for c in again[:10]) + (", …" if len(again) > 10 else "")
-    click.echo(_one(f"forked {workflow_id} at slot {from_slot}: "
-                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {from_slot}"
+    click.echo(_one(f"forked {workflow_id} at slot {slot}: "
+                    + (f"{len(again)} activit{'y' if len(again) == 1 else 'ies'} recorded from slot {slot}"
                        f" will run again, with new idempotency keys: {names}" if again else
                        "no recorded activity runs again")), err=True)
 

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, Literal, TypeVar, cast, overload
@@ -42,7 +43,9 @@ from replaylog.engine.errors import (
     WorkflowCancelled,
 )
 from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_statuses, prune
 from replaylog.engine.store import (
+    PruneBatch,
     ReaderStore,
     Store,
     WorkflowRow,
@@ -54,7 +57,7 @@ from replaylog.engine.store import (
     operator_name,
 )
 from replaylog.engine.telemetry import trace_context_now
-from replaylog.engine.vocab import Status, status_info
+from replaylog.engine.vocab import SlotKind, Status, status_info
 
 __all__ = [
     "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
@@ -514,6 +517,38 @@ class Client:
         document = doc if isinstance(doc, HistoryDocument) else parse_document(doc, "the document")
         return WorkflowHandle(self, self._call(lambda s: s.import_history(document, new_id=id), create=True))
 
+    def prune(self, finished_before: float | str | datetime | timedelta, *,
+              statuses: str | Iterable[str] | None = None, dry_run: bool = False, vacuum: bool = False,
+              batch: int = BATCH) -> PruneReport:
+        """Delete finished workflows last updated before `finished_before`, with all they own, batch by batch.
+
+        `finished_before`: an age ("30d", a timedelta: that long ago), a time (an ISO
+        string, a datetime, epoch seconds); a time in the future is refused (StoreError),
+        nothing written. `statuses`: of these finished statuses only (default: all). A
+        workflow is deleted with its child workflows, and kept while one of them is
+        unfinished. `dry_run`: count only, write nothing. `vacuum` (SQLite): give the
+        space back to the file system afterwards (a VACUUM: see `reclaim_space`).
+        """
+        now = time.time()
+        if isinstance(finished_before, timedelta):
+            cutoff = now - finished_before.total_seconds()
+        elif isinstance(finished_before, datetime):
+            cutoff = parse_cutoff(finished_before.isoformat(), now)
+        elif isinstance(finished_before, str):
+            cutoff = parse_cutoff(finished_before, now)
+        else:
+            cutoff = parse_cutoff(datetime.fromtimestamp(float(finished_before), UTC).isoformat(), now)
+        wanted = parse_statuses(statuses)
+
+        def one(after: int) -> PruneBatch:
+            return self._call(lambda s: s.prune_batch(finished_before=cutoff, statuses=wanted, after=after,
+                                                      batch=batch, dry_run=dry_run))
+
+        report = prune(one, finished_before=cutoff, dry_run=dry_run)
+        if not dry_run:
+            report.space = self._call(lambda s: s.reclaim_space(full=vacuum))
+        return report
+
 
 class WorkflowHandle(Generic[R]):
     """One workflow, by its id: wait for its result, read its events, signal and steer it.
@@ -636,13 +671,48 @@ class WorkflowHandle(Generic[R]):
 
         return self._client._call(retry)
 
-    def fork(self, from_slot: int, id: str | None = None) -> WorkflowHandle[R]:
-        """A new workflow from a copy of this one's slots 0..from_slot-1 and every signal; its handle.
+    def fork(self, from_slot: int | None = None, id: str | None = None, *, from_failure: bool = False,
+             from_activity: str | None = None) -> WorkflowHandle[R]:
+        """A new workflow from a copy of this one's slots 0..K-1 and every signal; its handle.
 
-        This workflow is untouched; activities from `from_slot` on run again under the fork's keys.
+        K is `from_slot`, or the slot `fork_slot` finds (`from_failure`: the last failed
+        slot; `from_activity`: the first slot of that activity): give exactly one. This
+        workflow is untouched; activities from K on run again under the fork's keys.
         """
-        return WorkflowHandle(self._client, self._client._call(lambda s: s.fork_workflow(self._id, from_slot,
-                                                                                          new_id=id)))
+        slot = self.fork_slot(from_slot, from_failure=from_failure, from_activity=from_activity)
+        return WorkflowHandle(self._client, self._client._call(lambda s: s.fork_workflow(self._id, slot, new_id=id)))
+
+    def fork_slot(self, from_slot: int | None = None, *, from_failure: bool = False,
+                  from_activity: str | None = None) -> int:
+        """The slot a fork starts from, named one of three ways (exactly one; else OperatorRefusedError).
+
+        `from_failure`: the highest slot whose recorded outcome is an error, so the activity
+        that failed runs again; refused when no slot failed (a workflow its own code failed
+        is retried once the code is fixed). `from_activity`: the first slot of the activity
+        of that name.
+        """
+        named = [from_slot is not None, from_failure, from_activity is not None]
+        if sum(named) != 1:
+            raise OperatorRefusedError("name the fork's first live slot one way: --from-slot K, --from-failure"
+                                       " or --from-activity NAME")
+        if from_slot is not None:
+            return from_slot
+
+        def find(store: Store) -> int:
+            row = store.get_workflow(self._id)
+            if from_failure:
+                failed = store.last_failed_command(self._id)
+                if failed is None:
+                    raise OperatorRefusedError(
+                        f"workflow {self._id!r} ({row.status}) has no failed slot to fork from"
+                        + (": its code failed, not an activity; fix the code and retry it" if row.error_kind
+                           and row.status == Status.FAILED else ""))
+                return failed.slot
+            found = store.first_slot(self._id, SlotKind.ACTIVITY, str(from_activity))
+            if found is None:
+                raise OperatorRefusedError(f"workflow {self._id!r} recorded no activity {from_activity!r}")
+            return found
+        return self._client._call(find)
 
     def export(self) -> dict[str, Any]:
         """The workflow's whole history as one versioned JSON document (`Client.import_history` takes it)."""

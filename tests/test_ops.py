@@ -249,12 +249,18 @@ def test_retry_replays_a_fixed_workflow_and_goes_on(ops: Cli, tmp_path: Path) ->
     assert (tmp_path / "ledger.txt").read_text().count(f"{wid} 0") == 1  # slot 0 replayed, not run again
 
 
-def test_retry_of_a_recorded_activity_failure_says_which_slot_to_fork_from_and_fork_runs_it_again(
-        ops: Cli, tmp_path: Path, db: Path | str) -> None:
+def _declined_payment(ops: Cli, tmp_path: Path, wid: str) -> str:
+    """A `pays` workflow failed by its declined charge (slot 1), the card still declined."""
     (tmp_path / "decline").touch()
-    wid = ok(ops("start", "pays", "--id", "order-1"))
+    ok(ops("start", "pays", "--id", wid))
     ok(ops("worker", "--until-idle", "--quiet"))
     assert shown(ops, wid)["status"] == "failed"
+    return wid
+
+
+def test_retry_of_a_recorded_activity_failure_says_which_slot_to_fork_from_and_fork_runs_it_again(
+        ops: Cli, tmp_path: Path, db: Path | str) -> None:
+    wid = _declined_payment(ops, tmp_path, "order-1")
     before = snapshot(db)
     refused(ops("retry", wid), "slot 1", "fork", "--from-slot 1")
     assert snapshot(db) == before
@@ -269,6 +275,32 @@ def test_retry_of_a_recorded_activity_failure_says_which_slot_to_fork_from_and_f
     assert "forked from" in ok(ops("show", "order-1b"))
     assert shown(ops, wid)["status"] == "failed"  # the original is untouched
     assert (tmp_path / "ledger.txt").read_text().splitlines() == [f"{wid} 0"]  # slot 0 was copied, not run
+
+
+def test_fork_from_failure_runs_the_failed_activity_again_and_from_activity_names_its_first_slot(
+        ops: Cli, tmp_path: Path, db: Path | str) -> None:
+    wid = _declined_payment(ops, tmp_path, "order-2")
+    (tmp_path / "decline").unlink()
+    forked = ops("fork", wid, "--from-failure", "--id", "order-2b")
+    assert ok(forked) == "order-2b" and f"forked {wid} at slot 1: " in forked.stderr
+    again = ops("fork", wid, "--from-activity", "step", "--id", "order-2c")
+    assert ok(again) == "order-2c" and f"forked {wid} at slot 0: " in again.stderr
+    ok(ops("worker", "--until-idle", "--quiet"))
+    assert shown(ops, "order-2b")["forked_from"] == {"id": wid, "slot": 1}
+    assert (shown(ops, "order-2b")["status"], shown(ops, "order-2c")["status"]) == ("completed", "completed")
+    # order-2b copied slot 0; order-2c ran it again.
+    assert (tmp_path / "ledger.txt").read_text().splitlines() == [f"{wid} 0", "order-2c 0"]
+
+
+def test_fork_refuses_a_slot_it_cannot_name_and_writes_nothing(ops: Cli, db: Path | str) -> None:
+    wid = ok(ops("start", "steps", "1"))
+    ok(ops("worker", "--until-idle", "--quiet"))
+    before = snapshot(db)
+    refused(ops("fork", wid, "--from-failure"), f"workflow {wid!r} (completed) has no failed slot to fork from")
+    refused(ops("fork", wid, "--from-activity", "charge"), f"workflow {wid!r} recorded no activity 'charge'")
+    refused(ops("fork", wid), "name the fork's first live slot one way")
+    refused(ops("fork", wid, "--from-slot", "0", "--from-failure"), "name the fork's first live slot one way")
+    assert snapshot(db) == before
 
 
 def test_retry_force_skips_the_dry_replay(ops: Cli, tmp_path: Path) -> None:

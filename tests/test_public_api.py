@@ -16,6 +16,8 @@ import replaylog.engine
 PUBLIC = [
     "ActivityError",
     "ActivityInfo",
+    "AsyncContext",
+    "AsyncWorkflowError",
     "ChildWorkflowError",
     "Client",
     "Context",

@@ -13,11 +13,13 @@ import json
 import math
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from types import CoroutineType
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
+from replaylog.engine import aio as _aio
 from replaylog.engine.errors import (
     ActivityError,
     ChildWorkflowError,
@@ -581,6 +583,8 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
+        run_coroutine: awaits the coroutine of an `async def` activity and returns its value
+            (the worker's, on its own event loop); without it, on a loop made for the call.
     """
 
     def __init__(
@@ -600,7 +604,9 @@ class Context:
         cancel: str | None = None,
         finished: bool = False,
         parallel: ParallelHooks | None = None,
+        run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any] | None = None,
     ) -> None:
+        self._run_coroutine = run_coroutine or _aio.run_coroutine
         self._commands: Sequence[CommandRecord] = state.commands
         self._history_len = len(state.commands)
         self._signals = state.signals
@@ -850,6 +856,8 @@ class Context:
                 self._running = (slot, name, attempt)
             try:
                 value = fn(*args, **kwargs) if kwargs else fn(*args)
+                if type(value) is CoroutineType and _aio.is_async(fn):
+                    value = self._run_coroutine(value)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
                 last_exc = exc
@@ -872,6 +880,12 @@ class Context:
             if on_end is not None:
                 on_end(slot, name, attempt, None)
             if value is not None and type(value) not in _PLAIN_JSON:
+                if type(value) is CoroutineType:
+                    value.close()  # never awaited: nothing of it ran
+                    self.fatal = ValueNotJSONError(
+                        f"slot {slot}: activity {name!r} is a plain function that returned a coroutine, which "
+                        "JSON cannot hold: declare it `async def` so that the worker awaits it")
+                    raise self.fatal
                 try:
                     value = to_json_value(value, f"slot {slot}: the value activity {name!r} returned")
                 except ValueNotJSONError as exc:
@@ -1405,7 +1419,10 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
 
 def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
     try:
-        result = fn(ctx, state.input) if state.has_input else fn(ctx)
+        if _aio.is_async(fn):
+            result = _aio.drive(fn, ctx, (state.input,) if state.has_input else ())
+        else:
+            result = fn(ctx, state.input) if state.has_input else fn(ctx)
     except WorkflowBlocked as blocked:
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)

@@ -112,6 +112,10 @@ class SignalTimeout(ReplaylogError):
         self.slot = slot
 
 
+class AsyncWorkflowError(ReplaylogError):
+    """An async workflow did what would make its history depend on timing (the error names the call)."""
+
+
 class UnknownActivityError(ReplaylogError):
     """Workflow code called an activity name the app does not define."""
 

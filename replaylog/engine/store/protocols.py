@@ -77,6 +77,9 @@ class ReaderStore(_Closable, Protocol):
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.CommandRow]:
         """Recorded slots in order, optionally a page of them."""
 
+    def first_slot(self, workflow_id: str, kind: str, name: str) -> int | None:
+        """The first slot of a workflow that recorded a command of this kind and name, if any."""
+
     def family(self, workflow_id: str) -> dict[str, Any]:
         """A workflow's parent and children: {"parent": id or None, "children": [{"id", "workflow", "status"}]}."""
 
@@ -138,6 +141,13 @@ class OperatorStore(ReaderStore, Protocol):
     def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
                         request: str | None = None) -> str:
         """Answer the pending approval request (only it, once); return its id."""
+
+    def prune_batch(self, *, finished_before: float, statuses: Collection[str] = ..., after: int = 0,
+                    batch: int = 500, dry_run: bool = False) -> rows.PruneBatch:
+        """Delete (dry: find) one batch of finished top-level workflows with their children and all they own."""
+
+    def reclaim_space(self, *, full: bool = False) -> str:
+        """Give pruned space back where the backend does that on request (SQLite); what was done, in a line."""
 
 
 class WorkerStore(_Closable, Protocol):

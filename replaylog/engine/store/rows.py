@@ -283,6 +283,16 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class PruneBatch:
+    """What one batch of a prune did (or, dry, would do)."""
+
+    pruned: tuple[str, ...]  # the top-level workflows deleted, in start order
+    kept: tuple[str, ...]  # those that matched but have a child still unfinished
+    children: int  # child workflows deleted with them
+    last: int | None  # the seq the next batch starts after; None: nothing was left to look at
+
+
+@dataclass(frozen=True)
 class PendingRecord:
     """One outcome waiting to be committed by `commit_batch`."""
 

@@ -40,6 +40,7 @@ from replaylog.engine.store import (
 from replaylog.engine.telemetry import Metrics, Tracing
 from replaylog.engine.vocab import Status
 from replaylog.engine.worker.committer import Committer, Request
+from replaylog.engine.worker.pruner import Pruner
 from replaylog.engine.worker.run import (
     PooledThread,
     RunInterrupted,
@@ -98,6 +99,8 @@ class Worker:
             caller serves them); None: nothing is counted.
         tracing: an OpenTelemetry span per run and per live activity attempt (needs
             opentelemetry-api; the application configures the provider).
+        retention: prune workflows finished more than this many seconds ago, at start and
+            every few minutes (engine.worker.pruner); None: never.
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class Worker:
         on_event: Callable[[str, str], None] | None = None,
         metrics: Metrics | None = None,
         tracing: bool = False,
+        retention: float | None = None,
     ) -> None:
         # A URL stays a string (a Path would fold its `//`).
         self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
@@ -139,6 +143,8 @@ class Worker:
         # Off (None), each costs one test at its hooks (engine.telemetry).
         self.metrics = metrics
         self.tracing = Tracing() if tracing else None
+        # Finished workflows older than this many seconds are pruned by a thread of their own.
+        self.retention = retention
         self.owner = _owner_id()
         self._host = socket.gethostname()
         self._stopping = StopFlag()
@@ -218,6 +224,9 @@ class Worker:
         self._parts = replace(self._parts, board=self._board,
                               marks_in_store=self.track_inflight and self._board is None)
         self.committer.start()
+        pruner = None if self.retention is None else Pruner(self.path, self.retention, self._stopping)
+        if pruner is not None:
+            pruner.start()
         try:
             self._loop(store, until_idle)
         except NotADatabaseError as exc:
@@ -229,7 +238,10 @@ class Worker:
                 self._ready.put(None)
             for t in list(self._threads):
                 t.join()
+            if pruner is not None:
+                pruner.join()
             self.committer.stop()
+            self._parts.activities.close()
             try:
                 store.worker_stopped(self.owner)
             except ReplaylogError as exc:  # the row goes stale and is ignored
@@ -332,7 +344,11 @@ class Worker:
         with self._lock:
             claims = list(self._active.values())
         # Also when idle: the worker's row says it is alive (store.served_names).
-        store.renew(claims, ttl=self.ttl, worker=self.owner)
+        held = store.renew(claims, ttl=self.ttl, worker=self.owner)
+        for claim, kept in zip(claims, held, strict=True):
+            if not kept:
+                # Terminated, or taken over: its async activities are cancelled at their next await.
+                self._parts.activities.cancel(claim.id)
 
     def _launch(self, claim: Claim) -> None:
         # Workflow threads are pooled: a thread and its connection outlive one workflow,

@@ -6,11 +6,12 @@ outcome is committed (lease-fenced, `Committer`) before the workflow code contin
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from replaylog.engine.app import Registry
 from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
@@ -27,6 +28,7 @@ from replaylog.engine.marks import MarkBoard
 from replaylog.engine.store import Claim, WorkerStore, encode_value, fit_text, over_cap
 from replaylog.engine.telemetry import Metrics, RunSpans
 from replaylog.engine.vocab import SlotKind, Status
+from replaylog.engine.worker.activity_loop import ActivityLoop
 from replaylog.engine.worker.committer import Committer
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
@@ -112,6 +114,7 @@ class RunParts:
         marks_in_store: in-flight marks are tracked and there is no mark file (a server's
             store): each mark is one write to the database, where every host sees it.
         metrics: commit latencies and activity attempts are counted there (engine.telemetry), or None.
+        activities: the worker's event loop for `async def` activities.
     """
 
     registry: Registry
@@ -124,6 +127,7 @@ class RunParts:
     board: MarkBoard | None = None
     marks_in_store: bool = False
     metrics: Metrics | None = None
+    activities: ActivityLoop = field(default_factory=ActivityLoop)
 
 
 class WorkflowRun:
@@ -185,6 +189,7 @@ class WorkflowRun:
             state, workflow_id=claim.id, activities=parts.registry.activities, clock=parts.clock,
             sleep=self.sleep, record=self.record, on_start=self.on_start, prior=prior, cancel=claim.cancel,
             parallel=hooks, on_attempt_end=self.on_attempt_end if observed else None,
+            run_coroutine=functools.partial(parts.activities.run, claim.id),
         )
         try:
             outcome = execute(fn, ctx, state)

@@ -211,6 +211,11 @@ class PGConnection(StoreBase):
         """Nothing: the server bounds its own log, and dead workers are found by their lapsed leases."""
         return None
 
+    def reclaim_space(self, *, full: bool = False) -> str:
+        """Nothing: the server's autovacuum makes the space of deleted rows reusable; what that means, in a line."""
+        return ("PostgreSQL's autovacuum makes the deleted rows' space reusable"
+                " (VACUUM FULL, run by the server's administrator, would give it back to the file system)")
+
     # -- running operations
 
     def _run(self, fn: Callable[[Conn, int], T], *, write: bool = False) -> T:

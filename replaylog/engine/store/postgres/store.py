@@ -7,9 +7,10 @@ from replaylog.engine.store.postgres.leases import PGLeases
 from replaylog.engine.store.postgres.operations import PGOperatorWrites
 from replaylog.engine.store.postgres.reads import PGReads
 from replaylog.engine.store.postgres.workers import PGWorkerRegistry
+from replaylog.engine.store.shared.retention import SharedRetention
 
 
-class PostgresStore(PGCommits, PGLeases, PGWorkerRegistry, PGOperatorWrites, PGReads):
+class PostgresStore(PGCommits, PGLeases, PGWorkerRegistry, PGOperatorWrites, SharedRetention, PGReads):
     """The log store in a PostgreSQL database (schema `replaylog`): every store protocol.
 
     A store holds one connection (and, once `data_version` is asked, a listening one) and

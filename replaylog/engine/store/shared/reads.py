@@ -259,6 +259,14 @@ class SharedReads(StoreBase):
             " ORDER BY c.slot_key DESC LIMIT 1", (workflow_id, False))
         return None if r is None else _command_row(r)
 
+    def first_slot(self, workflow_id: str, kind: str, name: str) -> int | None:
+        """The first slot of a workflow that recorded a command of this kind and name, if any."""
+        r = self._query_one(
+            f"SELECT c.slot_key - {FIRST_KEY} FROM workflows w JOIN commands c"
+            f" ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY} WHERE w.id = ? AND c.kind = ? AND c.name = ?"
+            " ORDER BY c.slot_key LIMIT 1", (workflow_id, kind, name))
+        return None if r is None else int(r[0])
+
     def family(self, workflow_id: str) -> dict[str, Any]:
         """A workflow's parent (ctx.call_workflow) and children: {"parent": id or None, "children": [...]}."""
         run = self.dialect.run

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from replaylog.engine.store.shared.reads import SharedReads
+from replaylog.engine.store.shared.retention import SharedRetention
 from replaylog.engine.store.sqlite.commit import Commits
 from replaylog.engine.store.sqlite.connection import store_error
 from replaylog.engine.store.sqlite.leases import Leases
@@ -52,7 +53,7 @@ def _store_errors_only(cls: C) -> C:
 
 
 @_store_errors_only
-class SQLiteStore(Commits, Upkeep, Leases, WorkerRegistry, OperatorWrites, SharedReads):
+class SQLiteStore(Commits, Upkeep, Leases, WorkerRegistry, OperatorWrites, SharedRetention, SharedReads):
     """The log store on one SQLite file: every store protocol of `engine.store.protocols`.
 
     Args:

@@ -16,7 +16,7 @@ import os
 import sqlite3
 import time
 
-from replaylog.engine.errors import ReplaylogError, StoreError
+from replaylog.engine.errors import ReadOnlyError, ReplaylogError, StoreError
 from replaylog.engine.marks import MarkBoard, board_files, board_owner, read_board
 from replaylog.engine.store.sqlite.connection import BUSY_TIMEOUT_S, SQLiteConnection
 from replaylog.engine.store.sqlite.inflight import InflightMarks
@@ -76,6 +76,34 @@ class Upkeep(InflightMarks, SQLiteConnection):
         if now >= self._next_wal_check:
             self._next_wal_check = now + self._bound_wal()
         return dead
+
+    def reclaim_space(self, *, full: bool = False) -> str:
+        """Hand the pages pruned workflows left free back to the file system; what was done, in a line.
+
+        Freed pages are reused by later writes, so a store pruned regularly stops growing
+        without this. A file made with `PRAGMA auto_vacuum = INCREMENTAL` gives its free
+        pages back at once (an incremental vacuum); any other file only through `full`: a
+        VACUUM, which rewrites the whole file (it needs that much free disk and holds the
+        write lock while it runs), then a checkpoint that truncates the WAL it went through.
+        """
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        conn = self._conn
+        before = self.path.stat().st_size
+        incremental = conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        if incremental:
+            conn.execute("PRAGMA incremental_vacuum").fetchall()
+        elif full:
+            conn.execute("VACUUM")
+        else:
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            size = conn.execute("PRAGMA page_size").fetchone()[0]
+            return (f"{int(free) * int(size) / 1e6:.1f} MB of {self.path} is free for new workflows to reuse;"
+                    " --vacuum gives it back to the file system")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        after = self.path.stat().st_size
+        how = "incremental vacuum" if incremental else "VACUUM"
+        return f"{how}: {self.path} went from {before / 1e6:.1f} MB to {after / 1e6:.1f} MB"
 
     def _dead_owners(self, me: str) -> list[str]:
         """Owners on this host whose process is gone."""

@@ -1,0 +1,188 @@
+"""Async workflows and activities for the tests (importable as an app: `--app async_app`).
+
+REPLAYLOG_TEST_LEDGER names a file each ledger activity appends "workflow-id slot" to,
+once per run of its body; REPLAYLOG_TEST_LATENCY bounds a random latency (seconds) of
+the async activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any
+
+from replaylog import ActivityError, WorkflowCancelled, activity, current_activity, workflow
+
+# Calls of each activity in this process, by name (in-process tests count them).
+CALLS: dict[str, int] = {}
+# Flipped by a test to change the code between runs (the non-determinism guard).
+CHANGED = {"on": False}
+
+
+def _count(name: str) -> None:
+    CALLS[name] = CALLS.get(name, 0) + 1
+
+
+async def _latency() -> None:
+    bound = float(os.environ.get("REPLAYLOG_TEST_LATENCY", "0"))
+    if bound:
+        await asyncio.sleep(random.uniform(0, bound))
+
+
+def _ledger() -> None:
+    path = os.environ.get("REPLAYLOG_TEST_LEDGER")
+    if path:
+        info = current_activity()
+        with open(path, "a") as f:
+            f.write(f"{info.workflow_id} {info.slot}\n")
+
+
+@activity
+def double(x: int) -> int:
+    _count("double")
+    return 2 * x
+
+
+@activity
+async def adouble(x: int) -> int:
+    _count("adouble")
+    await _latency()
+    return 2 * x
+
+
+@activity
+async def atriple(x: int) -> int:
+    _count("atriple")
+    await _latency()
+    return 3 * x
+
+
+@activity
+async def afail(x: int) -> int:
+    _count("afail")
+    await asyncio.sleep(0)
+    raise ValueError(f"no good: {x}")
+
+
+@activity
+async def aledger(i: int) -> int:
+    await _latency()
+    _ledger()
+    return i
+
+
+@activity
+async def ahang() -> str:
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        path = os.environ.get("REPLAYLOG_TEST_LEDGER")
+        if path:
+            with open(path, "a") as f:
+                f.write("cancelled\n")
+        raise
+    return "never"
+
+
+@activity
+async def aset() -> set[int]:
+    return {1, 2}
+
+
+@activity
+def returns_coroutine() -> Any:
+    return adouble(1)
+
+
+@workflow
+async def pipeline(ctx: Any, n: int) -> int:
+    a = await ctx.call_activity(double, n)
+    return int(await ctx.call_activity(adouble, a))
+
+
+@workflow
+async def fan(ctx: Any, n: int) -> list[int]:
+    first = await ctx.call_activity(double, 1)
+    many = await asyncio.gather(*(ctx.call_activity(adouble if i % 2 else atriple, i) for i in range(n)))
+    return [first, *many]
+
+
+@workflow
+async def gated(ctx: Any) -> list[Any]:
+    """now(), two waits on one name, and an activity between: the recorded mechanisms."""
+    started = ctx.now()
+    first = await ctx.wait_signal("go")
+    value = await ctx.call_activity(atriple if CHANGED["on"] else adouble, first)
+    second = await ctx.wait_signal("go")
+    return [started, first, value, second, ctx.now() >= started]
+
+
+@workflow
+async def memo(ctx: Any) -> str:
+    try:
+        await ctx.call_activity(afail, 1, max_retries=2)
+    except ActivityError as exc:
+        await ctx.wait_signal("go")
+        return f"handled: {exc.error}"
+    return "unreachable"
+
+
+@workflow
+async def saga(ctx: Any) -> str:
+    try:
+        await ctx.wait_signal("never")
+    except WorkflowCancelled:
+        await ctx.call_activity(adouble, 100)
+        raise
+    return "unreachable"
+
+
+@workflow
+async def sleeper(ctx: Any, seconds: float) -> str:
+    await ctx.sleep(seconds)
+    return "woke"
+
+
+@workflow
+async def parent(ctx: Any, n: int) -> int:
+    return int(await ctx.call_workflow(pipeline, n)) + 1
+
+
+@workflow
+def sync_calls_async(ctx: Any, n: int) -> int:
+    return int(ctx.call_activity(adouble, n))
+
+
+@workflow
+async def steps(ctx: Any, n: int) -> int:
+    total = 0
+    for i in range(0, n, 4):
+        values = await asyncio.gather(*(ctx.call_activity(aledger, j) for j in range(i, min(i + 4, n))))
+        total += sum(values)
+    return total
+
+
+@workflow
+async def hangs(ctx: Any) -> str:
+    return str(await ctx.call_activity(ahang))
+
+
+@workflow
+async def sleeps_badly(ctx: Any) -> None:
+    await asyncio.sleep(1)
+
+
+@workflow
+async def awaits_forever(ctx: Any) -> None:
+    await asyncio.Event().wait()
+
+
+@workflow
+async def returns_set(ctx: Any) -> Any:
+    return await ctx.call_activity(aset)
+
+
+@workflow
+async def sync_returning_coroutine(ctx: Any) -> Any:
+    return await ctx.call_activity(returns_coroutine)
