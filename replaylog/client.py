@@ -19,6 +19,7 @@ re-reads the workflow only when `PRAGMA data_version` says another connection co
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import threading
@@ -47,6 +48,7 @@ from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_s
 from replaylog.engine.store import (
     PruneBatch,
     ReaderStore,
+    ScheduleRow,
     Store,
     WorkflowRow,
     database_path,
@@ -516,6 +518,50 @@ class Client:
         """
         document = doc if isinstance(doc, HistoryDocument) else parse_document(doc, "the document")
         return WorkflowHandle(self, self._call(lambda s: s.import_history(document, new_id=id), create=True))
+
+    # -- schedules (engine.schedules, docs/schedules.md)
+
+    def add_schedule(self, name: str, workflow: Callable[..., Any] | str, cron: str, input: Any = NO_INPUT, *,
+                     timezone: str = "UTC", overlap: str = "skip", catch_up: str = "last") -> ScheduleRow:
+        """Add a schedule that starts `workflow` at each tick of `cron` in `timezone`; return it.
+
+        Each tick starts one workflow, id "NAME@<tick in UTC>", with `input` (leave it out
+        for a workflow that takes none). `overlap`: skip, buffer-one or allow; `catch_up`:
+        none, last or all (docs/schedules.md). Raises ScheduleRefusedError (a malformed
+        cron expression, an unknown time zone or policy, a name taken), WorkflowInputError,
+        ValueNotJSONError; nothing is written then. A missing SQLite database is created.
+        """
+        wf_name, fn = _workflow_name(workflow)
+        if fn is None and self.registry is not None:
+            fn = self.registry.workflow(wf_name)
+        given = input is not NO_INPUT
+        if fn is not None:
+            refusal = Registry("", {wf_name: fn}).input_refusal(wf_name, given)
+            if refusal is not None:
+                raise WorkflowInputError(refusal)
+        return self._call(lambda s: s.add_schedule(name, wf_name, cron, input=input if given else None,
+                                                   has_input=given, timezone=timezone, overlap=overlap,
+                                                   catch_up=catch_up), create=True)
+
+    def schedules(self) -> builtins.list[ScheduleRow]:
+        """Every schedule, by name, with its next tick (`next_at`)."""
+        return self._call(lambda s: s.list_schedules())
+
+    def pause_schedule(self, name: str, reason: str | None = None) -> ScheduleRow:
+        """Pause a schedule: its ticks start nothing until it is resumed."""
+        return self._call(lambda s: s.pause_schedule(name, True, reason))
+
+    def resume_schedule(self, name: str, reason: str | None = None) -> ScheduleRow:
+        """Resume a paused schedule from its next tick after now (the ticks it missed paused are not caught up)."""
+        return self._call(lambda s: s.pause_schedule(name, False, reason))
+
+    def delete_schedule(self, name: str, reason: str | None = None) -> None:
+        """Delete a schedule; the workflows it started are untouched."""
+        self._call(lambda s: s.delete_schedule(name, reason))
+
+    def trigger_schedule(self, name: str) -> WorkflowHandle[Any]:
+        """Start the schedule's workflow now (whatever its policies, even paused); its handle."""
+        return WorkflowHandle(self, self._call(lambda s: s.trigger_schedule(name)))
 
     def prune(self, finished_before: float | str | datetime | timedelta, *,
               statuses: str | Iterable[str] | None = None, dry_run: bool = False, vacuum: bool = False,

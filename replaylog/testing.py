@@ -10,7 +10,9 @@
 Time skipping: while a call of `env.client` waits (`result`, `get_event`) and no
 workflow has code to run (none pending, running, or due), the environment's clock jumps
 to the earliest recorded wake time (a `ctx.sleep`, `sleep_until`, a signal's or an
-approval's deadline), so a workflow that sleeps a day finishes in milliseconds. Outside
+approval's deadline) or the next schedule tick, so a workflow that sleeps a day finishes in
+milliseconds. `env.advance(seconds)` steps through the schedule ticks and wake times on
+the way in order, starting each tick's workflow and letting it run before the next. Outside
 such a wait the clock runs as the wall clock does: a test can start a workflow, look at
 it and signal it before a deadline passes. `env.advance(seconds)` moves it by hand.
 
@@ -109,10 +111,29 @@ class WorkflowEnvironment:
         """
         if seconds < 0:
             raise ValueError(f"advance: time moves forward only, got {seconds!r} seconds")
-        self.wait_idle()
-        with self._clock_lock:
-            self._offset += seconds
-        self.wait_idle()
+        self._settle()
+        target = self.now() + seconds
+        store = self._own_store()
+        # Step through the schedule ticks and wake times on the way, in order, as real time
+        # would: five minutes of a "* * * * *" schedule start five workflows, each run in turn.
+        while True:
+            times = [t for t in (store.next_schedule_at(), store.next_wake()) if t is not None and t <= target]
+            step = min(times) if times else target
+            with self._clock_lock:
+                ahead = step - self.now()
+                if ahead > 0:
+                    self._offset += ahead
+            self._settle()
+            if step >= target:
+                return
+
+    def _settle(self) -> None:
+        """Start the due schedule ticks and let every workflow run until it waits, until nothing more starts."""
+        store = self._own_store()
+        while True:
+            self.wait_idle()
+            if not store.fire_schedules(self.now()):
+                return
 
     def wait_idle(self, timeout: float = ADVANCE_WAIT) -> None:
         """Return once no workflow is pending, running or due; TimeoutError after `timeout` seconds."""
@@ -134,11 +155,12 @@ class WorkflowEnvironment:
         store = open_store(self.db, wake_clock=self.now)  # this thread's own connection
         try:
             while not self._stop.wait(SKIP_LOOK):
-                if not self.client.waiting or store.has_runnable():
+                if not self.client.waiting or store.has_runnable() or store.fire_schedules(self.now()):
                     continue
-                wake_at = store.next_wake()
-                if wake_at is None:
+                times = [t for t in (store.next_wake(), store.next_schedule_at()) if t is not None]
+                if not times:
                     continue
+                wake_at = min(times)
                 with self._clock_lock:
                     ahead = wake_at - self.now()
                     if ahead > 0:

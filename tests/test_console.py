@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
 from console_seed import ROLES, copy_db, frozen_time, seed_long_history
+from textual import events
 from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static, TextArea
@@ -582,6 +583,33 @@ async def test_the_signal_dialog_starts_in_the_name_offers_no_payload_and_tab_go
         assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog))
         with open_store(console_db, readonly=True) as store:
             assert [(s.name, s.payload) for s in store.list_signals(ROLES["blocked"])][-1] == ("approval", None)
+
+
+def type_at_once(app: ReplaylogConsole, *keys: tuple[str, str | None]) -> None:
+    """Hand the app several keys in one read, as a terminal or a served session delivers a burst.
+
+    Pilot's `press` waits until each key is handled before the next; a person typing over a
+    slow link (or a quick typist) does not.
+    """
+    assert app._driver is not None
+    for key, character in keys:
+        app._driver.send_message(events.Key(key, character))
+
+
+@pytest.mark.parametrize("next_field", [("tab", "\t"), ("enter", "\r")], ids=["tab", "enter"])
+@async_test
+async def test_keys_typed_at_once_after_the_name_land_in_the_payload_and_ctrl_s_sends_them(
+        console_db: Path, next_field: tuple[str, str]) -> None:
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        dialog = await open_dialog(pilot, ROLES["blocked"])
+        name, payload = dialog.query_one("#signal-name", Input), dialog.query_one("#payload", TextArea)
+        name.value = ""
+        await pilot.pause()
+        type_at_once(app, *[(c, c) for c in "nudge"], next_field, *[(c, c) for c in "null"], ("ctrl+s", "\x13"))
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog)), (name.value, payload.text)
+        with open_store(console_db, readonly=True) as store:
+            assert [(s.name, s.payload) for s in store.list_signals(ROLES["blocked"])][-1] == ("nudge", None)
 
 
 @async_test

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -34,6 +35,12 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Cancel", tooltip="cancel"),
         Binding("ctrl+s", "send", "Send", tooltip="send"),
+        # Priority bindings act when the key is read, before the keys after it are handed to
+        # a widget: without them, what is typed right after tab or enter (a quick typist, a
+        # slow link to a served console) still lands in the field being left ("nudgenull").
+        Binding("tab", "app.focus_next", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", show=False, priority=True),
+        Binding("enter", "name_entered", show=False, priority=True),
     ]
 
     def __init__(self, data: ConsoleData, workflow_id: str, default_name: str = "",
@@ -77,9 +84,11 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
     def _name_changed(self, _event: Input.Changed) -> None:
         self._validate(self.query_one("#payload", TextArea).text)
 
-    @on(Input.Submitted, "#signal-name")
-    def _name_submitted(self, _event: Input.Submitted) -> None:
-        self.query_one("#payload", TextArea).focus()
+    def action_name_entered(self) -> None:
+        """Enter in the name goes on to the payload; elsewhere it is the focused widget's."""
+        if self.focused is not self.query_one("#signal-name", Input):
+            raise SkipAction
+        self.set_focus(self.query_one("#payload", TextArea))  # at once (Widget.focus() waits a turn)
 
     def _validate(self, raw: str) -> None:
         line = self.query_one("#validation", Static)
@@ -109,8 +118,15 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
         self.action_send()
 
     def action_send(self) -> None:
-        """Send through the store, off the UI thread."""
-        if not self.valid or self.writing:
+        """Send what the fields hold now through the store, off the UI thread.
+
+        Validated again here: the check made on each change may still be queued behind a
+        ctrl+s typed at once after the payload.
+        """
+        if self.writing:
+            return
+        self._validate(self.query_one("#payload", TextArea).text)
+        if not self.valid:
             return
         self.query_one("#send", Button).disabled = True
         wid, name, payload = self.workflow_id, self.query_one("#signal-name", Input).value, self.payload

@@ -167,6 +167,12 @@ class Registry:
             return f"workflow {name!r} needs an input {parameters_text(fn)}: give INPUT_JSON"
         return None
 
+    @property
+    def schedules(self) -> dict[str, str]:
+        """The app's schedules: workflow name → cron expression, of each `@workflow(schedule=...)`."""
+        return {name: fn._replaylog_schedule for name, fn in self.workflows.items()  # type: ignore[attr-defined]
+                if getattr(fn, "_replaylog_schedule", None)}
+
 
 def resolve_app_spec(spec: str | None) -> str:
     """--app, else $REPLAYLOG_APP, else the bundled replaylog.samples."""

@@ -107,14 +107,27 @@ def forget_decorated(module_name: str) -> None:
 
 
 @overload
-def workflow(fn: F, *, name: str | None = None) -> F: ...
+def workflow(fn: F, *, name: str | None = None, schedule: str | None = None) -> F: ...
 @overload
-def workflow(fn: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
-def workflow(fn: F | None = None, *, name: str | None = None) -> F | Callable[[F], F]:
-    """Mark a function as a workflow: `def wf(ctx, input)`. The name defaults to the function's."""
-    if fn is None:
-        return lambda f: _mark(f, "workflow", name)
-    return _mark(fn, "workflow", name)
+def workflow(fn: None = None, *, name: str | None = None, schedule: str | None = None) -> Callable[[F], F]: ...
+def workflow(fn: F | None = None, *, name: str | None = None, schedule: str | None = None) -> F | Callable[[F], F]:
+    """Mark a function as a workflow: `def wf(ctx, input)`. The name defaults to the function's.
+
+    `schedule`: a cron expression ("*/5 * * * *", UTC): a worker of the app keeps a schedule
+    of this name that starts the workflow (without input) at each tick (docs/schedules.md).
+    A malformed expression is refused here (ScheduleRefusedError).
+    """
+    if schedule is not None:
+        from replaylog.engine.schedules import check_cron  # only an app with schedules loads cronsim
+
+        check_cron(schedule)
+
+    def mark(f: F) -> F:
+        marked = _mark(f, "workflow", name)
+        marked._replaylog_schedule = schedule  # type: ignore[attr-defined]
+        return marked
+
+    return mark if fn is None else mark(fn)
 
 
 @overload

@@ -164,6 +164,10 @@ class OperatorRefusedError(StoreError):
     """An operator action that does not apply to the workflow as it is (cancel a finished one, …)."""
 
 
+class ScheduleRefusedError(OperatorRefusedError):
+    """A schedule that cannot be: a malformed cron expression, an unknown time zone or name, no such schedule."""
+
+
 class HistoryFormatError(StoreError):
     """An exported history document is malformed, or of another format or version."""
 

@@ -13,7 +13,7 @@ A store object holds one connection and stays on the thread that opened it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Self
 
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
@@ -113,6 +113,15 @@ class ReaderStore(_Closable, Protocol):
     def stats(self) -> rows.StoreStats:
         """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot."""
 
+    def list_schedules(self) -> list[rows.ScheduleRow]:
+        """Every schedule, by name."""
+
+    def get_schedule(self, name: str) -> rows.ScheduleRow:
+        """One schedule; ScheduleRefusedError if there is none of that name."""
+
+    def next_schedule_at(self) -> float | None:
+        """The earliest next tick of a schedule that is not paused, None if none."""
+
 
 class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
@@ -141,6 +150,20 @@ class OperatorStore(ReaderStore, Protocol):
     def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
                         request: str | None = None) -> str:
         """Answer the pending approval request (only it, once); return its id."""
+
+    def add_schedule(self, name: str, workflow: str, cron_expr: str, *, input: Any = None, has_input: bool = False,
+                     timezone: str = "UTC", overlap: str = "skip", catch_up: str = "last",
+                     start_at: float | None = None, origin: str = "operator") -> rows.ScheduleRow:
+        """Add a schedule (engine.schedules), everything checked before anything is written."""
+
+    def pause_schedule(self, name: str, paused: bool = True, reason: str | None = None) -> rows.ScheduleRow:
+        """Pause a schedule, or resume it from its next tick after now."""
+
+    def delete_schedule(self, name: str, reason: str | None = None) -> None:
+        """Delete a schedule; the workflows it started are untouched."""
+
+    def trigger_schedule(self, name: str) -> str:
+        """Start the schedule's workflow now; its id."""
 
     def prune_batch(self, *, finished_before: float, statuses: Collection[str] = ..., after: int = 0,
                     batch: int = 500, dry_run: bool = False) -> rows.PruneBatch:
@@ -216,6 +239,15 @@ class WorkerStore(_Closable, Protocol):
 
     def load_state(self, workflow_id: str) -> WorkflowState:
         """The whole history of a workflow."""
+
+    def sync_app_schedules(self, schedules: Mapping[str, str]) -> list[str]:
+        """Make the app's schedules (workflow name → cron) rows; the names added or changed."""
+
+    def fire_schedules(self, now: float | None = None) -> list[str]:
+        """Start the workflows of every due tick; their ids."""
+
+    def next_schedule_at(self) -> float | None:
+        """The earliest next tick of a schedule that is not paused, None if none."""
 
     def upkeep(self, owner: str) -> list[str] | None:
         """Upkeep the worker's loop asks for on every pass, done only when due; the owners whose

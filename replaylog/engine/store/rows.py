@@ -337,3 +337,32 @@ def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_a
             dumps(outcome.diagnostic.to_dict()) if outcome.diagnostic else None,
             outcome.error_kind if status == Status.FAILED else None,
             outcome.traceback if status == Status.FAILED else None, now)
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One schedule (engine.schedules): what it starts, when, and what its last look did.
+
+    `input` is the decoded JSON input (None with `has_input` False: the workflow is called
+    without one); `next_at` the next tick (epoch seconds); `last_id` the workflow it started
+    last; `buffered` a tick kept by overlap buffer-one; `skipped` the ticks that started
+    nothing so far (missed or overlapping); `origin` "app" or "operator".
+    """
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    input: Any
+    has_input: bool
+    overlap: str
+    catch_up: str
+    paused: bool
+    origin: str
+    next_at: float
+    last_tick: float | None
+    last_id: str | None
+    buffered: float | None
+    skipped: int
+    created_at: float
+    updated_at: float

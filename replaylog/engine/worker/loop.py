@@ -75,6 +75,9 @@ CLAIM_COALESCE = 0.01
 # interrupted every time costs a claim and a replay a minute, not a spinning worker.
 INTERRUPTED_BACKOFF = 1.0
 INTERRUPTED_BACKOFF_MAX = 60.0
+# How often (seconds, on the worker's clock) the loop looks for due schedule ticks when it
+# knows of none sooner: a schedule added or resumed elsewhere is seen within this.
+SCHEDULE_LOOK = 1.0
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -215,6 +218,9 @@ class Worker:
             self._board = store.open_marks(self.owner, self.concurrency) if self.track_inflight else None
             store.worker_started(self.owner, host=self._host, pid=os.getpid(), app=self.registry.spec,
                                  names=self.names, ttl=self.ttl)
+            for name in store.sync_app_schedules(self.registry.schedules):
+                self._event(f"schedule:{name}", f"schedule {name} set from the app"
+                            f" ({self.registry.schedules[name]})", "schedule")
         except BaseException:
             if self._board is not None:
                 self._board.close(remove=True)
@@ -261,6 +267,7 @@ class Worker:
         next_lapse_check = 0.0
         next_renew = time.monotonic() + self.ttl / 3
         next_small_claim = 0.0
+        next_schedule = 0.0  # on self.clock: when to look for due schedule ticks
         dead: list[str] = []
         # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
         # store's wake index whenever we look, so the loop wakes at that time and never asks
@@ -284,6 +291,9 @@ class Worker:
                 dead = found
                 look = look or bool(dead)
             last_version = version
+            if self.clock() >= next_schedule:
+                next_schedule, started = self._schedules(store)
+                look = look or started  # this connection's own commit leaves data_version as it was
             free = self.concurrency - len(self._active)
             if look and 0 < free < self._claim_batch and now < next_small_claim:
                 # Under load, claim in batches: every claim is a durable write that holds
@@ -325,6 +335,23 @@ class Worker:
             # slots). A run that ends sets _wake, so a finished slot is refilled at once.
             self._wake.wait(self.poll if not self._active else max(self.poll, BUSY_POLL))
             self._wake.clear()
+
+    def _schedules(self, store: WorkerStore) -> tuple[float, bool]:
+        """Start the workflows of due schedule ticks (any worker may: each tick starts once).
+
+        Returns when to look next (on the worker's clock) and whether anything started.
+        """
+        started: list[str] = []
+        try:
+            started = store.fire_schedules(self.clock())
+            for wid in started:
+                self._event(wid, "started by its schedule", "scheduled")
+            upcoming = store.next_schedule_at()
+        except StoreBusyError as exc:
+            self._busy(exc)
+            upcoming = None
+        look = self.clock() + SCHEDULE_LOOK
+        return (look if upcoming is None else min(look, upcoming)), bool(started)
 
     def _damaged(self, exc: BaseException) -> None:
         """Stop the worker on a damaged database file, instead of retrying its workflows forever."""

@@ -102,6 +102,22 @@ MIGRATIONS: list[Migration] = [
         # an OpenTelemetry span: the worker's spans of the workflow join that trace.
         AddColumn("workflows", "trace_context", "text"),
     )),
+    Migration(4, "schedules: one row per cron schedule (engine.schedules)", (
+        # next_at: the next tick not yet looked at; last_id: the workflow the schedule started
+        # last (its overlap policy asks whether it still runs); buffered: a tick kept by
+        # overlap buffer-one. origin: "app" (@workflow(schedule=...)) or "operator" (the CLI).
+        Sql(sqlite="CREATE TABLE schedules (name TEXT PRIMARY KEY, workflow TEXT NOT NULL, cron TEXT NOT NULL,"
+                   " timezone TEXT NOT NULL, input TEXT, has_input INTEGER NOT NULL, overlap TEXT NOT NULL,"
+                   " catch_up TEXT NOT NULL, paused INTEGER NOT NULL DEFAULT 0, origin TEXT NOT NULL,"
+                   " next_at REAL NOT NULL, last_tick REAL, last_id TEXT, buffered REAL,"
+                   " skipped INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL, updated_at REAL NOT NULL)",
+            postgres="CREATE TABLE replaylog.schedules (name text PRIMARY KEY, workflow text NOT NULL,"
+                     " cron text NOT NULL, timezone text NOT NULL, input text, has_input boolean NOT NULL,"
+                     " overlap text NOT NULL, catch_up text NOT NULL, paused boolean NOT NULL DEFAULT false,"
+                     " origin text NOT NULL, next_at double precision NOT NULL, last_tick double precision,"
+                     " last_id text, buffered double precision, skipped bigint NOT NULL DEFAULT 0,"
+                     " created_at double precision NOT NULL, updated_at double precision NOT NULL)"),
+    )),
 ]
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from replaylog.engine.store.shared.reads import SharedReads
 from replaylog.engine.store.shared.retention import SharedRetention
+from replaylog.engine.store.shared.schedules import SharedSchedules
 from replaylog.engine.store.sqlite.commit import Commits
 from replaylog.engine.store.sqlite.connection import store_error
 from replaylog.engine.store.sqlite.leases import Leases
@@ -53,7 +54,8 @@ def _store_errors_only(cls: C) -> C:
 
 
 @_store_errors_only
-class SQLiteStore(Commits, Upkeep, Leases, WorkerRegistry, OperatorWrites, SharedRetention, SharedReads):
+class SQLiteStore(Commits, Upkeep, Leases, WorkerRegistry, OperatorWrites, SharedRetention, SharedSchedules,
+                  SharedReads):
     """The log store on one SQLite file: every store protocol of `engine.store.protocols`.
 
     Args:
