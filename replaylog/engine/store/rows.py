@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -119,7 +120,8 @@ def fit_text(text: str, cap: int, what: str, *, tail: bool = False) -> str:
 # whole, so every text reads back exactly as json.loads reads it. A text of ASCII digits
 # alone, a non-negative int (the commonest value), is read by int(). Measured with
 # bench.instructions' resume row: ~7,000 CPU instructions fewer a slot loaded, of ~26,000.
-_scan_once = json.JSONDecoder().scan_once
+# (The decoder's scanner, the C one where there is one; typeshed does not declare the attribute.)
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def loads(text: str | None) -> Any:
