@@ -5,6 +5,7 @@ Worker subprocesses load this module with `--app bench.app`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from replaylog import Context, activity, workflow
@@ -66,3 +67,24 @@ def alarm(ctx: Context, at: float) -> float:
     """Sleep durably until `at` (epoch seconds), then stamp the time."""
     ctx.sleep_until(at)
     return ctx.call_activity(stamp)
+
+
+@workflow
+async def achain(ctx: Context, n: int) -> int:
+    """`chain` as an async workflow: `n` trivial (sync) activities awaited in a row."""
+    for i in range(n):
+        await ctx.call_activity(tick, i)
+    return n
+
+
+@activity
+async def wait_a_while(seconds: float) -> float:
+    """An async activity that awaits `seconds` (a model call, say) and holds no thread meanwhile."""
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@workflow
+async def awaits_io(ctx: Context, seconds: float) -> float:
+    """One async activity that waits `seconds`."""
+    return float(await ctx.call_activity(wait_a_while, seconds))

@@ -17,13 +17,14 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import client_runs, console_runs, peer_dbos, postgres_runs, replaylog_runs, timer_runs
+from bench import async_runs, client_runs, console_runs, peer_dbos, postgres_runs, replaylog_runs, timer_runs
 from bench.report import print_table, write_json
 from bench.sizes import FULL, SMOKE, Sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = (
-    "single", "group", "resume", "signal", "short", "timers", "sleepers", "wake", "console", "postgres", "peer",
+    "single", "group", "resume", "signal", "short", "timers", "sleepers", "wake", "async", "console", "postgres",
+    "peer",
 )
 
 
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "timers": lambda: timer_runs.precision(workdir, sizes),
         "sleepers": lambda: timer_runs.sleepers(workdir, sizes),
         "wake": lambda: client_runs.result_wakeup(workdir, sizes),
+        "async": lambda: async_runs.async_bench(workdir, sizes),
         "console": lambda: console_runs.console_bench(
             workdir if args.smoke or not own_tmp else ROOT / "bench" / "results", sizes),
         "postgres": lambda: postgres_runs.postgres(workdir, sizes),

@@ -110,6 +110,15 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f"SQLite median {_f(ws.get('median_ms'), ' ms', 1)}, p99 {_f(ws.get('p99_ms'), ' ms', 1)}; "
         f"PostgreSQL median {_f(wp.get('median_ms'), ' ms', 1)}, p99 {_f(wp.get('p99_ms'), ' ms', 1)}",
         "median <= 50 ms")
+    a = m.get("async", {})
+    aw, asl = a.get("waiting", {}), a.get("slots", {})
+    add("async", f"11. async: {_f(aw.get('workflows'))} workflows awaiting a {_f(aw.get('activity_s'), ' s', 1)} "
+        "async activity, one worker process; workload 1 as an async workflow",
+        f"all done in {_f(aw.get('wall_s'), ' s', 2)}, peak {aw.get('peak_threads', '—')} threads "
+        f"(concurrency {aw.get('concurrency', '—')}), RSS {_f(aw.get('rss_mb'), ' MB')}; async "
+        f"{_f(asl.get('async_slots_per_s'))} vs sync {_f(asl.get('sync_slots_per_s'))} slots/s = "
+        f"{_f(asl.get('ratio_async_vs_sync'), '', 2)}",
+        "< 3 s (1 s activity), threads bounded; >= 0.8 of sync")
     c = m.get("console", {})
     add("console", f"6. console, {_f(c.get('workflows'))} workflows",
         f"paint {_f(c.get('first_paint_s'), ' s', 2)}, RSS {_f(c.get('peak_rss_mb'), ' MB')}, "

@@ -38,6 +38,10 @@ class Sizes:
     sleepers: int = 10_000
     sleepers_idle_s: float = 5.0
     wake_samples: int = 100
+    async_workflows: int = 1_000
+    async_activity_s: float = 1.0
+    async_slots: int = 5_000
+    async_rounds: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         """The sizes as a plain dict for the JSON report."""
@@ -51,5 +55,5 @@ SMOKE = Sizes(
     resume_repeats=2, signal_samples=5, short_workflows=40, short_slots=3, console_workflows=2_000, console_slots=500,
     console_refresh_s=0.5, peer_single_slots=20, peer_group_workflows=3, peer_group_slots=5, peer_resume_slots=30,
     peer_signal_samples=3, peer_short_workflows=10, timer_count=20, timer_spread_s=1.0, sleepers=200,
-    sleepers_idle_s=1.0, wake_samples=5,
+    sleepers_idle_s=1.0, wake_samples=5, async_workflows=40, async_activity_s=0.2, async_slots=200, async_rounds=1,
 )

@@ -14,6 +14,7 @@ knows both the engine and the console. `engine` and `console` are the implementa
 packages: what is not named here may change without notice.
 """
 
+from replaylog.async_client import AsyncClient, AsyncWorkflowHandle
 from replaylog.client import (
     Client,
     Slot,
@@ -52,7 +53,7 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
-from replaylog.worker import Worker
+from replaylog.worker import AsyncWorker, Worker
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
 # SignalRecord) and dry_replay, which serve the worker and `replaylog check`;
@@ -63,8 +64,11 @@ from replaylog.worker import Worker
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "AsyncClient",
     "AsyncContext",
+    "AsyncWorker",
     "AsyncWorkflowError",
+    "AsyncWorkflowHandle",
     "ChildWorkflowError",
     "Client",
     "Context",

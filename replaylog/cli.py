@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, cast
 
 import click
 from rich import box
@@ -26,21 +26,22 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from replaylog.client import NO_INPUT, Client, WorkflowHandle, resolve_db
+from replaylog.client import NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import check_workflow, judge
 from replaylog.engine.core import APPROVAL_PREFIX
 from replaylog.engine.errors import ReplaylogError, StoreError
+from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
-from replaylog.engine.retention import BATCH, parse_duration
+from replaylog.engine.retention import BATCH, parse_cutoff
 from replaylog.engine.schedules import CATCH_UPS, DEFAULT_CATCH_UP, DEFAULT_OVERLAP, OVERLAPS
 from replaylog.engine.store import (
-    STATUSES,
     AuditRow,
     OperatorStore,
     ReaderStore,
     ScheduleRow,
+    WorkflowFilter,
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
@@ -484,8 +485,9 @@ def prune(settings: Settings, finished_before: str, statuses: str, dry_run: bool
     A workflow is kept while any child workflow of it is unfinished, and a child goes
     with its parent. Export first (`replaylog export`) what must outlive the database.
     """
+    cutoff = parse_cutoff(finished_before, time.time())  # worded as the option, before anything opens
     with settings.client(readonly=dry_run) as client:
-        report = client.prune(finished_before, statuses=statuses, dry_run=dry_run, vacuum=vacuum, batch=batch)
+        report = client.prune(cutoff, statuses=statuses, dry_run=dry_run, vacuum=vacuum, batch=batch)
     total = report.pruned + report.children
     first = ", ".join(report.first) + (", …" if report.pruned > len(report.first) else "")
     verb = "would prune" if dry_run else "pruned"
@@ -679,8 +681,62 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
     return waiting_reason(workflow, served() if served is not None else store.served_names())
 
 
+# The options that choose workflows, on `list` and on the bulk actions (engine.filters).
+_FILTER_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("--status", "S,S", "Only workflows in these statuses (comma-separated)."),
+    ("--workflow", "NAME,NAME", "Only workflows of these names."),
+    ("--parent", "ID", "Only the children of this workflow (ctx.call_workflow)."),
+    ("--forked-from", "ID", "Only the forks of this workflow."),
+    ("--created-after", "AGE|TIME", "Only workflows started at or after this: an age (2h, 7d) or an ISO time."),
+    ("--created-before", "AGE|TIME", "Only workflows started before this."),
+    ("--updated-after", "AGE|TIME", "Only workflows last updated at or after this."),
+    ("--updated-before", "AGE|TIME", "Only workflows last updated before this."),
+    ("--error-kind", "KIND,KIND", "Only failed workflows of these error kinds (activity, nondeterministic, code,"
+                                  " engine)."),
+    ("--error-text", "WORDS", "Only workflows whose error holds all these words (full-text search)."),
+)
+
+
+def filter_options(fn: Any) -> Any:
+    """The filter options (`_FILTER_OPTIONS`, `--attr`, `--filter`), passed on as the keyword `filters`."""
+    def keep(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta.setdefault("replaylog_filters", {})[param.name] = value
+        return value
+
+    for flag, metavar, text in reversed(_FILTER_OPTIONS):
+        fn = click.option(flag, metavar=metavar, help=text, expose_value=False, callback=keep)(fn)
+    fn = click.option("--attr", "attr", multiple=True, metavar="KEY=VALUE", expose_value=False, callback=keep,
+                      help="Only workflows with this search attribute (ctx.upsert_search_attributes); repeatable.")(fn)
+    return click.option("--filter", "query", metavar="QUERY", expose_value=False, callback=keep,
+                        help="Filters as the console's filter box writes them: 'status:failed"
+                             " error_text:\"card declined\" customer=c-42'.")(fn)
+
+
+def _filter_given(ctx: click.Context) -> WorkflowFilter:
+    """The WorkflowFilter of a command's filter options (an unknown field or a bad value: one line)."""
+    given: dict[str, Any] = dict(ctx.meta.get("replaylog_filters", {}))
+    query, attrs = given.pop("query", None), given.pop("attr", ())
+    fields = {name: value for name, value in given.items() if value is not None}
+    if query:
+        extra, rest = parse_query(query)
+        if rest:
+            fail(f"--filter {query!r}: {rest!r} is no field:value or KEY=VALUE")
+        fields.update({k: v for k, v in _filter_fields(extra).items() if k not in fields})
+        attrs = (*attrs, *(f"{k}={v}" for k, v in extra.attributes))
+    return workflow_filter(fields, attrs)
+
+
+def _filter_fields(where: WorkflowFilter) -> dict[str, Any]:
+    """A parsed filter's fields back as `workflow_filter` takes them (times as epoch seconds)."""
+    return {k: v for k, v in {
+        "status": where.statuses, "workflow": where.workflows, "parent": where.parent,
+        "forked_from": where.forked_from, "created_after": where.created_after,
+        "created_before": where.created_before, "updated_after": where.updated_after,
+        "updated_before": where.updated_before, "error_kind": where.error_kinds, "error_text": where.error_text,
+    }.items() if v not in (None, ())}
+
+
 @cli.command(name="list")
-@click.option("--status", type=click.Choice(STATUSES), help="Only workflows in this status.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="At most this many (default: all with --json, 200 in the table; 0 means all).")
@@ -689,17 +745,20 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 @click.option("--tree", is_flag=True,
               help="Child workflows (ctx.call_workflow) under their parent, indented: the filters and --limit"
                    " choose the top-level workflows, each shown with all its children.")
+@filter_options
 @global_options
 @pass_settings
-def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int | None, awaiting: str | None,
+@click.pass_context
+def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int | None, awaiting: str | None,
              tree: bool) -> None:
-    """List workflows, most recently updated first."""
+    """List workflows, most recently updated first, of every filter given (docs/cli.md, "Filters")."""
+    where = _filter_given(ctx)
     if limit is None:
         limit = 0 if as_json else 200
     depth: dict[str, int] = {}
     with settings.open(readonly=True) as store:
-        top = store.list_workflows(status=status, limit=limit or -1, awaiting=awaiting, top_level=tree)
-        total = (store.count_workflows(status=status, awaiting=awaiting, top_level=tree) if limit and len(top) == limit
+        top = store.list_workflows(where=where, limit=limit or -1, awaiting=awaiting, top_level=tree)
+        total = (store.count_workflows(where=where, awaiting=awaiting, top_level=tree) if limit and len(top) == limit
                  else len(top))
         rows: list[WorkflowRow | WorkflowSummary] = list(top)
         if tree:
@@ -708,12 +767,13 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
         waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
         approvals = {r.id: store.pending_approval(r.id) for r in rows
                      if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
+        attributes = store.search_attributes([r.id for r in rows])
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
              "wake_at": r.wake_at, "slots": r.slots,
              "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id],
-             "parent": r.parent} for r in rows
+             "parent": r.parent, "search_attributes": attributes.get(r.id, {})} for r in rows
         ]))
         return
     # --limit and the total count top-level workflows under --tree: a child comes with its parent, uncounted.
@@ -724,7 +784,10 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
     # A failed workflow's error, or why a cancelled or terminated one was stopped (the
     # operator's reason): a column of its own, last, when a row has one.
     errors = any(r.error for r in rows)
-    columns = ("id", "workflow", "status", "blocked on", "slots", "updated (UTC)") + ("error / reason",) * errors
+    # Each search attribute a row on the page has is a column of its own, after the slots.
+    keys = sorted({k for found in attributes.values() for k in found})
+    columns = (("id", "workflow", "status", "blocked on", "slots", *keys, "updated (UTC)")
+               + ("error / reason",) * errors)
     for col in columns:
         # Ids are what operators copy into the next command: never cut them short.
         table.add_column(col, justify="right" if col == "slots" else "left", overflow="fold",
@@ -735,7 +798,9 @@ def list_cmd(settings: Settings, status: str | None, as_json: bool, limit: int |
                  else _waits(waiting[r.id]))
         # A child is indented under its parent; the id itself stays whole, to be copied.
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
-        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots), _t(_when(r.updated_at, short=True))]
+        found = attributes.get(r.id, {})
+        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
+                 *(_t(found.get(k, "")) for k in keys), _t(_when(r.updated_at, short=True))]
         if errors:
             cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == Status.FAILED else ""))
         table.add_row(*cells)
@@ -1032,19 +1097,80 @@ def _one(text: str) -> str:
     return printable(text, oneline=True)
 
 
+# How many ids a bulk action names before it acts (the rest are counted).
+_BULK_SHOWN = 10
+_PAST = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
+
+
+def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: str | None, dry_run: bool, yes: bool,
+          app: Registry | None = None, force: bool = False) -> None:
+    """A bulk action: the matching ids shown, confirmation (unless --yes), each done on its own, a summary."""
+    where = _filter_given(ctx)
+    with settings.client(app=app) as client:
+        ids = client.matching(where)
+        shown = ", ".join(ids[:_BULK_SHOWN]) + (", …" if len(ids) > _BULK_SHOWN else "")
+        click.echo(_one(f"{action}: {len(ids)} workflow(s) match" + (f": {shown}" if ids else "")), err=True)
+        if dry_run or not ids:
+            click.echo(_one(f"dry run: nothing was {_PAST[action]}" if dry_run else "nothing to do"), err=True)
+            return
+        if not yes:
+            if not sys.stdin.isatty():
+                fail(f"{action} of {len(ids)} workflow(s) needs confirmation: add --yes (no terminal to ask on)")
+            if not click.confirm(f"{action.capitalize()} these {len(ids)} workflow(s)?", err=True):
+                fail(f"nothing was {_PAST[action]}")
+
+        def said(outcome: BulkOutcome) -> None:
+            if outcome.ok:
+                click.echo(_one(f"{outcome.id} {_PAST[action]}"))
+            else:
+                click.echo(_one(f"{outcome.id} refused: {outcome.error}"), err=True)
+
+        report = client.bulk(action, ids, reason=reason, force=force, on_each=said)
+    refused = len(report.refused)
+    click.echo(_one(f"{_PAST[action]} {report.done} of {len(ids)} workflow(s)"
+                    + (f"; {refused} refused (above)" if refused else "")), err=True)
+    if refused:
+        sys.exit(1)
+
+
+def _bulk_options(fn: Any) -> Any:
+    """A one-workflow action's WORKFLOW_ID made optional, with the filter options to act on many instead."""
+    fn = click.option("--yes", "-y", is_flag=True, help="With filters: act without asking for confirmation.")(fn)
+    fn = click.option("--dry-run", is_flag=True, help="With filters: show what matches; do nothing.")(fn)
+    fn = filter_options(fn)
+    return click.argument("workflow_id", required=False)(fn)
+
+
+def _one_or_many(ctx: click.Context, workflow_id: str | None, dry_run: bool, yes: bool) -> bool:
+    """True for a bulk action (filters, no id); one-line refusals for neither or both."""
+    filtered = any(v not in (None, ()) for v in ctx.meta.get("replaylog_filters", {}).values())
+    if workflow_id is not None and (filtered or dry_run or yes):
+        fail("give a WORKFLOW_ID or filters (--status, --workflow, …), not both")
+    if workflow_id is None and not filtered:
+        fail("give a WORKFLOW_ID, or filters (--status, --workflow, …) to act on every workflow they match")
+    return workflow_id is None
+
+
 def _stopping(act: Callable[[WorkflowHandle[Any], str | None], str]) -> click.Command:
-    """A command `act.__name__ WORKFLOW_ID [--reason TEXT]`: runs `act` on the handle, prints the line it returns.
+    """A command `act.__name__ WORKFLOW_ID|FILTERS [--reason TEXT]`: runs `act` on the handle, prints the line
+    it returns; with filters, on every workflow they match (`_bulk`).
 
     Its help is `act`'s docstring. (cancel and terminate: the same arguments, one write.)
     """
+    action = cast(BulkAction, act.__name__)
 
-    @click.argument("workflow_id")
+    @_bulk_options
     @click.option("--reason", help="Why: kept with the workflow and in the audit trail, shown by `show` and `list`.")
     @global_options
     @pass_settings
-    def command(settings: Settings, workflow_id: str, reason: str | None) -> None:
+    @click.pass_context
+    def command(ctx: click.Context, settings: Settings, workflow_id: str | None, reason: str | None, dry_run: bool,
+                yes: bool) -> None:
+        if _one_or_many(ctx, workflow_id, dry_run, yes):
+            _bulk(ctx, settings, action, reason, dry_run, yes)
+            return
         with settings.client() as client:
-            said = act(client.get_handle(workflow_id), reason)
+            said = act(client.get_handle(str(workflow_id)), reason)
         click.echo(_one(said))
 
     return cli.command(name=act.__name__, help=act.__doc__)(command)
@@ -1072,20 +1198,26 @@ def terminate(handle: WorkflowHandle[Any], reason: str | None) -> str:
 
 
 @cli.command()
-@click.argument("workflow_id")
+@_bulk_options
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--force", is_flag=True, help="Skip the dry replay against the current code.")
 @click.option("--reason", help="Why: kept in the audit trail.")
 @global_options
 @pass_settings
-def retry(settings: Settings, workflow_id: str, app: str | None, force: bool, reason: str | None) -> None:
+@click.pass_context
+def retry(ctx: click.Context, settings: Settings, workflow_id: str | None, app: str | None, force: bool,
+          reason: str | None, dry_run: bool, yes: bool) -> None:
     """Set a failed workflow going again, history kept, once its history replays against the current code.
 
     Refused if the dry replay diverges, or if it would end in the same recorded activity
-    failure (fork from that slot instead).
+    failure (fork from that slot instead). With filters instead of an id, every failed
+    workflow they match, each on its own.
     """
+    if _one_or_many(ctx, workflow_id, dry_run, yes):
+        _bulk(ctx, settings, "retry", reason, dry_run, yes, app=None if force else _app(app), force=force)
+        return
     with settings.client(app=None if force else _app(app)) as client:
-        verdict = client.get_handle(workflow_id).retry(reason, force=force)
+        verdict = client.get_handle(str(workflow_id)).retry(reason, force=force)
     said = "dry replay skipped (--force)" if verdict is None else verdict.text
     click.echo(_one(f"{workflow_id} is pending again ({said})"))
 

@@ -24,9 +24,9 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Generic, Literal, TypeVar, cast, overload
@@ -43,6 +43,7 @@ from replaylog.engine.errors import (
     UnknownWorkflowIdError,
     WorkflowCancelled,
 )
+from replaylog.engine.filters import workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
 from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_statuses, prune
 from replaylog.engine.store import (
@@ -50,6 +51,7 @@ from replaylog.engine.store import (
     ReaderStore,
     ScheduleRow,
     Store,
+    WorkflowFilter,
     WorkflowRow,
     database_path,
     default_max_payload,
@@ -168,9 +170,12 @@ class WorkflowInfo:
     input: Any = None
     diagnostic: Diagnostic | None = None
     cancel_requested: str | None = None
+    forked_from: str | None = None
+    # Its search attributes (ctx.upsert_search_attributes), values as text; filled by `Client.list`.
+    search_attributes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_row(cls, row: WorkflowRow) -> WorkflowInfo:
+    def from_row(cls, row: WorkflowRow, search_attributes: dict[str, str] | None = None) -> WorkflowInfo:
         """The facts of one stored workflow row."""
         d = row.diagnostic
         return cls(
@@ -179,7 +184,8 @@ class WorkflowInfo:
             created_at=row.created_at, updated_at=row.updated_at, input=row.input,
             diagnostic=None if d is None else Diagnostic(int(d["slot"]), d.get("recorded"), d.get("issued"),
                                                          str(d.get("message", ""))),
-            cancel_requested=row.cancel_requested)
+            cancel_requested=row.cancel_requested, forked_from=row.forked_from,
+            search_attributes=dict(search_attributes or {}))
 
     @property
     def finished(self) -> bool:
@@ -274,6 +280,38 @@ def _check_key(key: object, what: str) -> str:
     return key
 
 
+BulkAction = Literal["retry", "cancel", "terminate"]
+BULK_ACTIONS: tuple[BulkAction, ...] = ("retry", "cancel", "terminate")
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """One workflow of a bulk action: done, or refused and why."""
+
+    id: str
+    ok: bool
+    error: str | None
+
+
+@dataclass
+class BulkReport:
+    """What a bulk action took (`ids`, in the order done) and what came of each."""
+
+    action: BulkAction
+    ids: list[str]
+    outcomes: list[BulkOutcome] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        """How many were done."""
+        return sum(o.ok for o in self.outcomes)
+
+    @property
+    def refused(self) -> list[BulkOutcome]:
+        """The ones refused, with why."""
+        return [o for o in self.outcomes if not o.ok]
+
+
 # ---------------------------------------------------------------- the client
 
 
@@ -314,6 +352,8 @@ class Client:
         self.waiting = 0
         # The clock recorded wake times are due by (replaylog.testing gives its own).
         self._wake_clock: Callable[[], float] | None = None
+        # Called on each change of the counter (from any thread): AsyncClient's waits wake their loops so.
+        self._listeners: set[Callable[[], None]] = set()
 
     # -- life
 
@@ -330,9 +370,7 @@ class Client:
             store, self._store = self._store, None
             if store is not None:
                 store.close()
-        with self._changed:
-            self._version += 1
-            self._changed.notify_all()
+        self._bump()
 
     @property
     def closed(self) -> bool:
@@ -367,9 +405,15 @@ class Client:
     # -- waiting for a change
 
     def _notify(self) -> None:
+        self._bump()
+
+    def _bump(self) -> None:
         with self._changed:
             self._version += 1
             self._changed.notify_all()
+            listeners = list(self._listeners)
+        for wake in listeners:
+            wake()
 
     def _look(self) -> None:
         """SQLite: bump the change counter if another connection committed since the last look."""
@@ -378,10 +422,10 @@ class Client:
                 return
             version = self._store.data_version()
         with self._changed:
-            if version != self._data_version:
-                self._data_version = version
-                self._version += 1
-                self._changed.notify_all()
+            moved = version != self._data_version
+            self._data_version = version
+        if moved:
+            self._bump()
 
     @contextlib.contextmanager
     def _waiting(self) -> Iterator[None]:
@@ -480,15 +524,68 @@ class Client:
         return WorkflowHandle(self, workflow_id)
 
     def list(self, *, status: str | Iterable[str] | None = None, workflow: Callable[..., Any] | str | None = None,
-             parent: str | None = None, limit: int | None = 100) -> list[WorkflowInfo]:
-        """Workflows, most recently updated first: of a status (or statuses), a workflow, a parent.
+             parent: str | None = None, limit: int | None = 100, attributes: Mapping[str, Any] | None = None,
+             **filters: Any) -> list[WorkflowInfo]:
+        """Workflows, most recently updated first, that match every filter given.
 
-        `limit` None (or 0) lists them all.
+        `status` (one or several), `workflow` (a function or a name), `parent`, `attributes`
+        (search attributes, each equal: {"customer": "c-42"}), and any field of
+        engine.filters.FIELDS as a keyword (`error_text="card declined"`,
+        `updated_after="2h"`, `forked_from=…`, `error_kind="activity"`). An unknown keyword
+        is refused (StoreError naming the fields). `limit` None (or 0) lists them all.
         """
-        name = None if workflow is None else _workflow_name(workflow)[0]
-        rows = self._call(lambda s: s.list_workflows(status=status, workflow=name, parent=parent,
-                                                     limit=limit or -1))
-        return [WorkflowInfo.from_row(r) for r in rows]
+        where = self.filter(status=status, workflow=workflow, parent=parent, attributes=attributes, **filters)
+
+        def read(store: Store) -> list[WorkflowInfo]:
+            rows = store.list_workflows(where=where, limit=limit or -1)
+            found = store.search_attributes([r.id for r in rows])
+            return [WorkflowInfo.from_row(r, found.get(r.id)) for r in rows]
+
+        return self._call(read)
+
+    def filter(self, *, status: str | Iterable[str] | None = None, workflow: Callable[..., Any] | str | None = None,
+               attributes: Mapping[str, Any] | Iterable[str] | None = None, **fields: Any) -> WorkflowFilter:
+        """The WorkflowFilter `list` and the bulk actions take, from the same keywords (checked here)."""
+        if workflow is not None and not isinstance(workflow, str):
+            workflow = _workflow_name(workflow)[0]
+        return workflow_filter({"status": status, "workflow": workflow, **fields}, attributes or ())
+
+    def count(self, where: WorkflowFilter) -> int:
+        """How many workflows a filter takes."""
+        return self._call(lambda s: s.count_workflows(where=where))
+
+    def matching(self, where: WorkflowFilter) -> builtins.list[str]:
+        """The ids of every workflow a filter takes, oldest first: what a bulk action acts on."""
+        if not where:
+            raise OperatorRefusedError("a bulk action needs at least one filter: every workflow is no set to act on")
+        return self._call(lambda s: [r.id for r in s.list_workflow_summaries(where=where, sort="created",
+                                                                             descending=False, limit=-1)])
+
+    def bulk(self, action: BulkAction, ids: Iterable[str], *, reason: str | None = None, force: bool = False,
+             on_each: Callable[[BulkOutcome], None] | None = None) -> BulkReport:
+        """Retry, cancel or terminate these workflows (`matching` finds them) one by one, each its own action.
+
+        Each is done exactly as `handle.retry/cancel/terminate` would (audited alike; a
+        retry dry-replayed against `app` unless `force`), and one refusal does not stop
+        the rest: each outcome goes to `on_each` as it comes, and the report counts them.
+        """
+        report = BulkReport(action, list(ids))
+        for wid in report.ids:
+            handle = self.get_handle(wid)
+            try:
+                if action == "retry":
+                    handle.retry(reason, force=force)
+                elif action == "cancel":
+                    handle.cancel(reason)
+                else:
+                    handle.terminate(reason)
+                outcome = BulkOutcome(wid, True, None)
+            except ReplaylogError as exc:
+                outcome = BulkOutcome(wid, False, str(exc))
+            report.outcomes.append(outcome)
+            if on_each is not None:
+                on_each(outcome)
+        return report
 
     def signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Send a signal to a workflow; return its sequence number.
@@ -575,15 +672,7 @@ class Client:
         unfinished. `dry_run`: count only, write nothing. `vacuum` (SQLite): give the
         space back to the file system afterwards (a VACUUM: see `reclaim_space`).
         """
-        now = time.time()
-        if isinstance(finished_before, timedelta):
-            cutoff = now - finished_before.total_seconds()
-        elif isinstance(finished_before, datetime):
-            cutoff = parse_cutoff(finished_before.isoformat(), now)
-        elif isinstance(finished_before, str):
-            cutoff = parse_cutoff(finished_before, now)
-        else:
-            cutoff = parse_cutoff(datetime.fromtimestamp(float(finished_before), UTC).isoformat(), now)
+        cutoff = parse_cutoff(finished_before, time.time(), "finished_before")
         wanted = parse_statuses(statuses)
 
         def one(after: int) -> PruneBatch:
@@ -629,7 +718,13 @@ class WorkflowHandle(Generic[R]):
             WorkflowTerminated: an operator terminated it.
             TimeoutError: `timeout` seconds passed first; the workflow is untouched.
         """
-        row = self._client._wait(lambda s: _finished(s.get_workflow(self._id)), timeout)
+        return self._ended(self._client._wait(self._finished, timeout), timeout)
+
+    def _finished(self, store: Store) -> WorkflowRow | None:
+        return _finished(store.get_workflow(self._id))
+
+    def _ended(self, row: WorkflowRow | None, timeout: float | None) -> R:
+        """`result`'s answer from the row its wait found (None: the wait timed out)."""
         if row is None:
             info = self.describe()
             raise TimeoutError(f"workflow {self._id!r} did not finish within {timeout} s (it is {info.status})")
@@ -650,6 +745,11 @@ class WorkflowHandle(Generic[R]):
         None until it is set or the workflow finishes. Returns None if the key is not set
         by then.
         """
+        answer = self._client._wait(self._event_look(key, timeout), timeout)
+        return None if answer is None else answer[1]
+
+    def _event_look(self, key: str, timeout: float | None) -> Callable[[Store], tuple[bool, Any] | None]:
+        """`get_event`'s check of the store, for its wait: (set?, value), or None to wait on."""
         key = _check_key(key, "get_event")
 
         def look(store: Store) -> tuple[bool, Any] | None:
@@ -660,8 +760,7 @@ class WorkflowHandle(Generic[R]):
                 return False, None  # it never will be set
             return None
 
-        answer = self._client._wait(look, timeout)
-        return None if answer is None else answer[1]
+        return look
 
     def events(self) -> dict[str, Any]:
         """Every event key the workflow set, with its latest value."""

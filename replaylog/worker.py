@@ -15,6 +15,7 @@ that stops it the way SIGTERM does when the block ends.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -28,7 +29,11 @@ from replaylog.engine.telemetry import Metrics
 from replaylog.engine.worker import DEFAULT_LEASE_TTL
 from replaylog.engine.worker import Worker as EngineWorker
 
-__all__ = ["Worker"]
+__all__ = ["AsyncWorker", "Worker"]
+
+# How often `run_async` looks whether the worker's thread has ended (a worker stopped by
+# `stop()` from elsewhere, or by a damaged database): a look costs nothing on the loop.
+RUN_ASYNC_LOOK = 0.1
 
 
 class Worker:
@@ -163,3 +168,38 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- inside an application's event loop
+
+    async def run_async(self) -> None:
+        """Serve until stopped or cancelled, from a coroutine: the loop is never blocked.
+
+        The worker runs in its background threads (and its async activities on its own
+        event loop), as `start()` runs it; this coroutine waits for it. Cancelling the
+        task that awaits it (an application shutting down) stops the worker as SIGTERM
+        does, waits for that without blocking the loop, and re-raises CancelledError.
+        """
+        await asyncio.to_thread(self.start)
+        thread = self._thread
+        assert thread is not None
+        try:
+            while thread.is_alive():
+                await asyncio.sleep(RUN_ASYNC_LOOK)
+        except asyncio.CancelledError:
+            await asyncio.to_thread(self.stop)
+            raise
+        await asyncio.to_thread(self.stop)  # raises what stopped it early, if anything did
+
+    async def __aenter__(self) -> Worker:
+        """`async with Worker(...)`: run in background threads for the block, started without blocking the loop."""
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Stop as SIGTERM does, waiting without blocking the loop."""
+        await asyncio.to_thread(self.stop)
+
+
+# The worker for asyncio applications is the same class: `async with AsyncWorker(...)` and
+# `await worker.run_async()` work on any Worker.
+AsyncWorker = Worker

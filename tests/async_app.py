@@ -186,3 +186,24 @@ async def returns_set(ctx: Any) -> Any:
 @workflow
 async def sync_returning_coroutine(ctx: Any) -> Any:
     return await ctx.call_activity(returns_coroutine)
+
+
+# Async activities that wait for each other: they finish only once `GATE_SIZE` of them run at once.
+GATE = {"size": 0, "arrived": 0}
+_gate_event: dict[int, asyncio.Event] = {}
+
+
+@activity
+async def gathered(i: int) -> int:
+    loop_id = id(asyncio.get_running_loop())
+    event = _gate_event.setdefault(loop_id, asyncio.Event())
+    GATE["arrived"] += 1
+    if GATE["arrived"] >= GATE["size"]:
+        event.set()
+    await event.wait()
+    return i
+
+
+@workflow
+async def meets(ctx: Any, i: int) -> int:
+    return int(await ctx.call_activity(gathered, i))

@@ -127,3 +127,12 @@ def waits_an_hour(ctx: Context) -> object:
         return ctx.wait_signal("go", timeout=3600)
     except WorkflowCancelled as exc:
         return f"cancelled while waiting: {exc.reason}"
+
+
+@workflow
+def tagged(ctx: Context, customer: str) -> str:
+    """Search attributes set, one step, then one of them changed and one removed."""
+    ctx.upsert_search_attributes({"customer": customer, "tier": 3, "vip": True})
+    ctx.call_activity(step, 0)
+    ctx.upsert_search_attributes({"tier": "gold", "vip": None})
+    return customer

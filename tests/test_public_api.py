@@ -16,8 +16,11 @@ import replaylog.engine
 PUBLIC = [
     "ActivityError",
     "ActivityInfo",
+    "AsyncClient",
     "AsyncContext",
+    "AsyncWorker",
     "AsyncWorkflowError",
+    "AsyncWorkflowHandle",
     "ChildWorkflowError",
     "Client",
     "Context",

@@ -11,7 +11,8 @@ import pytest
 from conftest import run_cli, sql, start_worker, wait_for
 from replaylog import Client
 from replaylog.engine.errors import StoreError
-from replaylog.engine.retention import parse_cutoff, parse_duration, prune, store_batches
+from replaylog.engine.filters import parse_duration
+from replaylog.engine.retention import parse_cutoff, prune, store_batches
 from replaylog.engine.store import Store, open_store, slot_key
 
 DAY = 86400.0

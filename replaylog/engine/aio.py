@@ -372,7 +372,7 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return asyncio.iscoroutinefunction(fn)
 
 
-def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
+def run_coroutine(coro: Coroutine[Any, Any, Any], _slot: int = 0, _attempt: int = 1) -> Any:
     """Await an async activity's coroutine where no worker owns a loop (the in-memory runner).
 
     On a loop made for the call; from a thread that already runs a loop (an application's),
@@ -385,9 +385,11 @@ def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
     box: list[Any] = []
     errors: list[BaseException] = []
 
+    context = contextvars.copy_context()  # current_activity() answers in the helper thread too
+
     def run() -> None:
         try:
-            box.append(asyncio.run(coro))
+            box.append(context.run(asyncio.run, coro))
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
             errors.append(exc)
 

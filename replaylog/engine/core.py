@@ -70,6 +70,9 @@ CANCEL_NOT_DELIVERED = "cancel not delivered"
 EVENT = SlotKind.EVENT.value
 # The longest event key, in characters: a key is a name a reader asks for, not a value.
 EVENT_KEY_LIMIT = 200
+ATTRIBUTES = SlotKind.ATTRIBUTES.value
+# A search attribute's value as stored and compared: a short scalar (engine.store indexes it as text).
+ATTRIBUTE_VALUE_LIMIT = 200
 
 
 # ---------------------------------------------------------------- decorators
@@ -389,7 +392,8 @@ _task_running: contextvars.ContextVar[tuple[int, str, int] | None] = contextvars
 def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
     ctx = _current_context.get()
-    running = _task_running.get() if ctx is not None and ctx._group else ctx._running if ctx is not None else None
+    # A parallel task's and an async activity's attempt are in their own context; else the context's.
+    running = _task_running.get() or (ctx._running if ctx is not None else None)
     if ctx is None or running is None:
         raise RuntimeError("current_activity() called outside a running activity")
     slot, name, attempt = running
@@ -417,6 +421,15 @@ class WorkflowBlocked(BaseException):
         super().__init__(name)
         self.name = name
         self.wake_at = wake_at
+
+
+class RunSuspended(BaseException):
+    """Raised by a `run_coroutine` hook that started an async activity and lets the run end meanwhile.
+
+    The run unwinds as a blocked one does, holding no thread, and nothing is recorded for the
+    activity yet; its runner runs the workflow again when the activity has finished, and the
+    hook then hands that attempt's outcome to the replay that reaches the same slot.
+    """
 
 
 class _Interrupted(ReplaylogError):
@@ -596,8 +609,9 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
-        run_coroutine: awaits the coroutine of an `async def` activity and returns its value
-            (the worker's, on its own event loop); without it, on a loop made for the call.
+        run_coroutine: awaits the coroutine of an attempt (slot, attempt) of an `async def`
+            activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
+            it, on a loop made for the call.
     """
 
     def __init__(
@@ -617,7 +631,7 @@ class Context:
         cancel: str | None = None,
         finished: bool = False,
         parallel: ParallelHooks | None = None,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any] | None = None,
+        run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
         self._commands: Sequence[CommandRecord] = state.commands
@@ -869,7 +883,12 @@ class Context:
             try:
                 value = fn(*args, **kwargs) if kwargs else fn(*args)
                 if type(value) is CoroutineType and _aio.is_async(fn):
-                    value = self._run_coroutine(value)
+                    # Its task runs in a copy of this context: current_activity() reads the attempt there.
+                    token = _task_running.set((slot, name, attempt))
+                    try:
+                        value = self._run_coroutine(value, slot, attempt)
+                    finally:
+                        _task_running.reset(token)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
                 last_exc = exc
@@ -880,7 +899,7 @@ class Context:
                     self._sleep(self._backoff * (2 ** (attempt - 1)))
                 continue
             except BaseException as exc:
-                if not isinstance(exc, (WorkflowBlocked, DryRunStop)):
+                if not isinstance(exc, (WorkflowBlocked, DryRunStop, RunSuspended)):
                     # Not a failure of the activity, and nothing is recorded: the run stops,
                     # and any later command raises again (workflow code may catch this).
                     self.interrupted = exc
@@ -1166,23 +1185,52 @@ class Context:
         if not key or len(key) > EVENT_KEY_LIMIT:
             raise ValueError(f"ctx.set_event(key, value): the key must be 1-{EVENT_KEY_LIMIT} characters,"
                              f" got {len(key)}")
+        self._record_value(EVENT, key, value, f"the value of event {key!r}")
+
+    def _record_value(self, kind: str, name: str, value: Any, what: str) -> None:
+        """A slot that only records a value (an event, search attributes): replayed, or recorded now."""
         slot = self._cmd_index
         self._cmd_index = slot + 1
-        rec = self._guard(slot, EVENT, key)
+        rec = self._guard(slot, kind, name)
         if rec is not None:
             self.replayed_commands += 1
             return
         if self.cancel_requested is not None and not self.cancel_delivered:
-            self._deliver_cancel(slot, f"{EVENT}:{key}")
+            self._deliver_cancel(slot, f"{kind}:{name}")
         try:
-            value = to_json_value(value, f"slot {slot}: the value of event {key!r}")
-            self._append(slot, new_record(CommandRecord, (EVENT, key, True, value, None, 1, None)))
+            value = to_json_value(value, f"slot {slot}: {what}")
+            self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, None)))
         except ReplaylogError:
             # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
             # slot stays free, so code that catches the error records its next command there.
             self._cmd_index = slot
             raise
         self.executed_commands += 1
+
+    def upsert_search_attributes(self, attributes: Mapping[str, str | int | float | bool | None]) -> None:
+        """Set search attributes of this workflow, by which operators find it (`list --attr customer=c-42`).
+
+        Recorded in a slot of kind `attributes` when first reached and replayed ever after;
+        the store indexes each value (as text) for equality, and `list` shows them as
+        columns. A key set again takes the new value; a key set to None is removed.
+
+        Raises:
+            TypeError: not a dict of string keys to str, int, float, bool or None.
+            ValueError: a key empty or over 200 characters, a string value over 200, no key.
+        """
+        if not isinstance(attributes, Mapping) or not attributes:
+            raise TypeError("ctx.upsert_search_attributes(attributes): give a non-empty dict of key to value")
+        for key, value in attributes.items():
+            if not isinstance(key, str) or not key or len(key) > EVENT_KEY_LIMIT:
+                raise ValueError(f"ctx.upsert_search_attributes: key {key!r} must be a string of 1-{EVENT_KEY_LIMIT}"
+                                 " characters")
+            if value is not None and not isinstance(value, str | int | float | bool):
+                raise TypeError(f"ctx.upsert_search_attributes: the value of {key!r} must be a str, int, float, bool"
+                                f" or None, got {type(value).__name__}")
+            if isinstance(value, str) and len(value) > ATTRIBUTE_VALUE_LIMIT:
+                raise ValueError(f"ctx.upsert_search_attributes: the value of {key!r} is over"
+                                 f" {ATTRIBUTE_VALUE_LIMIT} characters")
+        self._record_value(ATTRIBUTES, ",".join(sorted(attributes)), dict(attributes), "the search attributes")
 
     # -- durable time
 

@@ -7,13 +7,13 @@ and pauses between batches, so workers' commits are never held back for long.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 
 from replaylog.engine.errors import StoreError
+from replaylog.engine.filters import parse_time
 from replaylog.engine.store import OperatorStore, PruneBatch
 from replaylog.engine.text import utc
 from replaylog.engine.vocab import FINISHED
@@ -23,33 +23,13 @@ BATCH = 500
 # The pause between two batches: the write lock is free for workers' commits meanwhile.
 PAUSE = 0.05
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-
-
-def parse_duration(text: str, what: str = "a duration") -> float:
-    """Seconds in `text`: a number and a unit, s m h d or w ("30d", "12h"); StoreError naming `what` if not."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise StoreError(f"{what} {text!r} is not a duration: write a number and a unit, s, m, h, d or w (30d, 12h)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def parse_cutoff(text: str, now: float, what: str = "--finished-before") -> float:
-    """The epoch time `text` names: an age ("30d": that long before `now`) or an ISO date or time (UTC unless
-    it says otherwise). A time after `now` is refused (StoreError): nothing has finished in the future."""
-    if _DURATION.match(text):
-        return now - parse_duration(text, what)
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise StoreError(f"{what} {text!r} is neither an age (30d, 12h, 90m) nor an ISO date or time"
-                         " (2026-01-31, 2026-01-31T12:00)") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    cutoff = when.timestamp()
+def parse_cutoff(value: str | float | datetime | timedelta, now: float, what: str = "--finished-before") -> float:
+    """The epoch time `value` names (engine.filters.parse_time: an age such as "30d", an ISO date or time, …).
+    A time after `now` is refused (StoreError): nothing has finished in the future."""
+    cutoff = parse_time(value, now, what)
     if cutoff > now:
-        raise StoreError(f"{what} {text} is in the future (it is {utc(now)} now): nothing has finished then;"
+        said = value if isinstance(value, str) else utc(cutoff)
+        raise StoreError(f"{what} {said} is in the future (it is {utc(now)} now): nothing has finished then;"
                          " nothing was pruned")
     return cutoff
 

@@ -80,6 +80,9 @@ class SlotKind(_Described):
     CHILD = "child", KindInfo(Group.CHILD)
     # ctx.set_event(key, value): its name is the key; readers take the latest slot of each key.
     EVENT = "event", KindInfo()
+    # ctx.upsert_search_attributes({...}): its name is the keys set, its value the dict; the
+    # store keeps each workflow's current attributes in an index of their own (search_attributes).
+    ATTRIBUTES = "attributes", KindInfo()
 
 
 # Every kind's stored text, and its member: a row's text looked up without a ValueError.

@@ -37,6 +37,7 @@ from replaylog.engine.store.rows import (
     ScheduleRow,
     SignalRow,
     StoreStats,
+    WorkflowFilter,
     WorkflowRow,
     WorkflowSummary,
     default_max_payload,
@@ -53,7 +54,7 @@ from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 __all__ = [
     "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "CommandRow", "InflightRow", "LiveWorker",
     "OperatorStore", "PendingRecord", "PruneBatch", "ReaderStore", "ScheduleRow", "SignalRow", "Store", "StoreStats",
-    "WorkerStore", "WorkflowRow", "WorkflowSummary",
+    "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
     "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
 ]

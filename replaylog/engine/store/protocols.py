@@ -53,14 +53,15 @@ class ReaderStore(_Closable, Protocol):
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
                        offset: int = 0, awaiting: str | None = None, top_level: bool = False,
-                       workflow: str | None = None, parent: str | None = None) -> list[rows.WorkflowRow]:
+                       workflow: str | None = None, parent: str | None = None,
+                       where: rows.WorkflowFilter | None = None) -> list[rows.WorkflowRow]:
         """A page of workflows, filtered and sorted by the store (awaiting="approval", top_level: no parent,
-        workflow: of that name, parent: children of that workflow)."""
+        workflow: of that name, parent: children of that workflow, where: every field it names)."""
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
-                                offset: int = 0, awaiting: str | None = None,
-                                top_level: bool = False) -> list[rows.WorkflowSummary]:
+                                offset: int = 0, awaiting: str | None = None, top_level: bool = False,
+                                where: rows.WorkflowFilter | None = None) -> list[rows.WorkflowSummary]:
         """Like `list_workflows`, without the payload columns."""
 
     def list_descendants(self, workflow_ids: Sequence[str]) -> list[rows.WorkflowSummary]:
@@ -68,7 +69,7 @@ class ReaderStore(_Closable, Protocol):
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                         awaiting: str | None = None, top_level: bool = False, workflow: str | None = None,
-                        parent: str | None = None) -> int:
+                        parent: str | None = None, where: rows.WorkflowFilter | None = None) -> int:
         """How many workflows match a filter."""
 
     def status_counts(self) -> dict[str, int]:
@@ -76,6 +77,9 @@ class ReaderStore(_Closable, Protocol):
 
     def list_commands(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.CommandRow]:
         """Recorded slots in order, optionally a page of them."""
+
+    def search_attributes(self, workflow_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The current search attributes (ctx.upsert_search_attributes) of these workflows, as text, by id."""
 
     def first_slot(self, workflow_id: str, kind: str, name: str) -> int | None:
         """The first slot of a workflow that recorded a command of this kind and name, if any."""

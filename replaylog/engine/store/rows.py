@@ -304,6 +304,31 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class WorkflowFilter:
+    """Which workflows a list, a count or a bulk action takes: every field given must hold (AND).
+
+    Times are epoch seconds (after: >=, before: <). `error_text` is a full-text search in
+    the error (SQLite FTS5, PostgreSQL text search: whole words, any order). `attributes`
+    are search attributes (ctx.upsert_search_attributes), each equal to its value as text.
+    """
+
+    statuses: tuple[str, ...] = ()
+    workflows: tuple[str, ...] = ()
+    parent: str | None = None
+    forked_from: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+    updated_after: float | None = None
+    updated_before: float | None = None
+    error_kinds: tuple[str, ...] = ()
+    error_text: str | None = None
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return any(v not in (None, ()) for v in self.__dict__.values())
+
+
+@dataclass(frozen=True)
 class PruneBatch:
     """What one batch of a prune did (or, dry, would do)."""
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import Outcome, error_text
+from replaylog.engine.core import Outcome, RunSuspended, error_text
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     LeaseLostError,
@@ -39,6 +39,7 @@ from replaylog.engine.store import (
 )
 from replaylog.engine.telemetry import Metrics, Tracing
 from replaylog.engine.vocab import Status
+from replaylog.engine.worker.activity_loop import ActivityLoop
 from replaylog.engine.worker.committer import Committer, Request
 from replaylog.engine.worker.pruner import Pruner
 from replaylog.engine.worker.run import (
@@ -58,6 +59,9 @@ log.addHandler(logging.NullHandler())
 
 DEFAULT_LEASE_TTL = 5.0
 DEFAULT_CONCURRENCY = 64
+# Workflows suspended on async activities hold a task on the worker's event loop and no thread:
+# a worker keeps this many beside its running ones.
+DEFAULT_MAX_SUSPENDED = 10_000
 # How often the idle loop looks at PRAGMA data_version: a read of shared memory, so a
 # few milliseconds costs nothing and a signal wakes its workflow in milliseconds.
 DEFAULT_POLL = 0.002
@@ -102,6 +106,8 @@ class Worker:
             caller serves them); None: nothing is counted.
         tracing: an OpenTelemetry span per run and per live activity attempt (needs
             opentelemetry-api; the application configures the provider).
+        max_suspended: workflows awaiting async activities kept at most beside the running
+            ones (they hold no thread: engine.worker.activity_loop).
         retention: prune workflows finished more than this many seconds ago, at start and
             every few minutes (engine.worker.pruner); None: never.
     """
@@ -121,6 +127,7 @@ class Worker:
         on_event: Callable[[str, str], None] | None = None,
         metrics: Metrics | None = None,
         tracing: bool = False,
+        max_suspended: int = DEFAULT_MAX_SUSPENDED,
         retention: float | None = None,
     ) -> None:
         # A URL stays a string (a Path would fold its `//`).
@@ -157,12 +164,16 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._ready: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._idle = 0  # pooled threads waiting on _ready with no claim promised to them
+        self._backlog = 0  # claims queued on _ready with no thread promised to them (all are busy)
         self._claim_batch = max(1, self.concurrency // 4)
         self.committer = Committer(self.path, ttl, self.max_payload, metrics)
         self._board: MarkBoard | None = None
         # What every run shares; run() adds where the marks go once it has opened the store.
         self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self._event,
-                               self.focus, metrics=metrics)
+                               self.focus, metrics=metrics, activities=ActivityLoop(self._resume))
+        # How many workflows suspended on async activities (holding no thread) it keeps at most,
+        # beside the `concurrency` that run on threads.
+        self.max_suspended = max_suspended
         self.completed = 0
         # The workflows given back to the store unfinished because this worker stopped (in order).
         self.handed_back: list[str] = []
@@ -239,6 +250,9 @@ class Worker:
             self._damaged(exc)
         finally:
             self._stopping.set()
+            # Async activities finish their attempt, as sync ones do, and their workflows are
+            # queued to record it (and be handed back).
+            self._parts.activities.drain()
             # Claims still queued run first (and are handed back); then one None per thread.
             for _ in self._threads:
                 self._ready.put(None)
@@ -294,7 +308,10 @@ class Worker:
             if self.clock() >= next_schedule:
                 next_schedule, started = self._schedules(store)
                 look = look or started  # this connection's own commit leaves data_version as it was
-            free = self.concurrency - len(self._active)
+            active = len(self._active)
+            # Suspended workflows hold no thread: the free threads, up to the cap of those kept.
+            free = min(self.concurrency - active + self._parts.activities.parked,
+                       self.concurrency + self.max_suspended - active)
             if look and 0 < free < self._claim_batch and now < next_small_claim:
                 # Under load, claim in batches: every claim is a durable write that holds
                 # the write lock, and one per finished workflow starved the commits.
@@ -383,15 +400,35 @@ class Worker:
         # running a short workflow does.
         with self._lock:
             self._active[claim.id] = claim
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
-        if spawn:
+            spawn = self._promise()
+        if spawn is not None:
+            spawn.start()
+        self._ready.put(claim)
+
+    def _promise(self) -> threading.Thread | None:
+        """Promise a queued claim a thread (the caller holds _lock): a new one to start, or None."""
+        if self._idle > 0:
+            self._idle -= 1
+            return None
+        if len(self._threads) < self.concurrency:
             index = len(self._threads)
             t = threading.Thread(target=self._serve, args=(index,), name=f"replaylog-wf-{index}", daemon=True)
             self._threads.append(t)
-            t.start()
-        self._ready.put(claim)
+            return t
+        self._backlog += 1  # the next thread that finishes takes it
+        return None
+
+    def _resume(self, workflow_id: str) -> None:
+        """A workflow suspended on async activities has their outcomes: run it again (from the loop's thread)."""
+        with self._lock:
+            claim = self._active.get(workflow_id)
+            if claim is None:
+                return
+            spawn = self._promise()
+        if spawn is not None:
+            spawn.start()
+        # Its history has grown since the claim: the run loads it again.
+        self._ready.put(replace(claim, state=None))
 
     def _serve(self, index: int) -> None:
         """A pooled workflow thread: run claims one at a time until handed None.
@@ -418,7 +455,7 @@ class Worker:
         store = me.store
         if store is None:
             store = me.store = open_store(self.path, max_payload=self.max_payload)
-        finishing = False
+        finishing = suspended = False
         me.inflight = False
         spans = None if self.tracing is None else self.tracing.run(claim.id, claim.workflow,
                                                                    store.trace_context(claim.id))
@@ -433,6 +470,12 @@ class Worker:
             finishing = True
             self.committer.submit_later(
                 Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
+        except RunSuspended:
+            # Its async activities run on the worker's loop; it comes back through _resume.
+            # The mark is kept in the database: this thread's record serves its next workflow.
+            self._keep_mark(store, me)
+            ended = ("suspended", None)
+            suspended = True
         except WorkerStopping:
             self._keep_mark(store, me)  # stopped in a retry's backoff: that attempt ran
             try:
@@ -458,12 +501,19 @@ class Worker:
         finally:
             if spans is not None:
                 spans.end(*ended)
+            if not suspended:
+                self._parts.activities.forget(claim.id)
             with self._lock:
-                if not finishing:
+                if not finishing and not suspended:
                     self._active.pop(claim.id, None)
-                self._idle += 1  # this pooled thread is free for the next claim
+                if self._backlog:
+                    self._backlog -= 1  # this pooled thread takes a claim queued with no promise
+                else:
+                    self._idle += 1  # this pooled thread is free for the next claim
             if not finishing:
                 self._wake.set()
+            if suspended and self._parts.activities.park(claim.id):
+                self._resume(claim.id)  # its activities finished before the run had unwound
 
     def _keep_mark(self, store: WorkerStore, me: PooledThread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.

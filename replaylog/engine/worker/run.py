@@ -14,7 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from replaylog.engine.app import Registry
-from replaylog.engine.core import EVENT, CommandRecord, Context, Outcome, ParallelHooks, error_text, execute
+from replaylog.engine.core import (
+    EVENT,
+    CommandRecord,
+    Context,
+    Outcome,
+    ParallelHooks,
+    RunSuspended,
+    error_text,
+    execute,
+)
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
@@ -180,7 +189,8 @@ class WorkflowRun:
             return Outcome(status=Status.FAILED, error=f"UnknownWorkflowError: {exc}", error_kind="engine")
         # The claim loaded a short history along with its batch; a long one is loaded here.
         state = claim.state if claim.state is not None else self._store.load_state(claim.id)
-        if parts.stopping.up:
+        if parts.stopping.up and not parts.activities.holds(claim.id):
+            # (A workflow back from its async activities records what they did first.)
             raise WorkerStopping()
         prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
         hooks = ParallelHooks(self._run_group, self.record_task, self.on_task_start)
@@ -195,7 +205,7 @@ class WorkflowRun:
             outcome = execute(fn, ctx, state)
         except CommitFailed as failed:
             raise failed.exc from None  # a worker error: the workflow is handed back
-        except (WorkerStopping, LeaseLostError, Exception):
+        except (WorkerStopping, LeaseLostError, RunSuspended, Exception):
             raise
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, …: hand the workflow back
             raise RunInterrupted(exc, ctx.interrupted_in or "workflow code") from exc
@@ -312,9 +322,10 @@ class WorkflowRun:
 
     def on_start(self, slot: int, name: str, attempt: int) -> None:
         """Before each live attempt of an activity: stop if the worker stops, else mark it started."""
-        # Stop between slots: the slot before this one is already committed.
+        # Stop between slots: the slot before this one is already committed. (Not where an
+        # async activity's finished attempt waits to be recorded: it ran, so it is recorded.)
         parts = self._parts
-        if parts.stopping.up:
+        if parts.stopping.up and not parts.activities.has_outcome(self._claim.id, slot):
             raise WorkerStopping()
         me = self._me
         if me.focused and parts.focus is not None:
@@ -331,7 +342,7 @@ class WorkflowRun:
     def on_task_start(self, slot: int, name: str, attempt: int) -> None:
         """`on_start` for a task of a parallel group, from its task thread."""
         parts = self._parts
-        if parts.stopping.up:
+        if parts.stopping.up and not parts.activities.has_outcome(self._claim.id, slot):
             raise WorkerStopping()
         write_mark = self._write_mark
         if write_mark is not None:

@@ -101,6 +101,8 @@ class PGDialect(Dialect):
     lock = " FOR UPDATE"
     lock_of_format = " FOR UPDATE OF {}"
     share_lock = " FOR SHARE"
+    # The expression of the GIN index of schema migration 4: whole words, no stemming (as SQLite's FTS5).
+    error_match = "to_tsvector('simple', coalesce(workflows.error, '')) @@ plainto_tsquery('simple', ?)"
 
     def run(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Rows:
         """Execute one statement."""

@@ -52,6 +52,13 @@ class Dialect:
     slots_now: ClassVar[str] = "slots"
     # What a LIKE with backslash escapes needs after it.
     like_escape: ClassVar[str] = ""
+    # A workflow (of the `workflows` table) whose error holds every word of the `?` parameter
+    # (`error_query` makes it from the operator's text): the backend's full-text search.
+    error_match: ClassVar[str] = ""
+
+    def error_query(self, text: str) -> str:
+        """The full-text parameter of `error_match` for an operator's words."""
+        return text
 
     def lock_of(self, alias: str) -> str:
         """The row lock of one table of a join, by its alias ("" where writes lock the whole store)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from replaylog.engine.errors import SchemaVersionError
+from replaylog.engine.store.shared.keys import SLOT_BITS
 
 ColumnType = Literal["text", "integer", "real", "boolean"]
 
@@ -117,6 +118,62 @@ MIGRATIONS: list[Migration] = [
                      " origin text NOT NULL, next_at double precision NOT NULL, last_tick double precision,"
                      " last_id text, buffered double precision, skipped bigint NOT NULL DEFAULT 0,"
                      " created_at double precision NOT NULL, updated_at double precision NOT NULL)"),
+    )),
+    Migration(5, "finding workflows: full-text search of errors, search attributes, forks by origin", (
+        # Full-text search of a workflow's error (`list --error-text`). SQLite: an FTS5 table
+        # keyed by workflows.seq (stable under VACUUM, unlike the rowid), kept by triggers
+        # that fire only when the error changes (never on a lease renewal or a claim).
+        # sqlite-utils' enable_fts is not used: it runs executescript, which commits the
+        # migration's open transaction, keys the index by rowid, and its update trigger
+        # fires on every write of the row. PostgreSQL: a GIN index of the error's tsvector.
+        # (A later Transform of workflows or commands rebuilds the table without its triggers:
+        # that migration makes these again.)
+        Sql(sqlite="CREATE VIRTUAL TABLE workflows_fts USING fts5(error)",
+            postgres="CREATE INDEX workflows_error_search ON replaylog.workflows"
+                     " USING gin (to_tsvector('simple', coalesce(error, '')))"),
+        Sql(sqlite="INSERT INTO workflows_fts (rowid, error) SELECT seq, error FROM workflows WHERE error IS NOT NULL",
+            postgres="SELECT 1"),
+        Sql(sqlite="CREATE TRIGGER workflows_fts_insert AFTER INSERT ON workflows WHEN new.error IS NOT NULL"
+                   " BEGIN INSERT INTO workflows_fts (rowid, error) VALUES (new.seq, new.error); END",
+            postgres="SELECT 1"),
+        Sql(sqlite="CREATE TRIGGER workflows_fts_delete AFTER DELETE ON workflows WHEN old.error IS NOT NULL"
+                   " BEGIN DELETE FROM workflows_fts WHERE rowid = old.seq; END",
+            postgres="SELECT 1"),
+        Sql(sqlite="CREATE TRIGGER workflows_fts_update AFTER UPDATE OF error ON workflows"
+                   " WHEN old.error IS NOT new.error BEGIN DELETE FROM workflows_fts WHERE rowid = old.seq;"
+                   " INSERT INTO workflows_fts (rowid, error) SELECT new.seq, new.error WHERE new.error IS NOT NULL;"
+                   " END",
+            postgres="SELECT 1"),
+        # Search attributes (ctx.upsert_search_attributes): each workflow's current ones,
+        # indexed for equality, kept from the `attributes` slots by a trigger on commands, so
+        # every path that writes slots (a worker's commit, fork, import) keeps them alike.
+        Sql(sqlite="CREATE TABLE search_attributes (workflow_id TEXT NOT NULL, key TEXT NOT NULL,"
+                   " value TEXT NOT NULL, PRIMARY KEY (workflow_id, key))",
+            postgres="CREATE TABLE replaylog.search_attributes (workflow_id text NOT NULL, key text NOT NULL,"
+                     " value text NOT NULL, PRIMARY KEY (workflow_id, key))"),
+        AddIndex("search_attributes_value", "search_attributes", ("key", "value")),
+        Sql(sqlite="CREATE TRIGGER commands_search_attributes AFTER INSERT ON commands"
+                   " WHEN new.kind = 'attributes' AND new.ok BEGIN"
+                   f" DELETE FROM search_attributes WHERE workflow_id = (SELECT id FROM workflows"
+                   f" WHERE seq = new.slot_key >> {SLOT_BITS}) AND key IN (SELECT key FROM json_each(new.value));"
+                   " INSERT INTO search_attributes (workflow_id, key, value) SELECT w.id, j.key,"
+                   " CASE j.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(j.value AS TEXT) END"
+                   f" FROM workflows w, json_each(new.value) j WHERE w.seq = new.slot_key >> {SLOT_BITS}"
+                   " AND j.type <> 'null'; END",
+            postgres="CREATE FUNCTION replaylog.index_search_attributes() RETURNS trigger LANGUAGE plpgsql AS $$"
+                     " BEGIN DELETE FROM replaylog.search_attributes s USING replaylog.workflows w"
+                     f" WHERE w.seq = NEW.slot_key >> {SLOT_BITS} AND s.workflow_id = w.id"
+                     " AND s.key IN (SELECT jsonb_object_keys(NEW.value::jsonb));"
+                     " INSERT INTO replaylog.search_attributes (workflow_id, key, value) SELECT w.id, j.key, j.value"
+                     f" FROM replaylog.workflows w, jsonb_each_text(NEW.value::jsonb) j"
+                     f" WHERE w.seq = NEW.slot_key >> {SLOT_BITS} AND j.value IS NOT NULL;"
+                     " RETURN NULL; END $$"),
+        Sql(sqlite="SELECT 1",
+            postgres="CREATE TRIGGER commands_search_attributes AFTER INSERT ON replaylog.commands FOR EACH ROW"
+                     " WHEN (NEW.kind = 'attributes' AND NEW.ok)"
+                     " EXECUTE FUNCTION replaylog.index_search_attributes()"),
+        # `list --forked-from ID`: the forks of a workflow, one range of a partial index.
+        AddIndex("workflows_forked_from", "workflows", ("forked_from",), where="forked_from IS NOT NULL"),
     )),
 ]
 

@@ -31,6 +31,7 @@ from replaylog.engine.store.rows import (
     LiveWorker,
     SignalRow,
     StoreStats,
+    WorkflowFilter,
     WorkflowRow,
     WorkflowSummary,
     loads,
@@ -114,7 +115,7 @@ class SharedReads(StoreBase):
 
     def _where(self, status: str | Iterable[str] | None, text: str | None, awaiting: str | None = None,
                top_level: bool = False, workflow: str | None = None,
-               parent: str | None = None) -> tuple[str, list[Any]]:
+               parent: str | None = None, where: WorkflowFilter | None = None) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         params: list[Any] = []
         if workflow is not None:
@@ -140,40 +141,67 @@ class SharedReads(StoreBase):
             escape = self.dialect.like_escape
             clauses.append(f"(id LIKE ?{escape} OR workflow LIKE ?{escape})")
             params.extend([f"%{escaped}%"] * 2)
+        if where:
+            self._filter(where, clauses, params)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def _filter(self, where: WorkflowFilter, clauses: list[str], params: list[Any]) -> None:
+        """The clauses of a WorkflowFilter, each one an index range or a check of the rows it leaves."""
+        for column, values in (("status", where.statuses), ("workflow", where.workflows),
+                               ("error_kind", where.error_kinds)):
+            if values:
+                clause, listed = self.dialect.in_list(column, values)
+                clauses.append(clause)
+                params.extend(listed)
+        for column, op, value in (("parent", "=", where.parent), ("forked_from", "=", where.forked_from),
+                                  ("created_at", ">=", where.created_after), ("created_at", "<", where.created_before),
+                                  ("updated_at", ">=", where.updated_after), ("updated_at", "<", where.updated_before)):
+            if value is not None:
+                clauses.append(f"{column} {op} ?")
+                params.append(value)
+        if where.error_text and where.error_text.split():
+            clauses.append(self.dialect.error_match)
+            params.append(self.dialect.error_query(where.error_text))
+        for key, value in where.attributes:
+            clauses.append("EXISTS (SELECT 1 FROM search_attributes a WHERE a.key = ? AND a.value = ?"
+                           " AND a.workflow_id = workflows.id)")
+            params.extend([key, value])
 
     def _page(self, columns: str, status: str | Iterable[str] | None, text: str | None, sort: str,
               descending: bool, limit: int, offset: int, awaiting: str | None = None,
-              top_level: bool = False, workflow: str | None = None, parent: str | None = None) -> list[Any]:
+              top_level: bool = False, workflow: str | None = None, parent: str | None = None,
+              where: WorkflowFilter | None = None) -> list[Any]:
         if sort not in SORT_COLUMNS:
             raise StoreError(f"cannot sort by {sort!r}; choose one of {', '.join(SORT_COLUMNS)}")
-        where, params = self._where(status, text, awaiting, top_level, workflow, parent)
+        clause, params = self._where(status, text, awaiting, top_level, workflow, parent, where)
         direction = "DESC" if descending else "ASC"
-        sql = (f"SELECT {columns} FROM workflows{where} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
+        sql = (f"SELECT {columns} FROM workflows{clause} ORDER BY {SORT_COLUMNS[sort]} {direction}, "
                f"{self.dialect.tie} {direction} LIMIT ? OFFSET ?")
         return self._query(sql, [*params, self.dialect.limit(limit), int(offset)])
 
     def list_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                        sort: str = "updated", descending: bool = True, limit: int = 100,
                        offset: int = 0, awaiting: str | None = None, top_level: bool = False,
-                       workflow: str | None = None, parent: str | None = None) -> list[WorkflowRow]:
+                       workflow: str | None = None, parent: str | None = None,
+                       where: WorkflowFilter | None = None) -> list[WorkflowRow]:
         """A page of workflows, filtered and sorted in SQL (never every row).
 
         `awaiting="approval"` keeps the workflows waiting for an approval; `top_level`
         those no parent started (ctx.call_workflow's children are left out); `workflow`
-        those of that name; `parent` the children of that workflow.
+        those of that name; `parent` the children of that workflow; `where` those its fields
+        name (rows.WorkflowFilter).
         """
         rows = self._page(_workflow_columns(self.dialect), status, text, sort, descending, limit, offset, awaiting,
-                          top_level, workflow, parent)
+                          top_level, workflow, parent, where)
         return [_workflow_row(r) for r in rows]
 
     def list_workflow_summaries(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                                 sort: str = "updated", descending: bool = True, limit: int = 100,
                                 offset: int = 0, awaiting: str | None = None,
-                                top_level: bool = False) -> list[WorkflowSummary]:
+                                top_level: bool = False, where: WorkflowFilter | None = None) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
         rows = self._page(_summary_columns(self.dialect), status, text, sort, descending, limit, offset, awaiting,
-                          top_level)
+                          top_level, where=where)
         return [_summary(r) for r in rows]
 
     def list_descendants(self, workflow_ids: Sequence[str]) -> list[WorkflowSummary]:
@@ -190,10 +218,10 @@ class SharedReads(StoreBase):
 
     def count_workflows(self, *, status: str | Iterable[str] | None = None, text: str | None = None,
                         awaiting: str | None = None, top_level: bool = False, workflow: str | None = None,
-                        parent: str | None = None) -> int:
+                        parent: str | None = None, where: WorkflowFilter | None = None) -> int:
         """How many workflows match a filter."""
-        where, params = self._where(status, text, awaiting, top_level, workflow, parent)
-        row = self._query_one(f"SELECT COUNT(*) FROM workflows{where}", params)
+        clause, params = self._where(status, text, awaiting, top_level, workflow, parent, where)
+        row = self._query_one(f"SELECT COUNT(*) FROM workflows{clause}", params)
         return int(row[0]) if row else 0
 
     def status_counts(self) -> dict[str, int]:
@@ -258,6 +286,17 @@ class SharedReads(StoreBase):
             f" ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY} WHERE w.id = ? AND c.ok = ?"
             " ORDER BY c.slot_key DESC LIMIT 1", (workflow_id, False))
         return None if r is None else _command_row(r)
+
+    def search_attributes(self, workflow_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The current search attributes (ctx.upsert_search_attributes) of these workflows, as text, by id."""
+        if not workflow_ids:
+            return {}
+        among, params = self.dialect.in_list("workflow_id", workflow_ids)
+        found: dict[str, dict[str, str]] = {}
+        for wid, key, value in self._query(f"SELECT workflow_id, key, value FROM search_attributes WHERE {among}"
+                                           " ORDER BY workflow_id, key", params):
+            found.setdefault(wid, {})[key] = value
+        return found
 
     def first_slot(self, workflow_id: str, kind: str, name: str) -> int | None:
         """The first slot of a workflow that recorded a command of this kind and name, if any."""

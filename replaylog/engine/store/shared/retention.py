@@ -6,8 +6,8 @@ workers' commits in between batches and never looks at a workflow twice. A workf
 deleted together with its child workflows (ctx.call_workflow, at any depth), and only
 when every one of them is finished: a parent whose children still run is kept, and a
 child is never deleted from under its parent (a child is pruned with its parent).
-What a workflow owns: its command rows (its key range), signals, start marks, audit rows
-and child workflows.
+What a workflow owns: its command rows (its key range), signals, start marks, audit rows,
+search attributes and child workflows (its full-text entry goes by a trigger).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from replaylog.engine.store.shared.operations import actor
 from replaylog.engine.vocab import FINISHED
 
 # The tables keyed by workflow id whose rows a pruned workflow takes with it.
-OWNED_BY_ID = ("signals", "inflight", "audit")
+OWNED_BY_ID = ("signals", "inflight", "audit", "search_attributes")
 
 
 class SharedRetention(StoreBase):

@@ -85,6 +85,12 @@ class SQLiteDialect(Dialect):
     slots_now = SLOTS_NOW
     # SQLite's LIKE has no escape character unless one is named.
     like_escape = " ESCAPE '\\'"
+    # The FTS5 table of errors is keyed by workflows.seq (schema migration 4).
+    error_match = "workflows.seq IN (SELECT rowid FROM workflows_fts WHERE workflows_fts MATCH ?)"
+
+    def error_query(self, text: str) -> str:
+        """Each word quoted as an FTS5 string: every word must occur, and no word is FTS5 syntax."""
+        return " ".join('"' + word.replace('"', '""') + '"' for word in text.split())
 
     def run(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Execute one statement."""
