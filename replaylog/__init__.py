@@ -41,6 +41,7 @@ from replaylog.engine.core import (
 )
 from replaylog.engine.errors import (
     ActivityError,
+    ActivityTimeout,
     AsyncWorkflowError,
     ChildWorkflowError,
     Diagnostic,
@@ -53,6 +54,7 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.retry import RetryPolicy, default_retry
 from replaylog.worker import AsyncWorker, Worker
 
 # Left out on purpose (they stay in `engine`): the history records (CommandRecord,
@@ -64,6 +66,7 @@ from replaylog.worker import AsyncWorker, Worker
 __all__ = [
     "ActivityError",
     "ActivityInfo",
+    "ActivityTimeout",
     "AsyncClient",
     "AsyncContext",
     "AsyncWorker",
@@ -78,6 +81,7 @@ __all__ = [
     "Outcome",
     "ParallelError",
     "ReplaylogError",
+    "RetryPolicy",
     "RunResult",
     "SignalTimeout",
     "Slot",
@@ -94,6 +98,7 @@ __all__ = [
     "WorkflowTerminated",
     "activity",
     "current_activity",
+    "default_retry",
     "idempotency_key",
     "run",
     "signal",

@@ -49,7 +49,19 @@ from replaylog.engine.store import (
     redact_url,
     waiting_reason,
 )
-from replaylog.engine.text import cancel_state, cancel_text, countdown, duration, preview, printable, utc, waits_text
+from replaylog.engine.text import (
+    RETRY,
+    cancel_state,
+    cancel_text,
+    countdown,
+    duration,
+    heartbeat_text,
+    preview,
+    printable,
+    retry_text,
+    utc,
+    waits_text,
+)
 from replaylog.engine.vocab import FINISHED, UNFINISHED, SlotKind, Status, kind_info
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
@@ -663,7 +675,8 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         ],
         "inflight": None if inflight is None else {
             "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
-            "started_at": inflight.started_at},
+            "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at,
+            "details": inflight.details, "heartbeat_at": inflight.heartbeat_at},
     }
 
 
@@ -934,11 +947,18 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     if row.forked_from is not None:
         head.add_row("forked from", _t(f"{row.forked_from} at slot {row.forked_slot}"))
     head.add_row("updated", _t(_when(row.updated_at)))
-    if data["inflight"]:
+    if data["inflight"] and data["inflight"]["retry_at"] is not None and row.blocked_on == RETRY:
+        i = data["inflight"]
+        head.add_row("retry", Text(printable(retry_text(i["slot"], i["name"], i["attempts"], i["error"],
+                                                        i["retry_at"], time.time()), oneline=True), style="yellow"))
+    elif data["inflight"]:
         i = data["inflight"]
         head.add_row("in flight", Text(printable(
             f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
             " (it possibly ran)", oneline=True), style="yellow"))
+    if data["inflight"] and data["inflight"]["heartbeat_at"] is not None:
+        i = data["inflight"]
+        head.add_row("heartbeat", _t(heartbeat_text(i["heartbeat_at"], i["details"], time.time())))
     shown: list[Any] = [head]
     if row.traceback:
         shown += _traceback("traceback", row.traceback)

@@ -207,3 +207,22 @@ async def gathered(i: int) -> int:
 @workflow
 async def meets(ctx: Any, i: int) -> int:
     return int(await ctx.call_activity(gathered, i))
+
+
+# While on, `charge` fails: a failed async workflow that a fork (not a retry) sets going again.
+FAILING = {"on": False}
+
+
+@activity
+async def charge(amount: int) -> dict[str, int]:
+    _count("charge")
+    if FAILING["on"]:
+        raise RuntimeError("card declined")
+    return {"charged": amount}
+
+
+@workflow
+async def checkout(ctx: Any, amount: int) -> dict[str, Any]:
+    total = await ctx.call_activity(double, amount)
+    receipt = await ctx.call_activity(charge, total, max_retries=1)
+    return {"total": total, **receipt}

@@ -12,13 +12,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from conftest import ROOT, cli_env, run_cli, wait_for
+from replaylog.engine.app import Registry
+from replaylog.engine.worker import Worker
 
 
 def fault_env(tmp: Path, **extra: str) -> dict[str, str]:
@@ -119,3 +123,17 @@ def crash_mid_activity(db: Path | str, tmp: Path, crashes: int, after_kill: Call
     done = run_cli(db, "worker", "--app", "fault_app", "--until-idle", "--quiet",
                    env=fault_env(tmp, FAULT_RELEASE=str(tmp / "released")))
     assert done.returncode == 0, done.stderr
+
+
+@contextmanager
+def app_worker(db: Path | str, module: ModuleType, concurrency: int = 4) -> Iterator[Worker]:
+    """An in-process worker of the app `module` on `db`, on a thread of its own, stopped on leaving."""
+    w = Worker(db, Registry.from_module(module), concurrency=concurrency)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+        t.join(30)
+

@@ -35,7 +35,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ["README.md", "docs/tutorial.md", "docs/workflows.md", "docs/client.md", "docs/testing.md",
-             "docs/async.md"]
+             "docs/async.md", "docs/flow-control.md"]
 FENCE = re.compile(r"^```(\S*)(.*)$")
 FILE_LINE = re.compile(r"^# file: (\S+\.py)\s*$")
 # One block's time limit: a worker --until-idle on a workflow or two takes about a second.

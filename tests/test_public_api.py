@@ -16,6 +16,7 @@ import replaylog.engine
 PUBLIC = [
     "ActivityError",
     "ActivityInfo",
+    "ActivityTimeout",
     "AsyncClient",
     "AsyncContext",
     "AsyncWorker",
@@ -30,6 +31,7 @@ PUBLIC = [
     "Outcome",
     "ParallelError",
     "ReplaylogError",
+    "RetryPolicy",
     "RunResult",
     "SignalTimeout",
     "Slot",
@@ -46,6 +48,7 @@ PUBLIC = [
     "WorkflowTerminated",
     "activity",
     "current_activity",
+    "default_retry",
     "idempotency_key",
     "run",
     "signal",

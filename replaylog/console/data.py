@@ -167,11 +167,16 @@ class InFlight:
     name: str
     attempts: int
     started_at: float
+    error: str | None = None  # the last attempt's error, when the next waits for its retry time
+    retry_at: float | None = None  # when the next attempt may start (a retry policy's wait)
+    details: Any = None  # what its latest attempt passed to heartbeat()
+    heartbeat_at: float | None = None  # when (None: it never heartbeat)
 
     @classmethod
     def of(cls, i: InflightRow | None) -> InFlight | None:
         """The view of a store in-flight row (None stays None)."""
-        return None if i is None else cls(i.slot, i.name, i.attempts, i.started_at)
+        return None if i is None else cls(i.slot, i.name, i.attempts, i.started_at, i.error, i.retry_at, i.details,
+                                          i.heartbeat_at)
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,17 @@ class SlotScreen(ModalScreen[None]):
         title = _title(f"slot {inflight.slot}  ", f"activity:{inflight.name}")
         facts = [("workflow", text(workflow_id)), ("outcome", Text("in flight", style="bold yellow")),
                  ("attempts", text(inflight.attempts)), ("started", text(utc(inflight.started_at)))]
+        if inflight.retry_at is not None:
+            facts.append(("next attempt", text(utc(inflight.retry_at), "bold")))
+        if inflight.error:
+            facts.append(("last error", text(inflight.error, "red")))
+        if inflight.heartbeat_at is not None:
+            facts.append(("heartbeat", text(utc(inflight.heartbeat_at))))
         body = Text("Started and no outcome recorded: the activity possibly ran. If the worker died, the next"
                     " worker runs it again (attempt counted), so it must be idempotent.", style="yellow")
+        if inflight.details is not None:
+            body.append("\n\nlast heartbeat details\n", style="bold")
+            body.append(printable(pretty_json(inflight.details)))
         return cls(title, facts, body)
 
     @classmethod

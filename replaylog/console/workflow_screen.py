@@ -38,7 +38,7 @@ from replaylog.console.live_screen import LiveScreen
 from replaylog.console.paged_table import PagedTable
 from replaylog.console.slot_screen import SlotScreen
 from replaylog.console.transcript_screen import TranscriptScreen
-from replaylog.engine.text import TIMER, is_time, preview, printable, utc
+from replaylog.engine.text import RETRY, TIMER, heartbeat_text, is_time, preview, printable, retry_text, utc
 from replaylog.engine.vocab import SlotKind, Status, kind_info
 
 if TYPE_CHECKING:
@@ -299,13 +299,17 @@ class WorkflowScreen(LiveScreen):
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))
         if detail.inflight is not None:
             i = detail.inflight
-            if self._lease_live(detail):
+            if i.retry_at is not None and row.blocked_on == RETRY:
+                what = retry_text(i.slot, i.name, i.attempts, i.error, i.retry_at, self.data.clock())
+            elif self._lease_live(detail):
                 what = f"slot {i.slot}: activity {i.name} is running now (attempt {i.attempts})"
             else:
                 # Nobody holds the lease: the attempt may have had its effect before the worker died.
                 what = (f"slot {i.slot}: activity {i.name} started {i.attempts} time(s), no recorded outcome"
                         " — possibly ran")
             grid.add_row("in flight", text(what, "bold yellow"))
+            if i.heartbeat_at is not None:
+                grid.add_row("heartbeat", text(heartbeat_text(i.heartbeat_at, i.details, self.data.clock())))
         grid.add_row("history", Text(f"{row.slots:,} slot(s), {detail.signal_total:,} signal(s), "
                                      f"{detail.signal_waiting:,} waiting"))
         grid.add_row("times", Text(f"created {utc(row.created_at)}   updated {utc(row.updated_at)}", style="dim"))
@@ -344,7 +348,9 @@ class WorkflowScreen(LiveScreen):
         at_end = detail.offset + len(detail.commands) >= total
         if detail.inflight is not None and at_end:
             i = detail.inflight
-            note = "running now" if self._lease_live(detail) else "started, no outcome: possibly ran"
+            note = ("running now" if self._lease_live(detail) else
+                    f"waits for attempt {i.attempts + 1}" if i.retry_at is not None and detail.row.blocked_on == RETRY
+                    else "started, no outcome: possibly ran")
             rows.append(("inflight", [
                 Text(str(i.slot), justify="right", style="bold yellow"), text(SlotKind.ACTIVITY), text(i.name),
                 Text("in flight", style="bold yellow"), Text(note, style="yellow"),

@@ -15,6 +15,7 @@ from typing import Any
 
 from replaylog.engine.core import decorated_in, error_text, forget_decorated
 from replaylog.engine.errors import ReplaylogError, UnknownWorkflowError
+from replaylog.engine.retry import RetryPolicy, app_default
 
 DEFAULT_APP = "replaylog.samples"
 
@@ -109,6 +110,8 @@ class Registry:
     spec: str
     workflows: dict[str, Callable[..., Any]] = field(default_factory=dict)
     activities: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # The app's default retry policy (engine.retry.default_retry in its module), if it set one.
+    retry: RetryPolicy | None = None
 
     @classmethod
     def from_module(cls, module: ModuleType, spec: str | None = None) -> Registry:
@@ -119,7 +122,9 @@ class Registry:
         activities) share a recorded name, or a workflow can never be called.
         """
         # The namespace too: functions imported from other modules count, as they always did.
-        return cls.from_functions([*decorated_in(module.__name__), *vars(module).values()], spec or module.__name__)
+        reg = cls.from_functions([*decorated_in(module.__name__), *vars(module).values()], spec or module.__name__)
+        reg.retry = app_default(module.__name__)
+        return reg
 
     @classmethod
     def from_functions(cls, functions: Iterable[Any], spec: str) -> Registry:

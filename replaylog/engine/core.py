@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, overload
 
 from replaylog.engine import aio as _aio
 from replaylog.engine.errors import (
@@ -33,8 +33,9 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.retry import DURABLE_AFTER, RetryPolicy
 from replaylog.engine.tracebacks import user_traceback
-from replaylog.engine.vocab import SlotKind, Status, status_info
+from replaylog.engine.vocab import SlotKind, Status, Wait, status_info
 from replaylog.engine.workflow_log import WorkflowLog
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,6 +54,9 @@ _CHILD = SlotKind.CHILD.value
 # What `blocked_on` says for a workflow sleeping on a durable timer (a wait says the signal name):
 # the timer kind's text.
 TIMER = SlotKind.TIMER.value
+# What `blocked_on` says for a workflow waiting, durably, for the next attempt of an activity
+# under a RetryPolicy (engine.retry): the wake time is that attempt's.
+RETRY = Wait.RETRY.value
 # The latest wake time a timer or a deadline may have: the end of year 9999 (datetime's range).
 MAX_EPOCH = 253402300799.0
 
@@ -134,31 +138,45 @@ def workflow(fn: F | None = None, *, name: str | None = None, schedule: str | No
 
 
 @overload
-def activity(fn: F, *, name: str | None = None, check_args: bool = True) -> F: ...
+def activity(fn: F, *, name: str | None = None, check_args: bool = True, retry: RetryPolicy | None = None) -> F: ...
 @overload
-def activity(fn: None = None, *, name: str | None = None, check_args: bool = True) -> Callable[[F], F]: ...
-def activity(fn: F | None = None, *, name: str | None = None, check_args: bool = True) -> F | Callable[[F], F]:
+def activity(fn: None = None, *, name: str | None = None, check_args: bool = True,
+             retry: RetryPolicy | None = None) -> Callable[[F], F]: ...
+def activity(fn: F | None = None, *, name: str | None = None, check_args: bool = True,
+             retry: RetryPolicy | None = None) -> F | Callable[[F], F]:
     """Mark a function as an activity (a side effect). The name defaults to the function's.
 
     `check_args=False` opts out of the argument guard: its slots record no arguments,
     and a replay does not compare them (for arguments that legitimately vary, or that
-    JSON cannot hold).
+    JSON cannot hold). `retry` is the activity's retry policy, for every call that
+    names none of its own (engine.retry.RetryPolicy).
+
+    Raises:
+        TypeError: `retry` is not a RetryPolicy.
     """
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"@activity(retry=...) takes a RetryPolicy, not {type(retry).__name__}")
     if fn is None:
-        return lambda f: _mark_activity(f, name, check_args)
-    return _mark_activity(fn, name, check_args)
+        return lambda f: _mark_activity(f, name, check_args, retry)
+    return _mark_activity(fn, name, check_args, retry)
 
 
 # The activities that opted out of the argument guard. A set, not an attribute: the guard
 # asks once per slot, and a membership test costs less than getattr with a default.
 _UNCHECKED: set[Callable[..., Any]] = set()
+# The activities decorated with a retry policy of their own (@activity(retry=...)).
+_POLICIES: dict[Callable[..., Any], RetryPolicy] = {}
 
 
-def _mark_activity(fn: F, name: str | None, check_args: bool) -> F:
+def _mark_activity(fn: F, name: str | None, check_args: bool, retry: RetryPolicy | None = None) -> F:
     if check_args:
         _UNCHECKED.discard(fn)
     else:
         _UNCHECKED.add(fn)
+    if retry is None:
+        _POLICIES.pop(fn, None)
+    else:
+        _POLICIES[fn] = retry
     return _mark(fn, "activity", name)
 
 
@@ -233,7 +251,8 @@ CHILD_PREFIX = "child:"
 def signal_name_refusal(name: str) -> str | None:
     """Why no operator may send, and no workflow code wait on, a signal of this name; None if it may.
 
-    The engine names what a workflow waits on with these: TIMER for a durable sleep,
+    The engine names what a workflow waits on with these: TIMER for a durable sleep, RETRY
+    for the wait before an activity's next attempt,
     APPROVAL_PREFIX + request id for an approval, CHILD_PREFIX + id for a child's outcome.
     Only the engine delivers them, so a signal of such a name sent by hand would be
     mistaken for one, or wait for ever.
@@ -242,6 +261,9 @@ def signal_name_refusal(name: str) -> str | None:
         return "the signal name must not be empty"
     if name == TIMER:
         return f"the signal name {TIMER!r} is reserved for durable timers (a sleeping workflow is blocked on it)"
+    if name == RETRY:
+        return (f"the signal name {RETRY!r} is reserved for retry waits (a workflow waiting for an activity's next"
+                " attempt is blocked on it)")
     if name.startswith(APPROVAL_PREFIX):
         return f"signal names starting {APPROVAL_PREFIX!r} answer approvals: use `replaylog approve`"
     if name.startswith(CHILD_PREFIX):
@@ -355,6 +377,37 @@ class Outcome:
     # A failed run's traceback through the workflow code (engine.tracebacks.user_traceback):
     # None when no frame of the user's was on the way (the engine failed it on its own).
     traceback: str | None = None
+    # A run blocked on RETRY: the activity whose next attempt it waits for, kept by the store
+    # (its attempts count on from there in the run that wakes it).
+    retry: RetryWait | None = None
+
+
+class RetryWait(NamedTuple):
+    """An activity waiting, durably, for its next attempt: where, how many attempts failed, the
+    last one's error, and when the next may start (epoch seconds)."""
+
+    slot: int
+    name: str
+    attempts: int
+    error: str
+    retry_at: float
+
+
+class Attempts(NamedTuple):
+    """What earlier runs left of an activity they started and recorded no outcome for (a claim's).
+
+    Attributes:
+        slot: its slot. attempts: how many times it was started.
+        error: the error of the last attempt, when it is known to have failed (a retry wait).
+        retry_at: the earliest time of the next attempt (a retry wait), else None.
+        details: what the last attempt passed to `heartbeat`, if anything.
+    """
+
+    slot: int
+    attempts: int
+    error: str | None = None
+    retry_at: float | None = None
+    details: Any = None
 
 
 @dataclass(frozen=True)
@@ -370,6 +423,26 @@ class ActivityInfo:
     name: str
     attempt: int
     idempotency_key: str
+    # What the latest earlier attempt of this activity passed to `heartbeat` (in this run, or in
+    # a run of another worker before it died or stopped heartbeating); None if nothing.
+    heartbeat_details: Any = None
+    _ctx: Context | None = field(default=None, repr=False, compare=False)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Say that this attempt is alive, with `details` (any JSON value) for the next attempt to read.
+
+        Under `heartbeat_timeout`, an attempt that sends none for that long is failed with
+        ActivityTimeout and retried (on another worker, if this one stopped answering). The
+        latest details are kept in the store, shown by `show` and the console, and given to the
+        next attempt as `heartbeat_details`.
+
+        Raises:
+            ActivityTimeout: this attempt was already failed by a timeout: stop working.
+            ValueNotJSONError: JSON cannot hold `details`.
+        """
+        if self._ctx is None:
+            raise RuntimeError("heartbeat() called outside a running activity")
+        self._ctx._heartbeat(self.slot, self.name, self.attempt, details)
 
 
 # The Context of the workflow run in progress, set once per run by `execute`; the context
@@ -392,13 +465,14 @@ _task_running: contextvars.ContextVar[tuple[int, str, int] | None] = contextvars
 def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
     ctx = _current_context.get()
-    # A parallel task's and an async activity's attempt are in their own context; else the context's.
+    # A parallel task's, an async activity's and a timed attempt's are in their own context; else the context's.
     running = _task_running.get() or (ctx._running if ctx is not None else None)
     if ctx is None or running is None:
         raise RuntimeError("current_activity() called outside a running activity")
     slot, name, attempt = running
     workflow_id = ctx.workflow_id
-    return ActivityInfo(workflow_id, slot, name, attempt, idempotency_key(workflow_id, slot))
+    return ActivityInfo(workflow_id, slot, name, attempt, idempotency_key(workflow_id, slot),
+                        ctx._details.get(slot), ctx)
 
 
 def idempotency_key(workflow_id: str, slot: int) -> str:
@@ -543,6 +617,17 @@ def _change_id(value: Any, what: str) -> str:
     return value
 
 
+def _limits(timeout: Any, heartbeat_timeout: Any, where: str) -> tuple[float | None, float | None] | None:
+    """An activity call's (timeout, heartbeat_timeout), checked before anything is recorded; None if neither."""
+    if timeout is None and heartbeat_timeout is None:
+        return None
+    for what, value in (("timeout", timeout), ("heartbeat_timeout", heartbeat_timeout)):
+        if value is not None and (not _is_number(value) or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"{where}({what}={value!r}): {what} must be a positive number of seconds")
+    return (None if timeout is None else float(timeout),
+            None if heartbeat_timeout is None else float(heartbeat_timeout))
+
+
 RecordFn = Callable[[int, CommandRecord], None]
 StartFn = Callable[[int, str, int], None]
 # (slot, name, attempt, error text or None): after each live attempt of an activity (metrics, traces).
@@ -573,6 +658,21 @@ class ParallelHooks:
     on_start: StartFn | None = None
 
 
+class TimedHooks(Protocol):
+    """How a Context runs an attempt under a timeout or a heartbeat timeout: the worker's threads and clock.
+
+    Without hooks (the in-memory runner) timeouts are not enforced and heartbeats only keep
+    their details for the next attempt.
+    """
+
+    def run_attempt(self, call: Callable[[], Any], slot: int, name: str, attempt: int, timeout: float | None,
+                    heartbeat_timeout: float | None) -> Any:
+        """Run `call` (the attempt) and return its value; raise ActivityTimeout when a limit passes first."""
+
+    def heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
+        """An attempt said it is alive (from the attempt's own thread); ActivityTimeout if it was abandoned."""
+
+
 @dataclass(frozen=True)
 class Task:
     """One activity call described by `ctx.task`, to be run by `ctx.parallel`."""
@@ -580,7 +680,10 @@ class Task:
     fn_or_name: Callable[..., Any] | str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    max_retries: int = 3
+    max_retries: int | None = None  # None: the retry policy's attempts (see Context.call_activity)
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
 
 
 class Context:
@@ -599,10 +702,17 @@ class Context:
             returned), from the thread that ran it; may be None (metrics and traces use it).
         dry_run: stop with DryRunStop instead of executing anything live; the commands
             issued are collected in `issued`.
-        backoff: base seconds of the exponential backoff between attempts.
+        backoff: base seconds of the exponential backoff between attempts under `max_retries`.
         prior: (slot, attempts) of an activity that earlier runs started and recorded no
-            outcome for (their worker died, or the run was interrupted): this run's
-            attempts at that slot count on from there, and `max_retries` bounds the total.
+            outcome for (their worker died, the run was interrupted, or it waits for a
+            retry), or the whole `Attempts`: this run's attempts at that slot count on from
+            there, and the policy's attempts bound the total.
+        retry: the app's default retry policy (engine.retry.default_retry), for calls and
+            activities that name none.
+        durable_retry: a wait between attempts longer than engine.retry.DURABLE_AFTER ends the
+            run blocked on RETRY (the worker's runs); without it every wait is `sleep`.
+        timed: runs attempts under `timeout` / `heartbeat_timeout` and takes heartbeats (the
+            worker's, see TimedHooks); without it neither limit is enforced.
         cancel: the reason of an operator's cancel request already known ("" for none
             given); the worker sets `cancel_requested` when it learns of one mid-run.
         finished: the history is a finished workflow's (dry runs only): every timer in it
@@ -627,10 +737,13 @@ class Context:
         on_attempt_end: AttemptEndFn | None = None,
         dry_run: bool = False,
         backoff: float = 0.05,
-        prior: tuple[int, int] | None = None,
+        prior: tuple[int, int] | Attempts | None = None,
         cancel: str | None = None,
         finished: bool = False,
         parallel: ParallelHooks | None = None,
+        retry: RetryPolicy | None = None,
+        durable_retry: bool = False,
+        timed: TimedHooks | None = None,
         run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
@@ -646,7 +759,15 @@ class Context:
         self._on_end = on_attempt_end
         self._dry_run = dry_run
         self._backoff = backoff
-        self._prior_slot, self._prior_attempts = prior if prior is not None else (-1, 0)
+        self._prior = Attempts(*prior) if prior is not None else Attempts(-1, 0)
+        self._prior_slot, self._prior_attempts = self._prior.slot, self._prior.attempts
+        self._default_retry = retry
+        self._durable_retry = durable_retry
+        self._timed = timed
+        # The latest heartbeat details of each activity slot, for its next attempt.
+        self._details: dict[int, Any] = {} if self._prior.details is None else {self._prior.slot: self._prior.details}
+        # Set when the run blocks on RETRY: the activity's state the store keeps (Outcome.retry).
+        self.retry_wait: RetryWait | None = None
         self._finished = finished
         self._parallel = parallel
         self._group = False  # a parallel group's tasks are running
@@ -774,22 +895,39 @@ class Context:
     # -- commands
 
     def call_activity(
-        self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int = 3, **kwargs: Any
+        self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int | None = None,
+        retry: RetryPolicy | None = None, timeout: float | None = None, heartbeat_timeout: float | None = None,
+        **kwargs: Any
     ) -> Any:
         """Run an activity once, durably: replay its recorded outcome, or execute and record it.
 
         Args:
             fn_or_name: an @activity function, or the name of one in the app.
             max_retries: attempts in the live branch before the failure is recorded
-                (as in the reference: the total number of attempts, at least 1).
+                (as in the reference: the total number of attempts, at least 1), 50 ms
+                after the first failure and doubling.
+            retry: a RetryPolicy (engine.retry) instead: its attempts, waits and
+                non-retryable errors. Without either, the activity's policy
+                (`@activity(retry=...)`), else the app's (`default_retry`), else 3
+                attempts as `max_retries=3`.
+            timeout: seconds an attempt may run (start to close); one still running then
+                fails with ActivityTimeout (and is retried under the policy), and its late
+                result is discarded.
+            heartbeat_timeout: seconds an attempt may go without calling
+                `current_activity().heartbeat()` before it fails with ActivityTimeout (and
+                another worker takes the workflow over if this one stopped answering).
 
         Raises:
             ActivityError: the activity failed permanently (now, or in history).
+            TypeError: both `retry` and `max_retries` are given, or `retry` is no RetryPolicy
+                (nothing is recorded). ValueError: a timeout is not a positive number of seconds.
         """
         if isinstance(fn_or_name, str):
             name, fn = fn_or_name, self._activities.get(fn_or_name)
         else:
             name, fn = registered_name(fn_or_name), fn_or_name
+        attempts, policy = self._policy(fn, max_retries, retry, "call_activity")
+        limits = _limits(timeout, heartbeat_timeout, "call_activity")
         slot = self._cmd_index
         self._cmd_index = slot + 1
         checked = fn not in _UNCHECKED
@@ -815,7 +953,26 @@ class Context:
                 key = args_key(args, kwargs)
             except (TypeError, ValueError, RecursionError):
                 self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
-        return self._run_activity(slot, name, fn, key, max_retries, args, kwargs)
+        return self._run_activity(slot, name, fn, key, attempts, policy, args, kwargs, limits)
+
+    def _policy(self, fn: Callable[..., Any] | None, max_retries: int | None, retry: RetryPolicy | None,
+                where: str) -> tuple[int, RetryPolicy | None]:
+        """(attempts, policy) of a call: its own, its activity's, the app's, or 3 as `max_retries=3`.
+
+        The policy is None for `max_retries` (its waits are the Context's `backoff`, doubling).
+        """
+        if retry is not None:
+            if max_retries is not None:
+                raise TypeError(f"{where}(): give retry= or max_retries=, not both")
+            if not isinstance(retry, RetryPolicy):
+                raise TypeError(f"{where}(retry=...) takes a RetryPolicy, not {type(retry).__name__}")
+            return retry.max_attempts, retry
+        if max_retries is not None:
+            return max(1, int(max_retries)), None
+        policy = (_POLICIES.get(fn) if fn is not None else None) or self._default_retry
+        if policy is not None:
+            return policy.max_attempts, policy
+        return 3, None
 
     def _args_key(self, slot: int, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         """The key of a live call's arguments; a fatal ValueNotJSONError if JSON cannot hold one."""
@@ -853,23 +1010,28 @@ class Context:
         )
         raise self.fatal
 
-    def _run_activity(self, slot: int, name: str, fn: Callable[..., Any], key: str | None, max_retries: int,
-                      args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    def _run_activity(self, slot: int, name: str, fn: Callable[..., Any], key: str | None, attempts: int,
+                      policy: RetryPolicy | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                      limits: tuple[float | None, float | None] | None = None) -> Any:
         """The live branch of an activity slot: its attempts, then its outcome recorded."""
         self.executed_commands += 1
-        # (An int of at least 1, the common case, as it is: max and int cost ~1,000 CPU instructions a slot.)
-        attempts = max_retries if type(max_retries) is int and max_retries >= 1 else max(1, int(max_retries))
         first = 1
         if slot == self._prior_slot:
             # Earlier runs started this activity and recorded nothing: their attempts count.
-            done = self._prior_attempts
+            prior = self._prior
+            done = prior.attempts
             if done >= attempts:
                 # The last allowed attempt never ended (a poison activity would otherwise
-                # take down one worker after another): a failure, as if it had raised.
-                error = f"the worker died during attempt {done} of {attempts}"
+                # take down one worker after another): a failure, as if it had raised; or
+                # it failed before a retry wait, and the policy now allows no more.
+                error = prior.error or f"the worker died during attempt {done} of {attempts}"
                 self._append(slot, CommandRecord(_ACTIVITY, name, False, None, error, done, key))
                 raise ActivityError(slot, name, error, done)
             first = done + 1
+            if prior.retry_at is not None and not self._group and float(self._clock()) < prior.retry_at:
+                # Woken before the next attempt's time (a run handed back, say): wait on.
+                self.retry_wait = RetryWait(slot, name, done, prior.error or "", prior.retry_at)
+                raise WorkflowBlocked(RETRY, prior.retry_at)
         last_error = ""
         last_exc: Exception | None = None
         on_start, on_end = self._on_start, self._on_end
@@ -881,22 +1043,40 @@ class Context:
             else:
                 self._running = (slot, name, attempt)
             try:
-                value = fn(*args, **kwargs) if kwargs else fn(*args)
-                if type(value) is CoroutineType and _aio.is_async(fn):
-                    # Its task runs in a copy of this context: current_activity() reads the attempt there.
-                    token = _task_running.set((slot, name, attempt))
-                    try:
-                        value = self._run_coroutine(value, slot, attempt)
-                    finally:
-                        _task_running.reset(token)
+                if limits is not None:
+                    value = self._timed_attempt(fn, args, kwargs, slot, name, attempt, limits)
+                else:
+                    value = fn(*args, **kwargs) if kwargs else fn(*args)
+                    if type(value) is CoroutineType and _aio.is_async(fn):
+                        # Its task runs in a copy of this context: current_activity() reads the attempt there.
+                        token = _task_running.set((slot, name, attempt))
+                        try:
+                            value = self._run_coroutine(value, slot, attempt)
+                        finally:
+                            _task_running.reset(token)
             except Exception as exc:  # noqa: BLE001 - any activity failure is data to record
                 last_error = error_text(exc)
                 last_exc = exc
                 if on_end is not None:
                     on_end(slot, name, attempt, last_error)
-                if attempt < attempts:
+                if attempt >= attempts:
+                    continue
+                if policy is None:
                     # Backoff reads the injected clock only through sleep: no wall clock here.
                     self._sleep(self._backoff * (2 ** (attempt - 1)))
+                    continue
+                if not policy.retries(exc):
+                    attempts = attempt  # a non-retryable error: recorded at once
+                    break
+                wait = policy.delay(attempt)
+                if wait > DURABLE_AFTER and self._durable_retry and not self._group:
+                    # A durable timer: the run ends here, holding no thread, and the store keeps
+                    # the attempts made; the run that wakes at `retry_at` counts on from them.
+                    retry_at = float(self._clock()) + wait
+                    self.retry_wait = RetryWait(slot, name, attempt, last_error, retry_at)
+                    raise WorkflowBlocked(RETRY, retry_at) from None
+                if wait > 0:
+                    self._sleep(wait)
                 continue
             except BaseException as exc:
                 if not isinstance(exc, (WorkflowBlocked, DryRunStop, RunSuspended)):
@@ -930,11 +1110,50 @@ class Context:
         self._append(slot, CommandRecord(_ACTIVITY, name, False, None, last_error, attempts, key))
         raise ActivityError(slot, name, last_error, attempts)
 
+    def _timed_attempt(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], slot: int,
+                       name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
+        """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
+
+        def body() -> Any:
+            _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
+            value = fn(*args, **kwargs)
+            if type(value) is CoroutineType and _aio.is_async(fn):
+                value = self._run_coroutine(value, slot, attempt)
+            return value
+
+        copied = contextvars.copy_context()
+
+        def call() -> Any:
+            return copied.run(body)
+
+        if self._timed is None:
+            return call()  # the in-memory runner: no clock of its own to enforce a limit with
+        return self._timed.run_attempt(call, slot, name, attempt, *limits)
+
+    def _heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
+        """`current_activity().heartbeat(details)`: keep the details for the next attempt, tell the hooks."""
+        details = to_json_value(details, f"slot {slot}: the heartbeat details of activity {name!r}")
+        self._details[slot] = details
+        if self._timed is not None:
+            self._timed.heartbeat(slot, name, attempt, details)
+
     # -- parallel activities
 
-    def task(self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int = 3, **kwargs: Any) -> Task:
-        """Describe an activity call without running it, for `parallel`."""
-        return Task(fn_or_name, args, kwargs, max_retries)
+    def task(self, fn_or_name: Callable[..., Any] | str, *args: Any, max_retries: int | None = None,
+             retry: RetryPolicy | None = None, timeout: float | None = None, heartbeat_timeout: float | None = None,
+             **kwargs: Any) -> Task:
+        """Describe an activity call without running it, for `parallel`.
+
+        `max_retries` and `retry` are `call_activity`'s; the waits between a task's attempts
+        are slept in its own thread (a group's tasks end together, so none of them blocks
+        the workflow on a retry on its own).
+
+        Raises:
+            TypeError: both `retry` and `max_retries` are given, or `retry` is no RetryPolicy.
+        """
+        self._policy(None, max_retries, retry, "task")  # refused here, before any slot
+        _limits(timeout, heartbeat_timeout, "task")
+        return Task(fn_or_name, args, kwargs, max_retries, retry, timeout, heartbeat_timeout)
 
     def parallel(self, tasks: Sequence[Task], max_concurrency: int = 8) -> list[Any]:
         """Run activity calls at once; their results in task order.
@@ -1014,7 +1233,9 @@ class Context:
 
         def thunk(i: int, slot: int, name: str, fn: Callable[..., Any], key: str | None, t: Task) -> None:
             try:
-                outcomes[i] = self._run_activity(slot, name, fn, key, t.max_retries, t.args, t.kwargs)
+                attempts, policy = self._policy(fn, t.max_retries, t.retry, "task")
+                outcomes[i] = self._run_activity(slot, name, fn, key, attempts, policy, t.args, t.kwargs,
+                                                 _limits(t.timeout, t.heartbeat_timeout, "task"))
             except ActivityError as exc:
                 outcomes[i] = exc
             except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread below
@@ -1486,7 +1707,8 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
     except WorkflowBlocked as blocked:
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
-        return _outcome(ctx, Status.BLOCKED, blocked_on=blocked.name, wake_at=blocked.wake_at)
+        return _outcome(ctx, Status.BLOCKED, blocked_on=blocked.name, wake_at=blocked.wake_at,
+                        retry=ctx.retry_wait if blocked.name == RETRY else None)
     except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
@@ -1549,9 +1771,13 @@ def run(
     activities: Mapping[str, Callable[..., Any]] | None = None,
     workflow_id: str = "memory",
     sleep: Callable[[float], None] = lambda _s: None,
+    retry: RetryPolicy | None = None,
 ) -> RunResult:
-    """The pure in-memory runner: run a workflow against `state` and return the new state."""
-    ctx = Context(state, workflow_id=workflow_id, activities=activities, clock=clock, sleep=sleep)
+    """The pure in-memory runner: run a workflow against `state` and return the new state.
+
+    `retry` is the app's default retry policy; every wait between attempts is `sleep`.
+    """
+    ctx = Context(state, workflow_id=workflow_id, activities=activities, clock=clock, sleep=sleep, retry=retry)
     outcome = execute(fn, ctx, state)
     new_state = replace(state, commands=state.commands + tuple(ctx.new_commands))
     return RunResult(outcome, new_state, ctx)

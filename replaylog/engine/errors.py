@@ -27,6 +27,13 @@ class ActivityError(ReplaylogError):
         self.attempts = attempts
 
 
+class ActivityTimeout(ReplaylogError):
+    """An attempt of an activity ran past its `timeout` (start to close), or sent no heartbeat within
+    its `heartbeat_timeout`: the attempt counts as failed with this error, and is retried under the
+    activity's retry policy. Whatever the abandoned attempt returns later is discarded, never recorded;
+    its next `heartbeat()` raises this error in it, so that an activity that heartbeats stops."""
+
+
 class ParallelError(ReplaylogError):
     """One or more tasks of `ctx.parallel` failed permanently.
 

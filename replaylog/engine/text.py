@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from replaylog.engine.core import CANCEL_NOT_DELIVERED, DryReplay, Reason
+from replaylog.engine.core import RETRY as RETRY  # re-exported: the console names a retry wait by it
 from replaylog.engine.core import TIMER as TIMER  # re-exported: the console names a sleep by it
 from replaylog.engine.vocab import Status, status_info
 
@@ -96,6 +97,8 @@ def blocked_text(blocked_on: str | None, wake_at: float | None) -> str:
     """What a blocked run waits on, in words: "timer until …" or "signal 'x' (until …)"."""
     if blocked_on == TIMER:
         return f"timer until {utc(wake_at)}" if wake_at is not None else "timer"
+    if blocked_on == RETRY:
+        return f"retry of an activity at {utc(wake_at)}" if wake_at is not None else "retry of an activity"
     deadline = f" (until {utc(wake_at)})" if wake_at is not None else ""
     return f"signal {blocked_on!r}{deadline}"
 
@@ -129,7 +132,23 @@ def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str
         return blocked_on
     if blocked_on == TIMER:
         return f"timer until {near_utc(wake_at, now)}"
+    if blocked_on == RETRY:
+        return f"retry at {near_utc(wake_at, now)}"
     return f"{blocked_on} (until {near_utc(wake_at, now)})"
+
+
+def heartbeat_text(heartbeat_at: float, details: Any, now: float) -> str:
+    """An in-flight attempt's latest heartbeat, for operators: when, and its details in short."""
+    ago = "just now" if now - heartbeat_at < 1 else f"{duration(now - heartbeat_at)} ago"
+    said = "" if details is None else f": {preview(details, 120)}"
+    return f"last heartbeat {ago} ({near_utc(heartbeat_at, now)}){said}"
+
+
+def retry_text(slot: int, name: str, attempts: int, error: str | None, retry_at: float, now: float) -> str:
+    """An activity waiting for its next attempt, for operators: which, what failed, when it runs again."""
+    failed = f": {error}" if error else ""
+    return (f"slot {slot}: activity {name} failed attempt {attempts}{failed}; attempt {attempts + 1} at"
+            f" {near_utc(retry_at, now)} ({countdown(retry_at, now)})")
 
 
 class _AuditEntry(Protocol):

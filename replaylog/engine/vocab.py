@@ -85,6 +85,19 @@ class SlotKind(_Described):
     ATTRIBUTES = "attributes", KindInfo()
 
 
+class Wait(StrEnum):
+    """The words a blocked workflow's `blocked_on` holds for waits that time alone ends (any other
+    word is the name of the signal it waits for). No signal may take one of these names.
+
+    TIMER: a durable sleep (ctx.sleep), the timer slot's kind. RETRY: the durable wait between
+    two attempts of an activity under a RetryPolicy (engine.retry), the next attempt's time
+    its wake time.
+    """
+
+    TIMER = SlotKind.TIMER.value
+    RETRY = "retry"
+
+
 # Every kind's stored text, and its member: a row's text looked up without a ValueError.
 _BY_TEXT: dict[str, SlotKind] = {k.value: k for k in SlotKind}
 _UNKNOWN = KindInfo()

@@ -231,6 +231,11 @@ class WorkerStore(_Closable, Protocol):
     def hand_back(self, claim: rows.Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
         """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
 
+    def heartbeat(self, claim: rows.Claim, slot: int, name: str, attempts: int, *, details: str | None,
+                  beat_at: float | None, expires: float | None) -> bool:
+        """Keep an attempt's heartbeat (details as JSON text, None: keep the last; when it beat, None: keep;
+        when the next is due, None: nobody watches), if the claim holds the lease; True if written."""
+
     def open_marks(self, owner: str, records: int) -> MarkBoard | None:
         """A file for this worker's start marks, `records` workflow threads' worth (a store on this
         host's file keeps them beside it); None where marks go through `mark_started` (a server)."""

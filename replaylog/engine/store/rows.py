@@ -238,6 +238,13 @@ class InflightRow:
     name: str
     attempts: int
     started_at: float
+    # Its last attempt's error, when that attempt is known to have failed and the next waits
+    # (a retry policy's durable wait), and when the next attempt may start.
+    error: str | None = None
+    retry_at: float | None = None
+    # What its latest attempt passed to heartbeat() (a JSON value), and when.
+    details: Any = None
+    heartbeat_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +268,11 @@ class Claim:
     inflight_attempts: int = 0
     # An operator's cancel request known at the claim: its reason ("" if none given).
     cancel: str | None = None
+    # Of that activity: its last attempt's error and the next attempt's time when it waits for
+    # a retry (engine.retry).
+    inflight_error: str | None = None
+    inflight_retry_at: float | None = None
+    inflight_details: Any = None  # what its last attempt passed to heartbeat(), if anything
 
 
 class AuditRow(NamedTuple):

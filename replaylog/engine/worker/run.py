@@ -7,15 +7,18 @@ outcome is committed (lease-fenced, `Committer`) before the workflow code contin
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from replaylog.engine.app import Registry
 from replaylog.engine.core import (
     EVENT,
+    Attempts,
     CommandRecord,
     Context,
     Outcome,
@@ -27,6 +30,7 @@ from replaylog.engine.core import (
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
+    ActivityTimeout,
     DuplicateWorkflowIdError,
     LeaseLostError,
     PayloadTooLargeError,
@@ -83,6 +87,44 @@ class StopFlag(threading.Event):
         """Lower the flag."""
         super().clear()
         self.up = False
+
+
+# Heartbeats of an attempt without a heartbeat timeout are written at most this often (seconds):
+# they only show progress and carry details to the next attempt; nobody is waiting on them.
+BEAT_EVERY = 1.0
+
+
+class AttemptWatch:
+    """An attempt running on a thread of its own under a timeout, as its workflow thread watches it."""
+
+    __slots__ = ("abandoned", "beat_at", "details", "done", "error", "fresh", "value", "wake")
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()  # set when the attempt ends or beats
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.beat_at = 0.0  # time.monotonic() of the start, then of the latest heartbeat
+        self.details: Any = None
+        self.fresh = False  # a heartbeat the workflow thread has not written yet
+        self.abandoned = False  # timed out: its result is discarded, its next heartbeat raises
+
+    def run(self, call: Callable[[], Any]) -> None:
+        """The attempt's thread: run it, keep its value or error, wake the watcher."""
+        try:
+            self.value = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread (or dropped if abandoned)
+            self.error = exc
+        finally:
+            self.done = True
+            self.wake.set()
+
+    def beat(self, details: Any) -> None:
+        """A heartbeat from the attempt's thread."""
+        self.beat_at = time.monotonic()
+        self.details = details
+        self.fresh = True
+        self.wake.set()
 
 
 class WorkerStopping(BaseException):
@@ -151,8 +193,8 @@ class WorkflowRun:
     their first attempt.
     """
 
-    __slots__ = ("_cancels", "_claim", "_commit", "_group_lock", "_marked", "_me", "_parts", "_spans", "_store",
-                 "_write_mark", "ctx")
+    __slots__ = ("_beats", "_cancels", "_claim", "_commit", "_group_lock", "_marked", "_me", "_owner", "_parts",
+                 "_spans", "_store", "_watches", "_write_mark", "ctx")
 
     def __init__(self, parts: RunParts, store: WorkerStore, claim: Claim, me: PooledThread,
                  spans: RunSpans | None = None) -> None:
@@ -172,6 +214,11 @@ class WorkflowRun:
         self._group_lock = threading.Lock()
         self._marked = -1  # the slot the thread's mark is of
         self.ctx: Context | None = None
+        # The attempts running under a timeout, by (slot, attempt) (see run_attempt).
+        self._watches: dict[tuple[int, int], AttemptWatch] = {}
+        # When each slot's heartbeat was last written, for heartbeats outside any watch.
+        self._beats: dict[int, float] = {}
+        self._owner = threading.get_ident()  # the workflow thread: the one that may use `_store`
 
     def execute(self) -> Outcome:
         """Replay the history and run the rest live; the outcome to commit as the run's verdict.
@@ -192,13 +239,16 @@ class WorkflowRun:
         if parts.stopping.up and not parts.activities.holds(claim.id):
             # (A workflow back from its async activities records what they did first.)
             raise WorkerStopping()
-        prior = None if claim.inflight_slot is None else (claim.inflight_slot, claim.inflight_attempts)
+        prior = None if claim.inflight_slot is None else Attempts(
+            claim.inflight_slot, claim.inflight_attempts, claim.inflight_error, claim.inflight_retry_at,
+            claim.inflight_details)
         hooks = ParallelHooks(self._run_group, self.record_task, self.on_task_start)
         observed = parts.metrics is not None or self._spans is not None
         ctx = self.ctx = Context(
             state, workflow_id=claim.id, activities=parts.registry.activities, clock=parts.clock,
             sleep=self.sleep, record=self.record, on_start=self.on_start, prior=prior, cancel=claim.cancel,
             parallel=hooks, on_attempt_end=self.on_attempt_end if observed else None,
+            retry=parts.registry.retry, durable_retry=True, timed=self,
             run_coroutine=functools.partial(parts.activities.run, claim.id),
         )
         try:
@@ -219,6 +269,11 @@ class WorkflowRun:
             shown = outcome.traceback and fit_text(outcome.traceback, cap, "the workflow's traceback", tail=True)
             if error is not outcome.error or shown is not outcome.traceback:
                 return replace(outcome, error=error, traceback=shown)
+        elif outcome.retry is not None:
+            error = fit_text(outcome.retry.error, cap, f"slot {outcome.retry.slot}: the error text of activity"
+                                                       f" {outcome.retry.name!r}")
+            if error is not outcome.retry.error:
+                return replace(outcome, retry=outcome.retry._replace(error=error))
         elif outcome.status == Status.COMPLETED:
             # The store encodes the result again when it writes the verdict: once per
             # workflow, not per slot.
@@ -365,6 +420,85 @@ class WorkflowRun:
         """Wait between live attempts of an activity; stop at once if the worker stops."""
         if self._parts.stopping.wait(seconds):
             raise WorkerStopping()
+
+    # -- timeouts and heartbeats (the Context's TimedHooks)
+
+    def run_attempt(self, call: Callable[[], Any], slot: int, name: str, attempt: int, timeout: float | None,
+                    heartbeat_timeout: float | None) -> Any:
+        """Run one attempt on a thread of its own and wait for it, at most until a limit passes.
+
+        At `timeout` seconds after it started, or `heartbeat_timeout` seconds after its last
+        heartbeat, the attempt is abandoned: ActivityTimeout here (the Context retries under
+        its policy), its thread left to end on its own, and whatever it returns discarded.
+        Heartbeats are written to the store from this (the workflow's) thread, which owns
+        the connection: under a heartbeat timeout the store knows when the next is due, so
+        that another worker takes the workflow over if this process stops answering.
+        """
+        watch = AttemptWatch()
+        key = (slot, attempt)
+        self._watches[key] = watch
+        own = threading.get_ident() == self._owner  # a parallel task's thread has no connection of its own
+        started = time.monotonic()
+        watch.beat_at = started
+        deadline = math.inf if timeout is None else started + timeout
+        try:
+            if heartbeat_timeout is not None and own:
+                self._write_beat(slot, name, attempt, None, heartbeat_timeout, beat=False)
+            threading.Thread(target=watch.run, args=(call,), name=f"replaylog-attempt-{slot}-{attempt}",
+                             daemon=True).start()
+            while True:
+                due = deadline if heartbeat_timeout is None else min(deadline, watch.beat_at + heartbeat_timeout)
+                watch.wake.wait(max(0.0, due - time.monotonic()))
+                watch.wake.clear()
+                if watch.fresh:
+                    watch.fresh = False
+                    if own and heartbeat_timeout is not None:
+                        self._write_beat(slot, name, attempt, watch.details, heartbeat_timeout, beat=True)
+                if watch.done:
+                    break
+                now = time.monotonic()
+                if now >= deadline:
+                    watch.abandoned = True
+                    raise ActivityTimeout(f"attempt {attempt} ran past its timeout of {timeout:g} s (start to close);"
+                                          " its result, if it comes, is discarded")
+                if heartbeat_timeout is not None and now >= watch.beat_at + heartbeat_timeout:
+                    watch.abandoned = True
+                    raise ActivityTimeout(f"attempt {attempt} sent no heartbeat for {heartbeat_timeout:g} s;"
+                                          " its result, if it comes, is discarded")
+        finally:
+            self._watches.pop(key, None)
+            if heartbeat_timeout is not None and own:
+                # Nobody watches this attempt any more: no other worker may take the workflow for it.
+                self._write_beat(slot, name, attempt, watch.details if watch.fresh else None, None, beat=False)
+        if watch.error is not None:
+            raise watch.error
+        return watch.value
+
+    def heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
+        """An attempt's heartbeat (from its own thread): note it for its watch, or write it, at most once a second."""
+        watch = self._watches.get((slot, attempt))
+        if watch is not None:
+            if watch.abandoned:
+                raise ActivityTimeout(f"attempt {attempt} of activity {name!r} was abandoned after a timeout: stop")
+            watch.beat(details)
+            return
+        if threading.get_ident() != self._owner:
+            return  # a parallel task without a timeout: kept in memory for its next attempt only
+        now = time.monotonic()
+        if now - self._beats.get(slot, -math.inf) >= BEAT_EVERY:
+            self._beats[slot] = now
+            self._write_beat(slot, name, attempt, details, None, beat=True)
+
+    def _write_beat(self, slot: int, name: str, attempt: int, details: Any, heartbeat_timeout: float | None,
+                    *, beat: bool) -> None:
+        """Write a heartbeat (or, with beat=False, only when the next is due) to the store; lost lease: stop."""
+        text = None if details is None else encode_value(details)[0]
+        if text is not None and len(text) > self._parts.max_payload:
+            text = None  # over the cap: the last details that fit stay
+        wall = _wall_clock()
+        if not self._store.heartbeat(self._claim, slot, name, attempt, details=text, beat_at=wall if beat else None,
+                                     expires=None if heartbeat_timeout is None else wall + heartbeat_timeout):
+            raise LeaseLostError(self._claim.id)
 
     def _run_group(self, thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
         """Run a parallel group's live tasks on threads of their own, at most `max_concurrency` at once."""

@@ -15,13 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from replaylog.engine.core import EVENT, TIMER, CommandRecord, Outcome
+from replaylog.engine.core import EVENT, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
-from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
+from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
+from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
@@ -142,7 +143,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         # A signal of the awaited name makes a wait runnable (a signal named "timer" wakes
         # no sleeper); so does a cancel request the run has not raised yet, for a wait or a
         # sleep (its wait is to raise it).
-        found = None if blocked_on == TIMER else conn.execute(
+        found = None if blocked_on in TIME_WAITS else conn.execute(
             "SELECT EXISTS (SELECT 1 FROM signals WHERE workflow_id = %s AND name = %s AND NOT (seq = ANY(%s)))",
             (claim.id, blocked_on, consumed)).fetchone()
         arrived = found is not None and bool(found[0])
@@ -166,6 +167,8 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         # (Not when a retry found its verdict committed: its parent was told then.)
         written = cur.fetchone()
         code_ended(conn, claim.id, outcome, status, None if written is None else written[0], now)
+    if cur.rowcount == 1 and outcome.retry is not None:
+        keep_retry(POSTGRES, conn, claim.id, outcome.retry, now)
     if consumed:
         conn.execute("UPDATE signals SET consumed = true WHERE workflow_id = %s AND NOT consumed AND seq = ANY(%s)",
                      (claim.id, consumed))

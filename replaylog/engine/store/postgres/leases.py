@@ -19,12 +19,13 @@ from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGC
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
     " SELECT id, %s, %s, %s, %s FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
 )
 
 def _names(names: Collection[str] | None) -> tuple[str, list[Any]]:
@@ -46,6 +47,11 @@ _LAPSED = ("SELECT id, 2, lease_expires FROM workflows WHERE status = 'running' 
            " LIMIT %s FOR UPDATE SKIP LOCKED")
 _DEAD = ("SELECT id, 3, 0::double precision FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s)"
          " AND (lease_expires >= %s OR lease_expires IS NULL){only} LIMIT %s FOR UPDATE SKIP LOCKED")
+# Running under a lease that stands, with an attempt whose heartbeat is past due: its worker stopped
+# answering (frozen, cut off). Taken over, the epoch fences that worker out (see the SQLite store).
+_BEATLESS = ("SELECT w.id, 4, i.heartbeat_expires FROM workflows w JOIN inflight i ON i.workflow_id = w.id"
+             " WHERE w.status = 'running' AND i.heartbeat_expires < %s AND i.slot >= w.slots"
+             " AND w.lease_expires >= %s{only} LIMIT %s FOR UPDATE OF w SKIP LOCKED")
 
 
 # The rows a claim leased (its answer lost): this owner's, stamped with the claim's time.
@@ -55,10 +61,12 @@ _CLAIMED = ("SELECT id, workflow, lease_epoch, input, slots, seq, cancel_request
 
 def _claim_sql(only: str, dead: bool) -> str:
     """The claim: pick from every source, keep the first `limit`, lease them; returns their rows and order."""
-    sources = [_DUE, _PENDING, _LAPSED, *([_DEAD] if dead else [])]
+    sources = [_DUE, _PENDING, _LAPSED, *([_DEAD] if dead else []), _BEATLESS]
     ctes = ", ".join(f"s{i} AS ({sql.format(only=only)})" for i, sql in enumerate(sources))
     union = " UNION ALL ".join(f"SELECT * FROM s{i}" for i in range(len(sources)))
-    return (f"WITH {ctes}, pick AS (SELECT * FROM ({union}) u ORDER BY k, o LIMIT %s)"
+    # A dead owner's workflow may also have a heartbeat past due: each row is picked once.
+    return (f"WITH {ctes}, pick AS (SELECT * FROM (SELECT DISTINCT ON (id) * FROM ({union}) u ORDER BY id, k) d"
+            " ORDER BY k, o LIMIT %s)"
             " UPDATE workflows w SET status = 'running', lease_owner = %s, lease_epoch = w.lease_epoch + 1,"
             " lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL FROM pick WHERE w.id = pick.id"
             " RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq, w.cancel_requested, pick.k, pick.o")
@@ -70,6 +78,7 @@ def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_
     params: list[Any] = [due_by, *named, limit, *named, now, limit, now, *named, limit]
     if dead_owners:
         params += [list(dead_owners), now, *named, limit]
+    params += [now, now, *named, limit]
     return [*params, limit, owner, expires, now]
 
 
@@ -107,6 +116,11 @@ class PGLeases(PGConnection):
         if not taken:
             return []
         taken.sort(key=lambda r: (r[7], r[8]))
+        beatless = [r[0] for r in taken if r[7] == 4]
+        if beatless:
+            self._run(lambda conn, _: conn.execute(
+                "UPDATE inflight SET error = 'ActivityTimeout: attempt ' || attempts || %s, heartbeat_expires = NULL"
+                " WHERE workflow_id = ANY(%s)", (BEATLESS, beatless)), write=True)
         # The leases are ours from here: only their holder writes a workflow's commands and
         # marks, so those are read after the claim's commit, retried on their own after a
         # fault (signals sent meanwhile are read too, as a later claim would). One round trip.
@@ -117,23 +131,24 @@ class PGLeases(PGConnection):
                                               list[tuple[Any, ...]]]:
             with conn.pipeline():
                 history = self._send_histories(conn, short) if short else None
-                marks = conn.execute("SELECT workflow_id, slot, attempts FROM inflight WHERE workflow_id = ANY(%s)",
-                                     (ids,))
+                marks = conn.execute("SELECT workflow_id, slot, attempts, error, retry_at, details FROM inflight"
+                                     " WHERE workflow_id = ANY(%s)", (ids,))
             return (self._read_histories(short, *history) if history else {}), marks.fetchall()
 
         histories, marks = self._run(read)
-        started = {wid: (int(slot), int(attempts)) for wid, slot, attempts in marks}
+        started = {wid: (int(slot), int(attempts), error, retry_at, loads(details))
+                   for wid, slot, attempts, error, retry_at, details in marks}
         claims = []
         for wid, workflow, epoch, input_text, slots, seq, cancel, _, _ in taken:
             inp, has_input = loads(input_text), input_text is not None
             logs = histories.get(wid)
             state = None if logs is None else WorkflowState(
                 input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-            slot, attempts = started.get(wid, (None, 0))
+            slot, attempts, error, retry_at, details = started.get(wid, (None, 0, None, None, None))
             if slot is not None and slot < slots:
-                slot, attempts = None, 0  # its outcome was recorded since
+                slot, attempts, error, retry_at, details = None, 0, None, None, None  # recorded since
             claims.append(Claim(wid, workflow, owner, int(epoch), slot_key(int(seq)), inp, has_input, state,
-                                slot, attempts, cancel))
+                                slot, attempts, cancel, error, retry_at, details))
         return claims
 
     @staticmethod
@@ -176,8 +191,10 @@ class PGLeases(PGConnection):
             " AND (retry_at IS NULL OR retry_at <= %s))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < %s{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s){only})"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
-            (*named, now, now, *named, list(dead_owners), *named, self.wake_clock(), *named)).fetchone())
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})"
+            " OR EXISTS (SELECT 1 FROM workflows w JOIN inflight i ON i.workflow_id = w.id WHERE w.status = 'running'"
+            f" AND i.heartbeat_expires < %s{only})",
+            (*named, now, now, *named, list(dead_owners), *named, self.wake_clock(), *named, now, *named)).fetchone())
         return bool(row and row[0])
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
@@ -273,6 +290,13 @@ class PGLeases(PGConnection):
             sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
         sender.mark({"id": claim.id, "slot": slot, "name": name, "attempts": attempts, "started_at": started_at,
                      "owner": claim.owner, "epoch": claim.epoch})
+
+    def heartbeat(self, claim: Claim, slot: int, name: str, attempts: int, *, details: str | None,
+                  beat_at: float | None, expires: float | None) -> bool:
+        """Keep an attempt's heartbeat in the table, if the claim holds the lease (see shared.operations.HEARTBEAT)."""
+        params = (slot, name, attempts, time.time(), details, beat_at, expires, claim.id, claim.owner, claim.epoch)
+        return bool(self._run(lambda conn, _: conn.execute(HEARTBEAT.replace("?", "%s"), params).rowcount == 1,
+                              write=True))
 
     def close(self) -> None:
         """Close the connection; let go of the mark sender if this store used it."""

@@ -175,6 +175,21 @@ MIGRATIONS: list[Migration] = [
         # `list --forked-from ID`: the forks of a workflow, one range of a partial index.
         AddIndex("workflows_forked_from", "workflows", ("forked_from",), where="forked_from IS NOT NULL"),
     )),
+    Migration(6, "retry waits: inflight.error, inflight.retry_at", (
+        # An activity waiting durably for its next attempt under a retry policy: the last
+        # attempt's error and the next attempt's time, beside its attempt count. A start mark
+        # clears retry_at (the next attempt has started).
+        AddColumn("inflight", "error", "text"),
+        AddColumn("inflight", "retry_at", "real"),
+    )),
+    Migration(7, "heartbeats: inflight.details, inflight.heartbeat_at, inflight.heartbeat_expires", (
+        # An attempt's latest heartbeat: its details (JSON) for the next attempt, when it beat, and
+        # when it is due by under a heartbeat timeout: a claim takes a running workflow over once
+        # that time has passed, without waiting for its lease to lapse.
+        AddColumn("inflight", "details", "text"),
+        AddColumn("inflight", "heartbeat_at", "real"),
+        AddColumn("inflight", "heartbeat_expires", "real"),
+    )),
 ]
 
 

@@ -26,8 +26,8 @@ from replaylog.engine.core import (
     APPROVAL_PREFIX,
     CANCEL_NOT_DELIVERED,
     CHILD_PREFIX,
-    TIMER,
     Outcome,
+    RetryWait,
     signal_name_refusal,
 )
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
@@ -35,7 +35,7 @@ from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.text import utc
-from replaylog.engine.vocab import FINISHED, SlotKind, Status
+from replaylog.engine.vocab import FINISHED, SlotKind, Status, Wait
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -132,12 +132,57 @@ def append_signal(sql: Dialect, conn: Any, workflow_id: str, name: str, text: st
         conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
         " SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, false, ? FROM signals WHERE workflow_id = ?"
         " RETURNING seq", (workflow_id, name, text, now, workflow_id)).fetchone()
-    if status == Status.BLOCKED and blocked_on == name and name != TIMER:
+    if status == Status.BLOCKED and blocked_on == name and name not in TIME_WAITS:
         sql.run(conn, "UPDATE workflows SET status = 'pending', blocked_on = NULL, wake_at = NULL, updated_at = ?"
                 " WHERE id = ?", (now, workflow_id))
     else:
         sql.run(conn, "UPDATE workflows SET updated_at = ? WHERE id = ?", (now, workflow_id))
     return int(seq_row[0])
+
+
+# The blocked-on words only time ends: no signal wakes them, whatever its name (engine.vocab.Wait).
+TIME_WAITS = frozenset(w.value for w in Wait)
+
+
+def keep_retry(sql: Dialect, conn: Any, workflow_id: str, wait: RetryWait, now: float) -> None:
+    """A verdict blocked on a retry: keep the activity's attempts, last error and next attempt's time.
+
+    The run that wakes at `retry_at` reads them with its claim (Claim.inflight_*) and counts
+    its attempts on from there, whichever worker it is and whatever died in between.
+    """
+    sql.run(conn, "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, error, retry_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot,"
+            " name = excluded.name, attempts = excluded.attempts, started_at = excluded.started_at,"
+            " error = excluded.error, retry_at = excluded.retry_at",
+            (workflow_id, wait.slot, wait.name, wait.attempts, now, wait.error, wait.retry_at))
+
+
+# An attempt's heartbeat, fenced by the lease: its details (NULL keeps the slot's last ones), when it
+# beat (NULL keeps), and when the next is due (NULL: nobody watches). A beat means an attempt runs:
+# no retry wait is pending. Parameters: slot, name, attempts, now, details, beat_at, expires, id,
+# owner, epoch.
+HEARTBEAT = (
+    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, details, heartbeat_at, heartbeat_expires)"
+    " SELECT id, ?, ?, ?, ?, ?, ?, ? FROM workflows WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
+    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    " attempts = excluded.attempts, retry_at = NULL,"
+    " started_at = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
+    " THEN inflight.started_at ELSE excluded.started_at END,"
+    " details = CASE WHEN excluded.details IS NOT NULL OR inflight.slot <> excluded.slot THEN excluded.details"
+    " ELSE inflight.details END,"
+    " heartbeat_at = CASE WHEN excluded.heartbeat_at IS NOT NULL OR inflight.slot <> excluded.slot"
+    " THEN excluded.heartbeat_at ELSE inflight.heartbeat_at END,"
+    " heartbeat_expires = excluded.heartbeat_expires"
+)
+
+
+BEATLESS = (" sent no heartbeat within its heartbeat timeout (its worker stopped answering);"
+            " another worker took the workflow over")
+
+
+def beatless_error(attempts: int) -> str:
+    """The error a claim keeps for an attempt taken over because it sent no heartbeat in time."""
+    return f"ActivityTimeout: attempt {attempts}{BEATLESS}"
 
 
 def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any], now: float) -> None:

@@ -12,12 +12,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from replaylog.engine.core import TIMER, CommandRecord, Outcome
+from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
-from replaylog.engine.store.sqlite.connection import SQLiteConnection, store_error
+from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
 from replaylog.engine.store.sqlite.operations import code_ended
 from replaylog.engine.vocab import SlotKind, Status, status_info
@@ -252,8 +253,9 @@ class Commits(SQLiteConnection, SeenCancels):
             # sleep (its wait is to raise it).
             # (NOT IN (NULL) is never true in SQL, so leave the clause out when nothing was consumed.)
             unconsumed = f" AND seq NOT IN ({consumed})" if consumed else ""
-            # A signal named "timer" wakes no sleeper.
-            signals = (f"CASE WHEN ?2 = '{TIMER}' THEN 0 ELSE"
+            # A signal named "timer" wakes no sleeper (nor one named "retry" a retry wait).
+            waits = ", ".join(f"'{w}'" for w in sorted(TIME_WAITS))
+            signals = (f"CASE WHEN ?2 IN ({waits}) THEN 0 ELSE"
                        f" (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}) END")
             cancel = "" if outcome.cancel_delivered else (
                 " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
@@ -277,6 +279,8 @@ class Commits(SQLiteConnection, SeenCancels):
             return False
         if status_info(status).code_ended:
             code_ended(conn, claim.id, outcome, status, written[0], now)
+        if outcome.retry is not None:
+            keep_retry(SQLITE, conn, claim.id, outcome.retry, now)
         if consumed:
             conn.execute(
                 f"UPDATE signals SET consumed = 1 WHERE workflow_id = ? AND consumed = 0 AND seq IN ({consumed})",

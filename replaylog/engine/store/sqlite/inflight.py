@@ -8,17 +8,20 @@ a dead worker's marks, or a run's that ended abnormally, are folded into the
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from replaylog.engine.marks import Mark, read_marks
-from replaylog.engine.store.rows import Claim, InflightRow
+from replaylog.engine.store.rows import Claim, InflightRow, loads
 from replaylog.engine.store.shared.keys import SLOTS_NOW
+from replaylog.engine.store.shared.operations import HEARTBEAT
 from replaylog.engine.store.sqlite.connection import SQLiteConnection
 
 _FOLD_MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
 )
 # Ids per `IN (...)` list (SQLite allows 32,766 parameters; batches are far smaller).
 IN_CHUNK = 500
@@ -36,32 +39,38 @@ class InflightMarks(SQLiteConnection):
         """
         row = self._conn.execute(
             f"SELECT {SLOTS_NOW}, workflows.lease_owner, workflows.lease_epoch, i.slot, i.name, i.attempts,"
-            " i.started_at FROM workflows LEFT JOIN inflight i ON i.workflow_id = workflows.id WHERE workflows.id = ?",
+            " i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at FROM workflows"
+            " LEFT JOIN inflight i ON i.workflow_id = workflows.id"
+            " WHERE workflows.id = ?",
             (workflow_id,),
         ).fetchone()
         if row is None:
             return None
         slots, lease = row[0], (row[1], row[2])
-        best = InflightRow(*row[3:]) if row[3] is not None and row[3] >= slots else None
+        best = (InflightRow(row[3], row[4], row[5], row[6], row[7], row[8], loads(row[9]), row[10])
+                if row[3] is not None and row[3] >= slots else None)
         for m in read_marks(self.path, workflow_id):
             # A file's mark counts while the lease it was written under is the workflow's
             # lease (a taken-over workflow's old marks are in the table by then).
             if (m.owner, m.epoch) == lease and m.slot >= slots and (
                     best is None or (m.slot, m.attempts) > (best.slot, best.attempts)):
-                best = InflightRow(m.slot, m.name, m.attempts, m.started_at)
+                # A heartbeat of the slot (written to the table) stays with it.
+                beat = (best.details, best.heartbeat_at) if best is not None and best.slot == m.slot else (None, None)
+                best = InflightRow(m.slot, m.name, m.attempts, m.started_at, None, None, *beat)
         return best
 
     @staticmethod
-    def _inflight_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """The folded in-flight (slot, attempts) of many workflows, by id."""
-        out: dict[str, tuple[int, int]] = {}
+    def _inflight_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+        """The folded in-flight (slot, attempts, error, retry_at, details) of many workflows, by id."""
+        out: dict[str, tuple[Any, ...]] = {}
         for i in range(0, len(ids), IN_CHUNK):
             chunk = ids[i:i + IN_CHUNK]
             marks = ", ".join("?" * len(chunk))
-            for wid, slot, attempts in conn.execute(
-                f"SELECT workflow_id, slot, attempts FROM inflight WHERE workflow_id IN ({marks})", chunk,
+            for wid, slot, attempts, error, retry_at, details in conn.execute(
+                "SELECT workflow_id, slot, attempts, error, retry_at, details FROM inflight"
+                f" WHERE workflow_id IN ({marks})", chunk,
             ):
-                out[wid] = (slot, attempts)
+                out[wid] = (slot, attempts, error, retry_at, loads(details))
         return out
 
     @staticmethod
@@ -88,6 +97,14 @@ class InflightMarks(SQLiteConnection):
     def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
         """Record a start mark in the database; workers on SQLite use the mark files instead (engine.marks)."""
         self.fold_marks([Mark(claim.id, claim.epoch, slot, name, attempts, started_at, claim.owner)])
+
+    def heartbeat(self, claim: Claim, slot: int, name: str, attempts: int, *, details: str | None,
+                  beat_at: float | None, expires: float | None) -> bool:
+        """Keep an attempt's heartbeat in the table, if the claim holds the lease (see shared.operations.HEARTBEAT)."""
+        with self._write() as conn:
+            cur = conn.execute(HEARTBEAT, (slot, name, attempts, time.time(), details, beat_at, expires, claim.id,
+                                           claim.owner, claim.epoch))
+            return cur.rowcount == 1
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the database (a dead worker's, or a run's that ended abnormally).

@@ -15,6 +15,7 @@ from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowSta
 from replaylog.engine.marks import Mark, board_path, read_board
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
+from replaylog.engine.store.shared.operations import beatless_error
 from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
 
 # Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
@@ -23,6 +24,8 @@ from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
 _BY_NAME = " INDEXED BY workflows_pending"
 # Named for the same reason: the due range of blocked workflows, whatever the statistics say.
 _BY_WAKE = " INDEXED BY workflows_wake"
+# Running workflows and their in-flight attempt, for heartbeats past due.
+_BEATLESS_JOIN = " JOIN inflight i ON i.workflow_id = workflows.id"
 
 
 def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
@@ -87,6 +90,21 @@ class Leases(InflightMarks):
                     f" AND (lease_expires >= ? OR lease_expires IS NULL){only} LIMIT ?",
                     (*dead_owners, now, *named, limit - len(rows)),
                 ).fetchall()
+            if len(rows) < limit:
+                # An attempt under a heartbeat timeout that stopped heartbeating: its worker stopped
+                # answering (frozen, cut off) though its lease stands. Taken over (the epoch fences
+                # that worker out), its attempt failed with the error kept below.
+                taken_ids = {wid for wid, _ in rows}
+                beatless = [(wid, prev) for wid, prev in conn.execute(
+                    f"SELECT workflows.id, workflows.lease_owner FROM workflows{_BEATLESS_JOIN}"
+                    f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ? AND i.slot >= {SLOTS_NOW}"
+                    f" AND workflows.lease_expires >= ?{only} LIMIT ?",
+                    (now, now, *named, limit)).fetchall() if wid not in taken_ids][:limit - len(rows)]
+                for wid, _ in beatless:
+                    attempts = conn.execute("SELECT attempts FROM inflight WHERE workflow_id = ?", (wid,)).fetchone()
+                    conn.execute("UPDATE inflight SET error = ?, heartbeat_expires = NULL WHERE workflow_id = ?",
+                                 (beatless_error(int(attempts[0])), wid))
+                rows += beatless
             # A workflow taken over from another worker may have an activity in flight
             # there: fold that worker's mark in first, so the attempts count on.
             boards: dict[str, list[Mark]] = {}
@@ -113,12 +131,12 @@ class Leases(InflightMarks):
                 logs = histories.get(wid)
                 state = None if logs is None else WorkflowState(
                     input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-                slot, attempts = started.get(wid, (None, 0))
+                slot, attempts, error, retry_at, details = started.get(wid, (None, 0, None, None, None))
                 if slot is not None and slot < row[3]:
-                    slot, attempts = None, 0  # its outcome was recorded since
+                    slot, attempts, error, retry_at, details = None, 0, None, None, None  # recorded since
                 claims.append(
                     Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state, slot, attempts,
-                          row[5]))
+                          row[5], error, retry_at, details))
         return claims
 
     @staticmethod
@@ -163,8 +181,10 @@ class Leases(InflightMarks):
             " AND (retry_at IS NULL OR retry_at <= ?))"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_expires < ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})"
-            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
-            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named),
+            f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows{_BEATLESS_JOIN} WHERE status = 'running'"
+            f" AND i.heartbeat_expires < ?{only})",
+            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named, now, *named),
         ).fetchone()[0]
         return found == 1
 

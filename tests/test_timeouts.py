@@ -1,0 +1,174 @@
+"""Activity timeouts and heartbeats: an attempt past its limit fails with ActivityTimeout and is retried,
+its late result discarded; a frozen worker's attempt is taken over once its heartbeat is overdue.
+
+In memory for the checks and the details; on a real store (SQLite file and PostgreSQL) with an
+in-process worker for the local limits, and with worker processes (SIGSTOP) for the takeover.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import timeout_app
+from fault_harness import app_worker, read_jsonl
+
+from conftest import cli_env, run_cli, start_worker, wait_for
+from replaylog import Context, WorkflowState, activity, current_activity, run
+from replaylog.engine.store import Store, open_store
+from replaylog.engine.worker import Worker
+
+# ------------------------------------------------------------------ in memory
+
+
+@pytest.mark.parametrize(("kwargs", "said"), [
+    ({"timeout": -1}, "call_activity(timeout=-1): timeout must be a positive number of seconds"),
+    ({"timeout": 0}, "call_activity(timeout=0): timeout must be a positive number of seconds"),
+    ({"heartbeat_timeout": "10"}, "call_activity(heartbeat_timeout='10'): heartbeat_timeout must be a positive"),
+    ({"timeout": float("nan")}, "call_activity(timeout=nan)"),
+])
+def test_a_bad_timeout_is_refused_in_one_line_and_nothing_is_recorded(kwargs: dict[str, Any], said: str) -> None:
+    calls: list[int] = []
+
+    @activity
+    def act() -> None:
+        calls.append(1)
+
+    def wf(ctx: Context) -> None:
+        ctx.call_activity(act, **kwargs)
+
+    result = run(wf, WorkflowState(has_input=False), clock=lambda: 0.0)
+    assert result.outcome.status == "failed"
+    error = result.outcome.error
+    assert error is not None and error.startswith(f"workflow code raised ValueError: {said}")
+    assert "\n" not in error
+    assert result.state.commands == () and calls == []
+
+
+def test_heartbeat_outside_an_activity_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match=r"^current_activity\(\) called outside a running activity$"):
+        current_activity().heartbeat({"x": 1})
+
+
+def test_the_next_attempt_reads_the_last_heartbeat_details_of_the_one_before() -> None:
+    seen: list[Any] = []
+
+    @activity
+    def resumable() -> str:
+        info = current_activity()
+        seen.append(info.heartbeat_details)
+        info.heartbeat({"done": info.attempt * 10})
+        if info.attempt < 3:
+            raise ConnectionError("cut off")
+        return "ok"
+
+    def wf(ctx: Context) -> str:
+        value: str = ctx.call_activity(resumable, max_retries=3)
+        return value
+
+    result = run(wf, WorkflowState(has_input=False), clock=lambda: 0.0)
+    assert result.outcome.result == "ok"
+    assert seen == [None, {"done": 10}, {"done": 20}]
+
+
+def test_heartbeat_details_that_json_cannot_hold_fail_the_attempt_naming_them() -> None:
+    @activity
+    def odd() -> None:
+        current_activity().heartbeat({1, 2})
+
+    def wf(ctx: Context) -> None:
+        ctx.call_activity(odd, max_retries=1)
+
+    result = run(wf, WorkflowState(has_input=False), clock=lambda: 0.0)
+    (rec,) = result.state.commands
+    assert rec.error == ("ValueNotJSONError: slot 0: the heartbeat details of activity 'odd' is of type set,"
+                         " which JSON cannot hold")
+
+
+# ------------------------------------------------------------------ a worker, in process
+
+
+@pytest.fixture
+def worker(db: Path | str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
+    monkeypatch.setenv("FAULT_LEDGER", str(tmp_path / "ledger.jsonl"))
+    with app_worker(db, timeout_app) as w:
+        yield w
+
+
+def _ledger(tmp_path: Path) -> list[dict[str, Any]]:
+    return read_jsonl(tmp_path / "ledger.jsonl")
+
+
+def test_an_attempt_past_its_timeout_is_retried_and_its_late_result_never_recorded(
+        worker: Worker, store: Store, tmp_path: Path) -> None:
+    wid = store.start_workflow("timed", 1.5)
+    assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+    assert store.get_workflow(wid).result == "fresh"
+    # The first attempt ends later, on its own thread: what it returns goes nowhere.
+    assert wait_for(lambda: any(line["what"] == "late end" for line in _ledger(tmp_path)), timeout=120)
+    (rec,) = store.list_commands(wid)
+    assert (rec.value, rec.attempts) == ("fresh", 2)
+    assert [(line["attempt"], line["what"]) for line in _ledger(tmp_path)] == [(1, "start"), (2, "start"),
+                                                                               (1, "late end")]
+
+
+def test_an_attempt_that_stops_heartbeating_is_retried_with_its_last_details(worker: Worker, store: Store) -> None:
+    wid = store.start_workflow("watched", 3.0)
+    assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+    assert store.get_workflow(wid).result == {"resumed_from": {"rows": 3}}
+    (rec,) = store.list_commands(wid)
+    assert rec.attempts == 2
+
+
+# ------------------------------------------------------------------ a frozen worker process
+
+
+def test_a_frozen_workers_attempt_is_taken_over_when_its_heartbeat_is_overdue(db: Path | str,
+                                                                              tmp_path: Path) -> None:
+    env = cli_env(FAULT_LEDGER=str(tmp_path / "ledger.jsonl"))
+    started = run_cli(db, "start", "pulsing", json.dumps({"limit": 120, "heartbeat": 1.0}), "--app", "timeout_app",
+                      env=env)
+    assert started.returncode == 0, started.stderr
+    wid = started.stdout.strip()
+    # A lease far longer than the heartbeat timeout: only the heartbeat can hand the workflow on.
+    frozen = start_worker(db, "--app", "timeout_app", "--lease", "300", env=env)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        with open_store(db) as store:
+            def beating() -> bool:
+                i = store.inflight(wid)
+                return i is not None and isinstance(i.details, dict) and i.details.get("i", 0) >= 3
+
+            assert wait_for(beating, timeout=120)
+            frozen.send_signal(signal.SIGSTOP)
+            shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
+            assert shown["inflight"]["details"]["i"] >= 3 and shown["inflight"]["heartbeat_at"] is not None
+            lease_expires = store.get_workflow(wid).lease_expires
+            assert lease_expires is not None
+            second = start_worker(db, "--app", "timeout_app", env=env)
+            assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+            last = store.inflight(wid)
+            result = store.get_workflow(wid).result
+            (rec,) = store.list_commands(wid)
+        lines = _ledger(tmp_path)
+        assert [line["attempt"] for line in lines] == [1, 2]
+        assert lines[1]["pid"] == second.pid
+        assert lines[1]["at"] < lease_expires  # taken over for its heartbeat, long before its lease would lapse
+        assert rec.attempts == 2 and last is None
+        assert isinstance(result["resumed_from"], dict) and result["resumed_from"]["i"] >= 3
+        # Thawed, the first worker's writes are refused: the history stays the second worker's.
+        frozen.send_signal(signal.SIGCONT)
+        with open_store(db) as store:
+            assert wait_for(lambda: store.get_workflow(wid).lease_owner is None, timeout=30)
+            assert len(store.list_commands(wid)) == 1
+    finally:
+        for proc in (frozen, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(30)

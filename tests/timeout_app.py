@@ -1,0 +1,90 @@
+"""A test app of activity timeouts and heartbeats; each attempt leaves ledger lines (start, and a late end).
+
+The ledger ($FAULT_LEDGER, one JSON line per event: workflow, slot, attempt, what, wall time,
+pid) is evidence outside the database: the tests compare it with what history recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from replaylog import Context, RetryPolicy, activity, current_activity, workflow
+
+QUICK = RetryPolicy(max_attempts=3, initial=0.01)
+
+
+def _note(what: str, **extra: Any) -> None:
+    path = os.environ.get("FAULT_LEDGER")
+    if not path:
+        return
+    info = current_activity()
+    line = {"wid": info.workflow_id, "slot": info.slot, "attempt": info.attempt, "what": what, "at": time.time(),
+            "pid": os.getpid(), **extra}
+    # One O_APPEND write of a short line is atomic: processes never interleave a line.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@activity
+def slow_first(seconds: float) -> str:
+    """The first attempt takes `seconds`, then says it ended late; later ones answer at once."""
+    _note("start")
+    if current_activity().attempt == 1:
+        time.sleep(seconds)
+        _note("late end")
+        return "late"
+    return "fresh"
+
+
+@activity
+def falls_silent(seconds: float) -> Any:
+    """The first attempt heartbeats once and then goes silent for `seconds`; the next returns what it was left."""
+    info = current_activity()
+    _note("start")
+    if info.attempt == 1:
+        info.heartbeat({"rows": 3})
+        time.sleep(seconds)
+        return "late"
+    return {"resumed_from": info.heartbeat_details}
+
+
+@activity
+def pulse(limit: float) -> Any:
+    """The first attempt heartbeats every 50 ms (details: a count) for up to `limit` seconds; later ones
+    return the details they were left."""
+    info = current_activity()
+    _note("start")
+    if info.attempt > 1:
+        return {"resumed_from": info.heartbeat_details}
+    end = time.monotonic() + limit
+    i = 0
+    while time.monotonic() < end:
+        i += 1
+        info.heartbeat({"i": i})
+        time.sleep(0.05)
+    return "never frozen"
+
+
+@workflow
+def timed(ctx: Context, seconds: float) -> str:
+    """slow_first under a start-to-close timeout of 0.3 s."""
+    result: str = ctx.call_activity(slow_first, seconds, timeout=0.3, retry=QUICK)
+    return result
+
+
+@workflow
+def watched(ctx: Context, seconds: float) -> Any:
+    """falls_silent under a heartbeat timeout of 0.3 s."""
+    return ctx.call_activity(falls_silent, seconds, heartbeat_timeout=0.3, retry=QUICK)
+
+
+@workflow
+def pulsing(ctx: Context, spec: dict[str, float]) -> Any:
+    """pulse under a heartbeat timeout of `spec["heartbeat"]` seconds."""
+    return ctx.call_activity(pulse, spec["limit"], heartbeat_timeout=spec["heartbeat"], retry=QUICK)
