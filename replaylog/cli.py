@@ -34,6 +34,7 @@ from replaylog.engine.core import APPROVAL_PREFIX
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.retention import BATCH, parse_cutoff
 from replaylog.engine.schedules import CATCH_UPS, DEFAULT_CATCH_UP, DEFAULT_OVERLAP, OVERLAPS
 from replaylog.engine.store import (
@@ -58,6 +59,7 @@ from replaylog.engine.text import (
     heartbeat_text,
     preview,
     printable,
+    queue_text,
     retry_text,
     utc,
     waits_text,
@@ -256,6 +258,26 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
     ctx.obj = Settings(db, max_payload)
 
 
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A length of time: seconds (`90`, `1.5`, any sign: the client words a negative one) or a number and
+    a unit (`30s`, `5m`, `2h`, `1d`, as engine.filters.parse_duration reads them)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """The number of seconds `value` says; a usage error naming what is wrong."""
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
+            return parse_duration(str(value), f"--{param.name if param else 'delay'}")
+        except StoreError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @cli.command()
 @click.argument("workflow_name", metavar="WORKFLOW")
 @click.argument("input_json", required=False, metavar="[INPUT_JSON]")
@@ -263,11 +285,20 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--if-exists", type=click.Choice(["fail", "return"]), default="fail", show_default=True,
               help="With --id, when that workflow exists: refuse, or print its id and touch nothing"
-                   " (a client that retries a start gets the same workflow).")
+                   " (a client that retries a start gets the same workflow); with --dedup-id, the same for"
+                   " the unfinished workflow that holds it.")
+@click.option("--queue", metavar="NAME", help="Start it queued on this queue (declared by the app or a worker).")
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="On a queue: lower is admitted first (0 or more).")
+@click.option("--dedup-id", metavar="ID",
+              help="On a queue: refuse the start while an unfinished workflow on it has this dedup id.")
+@click.option("--delay", type=Seconds(), metavar="TIME", help="On a queue: not admitted before TIME from now"
+                                                             " (seconds, or 30s, 5m, 2h).")
 @global_options
 @pass_settings
 def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
-          app: str | None, if_exists: str) -> None:
+          app: str | None, if_exists: str, queue: str | None, priority: int, dedup_id: str | None,
+          delay: float | None) -> None:
     """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
     registry = _app(app)
     fn = registry.workflow(workflow_name)  # an unknown name: one line, naming the ones the app knows
@@ -276,10 +307,14 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
     refusal = registry.input_refusal(workflow_name, given=input_json is not None)
     if refusal is not None:
         fail(refusal)
+    check_queue_options(queue, priority, dedup_id, delay)  # before INPUT_JSON is read, as the input's shape
     value, given = read_json_arg(input_json, "the workflow input", settings.max_payload)
     with settings.client() as client:
+        # The app's own Queue, when it declares one of that name: recorded if no worker has yet.
         handle = client.start(fn, value if given else NO_INPUT, id=workflow_id,
-                              if_exists="return" if if_exists == "return" else "fail")
+                              if_exists="return" if if_exists == "return" else "fail",
+                              queue=registry.queues.get(queue, queue) if queue is not None else None,
+                              priority=priority, dedup_id=dedup_id, delay=delay)
     click.echo(handle.id)
 
 
@@ -659,6 +694,9 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
         "cancel_requested": row.cancel_requested, "cancel": _cancel_json(row, audit),
+        "queue": None if row.queue is None else {
+            "name": row.queue, "priority": row.priority, "position": row.position, "dedup_id": row.dedup_id,
+            "not_before": row.not_before, "admitted_at": row.admitted_at},
         "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
         "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
                   for a in audit],
@@ -786,7 +824,8 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
              "wake_at": r.wake_at, "slots": r.slots,
              "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id],
-             "parent": r.parent, "search_attributes": attributes.get(r.id, {})} for r in rows
+             "parent": r.parent, "search_attributes": attributes.get(r.id, {}), "queue": r.queue,
+             "position": r.position} for r in rows
         ]))
         return
     # --limit and the total count top-level workflows under --tree: a child comes with its parent, uncounted.
@@ -797,9 +836,10 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
     # A failed workflow's error, or why a cancelled or terminated one was stopped (the
     # operator's reason): a column of its own, last, when a row has one.
     errors = any(r.error for r in rows)
+    queued = any(r.queue for r in rows)  # a column only when a workflow of the page is on a queue
     # Each search attribute a row on the page has is a column of its own, after the slots.
     keys = sorted({k for found in attributes.values() for k in found})
-    columns = (("id", "workflow", "status", "blocked on", "slots", *keys, "updated (UTC)")
+    columns = (("id", "workflow", "status", "blocked on") + ("queue",) * queued + ("slots", *keys, "updated (UTC)")
                + ("error / reason",) * errors)
     for col in columns:
         # Ids are what operators copy into the next command: never cut them short.
@@ -812,8 +852,10 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
         # A child is indented under its parent; the id itself stays whole, to be copied.
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
         found = attributes.get(r.id, {})
-        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
-                 *(_t(found.get(k, "")) for k in keys), _t(_when(r.updated_at, short=True))]
+        cells = [shown_id, _t(r.workflow), _status(r.status), waits]
+        if queued:
+            cells.append(_t(f"{r.queue} #{r.position}" if r.position is not None else r.queue))
+        cells += [_t(r.slots), *(_t(found.get(k, "")) for k in keys), _t(_when(r.updated_at, short=True))]
         if errors:
             cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == Status.FAILED else ""))
         table.add_row(*cells)
@@ -853,6 +895,34 @@ def stats(settings: Settings, as_json: bool) -> None:
         _print(_listing("", ("owner", "host", "pid", "serves", "started (UTC)", "last heartbeat"), [
             (_t(w.owner), _t(w.host), _t(w.pid), _t(", ".join(w.names)), _t(_when(w.started_at, short=True)),
              _t(f"{duration(max(0.0, st.at - w.seen_at))} ago")) for w in st.workers]))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per queue.")
+@global_options
+@pass_settings
+def queues(settings: Settings, as_json: bool) -> None:
+    """Each queue workers have declared: running, waiting, its limits and its rate window."""
+    with settings.open(readonly=True) as store:
+        rows = store.queues()
+    if as_json:
+        click.echo(json.dumps([
+            {"name": q.name, "running": q.admitted, "running_now": q.running, "waiting": q.waiting,
+             "delayed": q.delayed, "concurrency": q.concurrency, "worker_concurrency": q.worker_concurrency,
+             "rate_limit": None if q.rate_limit is None else {"starts": q.rate_limit[0], "seconds": q.rate_limit[1]},
+             "started_in_window": q.recent, "declared_by": q.declared_by, "declared_at": q.declared_at}
+            for q in rows]))
+        return
+    if not rows:
+        click.echo("no queues: a worker records its app's queues when it starts")
+        return
+    _print(_listing(f"{len(rows)} queue(s)", ("queue", "running", "waiting", "limit", "per worker", "rate",
+                                              "declared by"), [
+        (_t(q.name), _t(q.admitted), _t(f"{q.waiting}" + (f" ({q.delayed} delayed)" if q.delayed else "")),
+         _t(q.concurrency if q.concurrency is not None else "none"),
+         _t(q.worker_concurrency if q.worker_concurrency is not None else "none"),
+         _t("none" if q.rate_limit is None else f"{q.recent}/{q.rate_limit[0]} per {q.rate_limit[1]:g}s"),
+         _t(f"{q.declared_by}, {_when(q.declared_at, short=True)}")) for q in rows], wide="declared by"))
 
 
 def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
@@ -923,6 +993,10 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
         head.add_row("blocked on", _t(_blocked_text(row.blocked_on, row.wake_at, now, data["approval"]) + until))
         if data["approval"]:
             head.add_row("details", _t(preview(data["approval"]["details"], 200)))
+    if row.queue is not None:
+        head.add_row("queue", _t(queue_text(row.queue, row.position, time.time(), priority=row.priority,
+                                            not_before=row.not_before, dedup_id=row.dedup_id,
+                                            admitted_at=row.admitted_at)))
     if data["parent"]:
         head.add_row("parent", _t(data["parent"]))
     for child in data["children"]:

@@ -45,6 +45,8 @@ from replaylog.engine.errors import (
 )
 from replaylog.engine.filters import workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.queues import DedupIdTakenError, Queue
+from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_statuses, prune
 from replaylog.engine.store import (
     PruneBatch,
@@ -151,8 +153,8 @@ class WorkflowInfo:
 
     `result` is set once `status` is "completed"; `error` and `error_kind` once it failed
     (or the operator's reason once cancelled or terminated). `wake_at` is the recorded
-    wake time of a blocked workflow (its timer, or its wait's deadline). Times are epoch
-    seconds.
+    wake time of a blocked workflow (its timer, or its wait's deadline). The queue fields
+    are None for a workflow started on no queue. Times are epoch seconds.
     """
 
     id: str
@@ -173,6 +175,14 @@ class WorkflowInfo:
     forked_from: str | None = None
     # Its search attributes (ctx.upsert_search_attributes), values as text; filled by `Client.list`.
     search_attributes: dict[str, str] = field(default_factory=dict)
+    # On a queue (docs/flow-control.md): its queue, priority, dedup id, the time before which it
+    # is not admitted, when it was admitted, and while queued its place in line (1: next).
+    queue: str | None = None
+    priority: int | None = None
+    dedup_id: str | None = None
+    not_before: float | None = None
+    admitted_at: float | None = None
+    position: int | None = None
 
     @classmethod
     def from_row(cls, row: WorkflowRow, search_attributes: dict[str, str] | None = None) -> WorkflowInfo:
@@ -185,7 +195,8 @@ class WorkflowInfo:
             diagnostic=None if d is None else Diagnostic(int(d["slot"]), d.get("recorded"), d.get("issued"),
                                                          str(d.get("message", ""))),
             cancel_requested=row.cancel_requested, forked_from=row.forked_from,
-            search_attributes=dict(search_attributes or {}))
+            search_attributes=dict(search_attributes or {}), queue=row.queue, priority=row.priority,
+            dedup_id=row.dedup_id, not_before=row.not_before, admitted_at=row.admitted_at, position=row.position)
 
     @property
     def finished(self) -> bool:
@@ -468,14 +479,17 @@ class Client:
 
     @overload
     def start(self, workflow: Callable[..., R], input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[R]: ...
+              if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
+              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[R]: ...
 
     @overload
     def start(self, workflow: str, input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[Any]: ...
+              if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
+              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[Any]: ...
 
     def start(self, workflow: Callable[..., Any] | str, input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[Any]:
+              if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
+              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[Any]:
         """Start a workflow; return its handle.
 
         Args:
@@ -485,16 +499,29 @@ class Client:
             id: the workflow's id (else a generated one).
             if_exists: with `id`, when a workflow of that id exists: "fail" raises
                 DuplicateWorkflowIdError, "return" returns its handle and writes nothing
-                (a request retried after a lost answer gets the same workflow).
+                (a request retried after a lost answer gets the same workflow). With
+                `dedup_id`, the same for an unfinished workflow holding that dedup id.
+            queue: start it queued on this queue (a Queue, or the name of one a worker
+                declared): a worker's claim admits it only while the queue is under its
+                limits (docs/flow-control.md). A Queue the store does not know yet is recorded.
+            priority: on a queue, lower is admitted first (0 or more); first started first within one.
+            dedup_id: on a queue, refuse the start (DedupIdTakenError) while an unfinished
+                workflow on the queue was started with the same dedup id.
+            delay: on a queue, not admitted before this many seconds from now.
 
         Raises:
             WorkflowInputError: the input does not fit the function's parameters.
             ValueNotJSONError, PayloadTooLargeError: the input cannot be stored.
             DuplicateWorkflowIdError: the id is taken (if_exists="fail").
+            QueueError: an unknown queue, a negative priority or delay, a queue option without a queue.
+            DedupIdTakenError: the dedup id is taken (if_exists="fail").
         Nothing is written when it raises. A missing SQLite database is created.
         """
         if if_exists not in ("fail", "return"):
             raise ValueError(f"if_exists must be 'fail' or 'return', not {if_exists!r}")
+        check_queue_options(queue.name if isinstance(queue, Queue) else queue, priority, dedup_id, delay)
+        if isinstance(queue, str) and self.registry is not None and queue in self.registry.queues:
+            queue = self.registry.queues[queue]  # the app's own queue: recorded if no worker has yet
         name, fn = _workflow_name(workflow)
         if fn is None and self.registry is not None:
             fn = self.registry.workflow(name)  # UnknownWorkflowError (of the app) for a name it lacks
@@ -509,11 +536,16 @@ class Client:
         def start(store: Store) -> str:
             try:
                 return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id,
-                                            trace_context=trace_context_now())
+                                            trace_context=trace_context_now(), queue=queue, priority=priority,
+                                            dedup_id=dedup_id, delay=delay)
             except DuplicateWorkflowIdError:
                 if if_exists != "return" or id is None:
                     raise
                 return id
+            except DedupIdTakenError as taken:
+                if if_exists != "return":
+                    raise
+                return taken.workflow_id
 
         return WorkflowHandle(self, self._call(start, create=True))
 

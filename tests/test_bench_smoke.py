@@ -26,6 +26,7 @@ FIELDS = {
     "resume": ("slots", "load_ms", "replay_ms", "replay_slots_per_s", "activities_reexecuted", "met"),
     "signal": ("samples", "median_ms", "p99_ms", "met"),
     "short": ("workflows", "workflows_per_s_1p", "workflows_per_s_2p", "starts_per_s", "met"),
+    "queues": ("claim", "short", "met"),
     "timers": ("timers", "median_late_ms", "p99_late_ms", "early", "met"),
     "sleepers": ("sleepers", "worker_rss_mb", "idle_cpu_percent", "wakeups_per_s", "met"),
 }

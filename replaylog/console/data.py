@@ -41,7 +41,7 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.store import redact_url as redact_url
-from replaylog.engine.text import cancel_state, cancel_text, preview
+from replaylog.engine.text import cancel_state, cancel_text, preview, queue_text
 from replaylog.engine.vocab import Group, SlotKind, Status, kind_info, status_info
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
@@ -79,6 +79,8 @@ class ListedWorkflow:
            no_worker: str | None = None) -> ListedWorkflow:
         """The view of a store summary (with the approval request it waits on, if any, and why no worker runs it)."""
         waits = r.blocked_on if approval is None else f"approval: {approval['action']} (request {approval['request']})"
+        if r.position is not None:  # queued: its queue and its place in line, as `list` shows them
+            waits = f"queue {r.queue} #{r.position}"
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.slots, r.updated_at, r.error, r.wake_at, waits,
                    no_worker)
 
@@ -108,14 +110,19 @@ class WorkflowView:
     cancel_requested: str | None = None
     forked_from: tuple[str, int] | None = None
     traceback: str | None = None  # a failed workflow's, through its code
+    # Its queue, in words (engine.text.queue_text: queue, priority, place in line, delay); None if on none.
+    queue: str | None = None
 
     @classmethod
     def of(cls, r: WorkflowRow) -> WorkflowView:
         """The view of a store row."""
+        on_queue = None if r.queue is None else queue_text(
+            r.queue, r.position, time.time(), priority=r.priority, not_before=r.not_before, dedup_id=r.dedup_id,
+            admitted_at=r.admitted_at)
         return cls(r.id, r.workflow, r.status, r.blocked_on, r.lease_expires, r.worker_error, r.retry_at,
                    r.has_input, r.input, r.result, r.error, r.slots, r.created_at, r.updated_at, r.wake_at,
                    r.cancel_requested, None if r.forked_from is None else (r.forked_from, r.forked_slot or 0),
-                   r.traceback)
+                   r.traceback, on_queue)
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,33 @@ def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str
     return f"{blocked_on} (until {near_utc(wake_at, now)})"
 
 
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st, ..."""
+    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{tail}"
+
+
+def queue_text(queue: str | None, position: int | None, now: float, *, priority: int | None = None,
+               not_before: float | None = None, dedup_id: str | None = None,
+               admitted_at: float | None = None) -> str:
+    """A workflow's place on its queue, for operators: "emails · priority 3 · 2nd in line · not before 21:05:03
+    (in 4m 12s) · dedup id order-7", or "emails · admitted 21:04:10" once admitted; "" for no queue."""
+    if queue is None:
+        return ""
+    parts = [queue]
+    if priority:
+        parts.append(f"priority {priority}")
+    if position is not None:
+        parts.append(f"{ordinal(position)} in line")
+    if position is not None and not_before is not None and not_before > now:
+        parts.append(f"not before {near_utc(not_before, now)} ({countdown(not_before, now)})")
+    if position is None and admitted_at is not None:
+        parts.append(f"admitted {near_utc(admitted_at, now)}")
+    if dedup_id is not None:
+        parts.append(f"dedup id {dedup_id}")
+    return " · ".join(parts)
+
+
 def heartbeat_text(heartbeat_at: float, details: Any, now: float) -> str:
     """An in-flight attempt's latest heartbeat, for operators: when, and its details in short."""
     ago = "just now" if now - heartbeat_at < 1 else f"{duration(now - heartbeat_at)} ago"

@@ -146,6 +146,10 @@ class Status(_Described):
     CANCELLED = "cancelled", StatusInfo(finished=True, code_ended=True, outcome=True, by_operator=True)
     # Ended by an operator, not by its code: its history stops wherever the code was.
     TERMINATED = "terminated", StatusInfo(finished=True, by_operator=True)
+    # Started on a queue (engine.queues) and not admitted yet: a claim admits it when the
+    # queue has room, its priority comes up and its delay has passed. Last, so the console's
+    # status keys 1-7 kept their meaning when it came.
+    QUEUED = "queued", StatusInfo()
 
 
 _STATUS_BY_TEXT: dict[str, Status] = {s.value: s for s in Status}

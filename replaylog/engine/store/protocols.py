@@ -19,6 +19,7 @@ from typing import Any, Protocol, Self
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
 from replaylog.engine.history import HistoryDocument
 from replaylog.engine.marks import Mark, MarkBoard
+from replaylog.engine.queues import Queue
 from replaylog.engine.store import rows
 
 
@@ -114,6 +115,9 @@ class ReaderStore(_Closable, Protocol):
     def list_audit(self, workflow_id: str) -> list[rows.AuditRow]:
         """The operators' actions on a workflow, oldest first."""
 
+    def queues(self) -> list[rows.QueueRow]:
+        """Every queue workers have declared, with its limits and what it holds now."""
+
     def stats(self) -> rows.StoreStats:
         """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot."""
 
@@ -131,8 +135,11 @@ class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
-        """Insert a pending workflow (with the caller's trace context, if any); return its id."""
+                       workflow_id: str | None = None, trace_context: str | None = None,
+                       queue: str | Queue | None = None, priority: int = 0, dedup_id: str | None = None,
+                       delay: float | None = None) -> str:
+        """Insert a pending workflow (with the caller's trace context, if any), or a queued one on
+        `queue` (engine.queues); return its id."""
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
@@ -205,6 +212,9 @@ class WorkerStore(_Closable, Protocol):
     def worker_started(self, owner: str, *, host: str, pid: int, app: str, names: Collection[str],
                        ttl: float) -> None:
         """Say that a worker runs, and the workflow names its app knows."""
+
+    def declare_queues(self, queues: Iterable[Queue], *, by: str) -> list[str]:
+        """Record an app's queues and their limits for every worker's claims; say which stored limits changed."""
 
     def worker_stopped(self, owner: str) -> None:
         """A worker exits cleanly: it serves nothing any more."""

@@ -180,6 +180,15 @@ class WorkflowRow:
     parent: str | None = None
     # A failed workflow's traceback through its code (engine.core.Outcome.traceback), where one was kept.
     traceback: str | None = None
+    # Its queue (engine.queues), priority, dedup id, the time before which it is not
+    # admitted (a delay) and when a claim admitted it: all None for a workflow of no queue.
+    queue: str | None = None
+    priority: int | None = None
+    dedup_id: str | None = None
+    not_before: float | None = None
+    admitted_at: float | None = None
+    # While queued: its place in its queue's line (1 = admitted next), delayed ones counted.
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,31 @@ class WorkflowSummary:
     error: str | None = None  # the start of a failed workflow's error (shared.reads.ERROR_PREVIEW characters)
     wake_at: float | None = None  # as WorkflowRow.wake_at
     parent: str | None = None  # as WorkflowRow.parent
+    queue: str | None = None  # as WorkflowRow.queue
+    position: int | None = None  # as WorkflowRow.position
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One declared queue: its limits (None: no limit) and what it holds now.
+
+    `admitted` counts its workflows that hold a place under `concurrency` (pending,
+    running or blocked), `running` those of them running now; `waiting` its queued ones,
+    `delayed` those of them whose delay has not passed; `recent` its admissions within the
+    rate limit's window.
+    """
+
+    name: str
+    concurrency: int | None
+    worker_concurrency: int | None
+    rate_limit: tuple[int, float] | None
+    running: int
+    admitted: int
+    waiting: int
+    delayed: int
+    recent: int
+    declared_by: str
+    declared_at: float
 
 
 @dataclass(frozen=True)

@@ -232,6 +232,12 @@ class Worker:
             for name in store.sync_app_schedules(self.registry.schedules):
                 self._event(f"schedule:{name}", f"schedule {name} set from the app"
                             f" ({self.registry.schedules[name]})", "schedule")
+            if self.registry.queues:
+                # Every worker's claim reads the limits from the store: the newest declaration
+                # of a queue is the one enforced everywhere (docs/flow-control.md says why).
+                for change in store.declare_queues(self.registry.queues.values(),
+                                                   by=f"app {self.registry.spec} ({self.owner})"):
+                    log.warning("%s; this worker's declaration now applies to every worker", change)
         except BaseException:
             if self._board is not None:
                 self._board.close(remove=True)

@@ -190,6 +190,31 @@ MIGRATIONS: list[Migration] = [
         AddColumn("inflight", "heartbeat_at", "real"),
         AddColumn("inflight", "heartbeat_expires", "real"),
     )),
+    Migration(8, "queues: the queues table; workflows.queue, priority, dedup_id, not_before, admitted_at", (
+        # A queued workflow's queue, its priority (lower first), its deduplication id, the
+        # time before which it is not admitted (a delay), and when a claim admitted it
+        # (rate limits count admissions in a window). NULL on every workflow of no queue.
+        AddColumn("workflows", "queue", "text"),
+        AddColumn("workflows", "priority", "integer"),
+        AddColumn("workflows", "dedup_id", "text"),
+        AddColumn("workflows", "not_before", "real"),
+        AddColumn("workflows", "admitted_at", "real"),
+        # The waiting line of each queue, in claim order; partial, so no other workflow touches it.
+        AddIndex("workflows_queued", "workflows", ("queue", "priority", "seq"), "status = 'queued'"),
+        # A queue's admitted workflows by status (its concurrency counts them) and by admission
+        # time (its rate limit counts a window of them): workflows of no queue are in neither.
+        AddIndex("workflows_queue_status", "workflows", ("queue", "status"), "queue IS NOT NULL"),
+        AddIndex("workflows_queue_admitted", "workflows", ("queue", "admitted_at"), "admitted_at IS NOT NULL"),
+        AddIndex("workflows_dedup", "workflows", ("queue", "dedup_id"), "dedup_id IS NOT NULL"),
+        # The queues workers' apps declare, with their limits (NULL: none): the claim reads
+        # them, so every worker enforces the same ones. The last worker to start with a queue
+        # declared differently sets it (engine.store.shared.queues.declare_queues).
+        Sql("CREATE TABLE queues (name TEXT PRIMARY KEY, concurrency INTEGER, worker_concurrency INTEGER,"
+            " rate_limit INTEGER, rate_period REAL, declared_by TEXT NOT NULL, declared_at REAL NOT NULL)",
+            "CREATE TABLE replaylog.queues (name text PRIMARY KEY, concurrency bigint, worker_concurrency bigint,"
+            " rate_limit bigint, rate_period double precision, declared_by text NOT NULL,"
+            " declared_at double precision NOT NULL)"),
+    )),
 ]
 
 

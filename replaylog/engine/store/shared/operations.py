@@ -31,9 +31,12 @@ from replaylog.engine.core import (
     signal_name_refusal,
 )
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
+from replaylog.engine.queues import DedupIdTakenError, Queue
+from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.queues import check_start
 from replaylog.engine.text import utc
 from replaylog.engine.vocab import FINISHED, SlotKind, Status, Wait
 
@@ -216,15 +219,20 @@ def _unfinished_descendants(sql: Dialect, conn: Any, workflow_id: str) -> list[t
         conn, "WITH RECURSIVE tree(id) AS (SELECT id FROM workflows WHERE parent = ?"
         " UNION SELECT w.id FROM workflows w JOIN tree ON w.parent = tree.id)"
         " SELECT w.id, w.cancel_requested FROM workflows w JOIN tree ON w.id = tree.id"
-        f" WHERE w.status IN ('pending', 'running', 'blocked') ORDER BY w.seq{sql.lock_of('w')}", (workflow_id,))]
+        f" WHERE w.status IN ('queued', 'pending', 'running', 'blocked') ORDER BY w.seq{sql.lock_of('w')}",
+        (workflow_id,))]
 
 
 def _request_cancel(sql: Dialect, conn: Any, workflow_id: str, reason: str | None, now: float, who: str,
                     detail: str | None = None) -> None:
-    """Set an unfinished workflow's cancel request; a blocked one is made runnable so that its wait raises it."""
+    """Set an unfinished workflow's cancel request; a blocked one is made runnable so that its wait raises it.
+
+    A queued one leaves its queue's line at once (pending): its code sees the request at its
+    first ctx call, without waiting for room in the queue.
+    """
     sql.run(
         conn, "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
-        " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
+        " status = CASE WHEN status IN ('blocked', 'queued') THEN 'pending' ELSE status END,"
         " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
         " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = ?",
         (reason or "", now, workflow_id))
@@ -264,22 +272,46 @@ class SharedOperatorWrites(StoreBase):
     """Writes an operator makes, each one write transaction, refused whole on bad input."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
-        """Insert a pending workflow; return its id.
+                       workflow_id: str | None = None, trace_context: str | None = None,
+                       queue: str | Queue | None = None, priority: int = 0, dedup_id: str | None = None,
+                       delay: float | None = None) -> str:
+        """Insert a pending workflow (queued, on a queue); return its id.
 
         `trace_context` is the caller's trace context (W3C headers as JSON text), kept for
-        the worker's spans of this workflow.
+        the worker's spans of this workflow. `queue` (a declared queue's name, or a Queue,
+        which is recorded if the store has no queue of its name yet), `priority`, `dedup_id`
+        and `delay` (seconds by the wake clock) start it queued: see engine.queues.
+        QueueError (nothing written) for an unknown queue or a bad option;
+        DedupIdTakenError when an unfinished workflow on the queue holds `dedup_id`.
         """
+        declared = queue if isinstance(queue, Queue) else None
+        queue_name = queue.name if isinstance(queue, Queue) else queue
+        check_queue_options(queue_name, priority, dedup_id, delay)
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
         _check_id(wid)
         now, who, sql = time.time(), actor(), self.dialect
+        not_before = None if delay is None or delay <= 0 else self.wake_clock() + delay
 
         def start(conn: Any) -> None:
-            self._insert_workflow(conn, wid, workflow, input_text, now)
+            if queue_name is not None:
+                if declared is not None:
+                    sql.run(conn, "INSERT INTO queues (name, concurrency, worker_concurrency, rate_limit, rate_period,"
+                            " declared_by, declared_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                            (declared.name, declared.concurrency, declared.worker_concurrency,
+                             *(declared.rate_limit or (None, None)), f"a start by {who}", now))
+                holder = check_start(sql, conn, queue_name, dedup_id)
+                if holder is not None and dedup_id is not None:
+                    raise DedupIdTakenError(queue_name, dedup_id, holder)
+                self._insert_workflow(conn, wid, workflow, input_text, now, status=Status.QUEUED.value)
+                sql.run(conn, "UPDATE workflows SET queue = ?, priority = ?, dedup_id = ?, not_before = ? WHERE id = ?",
+                        (queue_name, priority, dedup_id, not_before, wid))
+            else:
+                self._insert_workflow(conn, wid, workflow, input_text, now)
             if trace_context is not None:
                 sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
-            _audit(sql, conn, wid, "start", now, who, detail=workflow)
+            _audit(sql, conn, wid, "start", now, who,
+                   detail=workflow if queue_name is None else f"{workflow} on queue {queue_name}")
 
         self._operate(wid, "start", now, who, start, lambda _: None)
         return wid
@@ -427,7 +459,8 @@ class SharedOperatorWrites(StoreBase):
         """
         wid = new_id or doc.id
         _check_id(wid)
-        status = Status.PENDING if doc.status in (Status.RUNNING, Status.BLOCKED) else doc.status
+        # (A queued one too: the export does not carry its queue.)
+        status = Status.PENDING if doc.status in (Status.RUNNING, Status.BLOCKED, Status.QUEUED) else doc.status
         input_text = self.encode_payload(doc.input, "the workflow input") if doc.has_input else None
         result = self.encode_payload(doc.result, "the workflow's result") if status == Status.COMPLETED else None
         commands = [(c.kind, c.name, bool(c.ok), self.encode_payload(c.value, f"slot {i}'s value") if c.ok else None,

@@ -29,6 +29,7 @@ from replaylog.engine.store.rows import (
     AuditRow,
     CommandRow,
     LiveWorker,
+    QueueRow,
     SignalRow,
     StoreStats,
     WorkflowFilter,
@@ -38,6 +39,7 @@ from replaylog.engine.store.rows import (
 )
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.queues import queue_rows
 from replaylog.engine.store.shared.workers import LIVE_TTLS
 from replaylog.engine.vocab import Status
 
@@ -51,6 +53,10 @@ _UPDATED_SLACK = 2.0
 ERROR_PREVIEW = 400
 # The wake time is only meaningful while blocked (a claim or a signal leaves it behind).
 _WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
+# A queued workflow's place in its queue's line (claim order: priority, then seq), else NULL.
+_POSITION = ("CASE WHEN status = 'queued' THEN (SELECT COUNT(*) FROM workflows ahead WHERE ahead.status = 'queued'"
+             " AND ahead.queue = workflows.queue AND (ahead.priority < workflows.priority"
+             " OR (ahead.priority = workflows.priority AND ahead.seq < workflows.seq))) + 1 END")
 _COMMAND_COLUMNS = (f"c.slot_key - {FIRST_KEY}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
                     " c.args, c.parallel, c.traceback")
 
@@ -58,13 +64,14 @@ _COMMAND_COLUMNS = (f"c.slot_key - {FIRST_KEY}, c.kind, c.name, c.ok, c.value, c
 def _workflow_columns(dialect: Dialect) -> str:
     return ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + dialect.slots_shown + ", "
             "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
-            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent, traceback")
+            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent, traceback, queue, priority, "
+            "dedup_id, not_before, admitted_at, " + _POSITION)
 
 
 def _summary_columns(dialect: Dialect, table: str = "") -> str:
     # (`table`: a join names which table's id; the dialect's slot count names `workflows.` columns.)
     return (f"{table}id, workflow, status, blocked_on, {dialect.slots_shown}, created_at, updated_at,"
-            f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}, parent")
+            f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}, parent, queue, {_POSITION}")
 
 
 def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
@@ -74,11 +81,14 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
         error_kind=r[15], cancel_requested=r[16], forked_from=r[17],
         forked_slot=None if r[18] is None else int(r[18]), wake_at=r[19], parent=r[20], traceback=r[21],
+        queue=r[22], priority=None if r[23] is None else int(r[23]), dedup_id=r[24], not_before=r[25],
+        admitted_at=r[26], position=None if r[27] is None else int(r[27]),
     )
 
 
 def _summary(r: Sequence[Any]) -> WorkflowSummary:
-    return WorkflowSummary(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6], r[7], r[8], r[9])
+    return WorkflowSummary(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6], r[7], r[8], r[9], r[10],
+                           None if r[11] is None else int(r[11]))
 
 
 def _command_row(r: Sequence[Any]) -> CommandRow:
@@ -230,6 +240,10 @@ class SharedReads(StoreBase):
         for status, n in self._query("SELECT status, COUNT(*) FROM workflows GROUP BY status"):
             counts[status] = int(n)
         return counts
+
+    def queues(self) -> list[QueueRow]:
+        """Every queue workers have declared, with its limits and figures, read in one snapshot."""
+        return self._snapshot(lambda conn: queue_rows(self.dialect, conn, self.wake_clock()))
 
     def trace_context(self, workflow_id: str) -> str | None:
         """The trace context the workflow was started in (W3C headers as JSON text), if any."""

@@ -16,6 +16,8 @@ from replaylog.engine.marks import Mark, board_path, read_board
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
 from replaylog.engine.store.shared.operations import beatless_error
+from replaylog.engine.store.shared.queues import admit, room_sql
+from replaylog.engine.store.sqlite.connection import SQLITE
 from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
 
 # Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
@@ -80,6 +82,11 @@ class Leases(InflightMarks):
                     " LIMIT ?",
                     (now, *named, limit - len(rows)),
                 ).fetchall()
+            if len(rows) < limit:
+                # Queued workflows their queues have room for (engine.store.shared.queues): last,
+                # so an unqueued claim pays one look at the (small) queues table and no more.
+                rows += [(wid, None) for wid in admit(SQLITE, conn, owner, names, limit - len(rows),
+                                                      self.wake_clock())]
             if len(rows) < limit and dead_owners:
                 # Only leases that have not lapsed: the query above took every lapsed one (it
                 # was not cut by its LIMIT, or we would not be here). Taking one twice would
@@ -183,8 +190,10 @@ class Leases(InflightMarks):
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BEATLESS_JOIN} WHERE status = 'running'"
-            f" AND i.heartbeat_expires < ?{only})",
-            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named, now, *named),
+            f" AND i.heartbeat_expires < ?{only})"
+            f" OR {room_sql('?', only)}",
+            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named, now, *named,
+             self.wake_clock(), *named, now),
         ).fetchone()[0]
         return found == 1
 
@@ -202,13 +211,15 @@ class Leases(InflightMarks):
         return None if row is None else float(row[0])
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
+        """Whether anything (of `names`) is queued, pending, running or past its wake time: what `--until-idle`
+        waits out."""
         only, named = _names_clause(names)
         found: int = self._conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'queued'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
-            (*named, *named, self.wake_clock(), *named),
+            (*named, *named, *named, self.wake_clock(), *named),
         ).fetchone()[0]
         return found == 1
 
