@@ -26,11 +26,11 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from replaylog.client import NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
+from replaylog.client import BULK_PAST, NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import check_workflow, judge
-from replaylog.engine.core import APPROVAL_PREFIX
+from replaylog.engine.core import APPROVAL_PREFIX, DEFAULT_MAX_SLOTS, HISTORY_WARN
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
@@ -39,8 +39,10 @@ from replaylog.engine.retention import BATCH, parse_cutoff
 from replaylog.engine.schedules import CATCH_UPS, DEFAULT_CATCH_UP, DEFAULT_OVERLAP, OVERLAPS
 from replaylog.engine.store import (
     AuditRow,
+    CommandRow,
     OperatorStore,
     ReaderStore,
+    RunRow,
     ScheduleRow,
     WorkflowFilter,
     WorkflowRow,
@@ -410,12 +412,15 @@ def events(settings: Settings, workflow_id: str, key: str | None, wait: float | 
 @click.option("--retention", metavar="AGE",
               help="Prune workflows finished longer ago than AGE (30d, 12h), at start and every 5 minutes,"
                    " as `replaylog prune --finished-before AGE` would.")
+@click.option("--max-slots", type=click.IntRange(min=1), default=DEFAULT_MAX_SLOTS, show_default=True, metavar="N",
+              help="The most slots one run's history may hold: a workflow that passes it fails, told to use"
+                   " ctx.continue_as_new.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
            lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, metrics_port: int | None,
-           metrics_host: str, log_format: str, retention: str | None, child: bool) -> None:
+           metrics_host: str, log_format: str, retention: str | None, max_slots: int, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
 
@@ -439,7 +444,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
-                "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
+                "--concurrency", str(concurrency), "--lease", str(lease), "--max-slots", str(max_slots), "--child"]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
         base += ["--no-cpu-focus"] * no_cpu_focus + ["--log-format", log_format, "--metrics-host", metrics_host]
         # In a session of their own: ctrl-c in a terminal signals the whole foreground
@@ -458,7 +463,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload,
-               on_event=None if quiet or json_logs else event, metrics=metrics, retention=keep_for)
+               on_event=None if quiet or json_logs else event, metrics=metrics, retention=keep_for,
+               max_slots=max_slots)
 
     stopped_by: list[str] = []
 
@@ -682,12 +688,83 @@ def _t(value: Any) -> Text:
     return Text(printable("" if value is None else str(value), oneline=True))
 
 
+def _head() -> Table:
+    """The two-column grid of facts atop `show`."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    return head
+
+
+def _command_json(c: CommandRow) -> dict[str, Any]:
+    return {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
+            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
+
+
+def _slots_table(commands: list[dict[str, Any]]) -> Table:
+    return _listing(
+        f"{len(commands)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
+        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
+          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
+         for c in commands],
+        wide="value / error")
+
+
+def _long_history(slots: int) -> str:
+    return (f"{slots} slots, past {HISTORY_WARN:,}: use ctx.continue_as_new(input) to go on in a fresh history"
+            " before the cap (worker --max-slots) fails the workflow")
+
+
+def _runs_json(runs: list[RunRow]) -> list[dict[str, Any]]:
+    return [{"run": r.run, "slots": r.slots, "ended_at": r.ended_at, "current": r.current} for r in runs]
+
+
+def _earlier_run_json(store: ReaderStore, row: WorkflowRow, runs: list[RunRow], run: int) -> dict[str, Any]:
+    """The `show --run N --json` object of an earlier run (OperatorRefusedError for a run not kept)."""
+    commands = store.run_commands(row.id, run)
+    this = next(r for r in runs if r.run == run)
+    return {
+        "id": row.id, "workflow": row.workflow, "run": run, "status": Status.CONTINUED.value,
+        "input": None if this.input_text is None else json.loads(this.input_text), "has_input": this.input_text
+        is not None, "slots": this.slots, "ended_at": this.ended_at, "runs": _runs_json(runs),
+        "commands": [_command_json(c) for c in commands],
+        "signals": [{"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed,
+                     "sent_at": s.sent_at} for s in store.list_signals(row.id, run=run)],
+    }
+
+
+def _show_earlier_run(data: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    head = _head()
+    head.add_row("id", _t(data["id"]))
+    head.add_row("workflow", _t(data["workflow"]))
+    last = data["runs"][-1]["run"]
+    head.add_row("run", _t(f"{data['run']} of {last} (the latest: show {data['id']})"))
+    head.add_row("status", _status(data["status"]))
+    head.add_row("input", _t(preview(data["input"], 200) if data["has_input"] else "(none)"))
+    head.add_row("ended", _t(_when(data["ended_at"])))
+    if data["slots"] > HISTORY_WARN:
+        head.add_row("history", Text(_long_history(data["slots"]), style="yellow"))
+    shown: list[Any] = [head, _slots_table(data["commands"])]
+    if data["signals"]:
+        shown.append(_listing(
+            f"{len(data['signals'])} signal(s) it consumed", ("seq", "name", "payload", "sent"),
+            [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])), _t(_when(s["sent_at"])))
+             for s in data["signals"]]))
+    _print(*shown)
+
+
 def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     """The `show --json` object."""
     inflight = store.inflight(row.id)
     audit = store.list_audit(row.id)
+    runs = store.list_runs(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
+        "run": runs[-1].run, "runs": _runs_json(runs),
         "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "traceback": row.traceback,
         "diagnostic": row.diagnostic,
@@ -702,11 +779,7 @@ def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
                   for a in audit],
         "approval": store.pending_approval(row.id),
         **store.family(row.id),
-        "commands": [
-            {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-             "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
-            for c in store.list_commands(row.id)
-        ],
+        "commands": [_command_json(c) for c in store.list_commands(row.id)],
         "signals": [
             {"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed, "sent_at": s.sent_at}
             for s in store.list_signals(row.id)
@@ -736,6 +809,7 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 _FILTER_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--status", "S,S", "Only workflows in these statuses (comma-separated)."),
     ("--workflow", "NAME,NAME", "Only workflows of these names."),
+    ("--queue", "NAME,NAME", "Only workflows started on these queues."),
     ("--parent", "ID", "Only the children of this workflow (ctx.call_workflow)."),
     ("--forked-from", "ID", "Only the forks of this workflow."),
     ("--created-after", "AGE|TIME", "Only workflows started at or after this: an age (2h, 7d) or an ISO time."),
@@ -780,7 +854,7 @@ def _filter_given(ctx: click.Context) -> WorkflowFilter:
 def _filter_fields(where: WorkflowFilter) -> dict[str, Any]:
     """A parsed filter's fields back as `workflow_filter` takes them (times as epoch seconds)."""
     return {k: v for k, v in {
-        "status": where.statuses, "workflow": where.workflows, "parent": where.parent,
+        "status": where.statuses, "workflow": where.workflows, "queue": where.queues, "parent": where.parent,
         "forked_from": where.forked_from, "created_after": where.created_after,
         "created_before": where.created_before, "updated_after": where.updated_after,
         "updated_before": where.updated_before, "error_kind": where.error_kinds, "error_text": where.error_text,
@@ -971,22 +1045,35 @@ def _status(status: str, waiting: str | None = None) -> Text:
 @cli.command()
 @click.argument("workflow_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--run", "run", type=click.IntRange(min=1), metavar="N",
+              help="Show run N (ctx.continue_as_new numbers them) while it is kept; else the latest.")
 @global_options
 @pass_settings
-def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
-    """Show a workflow: status, input, result or error, every slot, every signal."""
+def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -> None:
+    """Show a workflow: status, input, result or error, every slot, every signal (of its latest run)."""
     with settings.open(readonly=True) as store:
         row = store.get_workflow(workflow_id)
-        data = workflow_json(store, row)
+        runs = store.list_runs(workflow_id)
+        if run is not None and run != runs[-1].run:
+            earlier = _earlier_run_json(store, row, runs, run)
+        else:
+            earlier = None
+            data = workflow_json(store, row)
+    if earlier is not None:
+        _show_earlier_run(earlier, as_json)
+        return
     if as_json:
         click.echo(json.dumps(data))
         return
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = _head()
     head.add_row("id", _t(row.id))
     head.add_row("workflow", _t(row.workflow))
+    if len(runs) > 1:
+        head.add_row("run", _t(f"{runs[-1].run} (continued as new from run {runs[-2].run}; earlier runs kept:"
+                               f" {', '.join(str(r.run) for r in runs[:-1])}, see show {row.id} --run N)"))
     head.add_row("status", _status(row.status, data["waiting_for_worker"]))
+    if row.slots > HISTORY_WARN:
+        head.add_row("history", Text(_long_history(row.slots), style="yellow"))
     if row.blocked_on:
         now = time.time()
         until = f" ({countdown(row.wake_at, now)})" if row.wake_at is not None else ""
@@ -1036,13 +1123,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     shown: list[Any] = [head]
     if row.traceback:
         shown += _traceback("traceback", row.traceback)
-    shown.append(_listing(
-        f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
-        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
-          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
-         for c in data["commands"]],
-        wide="value / error"))
+    shown.append(_slots_table(data["commands"]))
     for c in data["commands"]:
         if c["traceback"]:
             shown += _traceback(f"traceback of slot {c['slot']} ({c['kind']} {c['name']})", c["traceback"])
@@ -1193,7 +1274,6 @@ def _one(text: str) -> str:
 
 # How many ids a bulk action names before it acts (the rest are counted).
 _BULK_SHOWN = 10
-_PAST = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
 
 
 def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: str | None, dry_run: bool, yes: bool,
@@ -1205,23 +1285,23 @@ def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: st
         shown = ", ".join(ids[:_BULK_SHOWN]) + (", …" if len(ids) > _BULK_SHOWN else "")
         click.echo(_one(f"{action}: {len(ids)} workflow(s) match" + (f": {shown}" if ids else "")), err=True)
         if dry_run or not ids:
-            click.echo(_one(f"dry run: nothing was {_PAST[action]}" if dry_run else "nothing to do"), err=True)
+            click.echo(_one(f"dry run: nothing was {BULK_PAST[action]}" if dry_run else "nothing to do"), err=True)
             return
         if not yes:
             if not sys.stdin.isatty():
                 fail(f"{action} of {len(ids)} workflow(s) needs confirmation: add --yes (no terminal to ask on)")
             if not click.confirm(f"{action.capitalize()} these {len(ids)} workflow(s)?", err=True):
-                fail(f"nothing was {_PAST[action]}")
+                fail(f"nothing was {BULK_PAST[action]}")
 
         def said(outcome: BulkOutcome) -> None:
             if outcome.ok:
-                click.echo(_one(f"{outcome.id} {_PAST[action]}"))
+                click.echo(_one(f"{outcome.id} {BULK_PAST[action]}"))
             else:
                 click.echo(_one(f"{outcome.id} refused: {outcome.error}"), err=True)
 
         report = client.bulk(action, ids, reason=reason, force=force, on_each=said)
     refused = len(report.refused)
-    click.echo(_one(f"{_PAST[action]} {report.done} of {len(ids)} workflow(s)"
+    click.echo(_one(f"{BULK_PAST[action]} {report.done} of {len(ids)} workflow(s)"
                     + (f"; {refused} refused (above)" if refused else "")), err=True)
     if refused:
         sys.exit(1)

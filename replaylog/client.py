@@ -293,6 +293,8 @@ def _check_key(key: object, what: str) -> str:
 
 BulkAction = Literal["retry", "cancel", "terminate"]
 BULK_ACTIONS: tuple[BulkAction, ...] = ("retry", "cancel", "terminate")
+# Each bulk action as its summary says it was done ("retried 35 of 37 workflow(s)").
+BULK_PAST: dict[BulkAction, str] = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
 
 
 @dataclass(frozen=True)

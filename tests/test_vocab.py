@@ -114,7 +114,7 @@ def test_a_time_kind_says_what_its_time_is_in_short_and_in_full() -> None:
 
 
 def test_finished_statuses_are_those_no_run_comes_after() -> None:
-    assert {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TERMINATED} == FINISHED
+    assert {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TERMINATED, Status.CONTINUED} == FINISHED
     assert set(UNFINISHED) == set(Status) - FINISHED
     # A terminated workflow's history stops where the operator stopped it, not where its code ended.
     assert not Status.TERMINATED.info.code_ended and Status.CANCELLED.info.code_ended

@@ -25,6 +25,7 @@ STATUS_STYLES: dict[str, str] = {
     Status.FAILED: "bold red",
     Status.CANCELLED: "bold magenta",
     Status.TERMINATED: "bold magenta",
+    Status.CONTINUED: "cyan",
 }
 
 

@@ -13,11 +13,11 @@ import json
 import math
 import random
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar, overload
+from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overload
 
 from replaylog.engine import aio as _aio
 from replaylog.engine.errors import (
@@ -377,6 +377,9 @@ class Outcome:
     # A failed run's traceback through the workflow code (engine.tracebacks.user_traceback):
     # None when no frame of the user's was on the way (the engine failed it on its own).
     traceback: str | None = None
+    # A continued run (Status.CONTINUED): `result` is the next run's input, and this says
+    # whether it has one (False: the next run is called without).
+    next_has_input: bool = True
     # A run blocked on RETRY: the activity whose next attempt it waits for, kept by the store
     # (its attempts count on from there in the run that wakes it).
     retry: RetryWait | None = None
@@ -481,6 +484,31 @@ def idempotency_key(workflow_id: str, slot: int) -> str:
 
 
 # ---------------------------------------------------------------- control flow
+
+
+class ContinueAsNew(BaseException):
+    """Raised by `ctx.continue_as_new`: this run ends, and the workflow goes on as a fresh run with `input`.
+
+    A BaseException, like WorkflowBlocked, so that `except Exception` in workflow code cannot
+    swallow it. `has_input` False: the next run is called without an input.
+    """
+
+    def __init__(self, input: Any, has_input: bool) -> None:
+        super().__init__("continue as new")
+        self.input = input
+        self.has_input = has_input
+
+
+# A workflow's history may grow to this many slots before `show`, the console and the worker's
+# log warn that it is long (and say to use ctx.continue_as_new).
+HISTORY_WARN = 10_000
+# The cap on slots in one run's history unless a worker is given another (Temporal stops a
+# history at 50,000 events): past it a workflow fails, told to use ctx.continue_as_new.
+DEFAULT_MAX_SLOTS = 50_000
+
+
+class HistoryTooLongError(ReplaylogError):
+    """A run reached the cap on slots in one history (Worker(max_slots=…)): use ctx.continue_as_new."""
 
 
 class WorkflowBlocked(BaseException):
@@ -719,9 +747,11 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
-        run_coroutine: awaits the coroutine of an attempt (slot, attempt) of an `async def`
-            activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
+        run_coroutine: awaits the coroutine of an attempt (slot, attempt[, timeout]) of an
+            `async def` activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
             it, on a loop made for the call.
+        max_slots: the most slots one run's history may hold: a command past it fails the
+            workflow (HistoryTooLongError, saying to use `continue_as_new`); None: no cap.
     """
 
     def __init__(
@@ -744,9 +774,12 @@ class Context:
         retry: RetryPolicy | None = None,
         durable_retry: bool = False,
         timed: TimedHooks | None = None,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
+        run_coroutine: Callable[..., Any] | None = None,
+        max_slots: int | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
+        self._max_slots = max_slots
+        self._slot_cap = max_slots if max_slots is not None else math.inf  # one comparison per live slot
         self._commands: Sequence[CommandRecord] = state.commands
         self._history_len = len(state.commands)
         self._signals = state.signals
@@ -835,6 +868,11 @@ class Context:
         if slot >= self._history_len:
             if self._dry_run:
                 raise DryRunStop(slot, f"{kind}:{name}")
+            if self._max_slots is not None and slot >= self._max_slots:
+                self.fatal = HistoryTooLongError(
+                    f"workflow {self._workflow_id!r} reached the cap of {self._max_slots} slots in one history"
+                    f" (at {kind}:{name}): call ctx.continue_as_new(input) to go on in a fresh history")
+                raise self.fatal
             return None
         rec = self._commands[slot]
         if rec.kind != kind or rec.name != name:
@@ -933,8 +971,8 @@ class Context:
         checked = fn not in _UNCHECKED
         # args_key's commonest case (one int) without a call, once per slot, replayed or live.
         key = f"[{args[0]}]" if checked and len(args) == 1 and not kwargs and type(args[0]) is int else None
-        # A live slot of a healthy run needs none of the guard: past history, no dry run.
-        if slot < self._history_len or self._dry_run or self.fatal is not None:
+        # A live slot of a healthy run needs none of the guard: past history, no dry run, under the cap.
+        if slot < self._history_len or self._dry_run or self.fatal is not None or slot >= self._slot_cap:
             rec = self._guard(slot, _ACTIVITY, name)
             if rec is not None:
                 if rec.args is not None and checked and rec.args != key:
@@ -1113,6 +1151,16 @@ class Context:
     def _timed_attempt(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], slot: int,
                        name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
         """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
+
+        timeout, heartbeat_timeout = limits
+        if self._timed is not None and heartbeat_timeout is None and _aio.is_async(fn):
+            # An async attempt needs no thread to be timed: its task is awaited under the timeout
+            # on the worker's loop, and cancelled (CancelledError at its current await) when it passes.
+            token = _task_running.set((slot, name, attempt))
+            try:
+                return self._run_coroutine(fn(*args, **kwargs), slot, attempt, timeout)
+            finally:
+                _task_running.reset(token)
 
         def body() -> Any:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
@@ -1596,6 +1644,35 @@ class Context:
                 seen += 1
         return _NONE
 
+    # -- continue-as-new
+
+    def continue_as_new(self, input: Any = _NONE) -> NoReturn:
+        """End this run and go on as a fresh run of the same workflow id, with `input` (leave it out for none).
+
+        The workflow's history starts again, empty: the store ends this run and starts the
+        next in one transaction, and the signals this run did not consume carry over to it.
+        Runs are numbered (`show ID --run N` shows an earlier one). Use it for a workflow that
+        loops for ever (a poller, a subscription, an agent session), so that no history
+        grows past the cap on slots.
+
+        Raises:
+            ContinueAsNew: always (the run ends here; workflow code must not catch it).
+            ValueNotJSONError: `input` cannot be stored as JSON; the workflow fails, and no
+                new run is started.
+            WorkflowCancelled: an operator asked to cancel before it got here.
+        """
+        if self.fatal is not None:
+            raise self.fatal
+        self._cancelled_here("continue_as_new")
+        if input is _NONE:
+            raise ContinueAsNew(None, False)
+        try:
+            value = to_json_value(input, "the input of ctx.continue_as_new")
+        except ValueNotJSONError as exc:
+            self.fatal = exc  # sticky: code that catches it cannot go on as if it had continued
+            raise
+        raise ContinueAsNew(value, True)
+
     # -- versioning
 
     def patched(self, change_id: str) -> bool:
@@ -1709,6 +1786,13 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
             return _failed(ctx, ctx.fatal)
         return _outcome(ctx, Status.BLOCKED, blocked_on=blocked.name, wake_at=blocked.wake_at,
                         retry=ctx.retry_wait if blocked.name == RETRY else None)
+    except ContinueAsNew as cont:
+        if ctx.fatal is not None:
+            return _failed(ctx, ctx.fatal)
+        leftover = ctx.unconsumed_divergence("continued as new without issuing it")
+        if leftover is not None:
+            return _failed(ctx, leftover)
+        return _outcome(ctx, Status.CONTINUED, result=cont.input, next_has_input=cont.has_input)
     except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)

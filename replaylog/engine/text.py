@@ -46,11 +46,12 @@ def pretty_json(value: Any) -> str:
 
 # The forms a stored time takes: a full timestamp (messages, a slot's facts), to the minute,
 # a time of day that says UTC or not (a column header saying it), a table's short stamp, a
-# time of day to the millisecond, and ISO 8601 to the millisecond for machines (JSON logs).
-TimeForm = Literal["full", "minute", "clock", "time", "short", "millis", "iso"]
+# time of day to the millisecond, ISO 8601 to the millisecond for machines (JSON logs), and
+# ISO 8601 to the second (a schedule's tick in the id of the workflow it starts).
+TimeForm = Literal["full", "minute", "clock", "time", "short", "millis", "iso", "tick"]
 _FORMS: dict[str, str] = {"full": "%Y-%m-%d %H:%M:%S UTC", "minute": "%Y-%m-%d %H:%M UTC", "clock": "%H:%M:%S UTC",
                           "time": "%H:%M:%S", "short": "%m-%d %H:%M:%S", "millis": "%H:%M:%S.",
-                          "iso": "%Y-%m-%dT%H:%M:%S."}
+                          "iso": "%Y-%m-%dT%H:%M:%S.", "tick": "%Y-%m-%dT%H:%M:%SZ"}
 
 
 def is_time(value: Any) -> bool:

@@ -97,8 +97,15 @@ class ReaderStore(_Closable, Protocol):
     def events(self, workflow_id: str, key: str | None = None) -> dict[str, Any]:
         """The current events of a workflow (ctx.set_event): the latest value per key, of one key if given."""
 
-    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.SignalRow]:
-        """Delivered signals in delivery order, optionally a page of them."""
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1,
+                     run: int | None = None) -> list[rows.SignalRow]:
+        """Delivered signals of the current run in delivery order (of earlier run `run`), optionally a page."""
+
+    def list_runs(self, workflow_id: str) -> list[rows.RunRow]:
+        """Every run of a workflow (ctx.continue_as_new), oldest first: the last one is current."""
+
+    def run_commands(self, workflow_id: str, run: int, *, offset: int = 0, limit: int = -1) -> list[rows.CommandRow]:
+        """The recorded slots of run `run` of a workflow, while it is kept."""
 
     def count_signals(self, workflow_id: str) -> tuple[int, int]:
         """(delivered, still waiting to be consumed) signals of a workflow."""

@@ -15,8 +15,9 @@ from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
 from replaylog.engine.errors import PayloadTooLargeError, StoreError, ValueNotJSONError
 from replaylog.engine.vocab import Status
 
-# Every status as stored, in the order lists and filters show them (engine.vocab.Status).
-STATUSES = tuple(s.value for s in Status)
+# Every status a workflow's row can have, in the order lists and filters show them
+# (engine.vocab.Status); "continued" is only an earlier run's (`runs`), never a workflow's.
+STATUSES = tuple(s.value for s in Status if s != Status.CONTINUED)
 # The sort keys a list of workflows accepts, and the column each one sorts by.
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
                 "slots": "slots", "updated": "updated_at", "created": "created_at"}
@@ -360,6 +361,7 @@ class WorkflowFilter:
 
     statuses: tuple[str, ...] = ()
     workflows: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()
     parent: str | None = None
     forked_from: str | None = None
     created_after: float | None = None
@@ -439,3 +441,17 @@ class ScheduleRow:
     skipped: int
     created_at: float
     updated_at: float
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run of a workflow (ctx.continue_as_new starts the next): its number, the seq its slots are
+    keyed by, its input as stored (JSON text, None for none), its slot count, when it ended (None: the
+    current run) and whether it is the current one."""
+
+    run: int
+    seq: int
+    input_text: str | None
+    slots: int
+    ended_at: float | None
+    current: bool

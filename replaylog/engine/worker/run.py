@@ -166,6 +166,7 @@ class RunParts:
             store): each mark is one write to the database, where every host sees it.
         metrics: commit latencies and activity attempts are counted there (engine.telemetry), or None.
         activities: the worker's event loop for `async def` activities.
+        max_slots: the most slots one run's history may hold (engine.core.HistoryTooLongError past it), or None.
     """
 
     registry: Registry
@@ -179,6 +180,7 @@ class RunParts:
     marks_in_store: bool = False
     metrics: Metrics | None = None
     activities: ActivityLoop = field(default_factory=ActivityLoop)
+    max_slots: int | None = None
 
 
 class WorkflowRun:
@@ -249,7 +251,7 @@ class WorkflowRun:
             sleep=self.sleep, record=self.record, on_start=self.on_start, prior=prior, cancel=claim.cancel,
             parallel=hooks, on_attempt_end=self.on_attempt_end if observed else None,
             retry=parts.registry.retry, durable_retry=True, timed=self,
-            run_coroutine=functools.partial(parts.activities.run, claim.id),
+            run_coroutine=functools.partial(parts.activities.run, claim.id), max_slots=parts.max_slots,
         )
         try:
             outcome = execute(fn, ctx, state)
@@ -274,12 +276,14 @@ class WorkflowRun:
                                                        f" {outcome.retry.name!r}")
             if error is not outcome.retry.error:
                 return replace(outcome, retry=outcome.retry._replace(error=error))
-        elif outcome.status == Status.COMPLETED:
-            # The store encodes the result again when it writes the verdict: once per
-            # workflow, not per slot.
+        elif outcome.status == Status.COMPLETED or (outcome.status == Status.CONTINUED and outcome.next_has_input):
+            # The store encodes the result (or the next run's input) again when it writes the
+            # verdict: once per workflow, not per slot.
             size = encode_value(outcome.result)[1]
             if size > cap:
-                error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
+                what = ("the workflow's result" if outcome.status == Status.COMPLETED
+                        else "the input of ctx.continue_as_new")
+                error = error_text(PayloadTooLargeError(over_cap(what, size, cap)))
                 return replace(outcome, status=Status.FAILED, result=None, error=error, error_kind="engine")
         return outcome
 

@@ -23,6 +23,7 @@ from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_val
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
 from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
@@ -132,6 +133,12 @@ def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[s
 
 def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
     status = str(outcome.status)  # plain text; may become pending below
+    if status == Status.CONTINUED:
+        # Refused: the lease is gone; or, after a lost answer, this very continuation was
+        # written (the workflow is pending in its next run, unclaimed since: a claim bumps the epoch).
+        return continue_run(POSTGRES, conn, claim, outcome, now) or (bool(attempt) and conn.execute(
+            "SELECT 1 FROM workflows WHERE id = %s AND lease_owner IS NULL AND lease_epoch = %s"
+            " AND status = 'pending'", (claim.id, claim.epoch)).fetchone() is not None)
     blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
     consumed = list(outcome.consumed_signals)
     if status == Status.BLOCKED:
@@ -144,7 +151,8 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         # no sleeper); so does a cancel request the run has not raised yet, for a wait or a
         # sleep (its wait is to raise it).
         found = None if blocked_on in TIME_WAITS else conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM signals WHERE workflow_id = %s AND name = %s AND NOT (seq = ANY(%s)))",
+            "SELECT EXISTS (SELECT 1 FROM signals WHERE workflow_id = %s AND name = %s AND run IS NULL"
+            " AND NOT (seq = ANY(%s)))",
             (claim.id, blocked_on, consumed)).fetchone()
         arrived = found is not None and bool(found[0])
         cancelled = not outcome.cancel_delivered and locked is not None and locked[0] is not None

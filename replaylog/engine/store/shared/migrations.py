@@ -215,6 +215,26 @@ MIGRATIONS: list[Migration] = [
             " rate_limit bigint, rate_period double precision, declared_by text NOT NULL,"
             " declared_at double precision NOT NULL)"),
     )),
+    Migration(9, "continue-as-new: workflows.run, signals.run, and the runs table of earlier runs", (
+        # The workflow's current run (NULL: run 1). ctx.continue_as_new ends a run and starts
+        # the next under a new seq, so each run's slots keep their own key range.
+        AddColumn("workflows", "run", "integer"),
+        # NULL: a signal of the current run (consumed or waiting); else the earlier run that
+        # consumed it. A run continued as new leaves the signals it did not consume to the next.
+        AddColumn("signals", "run", "integer"),
+        # One row per earlier run: its number, the seq its slots are keyed by, its input, its
+        # slot count and when it ended. The current run is the workflow's row itself.
+        Sql(sqlite="CREATE TABLE runs (workflow_id TEXT NOT NULL, run INTEGER NOT NULL, seq INTEGER NOT NULL,"
+                   " input TEXT, slots INTEGER NOT NULL, ended_at REAL NOT NULL, PRIMARY KEY (workflow_id, run))",
+            postgres="CREATE TABLE replaylog.runs (workflow_id text NOT NULL, run bigint NOT NULL, seq bigint NOT NULL,"
+                     " input text, slots bigint NOT NULL, ended_at double precision NOT NULL,"
+                     " PRIMARY KEY (workflow_id, run))"),
+    )),
+    Migration(10, "queued workflows by the end of their delay: workflows_delayed", (
+        # A worker sleeps until the first delay ends (next_wake), as until the first timer: one
+        # seek; only delayed queued workflows are in it.
+        AddIndex("workflows_delayed", "workflows", ("not_before",), "status = 'queued' AND not_before IS NOT NULL"),
+    )),
 ]
 
 

@@ -445,7 +445,8 @@ class SharedOperatorWrites(StoreBase):
                 (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
-                " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
+                " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ? AND run IS NULL",
+                (wid, workflow_id))
             _audit(sql, conn, wid, "fork", now, who, detail=f"from {workflow_id} at slot {from_slot}")
 
         self._operate(wid, "fork", now, who, fork, lambda _: None)

@@ -157,7 +157,7 @@ class SharedReads(StoreBase):
 
     def _filter(self, where: WorkflowFilter, clauses: list[str], params: list[Any]) -> None:
         """The clauses of a WorkflowFilter, each one an index range or a check of the rows it leaves."""
-        for column, values in (("status", where.statuses), ("workflow", where.workflows),
+        for column, values in (("status", where.statuses), ("workflow", where.workflows), ("queue", where.queues),
                                ("error_kind", where.error_kinds)):
             if values:
                 clause, listed = self.dialect.in_list(column, values)
@@ -369,10 +369,14 @@ class SharedReads(StoreBase):
 
         return self._snapshot(read)
 
-    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
-        """Delivered signals in delivery order, optionally a page of them."""
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1,
+                     run: int | None = None) -> list[SignalRow]:
+        """Delivered signals of the current run in delivery order (those an earlier run `run` consumed, if
+        given), optionally a page of them."""
+        which = "run IS NULL" if run is None else "run = ?"
         rows = self._query("SELECT seq, name, payload, consumed, sent_at FROM signals WHERE workflow_id = ?"
-                           " ORDER BY seq LIMIT ? OFFSET ?", (workflow_id, self.dialect.limit(limit), int(offset)))
+                           f" AND {which} ORDER BY seq LIMIT ? OFFSET ?",
+                           (workflow_id, *(() if run is None else (run,)), self.dialect.limit(limit), int(offset)))
         return [SignalRow(int(r[0]), r[1], loads(r[2]), bool(r[3]), r[4]) for r in rows]
 
     def list_audit(self, workflow_id: str) -> list[AuditRow]:
@@ -383,7 +387,7 @@ class SharedReads(StoreBase):
     def count_signals(self, workflow_id: str) -> tuple[int, int]:
         """(delivered, still waiting to be consumed) signals of a workflow."""
         row = self._query_one("SELECT COUNT(*), COUNT(*) FILTER (WHERE NOT consumed) FROM signals"
-                              " WHERE workflow_id = ?", (workflow_id,))
+                              " WHERE workflow_id = ? AND run IS NULL", (workflow_id,))
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def load_state(self, workflow_id: str) -> WorkflowState:
@@ -398,7 +402,8 @@ class SharedReads(StoreBase):
             signals = tuple(
                 SignalRecord(int(seq), name, loads(payload))
                 for seq, name, payload in dialect.run(
-                    conn, "SELECT seq, name, payload FROM signals WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
+                    conn, "SELECT seq, name, payload FROM signals WHERE workflow_id = ? AND run IS NULL ORDER BY seq",
+                    (workflow_id,))
             )
             return WorkflowState(input=loads(wf[0]), has_input=wf[0] is not None, commands=commands, signals=signals)
 

@@ -18,6 +18,7 @@ from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_val
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
 from replaylog.engine.store.sqlite.operations import code_ended
@@ -243,6 +244,8 @@ class Commits(SQLiteConnection, SeenCancels):
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
+        if outcome.status == Status.CONTINUED:
+            return continue_run(SQLITE, conn, claim, outcome, now)
         # Plain text (sqlite3 binds an exact str without its adapter look-up); may become pending below.
         status = str(outcome.status)
         blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
@@ -256,7 +259,8 @@ class Commits(SQLiteConnection, SeenCancels):
             # A signal named "timer" wakes no sleeper (nor one named "retry" a retry wait).
             waits = ", ".join(f"'{w}'" for w in sorted(TIME_WAITS))
             signals = (f"CASE WHEN ?2 IN ({waits}) THEN 0 ELSE"
-                       f" (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}) END")
+                       " (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2 AND run IS NULL"
+                       f"{unconsumed}) END")
             cancel = "" if outcome.cancel_delivered else (
                 " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
             arrived = conn.execute(f"SELECT {signals}{cancel}", (claim.id, blocked_on)).fetchone()[0]
