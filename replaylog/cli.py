@@ -698,17 +698,14 @@ def _head() -> Table:
 
 def _command_json(c: CommandRow) -> dict[str, Any]:
     return {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
+            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at,
+            "parallel_group": c.parallel_group}
 
 
 def _slots_table(commands: list[dict[str, Any]]) -> Table:
     return _listing(
         f"{len(commands)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
-        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
-          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
-         for c in commands],
-        wide="value / error")
+        _slot_rows(commands), wide="value / error")
 
 
 def _long_history(slots: int) -> str:
@@ -1156,6 +1153,23 @@ def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]],
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def _slot_rows(commands: list[dict[str, Any]]) -> list[tuple[Text, ...]]:
+    """show's slot rows: each ctx.parallel group opens with a line of its own, its tasks marked ‖."""
+    last = {c["parallel_group"]: c["slot"] for c in commands}  # each group's last recorded slot
+    rows: list[tuple[Text, ...]] = []
+    group = None
+    for c in commands:
+        if c["parallel_group"] is not None and c["parallel_group"] != group:
+            first, end = c["slot"], last[c["parallel_group"]]
+            span = f"slot {first}" if first == end else f"slots {first}–{end}"
+            rows.append((_t(""), _t("‖"), Text(f"in parallel: {span}", style="italic"), *(_t(""),) * 4))
+        group = c["parallel_group"]
+        rows.append((_t(c["slot"]), _t(c["kind"] + (" ‖" if group is not None else "")), _t(c["name"]),
+                     Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+                     _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True))))
+    return rows
 
 
 def _slot_value(c: dict[str, Any]) -> str:

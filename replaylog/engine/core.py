@@ -804,6 +804,9 @@ class Context:
         self._finished = finished
         self._parallel = parallel
         self._group = False  # a parallel group's tasks are running
+        # The slot of that group's first task, which names the group in the store (read by
+        # the worker's `record` for the group's tasks); None outside a group.
+        self.parallel_group: int | None = None
         self._cmd_index = 0
         self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
@@ -1257,7 +1260,7 @@ class Context:
                 raise self.fatal
             live.append((i, slot, name, fn, self._args_key(slot, name, t.args, t.kwargs) if checked else None, t))
         if live:
-            self._run_group(live, outcomes, max_concurrency)
+            self._run_group(base, live, outcomes, max_concurrency)
         if any(isinstance(o, ActivityError) for o in outcomes):
             raise ParallelError(outcomes)
         return outcomes
@@ -1273,9 +1276,10 @@ class Context:
         # The cursor is at the group's first slot: the cancel point of any other ctx call.
         self._cancelled_here(f"activity:{fn if isinstance(fn, str) else registered_name(fn)}")
 
-    def _run_group(self, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
+    def _run_group(self, base: int, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
                    outcomes: list[Any], max_concurrency: int) -> None:
-        """Run a parallel group's live tasks; re-raise the first that did not end in an outcome."""
+        """Run the live tasks of the group whose first slot is `base`; re-raise the first that did not end
+        in an outcome."""
         self.executed_commands += len(live)
         raised: list[tuple[int, BaseException]] = []
 
@@ -1295,12 +1299,12 @@ class Context:
         # Each task runs in its own copy of this context (current_activity, _task_running).
         thunks = [functools.partial(contextvars.copy_context().run, thunk, *item) for item in live]
         saved = self._record, self._on_start
-        self._record, self._on_start, self._group = record, on_start, True
+        self._record, self._on_start, self._group, self.parallel_group = record, on_start, True, base
         try:
             runner(thunks, max_concurrency)
         finally:
             self._record, self._on_start = saved
-            self._group = False
+            self._group, self.parallel_group = False, None
         if raised:
             raised.sort(key=lambda r: r[0])
             raise raised[0][1]
