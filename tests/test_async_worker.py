@@ -152,3 +152,11 @@ def test_twenty_async_workflows_at_once_with_random_latencies_record_the_same_sl
         histories = {tuple((s.kind, s.name) for s in h.history()) for h in handles}
     assert results == {(2, 0, 2, 6, 6, 12)}
     assert len(histories) == 1
+
+
+def test_an_async_activity_under_a_heartbeat_timeout_is_watched_and_a_quiet_one_times_out(
+        db: Path | str) -> None:
+    with Client(db, app=async_app) as client, Worker(db, app=async_app, focus_cpu=False):
+        done, error = client.start(async_app.heartbeating).result(timeout=60)
+    assert done == 4
+    assert error.startswith("ActivityTimeout: attempt 1 sent no heartbeat for 0.3 s")

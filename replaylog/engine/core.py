@@ -1169,7 +1169,9 @@ class Context:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
             value = fn(*args, **kwargs)
             if type(value) is CoroutineType and _aio.is_async(fn):
-                value = self._run_coroutine(value, slot, attempt)
+                # Under a heartbeat timeout the attempt's thread waits for the task (hold): its
+                # heartbeats are watched from there, as a sync attempt's are.
+                value = self._run_coroutine(value, slot, attempt, None, True)
             return value
 
         copied = contextvars.copy_context()
