@@ -298,6 +298,8 @@ class WorkflowDetail:
     events: tuple[tuple[str, Any], ...] = ()
     # What became of an operator's cancel request, in words (engine.text.cancel_text); None if none was made.
     cancel: str | None = None
+    # Its search attributes (ctx.upsert_search_attributes): (key, value as text), by key.
+    attributes: tuple[tuple[str, str], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -322,10 +324,11 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     worker = waiting_reason(row.workflow, store.served_names()) if row.status == Status.PENDING else None
     family = store.family(workflow_id)
     children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
+    attributes = tuple(store.search_attributes([workflow_id]).get(workflow_id, {}).items())
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
                           family["parent"], children, tuple(store.events(workflow_id).items()),
-                          _cancel(store, row))
+                          _cancel(store, row), attributes)
 
 
 def _cancel(store: ReaderStore, row: WorkflowRow) -> str | None:
