@@ -264,11 +264,14 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
 @click.option("--if-exists", type=click.Choice(["fail", "return"]), default="fail", show_default=True,
               help="With --id, when that workflow exists: refuse, or print its id and touch nothing"
                    " (a client that retries a start gets the same workflow).")
+@click.option("--timeout", "timeout_text", metavar="DURATION",
+              help="Cancel the workflow (reason: timeout) this long after it starts: seconds, or 90s, 30m, 1h, 2d.")
 @global_options
 @pass_settings
 def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
-          app: str | None, if_exists: str) -> None:
+          app: str | None, if_exists: str, timeout_text: str | None) -> None:
     """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
+    timeout = None if timeout_text is None else _timeout(timeout_text)
     registry = _app(app)
     fn = registry.workflow(workflow_name)  # an unknown name: one line, naming the ones the app knows
     # A workflow is called fn(ctx) or fn(ctx, input): refused before INPUT_JSON is read
@@ -279,8 +282,19 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
     value, given = read_json_arg(input_json, "the workflow input", settings.max_payload)
     with settings.client() as client:
         handle = client.start(fn, value if given else NO_INPUT, id=workflow_id,
-                              if_exists="return" if if_exists == "return" else "fail")
+                              if_exists="return" if if_exists == "return" else "fail", timeout=timeout)
     click.echo(handle.id)
+
+
+def _timeout(text: str) -> float:
+    """`--timeout`: seconds ("3600") or a duration ("1h"); one line naming what is wrong, if neither."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = parse_duration(text, "--timeout")
+    if not 0 < seconds < 1e12:
+        fail(f"--timeout must be a positive duration, not {text!r}")
+    return seconds
 
 
 @cli.command()

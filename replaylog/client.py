@@ -53,6 +53,7 @@ from replaylog.engine.store import (
     Store,
     WorkflowFilter,
     WorkflowRow,
+    check_timeout,
     database_path,
     default_max_payload,
     encode_payload,
@@ -468,14 +469,14 @@ class Client:
 
     @overload
     def start(self, workflow: Callable[..., R], input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[R]: ...
+              if_exists: Literal["fail", "return"] = "fail", timeout: float | None = None) -> WorkflowHandle[R]: ...
 
     @overload
     def start(self, workflow: str, input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[Any]: ...
+              if_exists: Literal["fail", "return"] = "fail", timeout: float | None = None) -> WorkflowHandle[Any]: ...
 
     def start(self, workflow: Callable[..., Any] | str, input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail") -> WorkflowHandle[Any]:
+              if_exists: Literal["fail", "return"] = "fail", timeout: float | None = None) -> WorkflowHandle[Any]:
         """Start a workflow; return its handle.
 
         Args:
@@ -486,6 +487,9 @@ class Client:
             if_exists: with `id`, when a workflow of that id exists: "fail" raises
                 DuplicateWorkflowIdError, "return" returns its handle and writes nothing
                 (a request retried after a lost answer gets the same workflow).
+            timeout: seconds after which the workflow is cancelled with reason "timeout"
+                (WorkflowCancelled at its next ctx call; it may compensate); its children
+                inherit what is left of it unless started with a timeout of their own.
 
         Raises:
             WorkflowInputError: the input does not fit the function's parameters.
@@ -495,6 +499,7 @@ class Client:
         """
         if if_exists not in ("fail", "return"):
             raise ValueError(f"if_exists must be 'fail' or 'return', not {if_exists!r}")
+        check_timeout(timeout, "the workflow timeout")
         name, fn = _workflow_name(workflow)
         if fn is None and self.registry is not None:
             fn = self.registry.workflow(name)  # UnknownWorkflowError (of the app) for a name it lacks
@@ -509,7 +514,7 @@ class Client:
         def start(store: Store) -> str:
             try:
                 return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id,
-                                            trace_context=trace_context_now())
+                                            trace_context=trace_context_now(), timeout=timeout)
             except DuplicateWorkflowIdError:
                 if if_exists != "return" or id is None:
                     raise

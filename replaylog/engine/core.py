@@ -1261,7 +1261,8 @@ class Context:
 
     # -- child workflows
 
-    def call_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None) -> Any:
+    def call_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None,
+                      timeout: float | None = None) -> Any:
         """Start a child workflow and wait for its result, holding no thread.
 
         The child's id is recorded in this slot (by default derived from this workflow's
@@ -1269,12 +1270,16 @@ class Context:
         child in the same transaction, and when the child finishes it delivers the
         outcome to this workflow, which then returns the result.
 
+        `timeout` (seconds) cancels the child (reason "timeout") that long after it starts;
+        without one it inherits this workflow's deadline, if it has one.
+
         Raises:
             ChildWorkflowError: the child failed (its error text is carried).
             DuplicateWorkflowIdError: another workflow has the id given (recorded in this
                 slot: the workflow's code may handle it, and a replay raises it again).
         """
         name = workflow if isinstance(workflow, str) else registered_name(workflow)
+        limits = _limits(timeout, None, "call_workflow")
         slot = self._cmd_index
         self._cmd_index = slot + 1
         rec = self._guard(slot, _CHILD, name)
@@ -1292,7 +1297,10 @@ class Context:
             key = args_key((input,), {})
             try:
                 # The store starts the child in the transaction that records this slot.
-                self._append(slot, CommandRecord(_CHILD, name, True, {"id": child_id, "input": input}, None, 1, key))
+                started = {"id": child_id, "input": input}
+                if limits is not None:
+                    started["timeout"] = limits[0]
+                self._append(slot, CommandRecord(_CHILD, name, True, started, None, 1, key))
             except DuplicateWorkflowIdError as exc:
                 # Whether the id is free depends on other workflows, not on history: the refusal
                 # is recorded, so that code which handles it replays down the same path.

@@ -131,8 +131,10 @@ class OperatorStore(ReaderStore, Protocol):
     """A reader that also makes the operator's writes."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
-        """Insert a pending workflow (with the caller's trace context, if any); return its id."""
+                       workflow_id: str | None = None, trace_context: str | None = None,
+                       timeout: float | None = None) -> str:
+        """Insert a pending workflow (with the caller's trace context, if any; cancelled with reason
+        "timeout" `timeout` seconds from now, if given); return its id."""
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
@@ -230,6 +232,9 @@ class WorkerStore(_Closable, Protocol):
 
     def hand_back(self, claim: rows.Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
         """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
+
+    def expire_deadlines(self) -> list[str]:
+        """Ask the unfinished workflows whose timeout passed to cancel (reason "timeout"); their ids."""
 
     def heartbeat(self, claim: rows.Claim, slot: int, name: str, attempts: int, *, details: str | None,
                   beat_at: float | None, expires: float | None) -> bool:

@@ -22,7 +22,7 @@ from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
-from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.shared.operations import TIME_WAITS, child_deadline, keep_retry
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
@@ -105,6 +105,8 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
         row = conn.execute("SELECT parent FROM workflows WHERE id = %s", (child_id,)).fetchone()
         if row is None or row[0] != claim.id:
             raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+    else:
+        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, now)
 
 
 def _starts_child(rec: CommandRecord) -> bool:

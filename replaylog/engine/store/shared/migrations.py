@@ -190,6 +190,14 @@ MIGRATIONS: list[Migration] = [
         AddColumn("inflight", "heartbeat_at", "real"),
         AddColumn("inflight", "heartbeat_expires", "real"),
     )),
+    Migration(8, "workflow timeouts: workflows.deadline", (
+        # When a workflow started with a timeout is cancelled (reason "timeout"); a child started
+        # without one of its own inherits its parent's. Workers look for the passed ones in
+        # this partial index (those not yet asked to cancel).
+        AddColumn("workflows", "deadline", "real"),
+        AddIndex("workflows_deadline", "workflows", ("deadline",),
+                 where="deadline IS NOT NULL AND cancel_requested IS NULL"),
+    )),
 ]
 
 

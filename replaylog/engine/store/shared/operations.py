@@ -185,6 +185,25 @@ def beatless_error(attempts: int) -> str:
     return f"ActivityTimeout: attempt {attempts}{BEATLESS}"
 
 
+# The cancel reason of a workflow whose timeout passed (client.start(..., timeout=...)).
+TIMEOUT_REASON = "timeout"
+
+
+def check_timeout(timeout: object, what: str) -> None:
+    """Refuse a timeout that is not a positive, finite number of seconds (StoreError, one line)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (0 < timeout < 1e12):
+        raise StoreError(f"{what} must be a positive number of seconds, not {timeout!r}")
+
+
+def child_deadline(sql: Dialect, conn: Any, child_id: str, parent_id: str, value: dict[str, Any], now: float) -> None:
+    """A child just started: its own timeout's deadline, else its parent's remaining one (if any)."""
+    own = value.get("timeout")
+    sql.run(conn, "UPDATE workflows SET deadline = COALESCE(?, (SELECT p.deadline FROM workflows p WHERE p.id = ?))"
+            " WHERE id = ?", (None if own is None else now + float(own), parent_id, child_id))
+
+
 def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any], now: float) -> None:
     """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
     row = sql.run(conn, "SELECT p.id, p.status, p.blocked_on FROM workflows c JOIN workflows p ON p.id = c.parent"
@@ -264,12 +283,15 @@ class SharedOperatorWrites(StoreBase):
     """Writes an operator makes, each one write transaction, refused whole on bad input."""
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
-                       workflow_id: str | None = None, trace_context: str | None = None) -> str:
+                       workflow_id: str | None = None, trace_context: str | None = None,
+                       timeout: float | None = None) -> str:
         """Insert a pending workflow; return its id.
 
         `trace_context` is the caller's trace context (W3C headers as JSON text), kept for
-        the worker's spans of this workflow.
+        the worker's spans of this workflow. `timeout`: seconds from now after which the
+        workflow is cancelled with reason "timeout" (StoreError if not a positive number).
         """
+        check_timeout(timeout, "the workflow timeout")
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
         _check_id(wid)
@@ -279,6 +301,8 @@ class SharedOperatorWrites(StoreBase):
             self._insert_workflow(conn, wid, workflow, input_text, now)
             if trace_context is not None:
                 sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
+            if timeout is not None:
+                sql.run(conn, "UPDATE workflows SET deadline = ? WHERE id = ?", (now + timeout, wid))
             _audit(sql, conn, wid, "start", now, who, detail=workflow)
 
         self._operate(wid, "start", now, who, start, lambda _: None)
@@ -307,6 +331,33 @@ class SharedOperatorWrites(StoreBase):
 
         # A retry that finds the signal committed reads its number from the audit row's "name #seq".
         return self._operate(workflow_id, "signal", now, who, send, lambda done: int(done.rsplit("#", 1)[1]))
+
+    def expire_deadlines(self) -> list[str]:
+        """Ask every unfinished workflow whose timeout has passed to cancel, reason "timeout"; their ids.
+
+        One write transaction each, audited like an operator's cancel (detail "its timeout
+        passed"); a workflow already asked to cancel keeps its request. Children are not
+        cancelled with it: each has its own deadline (its parent's, unless given its own).
+        """
+        now, sql = time.time(), self.dialect
+        due = [str(r[0]) for r in self._query(
+            "SELECT id FROM workflows WHERE deadline <= ? AND cancel_requested IS NULL"
+            " AND status IN ('pending', 'running', 'blocked') ORDER BY deadline LIMIT 100", (now,))]
+        if not due:
+            return []
+        who = actor()
+        expired = []
+        for wid in due:
+            def expire(conn: Any, wid: str = wid) -> bool:
+                status, requested = _status_of(sql, conn, wid)
+                if status in FINISHED or requested is not None:
+                    return False
+                _request_cancel(sql, conn, wid, TIMEOUT_REASON, now, who, detail="its timeout passed")
+                return True
+
+            if self._operate(wid, "cancel", now, who, expire, lambda _: True):
+                expired.append(wid)
+        return expired
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
         """Ask a pending, running or blocked workflow to cancel; return the status it had.

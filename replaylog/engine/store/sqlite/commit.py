@@ -17,7 +17,7 @@ from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, Sto
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
-from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.shared.operations import TIME_WAITS, child_deadline, keep_retry
 from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
 from replaylog.engine.store.sqlite.operations import code_ended
@@ -199,6 +199,8 @@ class Commits(SQLiteConnection, SeenCancels):
             row = self._cur.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
             if row is None or row[0] != claim.id:
                 raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+        else:
+            child_deadline(SQLITE, self._conn, child_id, claim.id, value, now)
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
                         text: str | None, traceback: str | None = None) -> bool:
