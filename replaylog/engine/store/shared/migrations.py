@@ -198,6 +198,11 @@ MIGRATIONS: list[Migration] = [
         AddIndex("workflows_deadline", "workflows", ("deadline",),
                  where="deadline IS NOT NULL AND cancel_requested IS NULL"),
     )),
+    Migration(9, "children started without waiting: workflows.parent_close", (
+        # What happens to a child started with ctx.start_workflow when its parent finishes while
+        # it runs: "cancel", "terminate" or "abandon"; NULL for every other workflow.
+        AddColumn("workflows", "parent_close", "text"),
+    )),
 ]
 
 

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 from replaylog.engine.core import (
     APPROVAL_PREFIX,
     CANCEL_NOT_DELIVERED,
+    CHILD_CANCEL,
     CHILD_PREFIX,
+    CHILD_SIGNAL,
     Outcome,
     RetryWait,
     signal_name_refusal,
@@ -198,10 +200,48 @@ def check_timeout(timeout: object, what: str) -> None:
 
 
 def child_deadline(sql: Dialect, conn: Any, child_id: str, parent_id: str, value: dict[str, Any], now: float) -> None:
-    """A child just started: its own timeout's deadline, else its parent's remaining one (if any)."""
+    """A child just started: its own timeout's deadline, else its parent's remaining one (if any); and
+    what happens to it when its parent finishes first (ctx.start_workflow's parent_close)."""
     own = value.get("timeout")
-    sql.run(conn, "UPDATE workflows SET deadline = COALESCE(?, (SELECT p.deadline FROM workflows p WHERE p.id = ?))"
-            " WHERE id = ?", (None if own is None else now + float(own), parent_id, child_id))
+    sql.run(conn, "UPDATE workflows SET deadline = COALESCE(?, (SELECT p.deadline FROM workflows p WHERE p.id = ?)),"
+            " parent_close = ? WHERE id = ?",
+            (None if own is None else now + float(own), parent_id, value.get("parent_close"), child_id))
+
+
+# The slot kinds whose commit acts on a child (besides starting one), in the same transaction.
+CHILD_ACTS = frozenset((CHILD_SIGNAL, CHILD_CANCEL))
+
+
+def child_act(sql: Dialect, conn: Any, parent_id: str, kind: str, name: str, value: Any, now: float) -> None:
+    """A parent's recorded signal to, or cancel of, a child it started: done now, unless the child finished."""
+    child_id = str(value["id"]) if kind == CHILD_SIGNAL else name
+    row = sql.run(conn, "SELECT status, blocked_on, cancel_requested FROM workflows WHERE id = ? AND parent = ?"
+                  f"{sql.lock}", (child_id, parent_id)).fetchone()
+    if row is None or row[0] in FINISHED:
+        return
+    who = f"workflow {parent_id}"
+    if kind == CHILD_SIGNAL:
+        seq = append_signal(sql, conn, child_id, name, dumps(value.get("payload")), now, row[0], row[1])
+        _audit(sql, conn, child_id, "signal", now, who, detail=f"{name} #{seq}")
+    elif row[2] is None:
+        _request_cancel(sql, conn, child_id, value, now, who, detail=f"by its parent, {parent_id}")
+
+
+def close_children(sql: Dialect, conn: Any, parent_id: str, status: str, now: float) -> None:
+    """A parent ended: apply each unfinished child's parent-close policy (ctx.start_workflow), audited."""
+    children = sql.run(conn, "SELECT id, parent_close, cancel_requested FROM workflows WHERE parent = ?"
+                       " AND parent_close IS NOT NULL AND status IN ('pending', 'running', 'blocked') ORDER BY seq"
+                       f"{sql.lock}", (parent_id,)).fetchall()
+    for child_id, policy, requested in children:
+        why = f"parent-close policy {policy}: its parent {parent_id} {status}"
+        if policy == "terminate":
+            _terminate(sql, conn, child_id, f"terminated: its parent {parent_id} {status}", "parent closed", now,
+                       f"workflow {parent_id}", detail=why)
+        elif policy == "cancel":
+            if requested is None:
+                _request_cancel(sql, conn, child_id, "parent closed", now, f"workflow {parent_id}", detail=why)
+        else:
+            _audit(sql, conn, child_id, "abandon", now, f"workflow {parent_id}", "parent closed", why)
 
 
 def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any], now: float) -> None:
@@ -224,6 +264,7 @@ def code_ended(sql: Dialect, conn: Any, workflow_id: str, outcome: Outcome, stat
     ok = status == Status.COMPLETED
     tell_parent(sql, conn, workflow_id, {"ok": ok, "result": outcome.result if ok else None,
                                          "error": None if ok else outcome.error}, now)
+    close_children(sql, conn, workflow_id, status, now)
     if cancel_requested is not None and not outcome.cancel_delivered:
         _audit(sql, conn, workflow_id, CANCEL_NOT_DELIVERED, now, actor(), cancel_requested or None,
                f"the workflow {status} first")
