@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from replaylog import Context, activity, workflow
+from replaylog import Context, Queue, activity, workflow
+
+# Workload 5 through a queue (bench.queue_runs): as many at once as a worker runs by default.
+SHORT_QUEUE = Queue("short", concurrency=64)
 
 # How many times `tick` ran in this process: the resume benchmark proves with it that
 # replay re-executed nothing.

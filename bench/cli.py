@@ -17,13 +17,23 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import async_runs, client_runs, console_runs, peer_dbos, postgres_runs, replaylog_runs, timer_runs
+from bench import (
+    async_runs,
+    client_runs,
+    console_runs,
+    peer_dbos,
+    postgres_runs,
+    queue_runs,
+    replaylog_runs,
+    timer_runs,
+)
 from bench.report import print_table, write_json
 from bench.sizes import FULL, SMOKE, Sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = (
-    "single", "group", "resume", "signal", "short", "timers", "sleepers", "wake", "async", "console", "postgres",
+    "single", "group", "resume", "signal", "short", "queues", "timers", "sleepers", "wake", "async", "console",
+    "postgres",
     "peer",
 )
 
@@ -94,6 +104,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "resume": lambda: replaylog_runs.resume(workdir, sizes),
         "signal": lambda: replaylog_runs.signal_latency(workdir, sizes),
         "short": lambda: replaylog_runs.short(workdir, sizes),
+        "queues": lambda: queue_runs.queues(workdir, sizes),
         "timers": lambda: timer_runs.precision(workdir, sizes),
         "sleepers": lambda: timer_runs.sleepers(workdir, sizes),
         "wake": lambda: client_runs.result_wakeup(workdir, sizes),

@@ -95,6 +95,13 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f"1 proc {_f(sh.get('workflows_per_s_1p'))}/s, 2 procs {_f(sh.get('workflows_per_s_2p'))}/s; "
         f"starts {_f(sh.get('starts_per_s'))}/s", ">= 2,000/s, 1 proc",
         peer_cell("short", "workflows_per_s_1p", sh.get("workflows_per_s_1p")))
+    q = m.get("queues", {})
+    qc, qs = q.get("claim", {}), q.get("short", {})
+    add("queues", f"11. queues: a claim, and {_f(qs.get('workflows'))} short workflows through a queue of 64",
+        f"claim queued {_f(qc.get('queued_ms'), ' ms', 2)} vs unqueued {_f(qc.get('unqueued_ms'), ' ms', 2)}"
+        f" = {_f(qc.get('ratio'), '×', 2)} (CPU {_f(qc.get('cpu_ratio'), '×', 2)});"
+        f" workload 5 queued {_f(qs.get('queued_per_s'))}/s vs"
+        f" {_f(qs.get('unqueued_per_s'))}/s = {_f(qs.get('ratio'), '', 2)}", ">= 0.8 of unqueued")
     t = m.get("timers", {})
     add("timers", f"7. {_f(t.get('timers'))} timers over {_f(t.get('spread_s'), ' s')}, worker running",
         f"late: median {_f(t.get('median_late_ms'), ' ms', 1)}, p99 {_f(t.get('p99_late_ms'), ' ms', 1)}, "

@@ -38,6 +38,7 @@ class Sizes:
     sleepers: int = 10_000
     sleepers_idle_s: float = 5.0
     wake_samples: int = 100
+    queue_claims: int = 500
     async_workflows: int = 1_000
     async_activity_s: float = 1.0
     async_slots: int = 5_000
@@ -56,4 +57,5 @@ SMOKE = Sizes(
     console_refresh_s=0.5, peer_single_slots=20, peer_group_workflows=3, peer_group_slots=5, peer_resume_slots=30,
     peer_signal_samples=3, peer_short_workflows=10, timer_count=20, timer_spread_s=1.0, sleepers=200,
     sleepers_idle_s=1.0, wake_samples=5, async_workflows=40, async_activity_s=0.2, async_slots=200, async_rounds=1,
+    queue_claims=20,
 )

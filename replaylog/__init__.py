@@ -55,6 +55,7 @@ from replaylog.engine.errors import (
     ValueNotJSONError,
     WorkflowCancelled,
 )
+from replaylog.engine.queues import DedupIdTakenError, Queue, QueueError
 from replaylog.engine.retry import RetryPolicy, default_retry
 from replaylog.worker import AsyncWorker, Worker
 
@@ -77,11 +78,14 @@ __all__ = [
     "ChildWorkflowError",
     "Client",
     "Context",
+    "DedupIdTakenError",
     "Diagnostic",
     "DuplicateWorkflowIdError",
     "NonDeterministicError",
     "Outcome",
     "ParallelError",
+    "Queue",
+    "QueueError",
     "ReplaylogError",
     "RetryPolicy",
     "RunResult",

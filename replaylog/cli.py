@@ -26,20 +26,23 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from replaylog.client import NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
+from replaylog.client import BULK_PAST, NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import check_workflow, judge
-from replaylog.engine.core import APPROVAL_PREFIX
+from replaylog.engine.core import APPROVAL_PREFIX, DEFAULT_MAX_SLOTS, HISTORY_WARN
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.retention import BATCH, parse_cutoff
 from replaylog.engine.schedules import CATCH_UPS, DEFAULT_CATCH_UP, DEFAULT_OVERLAP, OVERLAPS
 from replaylog.engine.store import (
     AuditRow,
+    CommandRow,
     OperatorStore,
     ReaderStore,
+    RunRow,
     ScheduleRow,
     WorkflowFilter,
     WorkflowRow,
@@ -58,6 +61,7 @@ from replaylog.engine.text import (
     heartbeat_text,
     preview,
     printable,
+    queue_text,
     retry_text,
     utc,
     waits_text,
@@ -256,6 +260,26 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
     ctx.obj = Settings(db, max_payload)
 
 
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A length of time: seconds (`90`, `1.5`, any sign: the client words a negative one) or a number and
+    a unit (`30s`, `5m`, `2h`, `1d`, as engine.filters.parse_duration reads them)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """The number of seconds `value` says; a usage error naming what is wrong."""
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return float(value)
+        except ValueError:
+            pass
+        try:
+            return parse_duration(str(value), f"--{param.name if param else 'delay'}")
+        except StoreError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @cli.command()
 @click.argument("workflow_name", metavar="WORKFLOW")
 @click.argument("input_json", required=False, metavar="[INPUT_JSON]")
@@ -263,13 +287,22 @@ def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
 @click.option("--app", help="Module or .py file with the workflows (else $REPLAYLOG_APP, else replaylog.samples).")
 @click.option("--if-exists", type=click.Choice(["fail", "return"]), default="fail", show_default=True,
               help="With --id, when that workflow exists: refuse, or print its id and touch nothing"
-                   " (a client that retries a start gets the same workflow).")
+                   " (a client that retries a start gets the same workflow); with --dedup-id, the same for"
+                   " the unfinished workflow that holds it.")
+@click.option("--queue", metavar="NAME", help="Start it queued on this queue (declared by the app or a worker).")
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="On a queue: lower is admitted first (0 or more).")
+@click.option("--dedup-id", metavar="ID",
+              help="On a queue: refuse the start while an unfinished workflow on it has this dedup id.")
+@click.option("--delay", type=Seconds(), metavar="TIME", help="On a queue: not admitted before TIME from now"
+                                                             " (seconds, or 30s, 5m, 2h).")
 @click.option("--timeout", "timeout_text", metavar="DURATION",
               help="Cancel the workflow (reason: timeout) this long after it starts: seconds, or 90s, 30m, 1h, 2d.")
 @global_options
 @pass_settings
 def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
-          app: str | None, if_exists: str, timeout_text: str | None) -> None:
+          app: str | None, if_exists: str, queue: str | None, priority: int, dedup_id: str | None,
+          delay: float | None, timeout_text: str | None) -> None:
     """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
     timeout = None if timeout_text is None else _timeout(timeout_text)
     registry = _app(app)
@@ -279,10 +312,14 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
     refusal = registry.input_refusal(workflow_name, given=input_json is not None)
     if refusal is not None:
         fail(refusal)
+    check_queue_options(queue, priority, dedup_id, delay)  # before INPUT_JSON is read, as the input's shape
     value, given = read_json_arg(input_json, "the workflow input", settings.max_payload)
     with settings.client() as client:
+        # The app's own Queue, when it declares one of that name: recorded if no worker has yet.
         handle = client.start(fn, value if given else NO_INPUT, id=workflow_id,
-                              if_exists="return" if if_exists == "return" else "fail", timeout=timeout)
+                              if_exists="return" if if_exists == "return" else "fail",
+                              queue=registry.queues.get(queue, queue) if queue is not None else None,
+                              priority=priority, dedup_id=dedup_id, delay=delay, timeout=timeout)
     click.echo(handle.id)
 
 
@@ -389,12 +426,15 @@ def events(settings: Settings, workflow_id: str, key: str | None, wait: float | 
 @click.option("--retention", metavar="AGE",
               help="Prune workflows finished longer ago than AGE (30d, 12h), at start and every 5 minutes,"
                    " as `replaylog prune --finished-before AGE` would.")
+@click.option("--max-slots", type=click.IntRange(min=1), default=DEFAULT_MAX_SLOTS, show_default=True, metavar="N",
+              help="The most slots one run's history may hold: a workflow that passes it fails, told to use"
+                   " ctx.continue_as_new.")
 @click.option("--child", is_flag=True, hidden=True, help="Started by another worker, which announced it.")
 @global_options
 @pass_settings
 def worker(settings: Settings, app: str | None, until_idle: bool, processes: int, concurrency: int,
            lease: float, no_inflight: bool, no_cpu_focus: bool, quiet: bool, metrics_port: int | None,
-           metrics_host: str, log_format: str, retention: str | None, child: bool) -> None:
+           metrics_host: str, log_format: str, retention: str | None, max_slots: int, child: bool) -> None:
     """Run every runnable workflow until stopped (SIGTERM or ctrl-c finish the current slot)."""
     from replaylog.engine.worker import Worker
 
@@ -418,7 +458,7 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
     if processes > 1:
         base = [sys.executable, "-m", "replaylog", "--db", str(settings.db),
                 "--max-payload", str(settings.max_payload), "worker", "--app", resolve_app_spec(app),
-                "--concurrency", str(concurrency), "--lease", str(lease), "--child"]
+                "--concurrency", str(concurrency), "--lease", str(lease), "--max-slots", str(max_slots), "--child"]
         base += ["--until-idle"] * until_idle + ["--no-inflight"] * no_inflight + ["--quiet"] * quiet
         base += ["--no-cpu-focus"] * no_cpu_focus + ["--log-format", log_format, "--metrics-host", metrics_host]
         # In a session of their own: ctrl-c in a terminal signals the whole foreground
@@ -437,7 +477,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 
     w = Worker(settings.db, registry, concurrency=concurrency, ttl=lease, track_inflight=not no_inflight,
                focus_cpu=not no_cpu_focus, max_payload=settings.max_payload,
-               on_event=None if quiet or json_logs else event, metrics=metrics, retention=keep_for)
+               on_event=None if quiet or json_logs else event, metrics=metrics, retention=keep_for,
+               max_slots=max_slots)
 
     stopped_by: list[str] = []
 
@@ -661,28 +702,95 @@ def _t(value: Any) -> Text:
     return Text(printable("" if value is None else str(value), oneline=True))
 
 
+def _head() -> Table:
+    """The two-column grid of facts atop `show`."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    return head
+
+
+def _command_json(c: CommandRow) -> dict[str, Any]:
+    return {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
+            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at,
+            "parallel_group": c.parallel_group}
+
+
+def _slots_table(commands: list[dict[str, Any]]) -> Table:
+    return _listing(
+        f"{len(commands)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
+        _slot_rows(commands), wide="value / error")
+
+
+def _long_history(slots: int) -> str:
+    return (f"{slots} slots, past {HISTORY_WARN:,}: use ctx.continue_as_new(input) to go on in a fresh history"
+            " before the cap (worker --max-slots) fails the workflow")
+
+
+def _runs_json(runs: list[RunRow]) -> list[dict[str, Any]]:
+    return [{"run": r.run, "slots": r.slots, "ended_at": r.ended_at, "current": r.current} for r in runs]
+
+
+def _earlier_run_json(store: ReaderStore, row: WorkflowRow, runs: list[RunRow], run: int) -> dict[str, Any]:
+    """The `show --run N --json` object of an earlier run (OperatorRefusedError for a run not kept)."""
+    commands = store.run_commands(row.id, run)
+    this = next(r for r in runs if r.run == run)
+    return {
+        "id": row.id, "workflow": row.workflow, "run": run, "status": Status.CONTINUED.value,
+        "input": None if this.input_text is None else json.loads(this.input_text), "has_input": this.input_text
+        is not None, "slots": this.slots, "ended_at": this.ended_at, "runs": _runs_json(runs),
+        "commands": [_command_json(c) for c in commands],
+        "signals": [{"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed,
+                     "sent_at": s.sent_at} for s in store.list_signals(row.id, run=run)],
+    }
+
+
+def _show_earlier_run(data: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    head = _head()
+    head.add_row("id", _t(data["id"]))
+    head.add_row("workflow", _t(data["workflow"]))
+    last = data["runs"][-1]["run"]
+    head.add_row("run", _t(f"{data['run']} of {last} (the latest: show {data['id']})"))
+    head.add_row("status", _status(data["status"]))
+    head.add_row("input", _t(preview(data["input"], 200) if data["has_input"] else "(none)"))
+    head.add_row("ended", _t(_when(data["ended_at"])))
+    if data["slots"] > HISTORY_WARN:
+        head.add_row("history", Text(_long_history(data["slots"]), style="yellow"))
+    shown: list[Any] = [head, _slots_table(data["commands"])]
+    if data["signals"]:
+        shown.append(_listing(
+            f"{len(data['signals'])} signal(s) it consumed", ("seq", "name", "payload", "sent"),
+            [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])), _t(_when(s["sent_at"])))
+             for s in data["signals"]]))
+    _print(*shown)
+
+
 def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
     """The `show --json` object."""
     inflight = store.inflight(row.id)
     audit = store.list_audit(row.id)
+    runs = store.list_runs(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
+        "run": runs[-1].run, "runs": _runs_json(runs),
         "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
         "input": row.input, "result": row.result, "error": row.error, "traceback": row.traceback,
         "diagnostic": row.diagnostic,
         "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
         "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
         "cancel_requested": row.cancel_requested, "cancel": _cancel_json(row, audit),
+        "queue": None if row.queue is None else {
+            "name": row.queue, "priority": row.priority, "position": row.position, "dedup_id": row.dedup_id,
+            "not_before": row.not_before, "admitted_at": row.admitted_at},
         "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
         "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
                   for a in audit],
         "approval": store.pending_approval(row.id),
         **store.family(row.id),
-        "commands": [
-            {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-             "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
-            for c in store.list_commands(row.id)
-        ],
+        "commands": [_command_json(c) for c in store.list_commands(row.id)],
         "signals": [
             {"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed, "sent_at": s.sent_at}
             for s in store.list_signals(row.id)
@@ -712,6 +820,7 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 _FILTER_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--status", "S,S", "Only workflows in these statuses (comma-separated)."),
     ("--workflow", "NAME,NAME", "Only workflows of these names."),
+    ("--queue", "NAME,NAME", "Only workflows started on these queues."),
     ("--parent", "ID", "Only the children of this workflow (ctx.call_workflow)."),
     ("--forked-from", "ID", "Only the forks of this workflow."),
     ("--created-after", "AGE|TIME", "Only workflows started at or after this: an age (2h, 7d) or an ISO time."),
@@ -756,7 +865,7 @@ def _filter_given(ctx: click.Context) -> WorkflowFilter:
 def _filter_fields(where: WorkflowFilter) -> dict[str, Any]:
     """A parsed filter's fields back as `workflow_filter` takes them (times as epoch seconds)."""
     return {k: v for k, v in {
-        "status": where.statuses, "workflow": where.workflows, "parent": where.parent,
+        "status": where.statuses, "workflow": where.workflows, "queue": where.queues, "parent": where.parent,
         "forked_from": where.forked_from, "created_after": where.created_after,
         "created_before": where.created_before, "updated_after": where.updated_after,
         "updated_before": where.updated_before, "error_kind": where.error_kinds, "error_text": where.error_text,
@@ -800,7 +909,8 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
              "wake_at": r.wake_at, "slots": r.slots,
              "updated_at": r.updated_at, "error": r.error, "waiting_for_worker": waiting[r.id],
-             "parent": r.parent, "search_attributes": attributes.get(r.id, {})} for r in rows
+             "parent": r.parent, "search_attributes": attributes.get(r.id, {}), "queue": r.queue,
+             "position": r.position} for r in rows
         ]))
         return
     # --limit and the total count top-level workflows under --tree: a child comes with its parent, uncounted.
@@ -811,9 +921,10 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
     # A failed workflow's error, or why a cancelled or terminated one was stopped (the
     # operator's reason): a column of its own, last, when a row has one.
     errors = any(r.error for r in rows)
+    queued = any(r.queue for r in rows)  # a column only when a workflow of the page is on a queue
     # Each search attribute a row on the page has is a column of its own, after the slots.
     keys = sorted({k for found in attributes.values() for k in found})
-    columns = (("id", "workflow", "status", "blocked on", "slots", *keys, "updated (UTC)")
+    columns = (("id", "workflow", "status", "blocked on") + ("queue",) * queued + ("slots", *keys, "updated (UTC)")
                + ("error / reason",) * errors)
     for col in columns:
         # Ids are what operators copy into the next command: never cut them short.
@@ -826,8 +937,10 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
         # A child is indented under its parent; the id itself stays whole, to be copied.
         shown_id = Text("  " * (depth[r.id] - 1) + "└ ", style="dim") + _t(r.id) if depth.get(r.id) else _t(r.id)
         found = attributes.get(r.id, {})
-        cells = [shown_id, _t(r.workflow), _status(r.status), waits, _t(r.slots),
-                 *(_t(found.get(k, "")) for k in keys), _t(_when(r.updated_at, short=True))]
+        cells = [shown_id, _t(r.workflow), _status(r.status), waits]
+        if queued:
+            cells.append(_t(f"{r.queue} #{r.position}" if r.position is not None else r.queue))
+        cells += [_t(r.slots), *(_t(found.get(k, "")) for k in keys), _t(_when(r.updated_at, short=True))]
         if errors:
             cells.append(Text(printable(r.error or "", oneline=True), style="red" if r.status == Status.FAILED else ""))
         table.add_row(*cells)
@@ -867,6 +980,34 @@ def stats(settings: Settings, as_json: bool) -> None:
         _print(_listing("", ("owner", "host", "pid", "serves", "started (UTC)", "last heartbeat"), [
             (_t(w.owner), _t(w.host), _t(w.pid), _t(", ".join(w.names)), _t(_when(w.started_at, short=True)),
              _t(f"{duration(max(0.0, st.at - w.seen_at))} ago")) for w in st.workers]))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per queue.")
+@global_options
+@pass_settings
+def queues(settings: Settings, as_json: bool) -> None:
+    """Each queue workers have declared: running, waiting, its limits and its rate window."""
+    with settings.open(readonly=True) as store:
+        rows = store.queues()
+    if as_json:
+        click.echo(json.dumps([
+            {"name": q.name, "running": q.admitted, "running_now": q.running, "waiting": q.waiting,
+             "delayed": q.delayed, "concurrency": q.concurrency, "worker_concurrency": q.worker_concurrency,
+             "rate_limit": None if q.rate_limit is None else {"starts": q.rate_limit[0], "seconds": q.rate_limit[1]},
+             "started_in_window": q.recent, "declared_by": q.declared_by, "declared_at": q.declared_at}
+            for q in rows]))
+        return
+    if not rows:
+        click.echo("no queues: a worker records its app's queues when it starts")
+        return
+    _print(_listing(f"{len(rows)} queue(s)", ("queue", "running", "waiting", "limit", "per worker", "rate",
+                                              "declared by"), [
+        (_t(q.name), _t(q.admitted), _t(f"{q.waiting}" + (f" ({q.delayed} delayed)" if q.delayed else "")),
+         _t(q.concurrency if q.concurrency is not None else "none"),
+         _t(q.worker_concurrency if q.worker_concurrency is not None else "none"),
+         _t("none" if q.rate_limit is None else f"{q.recent}/{q.rate_limit[0]} per {q.rate_limit[1]:g}s"),
+         _t(f"{q.declared_by}, {_when(q.declared_at, short=True)}")) for q in rows], wide="declared by"))
 
 
 def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
@@ -915,28 +1056,45 @@ def _status(status: str, waiting: str | None = None) -> Text:
 @cli.command()
 @click.argument("workflow_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--run", "run", type=click.IntRange(min=1), metavar="N",
+              help="Show run N (ctx.continue_as_new numbers them) while it is kept; else the latest.")
 @global_options
 @pass_settings
-def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
-    """Show a workflow: status, input, result or error, every slot, every signal."""
+def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -> None:
+    """Show a workflow: status, input, result or error, every slot, every signal (of its latest run)."""
     with settings.open(readonly=True) as store:
         row = store.get_workflow(workflow_id)
-        data = workflow_json(store, row)
+        runs = store.list_runs(workflow_id)
+        if run is not None and run != runs[-1].run:
+            earlier = _earlier_run_json(store, row, runs, run)
+        else:
+            earlier = None
+            data = workflow_json(store, row)
+    if earlier is not None:
+        _show_earlier_run(earlier, as_json)
+        return
     if as_json:
         click.echo(json.dumps(data))
         return
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = _head()
     head.add_row("id", _t(row.id))
     head.add_row("workflow", _t(row.workflow))
+    if len(runs) > 1:
+        head.add_row("run", _t(f"{runs[-1].run} (continued as new from run {runs[-2].run}; earlier runs kept:"
+                               f" {', '.join(str(r.run) for r in runs[:-1])}, see show {row.id} --run N)"))
     head.add_row("status", _status(row.status, data["waiting_for_worker"]))
+    if row.slots > HISTORY_WARN:
+        head.add_row("history", Text(_long_history(row.slots), style="yellow"))
     if row.blocked_on:
         now = time.time()
         until = f" ({countdown(row.wake_at, now)})" if row.wake_at is not None else ""
         head.add_row("blocked on", _t(_blocked_text(row.blocked_on, row.wake_at, now, data["approval"]) + until))
         if data["approval"]:
             head.add_row("details", _t(preview(data["approval"]["details"], 200)))
+    if row.queue is not None:
+        head.add_row("queue", _t(queue_text(row.queue, row.position, time.time(), priority=row.priority,
+                                            not_before=row.not_before, dedup_id=row.dedup_id,
+                                            admitted_at=row.admitted_at)))
     if data["parent"]:
         head.add_row("parent", _t(data["parent"]))
     for child in data["children"]:
@@ -976,13 +1134,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool) -> None:
     shown: list[Any] = [head]
     if row.traceback:
         shown += _traceback("traceback", row.traceback)
-    shown.append(_listing(
-        f"{len(data['commands'])} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
-        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
-          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
-         for c in data["commands"]],
-        wide="value / error"))
+    shown.append(_slots_table(data["commands"]))
     for c in data["commands"]:
         if c["traceback"]:
             shown += _traceback(f"traceback of slot {c['slot']} ({c['kind']} {c['name']})", c["traceback"])
@@ -1015,6 +1167,23 @@ def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]],
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def _slot_rows(commands: list[dict[str, Any]]) -> list[tuple[Text, ...]]:
+    """show's slot rows: each ctx.parallel group opens with a line of its own, its tasks marked ‖."""
+    last = {c["parallel_group"]: c["slot"] for c in commands}  # each group's last recorded slot
+    rows: list[tuple[Text, ...]] = []
+    group = None
+    for c in commands:
+        if c["parallel_group"] is not None and c["parallel_group"] != group:
+            first, end = c["slot"], last[c["parallel_group"]]
+            span = f"slot {first}" if first == end else f"slots {first}–{end}"
+            rows.append((_t(""), _t("‖"), Text(f"in parallel: {span}", style="italic"), *(_t(""),) * 4))
+        group = c["parallel_group"]
+        rows.append((_t(c["slot"]), _t(c["kind"] + (" ‖" if group is not None else "")), _t(c["name"]),
+                     Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+                     _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True))))
+    return rows
 
 
 def _slot_value(c: dict[str, Any]) -> str:
@@ -1133,7 +1302,6 @@ def _one(text: str) -> str:
 
 # How many ids a bulk action names before it acts (the rest are counted).
 _BULK_SHOWN = 10
-_PAST = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
 
 
 def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: str | None, dry_run: bool, yes: bool,
@@ -1145,23 +1313,23 @@ def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: st
         shown = ", ".join(ids[:_BULK_SHOWN]) + (", …" if len(ids) > _BULK_SHOWN else "")
         click.echo(_one(f"{action}: {len(ids)} workflow(s) match" + (f": {shown}" if ids else "")), err=True)
         if dry_run or not ids:
-            click.echo(_one(f"dry run: nothing was {_PAST[action]}" if dry_run else "nothing to do"), err=True)
+            click.echo(_one(f"dry run: nothing was {BULK_PAST[action]}" if dry_run else "nothing to do"), err=True)
             return
         if not yes:
             if not sys.stdin.isatty():
                 fail(f"{action} of {len(ids)} workflow(s) needs confirmation: add --yes (no terminal to ask on)")
             if not click.confirm(f"{action.capitalize()} these {len(ids)} workflow(s)?", err=True):
-                fail(f"nothing was {_PAST[action]}")
+                fail(f"nothing was {BULK_PAST[action]}")
 
         def said(outcome: BulkOutcome) -> None:
             if outcome.ok:
-                click.echo(_one(f"{outcome.id} {_PAST[action]}"))
+                click.echo(_one(f"{outcome.id} {BULK_PAST[action]}"))
             else:
                 click.echo(_one(f"{outcome.id} refused: {outcome.error}"), err=True)
 
         report = client.bulk(action, ids, reason=reason, force=force, on_each=said)
     refused = len(report.refused)
-    click.echo(_one(f"{_PAST[action]} {report.done} of {len(ids)} workflow(s)"
+    click.echo(_one(f"{BULK_PAST[action]} {report.done} of {len(ids)} workflow(s)"
                     + (f"; {refused} refused (above)" if refused else "")), err=True)
     if refused:
         sys.exit(1)

@@ -45,6 +45,8 @@ from replaylog.engine.errors import (
 )
 from replaylog.engine.filters import workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
+from replaylog.engine.queues import DedupIdTakenError, Queue
+from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_statuses, prune
 from replaylog.engine.store import (
     PruneBatch,
@@ -152,8 +154,8 @@ class WorkflowInfo:
 
     `result` is set once `status` is "completed"; `error` and `error_kind` once it failed
     (or the operator's reason once cancelled or terminated). `wake_at` is the recorded
-    wake time of a blocked workflow (its timer, or its wait's deadline). Times are epoch
-    seconds.
+    wake time of a blocked workflow (its timer, or its wait's deadline). The queue fields
+    are None for a workflow started on no queue. Times are epoch seconds.
     """
 
     id: str
@@ -174,6 +176,14 @@ class WorkflowInfo:
     forked_from: str | None = None
     # Its search attributes (ctx.upsert_search_attributes), values as text; filled by `Client.list`.
     search_attributes: dict[str, str] = field(default_factory=dict)
+    # On a queue (docs/flow-control.md): its queue, priority, dedup id, the time before which it
+    # is not admitted, when it was admitted, and while queued its place in line (1: next).
+    queue: str | None = None
+    priority: int | None = None
+    dedup_id: str | None = None
+    not_before: float | None = None
+    admitted_at: float | None = None
+    position: int | None = None
 
     @classmethod
     def from_row(cls, row: WorkflowRow, search_attributes: dict[str, str] | None = None) -> WorkflowInfo:
@@ -186,7 +196,8 @@ class WorkflowInfo:
             diagnostic=None if d is None else Diagnostic(int(d["slot"]), d.get("recorded"), d.get("issued"),
                                                          str(d.get("message", ""))),
             cancel_requested=row.cancel_requested, forked_from=row.forked_from,
-            search_attributes=dict(search_attributes or {}))
+            search_attributes=dict(search_attributes or {}), queue=row.queue, priority=row.priority,
+            dedup_id=row.dedup_id, not_before=row.not_before, admitted_at=row.admitted_at, position=row.position)
 
     @property
     def finished(self) -> bool:
@@ -283,6 +294,8 @@ def _check_key(key: object, what: str) -> str:
 
 BulkAction = Literal["retry", "cancel", "terminate"]
 BULK_ACTIONS: tuple[BulkAction, ...] = ("retry", "cancel", "terminate")
+# Each bulk action as its summary says it was done ("retried 35 of 37 workflow(s)").
+BULK_PAST: dict[BulkAction, str] = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
 
 
 @dataclass(frozen=True)
@@ -469,14 +482,20 @@ class Client:
 
     @overload
     def start(self, workflow: Callable[..., R], input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail", timeout: float | None = None) -> WorkflowHandle[R]: ...
+              if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[R]: ...
 
     @overload
     def start(self, workflow: str, input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail", timeout: float | None = None) -> WorkflowHandle[Any]: ...
+              if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[Any]: ...
 
     def start(self, workflow: Callable[..., Any] | str, input: Any = NO_INPUT, *, id: str | None = None,
-              if_exists: Literal["fail", "return"] = "fail", timeout: float | None = None) -> WorkflowHandle[Any]:
+              if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[Any]:
         """Start a workflow; return its handle.
 
         Args:
@@ -486,7 +505,15 @@ class Client:
             id: the workflow's id (else a generated one).
             if_exists: with `id`, when a workflow of that id exists: "fail" raises
                 DuplicateWorkflowIdError, "return" returns its handle and writes nothing
-                (a request retried after a lost answer gets the same workflow).
+                (a request retried after a lost answer gets the same workflow). With
+                `dedup_id`, the same for an unfinished workflow holding that dedup id.
+            queue: start it queued on this queue (a Queue, or the name of one a worker
+                declared): a worker's claim admits it only while the queue is under its
+                limits (docs/flow-control.md). A Queue the store does not know yet is recorded.
+            priority: on a queue, lower is admitted first (0 or more); first started first within one.
+            dedup_id: on a queue, refuse the start (DedupIdTakenError) while an unfinished
+                workflow on the queue was started with the same dedup id.
+            delay: on a queue, not admitted before this many seconds from now.
             timeout: seconds after which the workflow is cancelled with reason "timeout"
                 (WorkflowCancelled at its next ctx call; it may compensate); its children
                 inherit what is left of it unless started with a timeout of their own.
@@ -495,11 +522,16 @@ class Client:
             WorkflowInputError: the input does not fit the function's parameters.
             ValueNotJSONError, PayloadTooLargeError: the input cannot be stored.
             DuplicateWorkflowIdError: the id is taken (if_exists="fail").
+            QueueError: an unknown queue, a negative priority or delay, a queue option without a queue.
+            DedupIdTakenError: the dedup id is taken (if_exists="fail").
         Nothing is written when it raises. A missing SQLite database is created.
         """
         if if_exists not in ("fail", "return"):
             raise ValueError(f"if_exists must be 'fail' or 'return', not {if_exists!r}")
         check_timeout(timeout, "the workflow timeout")
+        check_queue_options(queue.name if isinstance(queue, Queue) else queue, priority, dedup_id, delay)
+        if isinstance(queue, str) and self.registry is not None and queue in self.registry.queues:
+            queue = self.registry.queues[queue]  # the app's own queue: recorded if no worker has yet
         name, fn = _workflow_name(workflow)
         if fn is None and self.registry is not None:
             fn = self.registry.workflow(name)  # UnknownWorkflowError (of the app) for a name it lacks
@@ -514,11 +546,16 @@ class Client:
         def start(store: Store) -> str:
             try:
                 return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id,
-                                            trace_context=trace_context_now(), timeout=timeout)
+                                            trace_context=trace_context_now(), queue=queue, priority=priority,
+                                            dedup_id=dedup_id, delay=delay, timeout=timeout)
             except DuplicateWorkflowIdError:
                 if if_exists != "return" or id is None:
                     raise
                 return id
+            except DedupIdTakenError as taken:
+                if if_exists != "return":
+                    raise
+                return taken.workflow_id
 
         return WorkflowHandle(self, self._call(start, create=True))
 

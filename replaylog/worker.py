@@ -24,6 +24,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from replaylog.client import AppLike, app_registry, resolve_db
+from replaylog.engine.core import DEFAULT_MAX_SLOTS
 from replaylog.engine.store import default_max_payload, open_store
 from replaylog.engine.telemetry import Metrics
 from replaylog.engine.worker import DEFAULT_LEASE_TTL
@@ -58,6 +59,8 @@ class Worker:
         metrics_host: the address the metrics port binds.
         tracing: an OpenTelemetry span per workflow run and per activity attempt, through
             the tracer provider the application configured; needs the `otel` extra.
+        max_slots: the most slots one run's history may hold (default 50,000): a workflow that
+            passes it fails, told to use `ctx.continue_as_new`; None: no cap.
 
     `run()` blocks until stopped; `with Worker(...):` runs it in background threads for the
     length of the block. On stopping (SIGTERM, SIGINT, `stop()` or the end of the block)
@@ -69,7 +72,8 @@ class Worker:
                  lease: float = DEFAULT_LEASE_TTL, max_payload: int | None = None, track_inflight: bool = True,
                  focus_cpu: bool = True, on_event: Callable[[str, str], None] | None = None,
                  clock: Callable[[], float] = time.time, metrics_port: int | None = None,
-                 metrics_host: str = "127.0.0.1", tracing: bool = False) -> None:
+                 metrics_host: str = "127.0.0.1", tracing: bool = False,
+                 max_slots: int | None = DEFAULT_MAX_SLOTS) -> None:
         self.db = resolve_db(db)
         self.registry = app_registry(app)
         self.max_payload = max_payload if max_payload is not None else default_max_payload()
@@ -79,7 +83,7 @@ class Worker:
         self._engine = EngineWorker(self.db, self.registry, concurrency=concurrency, ttl=lease,
                                     track_inflight=track_inflight, focus_cpu=focus_cpu, clock=clock,
                                     max_payload=self.max_payload, on_event=on_event, metrics=self._metrics,
-                                    tracing=tracing)
+                                    tracing=tracing, max_slots=max_slots)
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._ran = False

@@ -31,14 +31,14 @@ def fault_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 class WorkerProc:
-    """One `replaylog worker --app fault_app` subprocess whose stderr goes to a log file."""
+    """One `replaylog worker --app fault_app` (or `app`) subprocess whose stderr goes to a log file."""
 
-    def __init__(self, db: Path | str, logdir: Path, env: dict[str, str], *args: str) -> None:
+    def __init__(self, db: Path | str, logdir: Path, env: dict[str, str], *args: str, app: str = "fault_app") -> None:
         logdir.mkdir(parents=True, exist_ok=True)
         self.log_path = logdir / f"worker-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", "fault_app", *args],
+            [sys.executable, "-m", "replaylog", "--db", str(db), "worker", "--app", app, *args],
             env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
         )
         self.pid = self.proc.pid

@@ -8,7 +8,8 @@ it and kills its own process with SIGKILL: a worker dies at a tick's workflow.
 from __future__ import annotations
 
 import os
-import signal
+
+from evidence import append_line, kill_once
 
 from replaylog import Context, activity, current_activity, workflow
 
@@ -17,21 +18,10 @@ from replaylog import Context, activity, current_activity, workflow
 def note() -> str:
     """Append this workflow's id to the ledger (and kill the process once, if asked)."""
     wid = current_activity().workflow_id
-    ledger = os.environ.get("SCHEDULE_LEDGER")
-    if ledger:
-        fd = os.open(ledger, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, (wid + "\n").encode())
-        finally:
-            os.close(fd)
+    append_line(os.environ.get("SCHEDULE_LEDGER"), wid)
     marker = os.environ.get("SCHEDULE_KILL_ONCE")
     if marker:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            pass
-        else:
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_once(marker)
     return wid
 
 

@@ -1150,3 +1150,27 @@ async def test_the_workflow_screen_shows_the_latest_value_of_each_event(db_path:
         summary = rendered((await open_workflow(pilot, "events-1")).query_one("#summary", Static))
         # The latest value per key, stored text shown as text, never markup.
         assert 'events    progress: 0.75, stage: [bold]charging[/bold]' in summary, summary
+
+
+# ------------------------------------------------------------------ queues
+
+
+@async_test
+async def test_a_queued_workflow_shows_its_queue_and_place_in_line_in_the_list_and_its_screen(db_path: Path) -> None:
+    from replaylog import Client, Queue
+
+    with Client(db_path) as client:
+        line = Queue("reports", concurrency=1)
+        first = client.start("refund", 1, queue=line)
+        second = client.start("refund", 2, queue=line, priority=2, dedup_id="[red]not markup[/red]")
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("8")  # queued
+        await settle(pilot)
+        table = app.screen.query_one(PagedTable)
+        waits = dict(zip(column(table, "id"), column(table, "blocked_on"), strict=True))
+        assert waits == {first.id: "queue reports #1", second.id: "queue reports #2"}
+        screen = await open_workflow(pilot, second.id)
+        summary = rendered(screen.query_one("#summary", Static))
+        assert "queue" in summary and "reports · priority 2 · 2nd in line · dedup id [red]not markup[/red]" in summary

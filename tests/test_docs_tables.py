@@ -14,6 +14,7 @@ import click
 import pytest
 
 from bench.report import markdown as bench_markdown
+from replaylog import Client, Queue
 from replaylog.cli import cli
 from replaylog.console import keys
 
@@ -90,11 +91,17 @@ def test_cli_doc_json_shapes_are_what_the_commands_print(tmp_path: Path) -> None
     cmd("start", "refund", "7", "--id", "r-7")
     cmd("signal", "r-7", "approval", '{"approved": true}')
     cmd("worker", "--until-idle", "--quiet")
+    with Client(tmp_path / "replaylog.db") as client:  # a queue, so that `queues --json` prints one
+        client.start("refund", 8, queue=Queue("refunds", concurrency=2))
     printed = {"list": json.loads(cmd("list", "--json")), "show": json.loads(cmd("show", "r-7", "--json")),
+               "queues": json.loads(cmd("queues", "--json")),
                "check": json.loads(cmd("check", "r-7", "--json")), "export": json.loads(cmd("export", "r-7")),
                "stats": json.loads(cmd("stats", "--json"))}
-    documented_list, documented_show, documented_check, documented_export, documented_stats = json_blocks("docs/cli.md")
+    (documented_list, documented_show, documented_queues, documented_check, documented_export,
+     documented_stats) = json_blocks("docs/cli.md")
     assert set(documented_list[0]) == set(printed["list"][0])
+    assert set(documented_queues[0]) == set(printed["queues"][0])
+    assert set(documented_queues[0]["rate_limit"]) == {"starts", "seconds"}
     assert set(documented_show) == set(printed["show"])
     for part in ("commands", "signals", "audit"):
         assert set(documented_show[part][0]) == set(printed["show"][part][0]), part

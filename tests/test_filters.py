@@ -56,6 +56,9 @@ def test_each_filter_field_takes_only_its_workflows(store: Store) -> None:
     assert _found(store, created_after="3h") == {ship, done, fork}
     assert _found(store, updated_after="2h", updated_before="30m") == {ship}
     assert _found(store, error_kind="code") == {ship}
+    sql(store, "UPDATE workflows SET queue = 'payments' WHERE id IN (?, ?)", (charge, fork))
+    assert _found(store, queue="payments") == {charge, fork}
+    assert _found(store, queue="payments,other", status="pending") == {fork}
     assert store.count_workflows(where=workflow_filter({"status": "failed", "error_kind": "activity"})) == 1
 
 

@@ -23,6 +23,7 @@ from replaylog.console.paged_table import PagedTable
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import ReadOnlyError, SchemaVersionError, StoreError
 from replaylog.engine.store import PendingRecord, open_store, redact_url
+from replaylog.engine.store.shared.migrations import latest
 
 
 def rec(name: str, value: object = None) -> CommandRecord:
@@ -99,11 +100,12 @@ def test_a_schema_named_replaylog_that_is_not_ours_is_refused_untouched(pg_serve
 
 def test_a_newer_schema_version_is_refused_untouched(pg_url: str, pg_server: PGServer) -> None:
     open_store(pg_url).close()
-    pg_server.execute(pg_url, "UPDATE replaylog.meta SET version = 7")
+    newer = latest() + 1  # a version this replaylog does not know yet
+    pg_server.execute(pg_url, f"UPDATE replaylog.meta SET version = {newer}")
     for readonly in (False, True):
-        with pytest.raises(SchemaVersionError, match="schema version 7, newer"):
+        with pytest.raises(SchemaVersionError, match=f"schema version {newer}, newer"):
             open_store(pg_url, readonly=readonly)
-    assert pg_server.execute(pg_url, "SELECT version FROM replaylog.meta") == [(7,)]
+    assert pg_server.execute(pg_url, "SELECT version FROM replaylog.meta") == [(newer,)]
 
 
 def test_a_readonly_open_of_an_empty_database_creates_nothing(pg_url: str, pg_server: PGServer) -> None:
@@ -327,7 +329,7 @@ def test_writes_whose_answer_was_lost_are_made_once(pg_url: str) -> None:
                 return cur
 
         s._conn = LosesTheAnswer()  # type: ignore[assignment]
-        assert s.commit_record(parent, 2, rec("task", 2), ttl=30, parallel=True) is True  # found as its own
+        assert s.commit_record(parent, 2, rec("task", 2), ttl=30, parallel_group=1) is True  # found as its own
         assert lost and [c.slot for c in s.list_commands("p")] == [0, 2]
 
 

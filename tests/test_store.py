@@ -22,6 +22,7 @@ from replaylog.engine.errors import (
     WorkflowClosedError,
 )
 from replaylog.engine.store import Claim, PendingRecord, Store, database_path, open_store
+from replaylog.engine.store.shared.migrations import latest
 
 
 def rec(name: str, value: object = None) -> CommandRecord:
@@ -143,9 +144,9 @@ def test_newer_schema_and_foreign_databases_are_refused(tmp_path: Path) -> None:
     newer = tmp_path / "newer.db"
     open_store(newer).close()
     conn = sqlite3.connect(newer)
-    conn.execute("PRAGMA user_version = 7")
+    conn.execute(f"PRAGMA user_version = {latest() + 1}")  # a version this replaylog does not know yet
     conn.close()
-    with pytest.raises(SchemaVersionError, match="schema version 7"):
+    with pytest.raises(SchemaVersionError, match=f"schema version {latest() + 1}"):
         open_store(newer)
     foreign = tmp_path / "foreign.db"
     conn = sqlite3.connect(foreign)
@@ -165,7 +166,7 @@ def test_list_pages_filters_and_sorts_in_sql(store: Store) -> None:
     assert store.count_workflows(text="agent") == 15
     assert store.count_workflows(text="wf-0") == 10
     assert store.status_counts() == {"pending": 30, "running": 0, "blocked": 0, "completed": 0, "failed": 0,
-                                     "cancelled": 0, "terminated": 0}
+                                     "cancelled": 0, "terminated": 0, "queued": 0}
     assert store.count_workflows(text="%") == 0  # LIKE wildcards in the filter are literal
 
 

@@ -17,6 +17,7 @@ from replaylog.engine.vocab import Status
 
 # Every status's colour (a test asks that each Status has one).
 STATUS_STYLES: dict[str, str] = {
+    Status.QUEUED: "cyan",
     Status.PENDING: "bold cyan",
     Status.RUNNING: "bold blue",
     Status.BLOCKED: "bold yellow",
@@ -24,6 +25,7 @@ STATUS_STYLES: dict[str, str] = {
     Status.FAILED: "bold red",
     Status.CANCELLED: "bold magenta",
     Status.TERMINATED: "bold magenta",
+    Status.CONTINUED: "cyan",
 }
 
 

@@ -281,6 +281,8 @@ class WorkflowScreen(LiveScreen):
             grid.add_row("error", Text(printable(row.error, oneline=True), style="red", no_wrap=True))
         if detail.cancel is not None:
             grid.add_row("cancel", text(detail.cancel, "bold magenta"))
+        if row.queue is not None:
+            grid.add_row("queue", text(row.queue))
         if row.forked_from is not None:
             grid.add_row("forked from", text(f"{row.forked_from[0]} at slot {row.forked_from[1]}"))
         # The links of ctx.call_workflow, both ways (g goes to an id).

@@ -15,6 +15,7 @@ from typing import Any
 
 from replaylog.engine.core import decorated_in, error_text, forget_decorated
 from replaylog.engine.errors import ReplaylogError, UnknownWorkflowError
+from replaylog.engine.queues import Queue, declared_in, forget_declared
 from replaylog.engine.retry import RetryPolicy, app_default
 
 DEFAULT_APP = "replaylog.samples"
@@ -110,6 +111,8 @@ class Registry:
     spec: str
     workflows: dict[str, Callable[..., Any]] = field(default_factory=dict)
     activities: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # The queues the app declares (engine.queues), by name: its workers record them in the store.
+    queues: dict[str, Queue] = field(default_factory=dict)
     # The app's default retry policy (engine.retry.default_retry in its module), if it set one.
     retry: RetryPolicy | None = None
 
@@ -122,20 +125,27 @@ class Registry:
         activities) share a recorded name, or a workflow can never be called.
         """
         # The namespace too: functions imported from other modules count, as they always did.
-        reg = cls.from_functions([*decorated_in(module.__name__), *vars(module).values()], spec or module.__name__)
+        reg = cls.from_functions([*decorated_in(module.__name__), *declared_in(module.__name__),
+                                  *vars(module).values()], spec or module.__name__)
         reg.retry = app_default(module.__name__)
         return reg
 
     @classmethod
     def from_functions(cls, functions: Iterable[Any], spec: str) -> Registry:
-        """Collect the @workflow and @activity functions among `functions` (anything else is passed over).
+        """Collect the @workflow and @activity functions and the Queues among `functions` (anything else is
+        passed over).
 
-        AppImportError as `from_module` raises it.
+        AppImportError as `from_module` raises it, and for two queues of one name with different limits.
         """
         reg = cls(spec)
         candidates: dict[int, Callable[..., Any]] = {}
         for value in functions:
-            if getattr(value, "_replaylog_kind", None) in ("workflow", "activity"):
+            if isinstance(value, Queue):
+                other_queue = reg.queues.setdefault(value.name, value)
+                if other_queue != value:
+                    raise AppImportError(f"app {reg.spec!r} declares queue {value.name!r} twice, with different"
+                                         f" limits: {other_queue.limits_text()} and {value.limits_text()}")
+            elif getattr(value, "_replaylog_kind", None) in ("workflow", "activity"):
                 candidates.setdefault(id(value), value)
         for fn in candidates.values():
             kind, name = fn._replaylog_kind, fn._replaylog_name  # type: ignore[attr-defined]
@@ -199,6 +209,7 @@ def load_app(spec: str | None = None) -> Registry:
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[mod_name] = module
             forget_decorated(mod_name)  # the same file loaded again: only what it decorates now counts
+            forget_declared(mod_name)
             # Let a file app import its siblings, as `python file.py` would.
             sys.path.insert(0, str(path.resolve().parent))
             module_spec.loader.exec_module(module)

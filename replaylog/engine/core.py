@@ -13,11 +13,11 @@ import json
 import math
 import random
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar, overload
+from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overload
 
 from replaylog.engine import aio as _aio
 from replaylog.engine.errors import (
@@ -384,6 +384,9 @@ class Outcome:
     # A failed run's traceback through the workflow code (engine.tracebacks.user_traceback):
     # None when no frame of the user's was on the way (the engine failed it on its own).
     traceback: str | None = None
+    # A continued run (Status.CONTINUED): `result` is the next run's input, and this says
+    # whether it has one (False: the next run is called without).
+    next_has_input: bool = True
     # A run blocked on RETRY: the activity whose next attempt it waits for, kept by the store
     # (its attempts count on from there in the run that wakes it).
     retry: RetryWait | None = None
@@ -488,6 +491,31 @@ def idempotency_key(workflow_id: str, slot: int) -> str:
 
 
 # ---------------------------------------------------------------- control flow
+
+
+class ContinueAsNew(BaseException):
+    """Raised by `ctx.continue_as_new`: this run ends, and the workflow goes on as a fresh run with `input`.
+
+    A BaseException, like WorkflowBlocked, so that `except Exception` in workflow code cannot
+    swallow it. `has_input` False: the next run is called without an input.
+    """
+
+    def __init__(self, input: Any, has_input: bool) -> None:
+        super().__init__("continue as new")
+        self.input = input
+        self.has_input = has_input
+
+
+# A workflow's history may grow to this many slots before `show`, the console and the worker's
+# log warn that it is long (and say to use ctx.continue_as_new).
+HISTORY_WARN = 10_000
+# The cap on slots in one run's history unless a worker is given another (Temporal stops a
+# history at 50,000 events): past it a workflow fails, told to use ctx.continue_as_new.
+DEFAULT_MAX_SLOTS = 50_000
+
+
+class HistoryTooLongError(ReplaylogError):
+    """A run reached the cap on slots in one history (Worker(max_slots=…)): use ctx.continue_as_new."""
 
 
 class WorkflowBlocked(BaseException):
@@ -764,9 +792,11 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
-        run_coroutine: awaits the coroutine of an attempt (slot, attempt) of an `async def`
-            activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
+        run_coroutine: awaits the coroutine of an attempt (slot, attempt[, timeout]) of an
+            `async def` activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
             it, on a loop made for the call.
+        max_slots: the most slots one run's history may hold: a command past it fails the
+            workflow (HistoryTooLongError, saying to use `continue_as_new`); None: no cap.
     """
 
     def __init__(
@@ -789,9 +819,12 @@ class Context:
         retry: RetryPolicy | None = None,
         durable_retry: bool = False,
         timed: TimedHooks | None = None,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
+        run_coroutine: Callable[..., Any] | None = None,
+        max_slots: int | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
+        self._max_slots = max_slots
+        self._slot_cap = max_slots if max_slots is not None else math.inf  # one comparison per live slot
         self._commands: Sequence[CommandRecord] = state.commands
         self._history_len = len(state.commands)
         self._signals = state.signals
@@ -816,6 +849,9 @@ class Context:
         self._finished = finished
         self._parallel = parallel
         self._group = False  # a parallel group's tasks are running
+        # The slot of that group's first task, which names the group in the store (read by
+        # the worker's `record` for the group's tasks); None outside a group.
+        self.parallel_group: int | None = None
         self._cmd_index = 0
         self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
@@ -880,6 +916,11 @@ class Context:
         if slot >= self._history_len:
             if self._dry_run:
                 raise DryRunStop(slot, f"{kind}:{name}")
+            if self._max_slots is not None and slot >= self._max_slots:
+                self.fatal = HistoryTooLongError(
+                    f"workflow {self._workflow_id!r} reached the cap of {self._max_slots} slots in one history"
+                    f" (at {kind}:{name}): call ctx.continue_as_new(input) to go on in a fresh history")
+                raise self.fatal
             return None
         rec = self._commands[slot]
         if rec.kind != kind or rec.name != name:
@@ -976,8 +1017,8 @@ class Context:
         slot = self._cmd_index
         self._cmd_index = slot + 1
         checked = fn not in _UNCHECKED
-        # A live slot of a healthy run needs none of the guard: past history, no dry run.
-        if slot < self._history_len or self._dry_run or self.fatal is not None:
+        # A live slot of a healthy run needs none of the guard: past history, no dry run, under the cap.
+        if slot < self._history_len or self._dry_run or self.fatal is not None or slot >= self._slot_cap:
             rec = self._guard(slot, _ACTIVITY, name)
             if rec is not None:
                 if rec.args is not None and checked:
@@ -1161,6 +1202,16 @@ class Context:
                        name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
         """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
 
+        timeout, heartbeat_timeout = limits
+        if self._timed is not None and heartbeat_timeout is None and _aio.is_async(fn):
+            # An async attempt needs no thread to be timed: its task is awaited under the timeout
+            # on the worker's loop, and cancelled (CancelledError at its current await) when it passes.
+            token = _task_running.set((slot, name, attempt))
+            try:
+                return self._run_coroutine(fn(*args, **kwargs), slot, attempt, timeout)
+            finally:
+                _task_running.reset(token)
+
         def body() -> Any:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
             value = fn(*args, **kwargs)
@@ -1256,7 +1307,7 @@ class Context:
                 raise self.fatal
             live.append((i, slot, name, fn, self._args_key(slot, name, t.args, t.kwargs) if checked else None, t))
         if live:
-            self._run_group(live, outcomes, max_concurrency)
+            self._run_group(base, live, outcomes, max_concurrency)
         if any(isinstance(o, ActivityError) for o in outcomes):
             raise ParallelError(outcomes)
         return outcomes
@@ -1272,9 +1323,10 @@ class Context:
         # The cursor is at the group's first slot: the cancel point of any other ctx call.
         self._cancelled_here(f"activity:{fn if isinstance(fn, str) else registered_name(fn)}")
 
-    def _run_group(self, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
+    def _run_group(self, base: int, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
                    outcomes: list[Any], max_concurrency: int) -> None:
-        """Run a parallel group's live tasks; re-raise the first that did not end in an outcome."""
+        """Run the live tasks of the group whose first slot is `base`; re-raise the first that did not end
+        in an outcome."""
         self.executed_commands += len(live)
         raised: list[tuple[int, BaseException]] = []
 
@@ -1294,12 +1346,12 @@ class Context:
         # Each task runs in its own copy of this context (current_activity, _task_running).
         thunks = [functools.partial(contextvars.copy_context().run, thunk, *item) for item in live]
         saved = self._record, self._on_start
-        self._record, self._on_start, self._group = record, on_start, True
+        self._record, self._on_start, self._group, self.parallel_group = record, on_start, True, base
         try:
             runner(thunks, max_concurrency)
         finally:
             self._record, self._on_start = saved
-            self._group = False
+            self._group, self.parallel_group = False, None
         if raised:
             raised.sort(key=lambda r: r[0])
             raise raised[0][1]
@@ -1709,6 +1761,35 @@ class Context:
                 seen += 1
         return _NONE
 
+    # -- continue-as-new
+
+    def continue_as_new(self, input: Any = _NONE) -> NoReturn:
+        """End this run and go on as a fresh run of the same workflow id, with `input` (leave it out for none).
+
+        The workflow's history starts again, empty: the store ends this run and starts the
+        next in one transaction, and the signals this run did not consume carry over to it.
+        Runs are numbered (`show ID --run N` shows an earlier one). Use it for a workflow that
+        loops for ever (a poller, a subscription, an agent session), so that no history
+        grows past the cap on slots.
+
+        Raises:
+            ContinueAsNew: always (the run ends here; workflow code must not catch it).
+            ValueNotJSONError: `input` cannot be stored as JSON; the workflow fails, and no
+                new run is started.
+            WorkflowCancelled: an operator asked to cancel before it got here.
+        """
+        if self.fatal is not None:
+            raise self.fatal
+        self._cancelled_here("continue_as_new")
+        if input is _NONE:
+            raise ContinueAsNew(None, False)
+        try:
+            value = to_json_value(input, "the input of ctx.continue_as_new")
+        except ValueNotJSONError as exc:
+            self.fatal = exc  # sticky: code that catches it cannot go on as if it had continued
+            raise
+        raise ContinueAsNew(value, True)
+
     # -- versioning
 
     def patched(self, change_id: str) -> bool:
@@ -1822,6 +1903,13 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
             return _failed(ctx, ctx.fatal)
         return _outcome(ctx, Status.BLOCKED, blocked_on=blocked.name, wake_at=blocked.wake_at,
                         retry=ctx.retry_wait if blocked.name == RETRY else None)
+    except ContinueAsNew as cont:
+        if ctx.fatal is not None:
+            return _failed(ctx, ctx.fatal)
+        leftover = ctx.unconsumed_divergence("continued as new without issuing it")
+        if leftover is not None:
+            return _failed(ctx, leftover)
+        return _outcome(ctx, Status.CONTINUED, result=cont.input, next_has_input=cont.has_input)
     except Exception as exc:  # noqa: BLE001 - workflow code failing is an outcome
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from replaylog.engine.errors import ScheduleRefusedError
+from replaylog.engine.text import utc
 
 # What a tick does while the workflow the schedule started last is unfinished: start
 # nothing ("skip"), keep this one tick to start when it ends ("buffer-one"), or start
@@ -44,6 +45,7 @@ CATCH_UP_GRACE = 60.0
 MAX_TICKS_PER_LOOK = 1000
 # Schedule names: as workflow ids allow, short enough that the tick's id stays under 200.
 NAME_LIMIT = 100
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def check_name(name: str) -> str:
@@ -88,7 +90,7 @@ def check_choice(value: str, choices: tuple[str, ...], what: str) -> str:
 
 def next_tick(expr: str, tz: str, after: float) -> float:
     """The first tick of `expr` in time zone `tz` strictly after `after` (epoch seconds)."""
-    start = datetime.fromtimestamp(math.floor(after), zone(tz))
+    start = (_EPOCH + timedelta(seconds=math.floor(after))).astimezone(zone(tz))
     return next(iter(CronSim(expr, start))).timestamp()
 
 
@@ -104,7 +106,7 @@ def ticks_between(expr: str, tz: str, first: float, now: float, limit: int) -> l
 
 def tick_id(name: str, tick: float) -> str:
     """The id of the workflow a schedule's tick starts: "NAME@2026-12-04T09:00:00Z" (the tick in UTC)."""
-    return f"{name}@{datetime.fromtimestamp(tick, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    return f"{name}@{utc(tick, 'tick')}"
 
 
 @dataclass(frozen=True)

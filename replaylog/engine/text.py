@@ -46,11 +46,12 @@ def pretty_json(value: Any) -> str:
 
 # The forms a stored time takes: a full timestamp (messages, a slot's facts), to the minute,
 # a time of day that says UTC or not (a column header saying it), a table's short stamp, a
-# time of day to the millisecond, and ISO 8601 to the millisecond for machines (JSON logs).
-TimeForm = Literal["full", "minute", "clock", "time", "short", "millis", "iso"]
+# time of day to the millisecond, ISO 8601 to the millisecond for machines (JSON logs), and
+# ISO 8601 to the second (a schedule's tick in the id of the workflow it starts).
+TimeForm = Literal["full", "minute", "clock", "time", "short", "millis", "iso", "tick"]
 _FORMS: dict[str, str] = {"full": "%Y-%m-%d %H:%M:%S UTC", "minute": "%Y-%m-%d %H:%M UTC", "clock": "%H:%M:%S UTC",
                           "time": "%H:%M:%S", "short": "%m-%d %H:%M:%S", "millis": "%H:%M:%S.",
-                          "iso": "%Y-%m-%dT%H:%M:%S."}
+                          "iso": "%Y-%m-%dT%H:%M:%S.", "tick": "%Y-%m-%dT%H:%M:%SZ"}
 
 
 def is_time(value: Any) -> bool:
@@ -135,6 +136,33 @@ def waits_text(blocked_on: str | None, wake_at: float | None, now: float) -> str
     if blocked_on == RETRY:
         return f"retry at {near_utc(wake_at, now)}"
     return f"{blocked_on} (until {near_utc(wake_at, now)})"
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st, ..."""
+    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{tail}"
+
+
+def queue_text(queue: str | None, position: int | None, now: float, *, priority: int | None = None,
+               not_before: float | None = None, dedup_id: str | None = None,
+               admitted_at: float | None = None) -> str:
+    """A workflow's place on its queue, for operators: "emails · priority 3 · 2nd in line · not before 21:05:03
+    (in 4m 12s) · dedup id order-7", or "emails · admitted 21:04:10" once admitted; "" for no queue."""
+    if queue is None:
+        return ""
+    parts = [queue]
+    if priority:
+        parts.append(f"priority {priority}")
+    if position is not None:
+        parts.append(f"{ordinal(position)} in line")
+    if position is not None and not_before is not None and not_before > now:
+        parts.append(f"not before {near_utc(not_before, now)} ({countdown(not_before, now)})")
+    if position is None and admitted_at is not None:
+        parts.append(f"admitted {near_utc(admitted_at, now)}")
+    if dedup_id is not None:
+        parts.append(f"dedup id {dedup_id}")
+    return " · ".join(parts)
 
 
 def heartbeat_text(heartbeat_at: float, details: Any, now: float) -> str:

@@ -153,8 +153,15 @@ class Status(_Described):
     FAILED = "failed", StatusInfo(finished=True, code_ended=True, outcome=True)
     # The code ended on an operator's cancel request (it may have caught it and compensated).
     CANCELLED = "cancelled", StatusInfo(finished=True, code_ended=True, outcome=True, by_operator=True)
+    # The status of an earlier run that ended in ctx.continue_as_new (a workflow's row never has
+    # it: the workflow goes on, pending, in its next run).
+    CONTINUED = "continued", StatusInfo(finished=True, code_ended=True, outcome=True)
     # Ended by an operator, not by its code: its history stops wherever the code was.
     TERMINATED = "terminated", StatusInfo(finished=True, by_operator=True)
+    # Started on a queue (engine.queues) and not admitted yet: a claim admits it when the
+    # queue has room, its priority comes up and its delay has passed. Last, so the console's
+    # status keys 1-7 kept their meaning when it came.
+    QUEUED = "queued", StatusInfo()
 
 
 _STATUS_BY_TEXT: dict[str, Status] = {s.value: s for s in Status}

@@ -34,6 +34,8 @@ from replaylog.engine.store.rows import (
     LiveWorker,
     PendingRecord,
     PruneBatch,
+    QueueRow,
+    RunRow,
     ScheduleRow,
     SignalRow,
     StoreStats,
@@ -53,8 +55,9 @@ from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
     "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "CommandRow", "InflightRow", "LiveWorker",
-    "OperatorStore", "PendingRecord", "PruneBatch", "ReaderStore", "ScheduleRow", "SignalRow", "Store", "StoreStats",
-    "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
+    "OperatorStore", "PendingRecord", "PruneBatch", "QueueRow", "ReaderStore", "RunRow", "ScheduleRow", "SignalRow",
+    "Store",
+    "StoreStats", "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
     "check_timeout", "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy",
     "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",

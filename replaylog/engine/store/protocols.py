@@ -19,6 +19,7 @@ from typing import Any, Protocol, Self
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
 from replaylog.engine.history import HistoryDocument
 from replaylog.engine.marks import Mark, MarkBoard
+from replaylog.engine.queues import Queue
 from replaylog.engine.store import rows
 
 
@@ -96,8 +97,15 @@ class ReaderStore(_Closable, Protocol):
     def events(self, workflow_id: str, key: str | None = None) -> dict[str, Any]:
         """The current events of a workflow (ctx.set_event): the latest value per key, of one key if given."""
 
-    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[rows.SignalRow]:
-        """Delivered signals in delivery order, optionally a page of them."""
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1,
+                     run: int | None = None) -> list[rows.SignalRow]:
+        """Delivered signals of the current run in delivery order (of earlier run `run`), optionally a page."""
+
+    def list_runs(self, workflow_id: str) -> list[rows.RunRow]:
+        """Every run of a workflow (ctx.continue_as_new), oldest first: the last one is current."""
+
+    def run_commands(self, workflow_id: str, run: int, *, offset: int = 0, limit: int = -1) -> list[rows.CommandRow]:
+        """The recorded slots of run `run` of a workflow, while it is kept."""
 
     def count_signals(self, workflow_id: str) -> tuple[int, int]:
         """(delivered, still waiting to be consumed) signals of a workflow."""
@@ -113,6 +121,9 @@ class ReaderStore(_Closable, Protocol):
 
     def list_audit(self, workflow_id: str) -> list[rows.AuditRow]:
         """The operators' actions on a workflow, oldest first."""
+
+    def queues(self) -> list[rows.QueueRow]:
+        """Every queue workers have declared, with its limits and what it holds now."""
 
     def stats(self) -> rows.StoreStats:
         """Counts, the oldest waits, overdue timers, live workers and the last minute's slots, in one snapshot."""
@@ -132,9 +143,11 @@ class OperatorStore(ReaderStore, Protocol):
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
                        workflow_id: str | None = None, trace_context: str | None = None,
-                       timeout: float | None = None) -> str:
-        """Insert a pending workflow (with the caller's trace context, if any; cancelled with reason
-        "timeout" `timeout` seconds from now, if given); return its id."""
+                       queue: str | Queue | None = None, priority: int = 0, dedup_id: str | None = None,
+                       delay: float | None = None, timeout: float | None = None) -> str:
+        """Insert a pending workflow (with the caller's trace context, if any), or a queued one on
+        `queue` (engine.queues); cancelled with reason "timeout" `timeout` seconds from now,
+        if given; return its id."""
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
@@ -208,13 +221,17 @@ class WorkerStore(_Closable, Protocol):
                        ttl: float) -> None:
         """Say that a worker runs, and the workflow names its app knows."""
 
+    def declare_queues(self, queues: Iterable[Queue], *, by: str) -> list[str]:
+        """Record an app's queues and their limits for every worker's claims; say which stored limits changed."""
+
     def worker_stopped(self, owner: str) -> None:
         """A worker exits cleanly: it serves nothing any more."""
 
     def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+                      ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome (`text`: its JSON if already encoded; `traceback`: a failure's) if the lease
-        holds and `slot` is next (any slot not yet written, for a task of a parallel group)."""
+        holds and `slot` is next (any slot not yet written, for a task of a parallel group: `parallel_group`,
+        the slot of the group's first task)."""
 
     def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
                      finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:

@@ -14,8 +14,9 @@ from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
 from replaylog.engine.errors import PayloadTooLargeError, StoreError, ValueNotJSONError
 from replaylog.engine.vocab import Status
 
-# Every status as stored, in the order lists and filters show them (engine.vocab.Status).
-STATUSES = tuple(s.value for s in Status)
+# Every status a workflow's row can have, in the order lists and filters show them
+# (engine.vocab.Status); "continued" is only an earlier run's (`runs`), never a workflow's.
+STATUSES = tuple(s.value for s in Status if s != Status.CONTINUED)
 # The sort keys a list of workflows accepts, and the column each one sorts by.
 SORT_COLUMNS = {"id": "id", "workflow": "workflow", "status": "status", "blocked_on": "blocked_on",
                 "slots": "slots", "updated": "updated_at", "created": "created_at"}
@@ -159,6 +160,15 @@ class WorkflowRow:
     parent: str | None = None
     # A failed workflow's traceback through its code (engine.core.Outcome.traceback), where one was kept.
     traceback: str | None = None
+    # Its queue (engine.queues), priority, dedup id, the time before which it is not
+    # admitted (a delay) and when a claim admitted it: all None for a workflow of no queue.
+    queue: str | None = None
+    priority: int | None = None
+    dedup_id: str | None = None
+    not_before: float | None = None
+    admitted_at: float | None = None
+    # While queued: its place in its queue's line (1 = admitted next), delayed ones counted.
+    position: int | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,31 @@ class WorkflowSummary:
     error: str | None = None  # the start of a failed workflow's error (shared.reads.ERROR_PREVIEW characters)
     wake_at: float | None = None  # as WorkflowRow.wake_at
     parent: str | None = None  # as WorkflowRow.parent
+    queue: str | None = None  # as WorkflowRow.queue
+    position: int | None = None  # as WorkflowRow.position
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One declared queue: its limits (None: no limit) and what it holds now.
+
+    `admitted` counts its workflows that hold a place under `concurrency` (pending,
+    running or blocked), `running` those of them running now; `waiting` its queued ones,
+    `delayed` those of them whose delay has not passed; `recent` its admissions within the
+    rate limit's window.
+    """
+
+    name: str
+    concurrency: int | None
+    worker_concurrency: int | None
+    rate_limit: tuple[int, float] | None
+    running: int
+    admitted: int
+    waiting: int
+    delayed: int
+    recent: int
+    declared_by: str
+    declared_at: float
 
 
 @dataclass(frozen=True)
@@ -196,6 +231,10 @@ class CommandRow:
     parallel: bool = False
     # A failed activity's traceback, where one was kept (the user's frames of its last attempt).
     traceback: str | None = None
+    # The slot of its parallel group's first task, which names the group (two groups back
+    # to back are two); None outside a group. Tasks recorded before the store kept it are
+    # named by list_commands: consecutive ones as one group.
+    parallel_group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -305,6 +344,7 @@ class WorkflowFilter:
 
     statuses: tuple[str, ...] = ()
     workflows: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()
     parent: str | None = None
     forked_from: str | None = None
     created_after: float | None = None
@@ -339,11 +379,17 @@ class PendingRecord:
     # The value's JSON text if the caller encoded it already (the worker does, to check
     # it against the cap): then it is not encoded a second time.
     text: str | None = None
-    # A task of a parallel group: written in the order the group's tasks complete (see
+    # For a task of a parallel group, the slot of the group's first task (None for any
+    # other slot): written in the order the group's tasks complete (see
     # Commits._write_parallel), not refused for not being the next slot.
-    parallel: bool = False
+    parallel_group: int | None = None
     # A failed activity's traceback (engine.tracebacks.user_traceback), stored beside its error.
     traceback: str | None = None
+
+    @property
+    def parallel(self) -> bool:
+        """A task of a parallel group."""
+        return self.parallel_group is not None
 
 
 def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_at: float | None,
@@ -384,3 +430,17 @@ class ScheduleRow:
     skipped: int
     created_at: float
     updated_at: float
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run of a workflow (ctx.continue_as_new starts the next): its number, the seq its slots are
+    keyed by, its input as stored (JSON text, None for none), its slot count, when it ended (None: the
+    current run) and whether it is the current one."""
+
+    run: int
+    seq: int
+    input_text: str | None
+    slots: int
+    ended_at: float | None
+    current: bool

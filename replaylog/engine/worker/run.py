@@ -166,6 +166,7 @@ class RunParts:
             store): each mark is one write to the database, where every host sees it.
         metrics: commit latencies and activity attempts are counted there (engine.telemetry), or None.
         activities: the worker's event loop for `async def` activities.
+        max_slots: the most slots one run's history may hold (engine.core.HistoryTooLongError past it), or None.
     """
 
     registry: Registry
@@ -179,6 +180,7 @@ class RunParts:
     marks_in_store: bool = False
     metrics: Metrics | None = None
     activities: ActivityLoop = field(default_factory=ActivityLoop)
+    max_slots: int | None = None
 
 
 class WorkflowRun:
@@ -249,7 +251,7 @@ class WorkflowRun:
             sleep=self.sleep, record=self.record, on_start=self.on_start, prior=prior, cancel=claim.cancel,
             parallel=hooks, on_attempt_end=self.on_attempt_end if observed else None,
             retry=parts.registry.retry, durable_retry=True, timed=self,
-            run_coroutine=functools.partial(parts.activities.run, claim.id),
+            run_coroutine=functools.partial(parts.activities.run, claim.id), max_slots=parts.max_slots,
         )
         try:
             outcome = execute(fn, ctx, state)
@@ -274,19 +276,25 @@ class WorkflowRun:
                                                        f" {outcome.retry.name!r}")
             if error is not outcome.retry.error:
                 return replace(outcome, retry=outcome.retry._replace(error=error))
-        elif outcome.status == Status.COMPLETED:
-            # The store encodes the result again when it writes the verdict: once per
-            # workflow, not per slot.
+        elif outcome.status == Status.COMPLETED or (outcome.status == Status.CONTINUED and outcome.next_has_input):
+            # The store encodes the result (or the next run's input) again when it writes the
+            # verdict: once per workflow, not per slot.
             size = encode_value(outcome.result)[1]
             if size > cap:
-                error = error_text(PayloadTooLargeError(over_cap("the workflow's result", size, cap)))
+                what = ("the workflow's result" if outcome.status == Status.COMPLETED
+                        else "the input of ctx.continue_as_new")
+                error = error_text(PayloadTooLargeError(over_cap(what, size, cap)))
                 return replace(outcome, status=Status.FAILED, result=None, error=error, error_kind="engine")
         return outcome
 
     # -- the Context's hooks
 
-    def record(self, slot: int, rec: CommandRecord, parallel: bool = False) -> None:
-        """Commit one live outcome before the workflow goes on (the Context's `record`)."""
+    def record(self, slot: int, rec: CommandRecord, parallel_group: int | None = None) -> None:
+        """Commit one live outcome before the workflow goes on (the Context's `record`).
+
+        `parallel_group` is the slot of its group's first task, for a task of a parallel group.
+        """
+        parallel = parallel_group is not None
         me = self._me
         parts = self._parts
         focus = parts.focus
@@ -338,10 +346,10 @@ class WorkflowRun:
         metrics = parts.metrics
         try:
             if metrics is None:
-                written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+                written = self._commit(claim, slot, rec, text, parallel_group, failure_tb)
             else:
                 began = time.perf_counter()
-                written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+                written = self._commit(claim, slot, rec, text, parallel_group, failure_tb)
                 metrics.slot_commit.observe(time.perf_counter() - began)
         except Exception as exc:  # the store failed: not the workflow's outcome
             raise CommitFailed(exc) from exc
@@ -373,7 +381,9 @@ class WorkflowRun:
 
     def record_task(self, slot: int, rec: CommandRecord) -> None:
         """`record` for a task of a parallel group, from its task thread."""
-        self.record(slot, rec, True)
+        ctx = self.ctx
+        group = ctx.parallel_group if ctx is not None else None
+        self.record(slot, rec, slot if group is None else group)
 
     def on_start(self, slot: int, name: str, attempt: int) -> None:
         """Before each live attempt of an activity: stop if the worker stops, else mark it started."""

@@ -23,6 +23,7 @@ from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_val
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
 from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
+from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # updated_at is indexed: it is rewritten at most once a second while a workflow records
@@ -45,7 +46,8 @@ _PARALLEL = (
     "WITH f AS (UPDATE workflows SET slots = GREATEST(slots, %s + 1), lease_expires = %s"
     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING 1)"
     " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback,"
-    " parallel) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f ON CONFLICT (slot_key) DO NOTHING"
+    " parallel_group, parallel) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f"
+    " ON CONFLICT (slot_key) DO NOTHING"
     " RETURNING NULL::text"
 )
 _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_key = %s AND w.id = %s"
@@ -77,15 +79,16 @@ def _as_text(value: object) -> bytes | None:
 
 
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
-                 ttl: float, parallel: bool = False, traceback: str | None = None) -> tuple[object, ...]:
-    """The parameters of `_SLOT` (of `_PARALLEL` for a task of a parallel group); `traceback` a failure's."""
+                 ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> tuple[object, ...]:
+    """The parameters of `_SLOT` (of `_PARALLEL` for a task of the parallel group whose first slot is
+    `parallel_group`); `traceback` a failure's."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     kind, name, ok, value, error, attempts, args = rec
     stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
     row = (claim.base + slot, kind, name, bool(ok), stored, error, attempts, now, args, traceback)
-    if parallel:
-        return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row)
+    if parallel_group is not None:
+        return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row, parallel_group)
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
 
 
@@ -138,6 +141,12 @@ def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[s
 
 def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
     status = str(outcome.status)  # plain text; may become pending below
+    if status == Status.CONTINUED:
+        # Refused: the lease is gone; or, after a lost answer, this very continuation was
+        # written (the workflow is pending in its next run, unclaimed since: a claim bumps the epoch).
+        return continue_run(POSTGRES, conn, claim, outcome, now) or (bool(attempt) and conn.execute(
+            "SELECT 1 FROM workflows WHERE id = %s AND lease_owner IS NULL AND lease_epoch = %s"
+            " AND status = 'pending'", (claim.id, claim.epoch)).fetchone() is not None)
     blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
     consumed = list(outcome.consumed_signals)
     if status == Status.BLOCKED:
@@ -150,7 +159,8 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         # no sleeper); so does a cancel request the run has not raised yet, for a wait or a
         # sleep (its wait is to raise it).
         found = None if blocked_on in TIME_WAITS else conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM signals WHERE workflow_id = %s AND name = %s AND NOT (seq = ANY(%s)))",
+            "SELECT EXISTS (SELECT 1 FROM signals WHERE workflow_id = %s AND name = %s AND run IS NULL"
+            " AND NOT (seq = ANY(%s)))",
             (claim.id, blocked_on, consumed)).fetchone()
         arrived = found is not None and bool(found[0])
         cancelled = not outcome.cancel_delivered and locked is not None and locked[0] is not None
@@ -185,15 +195,17 @@ class PGCommits(PGConnection, SeenCancels):
     """The worker's lease-fenced writes of outcomes and run verdicts, on PostgreSQL (see `cancels`)."""
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+                      ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip.
 
-        `parallel` marks a task of a parallel group: written if the lease holds and the
+        `parallel_group` (the slot of its group's first task) marks a task of a parallel
+        group: written if the lease holds and the
         slot is not written yet, whatever slot is next. A child workflow's slot starts the
         child in the same transaction.
         """
         now = time.time()
-        params = _slot_params(claim, slot, rec, text, now, ttl, parallel, traceback)
+        params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
+        parallel = parallel_group is not None
         statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
         if not _notifies(rec):
@@ -236,7 +248,8 @@ class PGCommits(PGConnection, SeenCancels):
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
         now = time.time()
-        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel, r.traceback) for r in records]
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
+                  for r in records]
         cancels = self.cancels
 
         # Only slots, none of which starts a child: nothing is read before the COMMIT, so

@@ -101,6 +101,8 @@ class PGDialect(Dialect):
     lock = " FOR UPDATE"
     lock_of_format = " FOR UPDATE OF {}"
     share_lock = " FOR SHARE"
+    # seq is an identity column: its sequence never hands a number out twice.
+    next_seq = "nextval(pg_get_serial_sequence('workflows', 'seq'))"
     # The expression of the GIN index of schema migration 4: whole words, no stemming (as SQLite's FTS5).
     error_match = "to_tsvector('simple', coalesce(workflows.error, '')) @@ plainto_tsquery('simple', ?)"
 

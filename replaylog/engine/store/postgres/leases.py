@@ -15,11 +15,12 @@ from typing import Any
 from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from replaylog.engine.errors import ReadOnlyError
 from replaylog.engine.marks import Mark
-from replaylog.engine.store.postgres.connection import NOTIFY, Conn, Cursor, PGConnection
+from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
 from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT
+from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
@@ -60,16 +61,30 @@ _CLAIMED = ("SELECT id, workflow, lease_epoch, input, slots, seq, cancel_request
 
 
 def _claim_sql(only: str, dead: bool) -> str:
-    """The claim: pick from every source, keep the first `limit`, lease them; returns their rows and order."""
+    """The claim: pick from every source, keep the first `limit`, lease them; returns their rows and order.
+
+    A last row of NULLs says that a queue has a queued workflow due and room for it: the
+    claim then admits in a transaction of its own (`_admit`), so an unqueued claim stays one
+    statement, one round trip.
+    """
     sources = [_DUE, _PENDING, _LAPSED, *([_DEAD] if dead else []), _BEATLESS]
     ctes = ", ".join(f"s{i} AS ({sql.format(only=only)})" for i, sql in enumerate(sources))
     union = " UNION ALL ".join(f"SELECT * FROM s{i}" for i in range(len(sources)))
     # A dead owner's workflow may also have a heartbeat past due: each row is picked once.
     return (f"WITH {ctes}, pick AS (SELECT * FROM (SELECT DISTINCT ON (id) * FROM ({union}) u ORDER BY id, k) d"
-            " ORDER BY k, o LIMIT %s)"
-            " UPDATE workflows w SET status = 'running', lease_owner = %s, lease_epoch = w.lease_epoch + 1,"
-            " lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL FROM pick WHERE w.id = pick.id"
-            " RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq, w.cancel_requested, pick.k, pick.o")
+            " ORDER BY k, o LIMIT %s),"
+            " leased AS (UPDATE workflows w SET status = 'running', lease_owner = %s,"
+            " lease_epoch = w.lease_epoch + 1, lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL"
+            " FROM pick WHERE w.id = pick.id RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq,"
+            " w.cancel_requested, pick.k, pick.o)"
+            " SELECT * FROM leased UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+            f" WHERE {room_sql('%s', only)}")
+
+
+# Admitted queued workflows leased (in the admission's transaction), as the claim leases.
+_LEASE = ("UPDATE workflows SET status = 'running', lease_owner = %s, lease_epoch = lease_epoch + 1,"
+          " lease_expires = %s, updated_at = %s WHERE id = ANY(%s)"
+          " RETURNING id, workflow, lease_epoch, input, slots, seq, cancel_requested, 4, admitted_at")
 
 
 def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_owners: Sequence[str], owner: str,
@@ -79,7 +94,7 @@ def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_
     if dead_owners:
         params += [list(dead_owners), now, *named, limit]
     params += [now, now, *named, limit]
-    return [*params, limit, owner, expires, now]
+    return [*params, limit, owner, expires, now, due_by, *named, now]
 
 
 class PGLeases(PGConnection):
@@ -113,6 +128,11 @@ class PGLeases(PGConnection):
             return conn.execute(statement, params).fetchall()
 
         taken = self._run(take, write=True)
+        queued_due = bool(taken) and taken[-1][0] is None
+        taken = [r for r in taken if r[0] is not None]
+        if queued_due and len(taken) < limit:
+            seen = {r[0] for r in taken}
+            taken += [r for r in self._admit(owner, names, limit - len(taken), now, now + ttl) if r[0] not in seen]
         if not taken:
             return []
         taken.sort(key=lambda r: (r[7], r[8]))
@@ -151,6 +171,30 @@ class PGLeases(PGConnection):
                                 slot, attempts, cancel, error, retry_at, details))
         return claims
 
+    def _admit(self, owner: str, names: Collection[str] | None, limit: int, now: float,
+               expires: float) -> list[tuple[Any, ...]]:
+        """Admit and lease queued workflows their queues have room for (engine.store.shared.queues).
+
+        One transaction: the queues' rows locked, their counts read after the locks are
+        held (a statement of its own, so it sees every admission committed before), the
+        chosen workflows leased. After a lost answer, the rows it leased carry this owner
+        and the claim's time.
+        """
+        due_by = self.wake_clock()
+
+        def take(conn: Conn, attempt: int) -> list[tuple[Any, ...]]:
+            if attempt:
+                mine = conn.execute(_CLAIMED, (owner, now, expires)).fetchall()
+                if mine:
+                    return mine
+            with conn.transaction():
+                ids = admit(POSTGRES, conn, owner, names, limit, due_by)
+                if not ids:
+                    return []
+                return conn.execute(_LEASE, (owner, expires, now, ids)).fetchall()
+
+        return self._run(take, write=True)
+
     @staticmethod
     def _send_histories(conn: Conn, ids: Sequence[str]) -> tuple[Cursor, Cursor]:
         """Send the queries of the commands and signals of many workflows (one per table); read by `_read_histories`."""
@@ -160,7 +204,7 @@ class PGLeases(PGConnection):
             f" ON c.slot_key BETWEEN (w.seq << {SLOT_BITS}) AND (w.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1}"
             " WHERE w.id = ANY(%s) ORDER BY w.id, c.slot_key", (list(ids),))
         signals = conn.execute(
-            "SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id = ANY(%s)"
+            "SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id = ANY(%s) AND run IS NULL"
             " ORDER BY workflow_id, seq", (list(ids),))
         return commands, signals
 
@@ -193,29 +237,36 @@ class PGLeases(PGConnection):
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s){only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})"
             " OR EXISTS (SELECT 1 FROM workflows w JOIN inflight i ON i.workflow_id = w.id WHERE w.status = 'running'"
-            f" AND i.heartbeat_expires < %s{only})",
-            (*named, now, now, *named, list(dead_owners), *named, self.wake_clock(), *named, now, *named)).fetchone())
+            f" AND i.heartbeat_expires < %s{only})"
+            f" OR {room_sql('%s', only)}",
+            (*named, now, now, *named, list(dead_owners), *named, self.wake_clock(), *named, now, *named,
+             self.wake_clock(), *named, now)).fetchone())
         return bool(row and row[0])
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
+        """Whether anything (of `names`) is pending, running, queued (its delay over) or past its wake time:
+        what `--until-idle` waits out."""
         only, named = _names(names)
         row = self._run(lambda c, _: c.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'){only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'queued' AND (not_before IS NULL OR not_before <= %s)"
+            f"{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
-            (*named, self.wake_clock(), *named)).fetchone())
+            (*named, self.wake_clock(), *named, self.wake_clock(), *named)).fetchone())
         return bool(row and row[0])
 
     def next_wake(self, names: Collection[str] | None = None) -> float | None:
-        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+        """The earliest wake time of a blocked workflow (of `names`), or the end of a queued one's delay;
+        None if none sleeps.
 
-        The first entry of the workflows_wake index: the worker's idle loop sleeps until then.
+        The first entry of the workflows_wake index (and of workflows_delayed): the worker's idle
+        loop sleeps until then.
         """
         only, named = _names(names)
         row = self._run(lambda c, _: c.execute(
-            f"SELECT wake_at FROM workflows WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
-            " ORDER BY wake_at LIMIT 1", named).fetchone())
-        return None if row is None else float(row[0])
+            f"SELECT (SELECT wake_at FROM workflows WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            f" ORDER BY wake_at LIMIT 1), ({DELAYED.format(only=only)})", (*named, *named)).fetchone())
+        return earliest(row)
 
     def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
         """Extend leases still held; say which are. `worker`: stamp that worker's row as seen too."""

@@ -8,11 +8,12 @@ from replaylog.engine.store.postgres.operations import PGOperatorWrites
 from replaylog.engine.store.postgres.reads import PGReads
 from replaylog.engine.store.postgres.workers import PGWorkerRegistry
 from replaylog.engine.store.shared.retention import SharedRetention
+from replaylog.engine.store.shared.runs import SharedRuns
 from replaylog.engine.store.shared.schedules import SharedSchedules
 
 
 class PostgresStore(PGCommits, PGLeases, PGWorkerRegistry, PGOperatorWrites, SharedRetention, SharedSchedules,
-                    PGReads):
+                    SharedRuns, PGReads):
     """The log store in a PostgreSQL database (schema `replaylog`): every store protocol.
 
     A store holds one connection (and, once `data_version` is asked, a listening one) and

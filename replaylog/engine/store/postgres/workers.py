@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
+from replaylog.engine.queues import Queue
 from replaylog.engine.store.postgres.connection import Conn, PGConnection
 from replaylog.engine.store.rows import dumps
+from replaylog.engine.store.shared.queues import declare
 from replaylog.engine.store.shared.workers import WorkerReads
 
 
@@ -33,3 +35,15 @@ class PGWorkerRegistry(PGConnection, WorkerReads):
     def worker_stopped(self, owner: str) -> None:
         """A worker exits cleanly: it serves nothing any more."""
         self._run(lambda c, _: c.execute("DELETE FROM workers WHERE owner = %s", (owner,)), write=True)
+
+    def declare_queues(self, queues: Iterable[Queue], *, by: str) -> list[str]:
+        """Record an app's queues and their limits for every worker's claims; one line per queue whose
+        stored limits this changed (see engine.store.shared.queues.declare)."""
+        declared = list(queues)
+        now = time.time()
+
+        def write(conn: Conn, _: int) -> list[str]:
+            with conn.transaction():
+                return declare(self.dialect, conn, declared, by, now)
+
+        return self._run(write, write=True)

@@ -52,6 +52,8 @@ class Dialect:
     slots_now: ClassVar[str] = "slots"
     # What a LIKE with backslash escapes needs after it.
     like_escape: ClassVar[str] = ""
+    # A new workflow seq, in an UPDATE of a workflow's row (a run continued as new takes one).
+    next_seq: ClassVar[str] = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows)"
     # A workflow (of the `workflows` table) whose error holds every word of the `?` parameter
     # (`error_query` makes it from the operator's text): the backend's full-text search.
     error_match: ClassVar[str] = ""

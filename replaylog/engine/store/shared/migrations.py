@@ -190,7 +190,58 @@ MIGRATIONS: list[Migration] = [
         AddColumn("inflight", "heartbeat_at", "real"),
         AddColumn("inflight", "heartbeat_expires", "real"),
     )),
-    Migration(8, "workflow timeouts: workflows.deadline", (
+    Migration(8, "queues: the queues table; workflows.queue, priority, dedup_id, not_before, admitted_at", (
+        # A queued workflow's queue, its priority (lower first), its deduplication id, the
+        # time before which it is not admitted (a delay), and when a claim admitted it
+        # (rate limits count admissions in a window). NULL on every workflow of no queue.
+        AddColumn("workflows", "queue", "text"),
+        AddColumn("workflows", "priority", "integer"),
+        AddColumn("workflows", "dedup_id", "text"),
+        AddColumn("workflows", "not_before", "real"),
+        AddColumn("workflows", "admitted_at", "real"),
+        # The waiting line of each queue, in claim order; partial, so no other workflow touches it.
+        AddIndex("workflows_queued", "workflows", ("queue", "priority", "seq"), "status = 'queued'"),
+        # A queue's admitted workflows by status (its concurrency counts them) and by admission
+        # time (its rate limit counts a window of them): workflows of no queue are in neither.
+        AddIndex("workflows_queue_status", "workflows", ("queue", "status"), "queue IS NOT NULL"),
+        AddIndex("workflows_queue_admitted", "workflows", ("queue", "admitted_at"), "admitted_at IS NOT NULL"),
+        AddIndex("workflows_dedup", "workflows", ("queue", "dedup_id"), "dedup_id IS NOT NULL"),
+        # The queues workers' apps declare, with their limits (NULL: none): the claim reads
+        # them, so every worker enforces the same ones. The last worker to start with a queue
+        # declared differently sets it (engine.store.shared.queues.declare_queues).
+        Sql("CREATE TABLE queues (name TEXT PRIMARY KEY, concurrency INTEGER, worker_concurrency INTEGER,"
+            " rate_limit INTEGER, rate_period REAL, declared_by TEXT NOT NULL, declared_at REAL NOT NULL)",
+            "CREATE TABLE replaylog.queues (name text PRIMARY KEY, concurrency bigint, worker_concurrency bigint,"
+            " rate_limit bigint, rate_period double precision, declared_by text NOT NULL,"
+            " declared_at double precision NOT NULL)"),
+    )),
+    Migration(9, "continue-as-new: workflows.run, signals.run, and the runs table of earlier runs", (
+        # The workflow's current run (NULL: run 1). ctx.continue_as_new ends a run and starts
+        # the next under a new seq, so each run's slots keep their own key range.
+        AddColumn("workflows", "run", "integer"),
+        # NULL: a signal of the current run (consumed or waiting); else the earlier run that
+        # consumed it. A run continued as new leaves the signals it did not consume to the next.
+        AddColumn("signals", "run", "integer"),
+        # One row per earlier run: its number, the seq its slots are keyed by, its input, its
+        # slot count and when it ended. The current run is the workflow's row itself.
+        Sql(sqlite="CREATE TABLE runs (workflow_id TEXT NOT NULL, run INTEGER NOT NULL, seq INTEGER NOT NULL,"
+                   " input TEXT, slots INTEGER NOT NULL, ended_at REAL NOT NULL, PRIMARY KEY (workflow_id, run))",
+            postgres="CREATE TABLE replaylog.runs (workflow_id text NOT NULL, run bigint NOT NULL, seq bigint NOT NULL,"
+                     " input text, slots bigint NOT NULL, ended_at double precision NOT NULL,"
+                     " PRIMARY KEY (workflow_id, run))"),
+    )),
+    Migration(10, "queued workflows by the end of their delay: workflows_delayed", (
+        # A worker sleeps until the first delay ends (next_wake), as until the first timer: one
+        # seek; only delayed queued workflows are in it.
+        AddIndex("workflows_delayed", "workflows", ("not_before",), "status = 'queued' AND not_before IS NOT NULL"),
+    )),
+    Migration(11, "parallel groups told apart: commands.parallel_group", (
+        # The slot of its ctx.parallel group's first task, on each task of the group: two
+        # groups back to back are two groups. NULL on the tasks recorded before it (their
+        # `parallel` mark alone: consecutive marked slots read as one group) and elsewhere.
+        AddColumn("commands", "parallel_group", "integer"),
+    )),
+    Migration(12, "workflow timeouts: workflows.deadline", (
         # When a workflow started with a timeout is cancelled (reason "timeout"); a child started
         # without one of its own inherits its parent's. Workers look for the passed ones in
         # this partial index (those not yet asked to cancel).
@@ -198,7 +249,7 @@ MIGRATIONS: list[Migration] = [
         AddIndex("workflows_deadline", "workflows", ("deadline",),
                  where="deadline IS NOT NULL AND cancel_requested IS NULL"),
     )),
-    Migration(9, "children started without waiting: workflows.parent_close", (
+    Migration(13, "children started without waiting: workflows.parent_close", (
         # What happens to a child started with ctx.start_workflow when its parent finishes while
         # it runs: "cancel", "terminate" or "abandon"; NULL for every other workflow.
         AddColumn("workflows", "parent_close", "text"),

@@ -33,11 +33,14 @@ from replaylog.engine.core import (
     signal_name_refusal,
 )
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
+from replaylog.engine.queues import DedupIdTakenError, Queue
+from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.store.rows import dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.queues import check_start
 from replaylog.engine.text import utc
-from replaylog.engine.vocab import FINISHED, SlotKind, Status, Wait
+from replaylog.engine.vocab import FINISHED, UNFINISHED, SlotKind, Status, Wait
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -229,9 +232,10 @@ def child_act(sql: Dialect, conn: Any, parent_id: str, kind: str, name: str, val
 
 def close_children(sql: Dialect, conn: Any, parent_id: str, status: str, now: float) -> None:
     """A parent ended: apply each unfinished child's parent-close policy (ctx.start_workflow), audited."""
+    unfinished, statuses = sql.in_list("status", UNFINISHED)
     children = sql.run(conn, "SELECT id, parent_close, cancel_requested FROM workflows WHERE parent = ?"
-                       " AND parent_close IS NOT NULL AND status IN ('pending', 'running', 'blocked') ORDER BY seq"
-                       f"{sql.lock}", (parent_id,)).fetchall()
+                       f" AND parent_close IS NOT NULL AND {unfinished} ORDER BY seq{sql.lock}",
+                       (parent_id, *statuses)).fetchall()
     for child_id, policy, requested in children:
         why = f"parent-close policy {policy}: its parent {parent_id} {status}"
         if policy == "terminate":
@@ -276,15 +280,20 @@ def _unfinished_descendants(sql: Dialect, conn: Any, workflow_id: str) -> list[t
         conn, "WITH RECURSIVE tree(id) AS (SELECT id FROM workflows WHERE parent = ?"
         " UNION SELECT w.id FROM workflows w JOIN tree ON w.parent = tree.id)"
         " SELECT w.id, w.cancel_requested FROM workflows w JOIN tree ON w.id = tree.id"
-        f" WHERE w.status IN ('pending', 'running', 'blocked') ORDER BY w.seq{sql.lock_of('w')}", (workflow_id,))]
+        f" WHERE w.status IN ('queued', 'pending', 'running', 'blocked') ORDER BY w.seq{sql.lock_of('w')}",
+        (workflow_id,))]
 
 
 def _request_cancel(sql: Dialect, conn: Any, workflow_id: str, reason: str | None, now: float, who: str,
                     detail: str | None = None) -> None:
-    """Set an unfinished workflow's cancel request; a blocked one is made runnable so that its wait raises it."""
+    """Set an unfinished workflow's cancel request; a blocked one is made runnable so that its wait raises it.
+
+    A queued one leaves its queue's line at once (pending): its code sees the request at its
+    first ctx call, without waiting for room in the queue.
+    """
     sql.run(
         conn, "UPDATE workflows SET cancel_requested = ?, updated_at = ?,"
-        " status = CASE WHEN status = 'blocked' THEN 'pending' ELSE status END,"
+        " status = CASE WHEN status IN ('blocked', 'queued') THEN 'pending' ELSE status END,"
         " blocked_on = CASE WHEN status = 'blocked' THEN NULL ELSE blocked_on END,"
         " wake_at = CASE WHEN status = 'blocked' THEN NULL ELSE wake_at END WHERE id = ?",
         (reason or "", now, workflow_id))
@@ -325,26 +334,50 @@ class SharedOperatorWrites(StoreBase):
 
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
                        workflow_id: str | None = None, trace_context: str | None = None,
-                       timeout: float | None = None) -> str:
-        """Insert a pending workflow; return its id.
+                       queue: str | Queue | None = None, priority: int = 0, dedup_id: str | None = None,
+                       delay: float | None = None, timeout: float | None = None) -> str:
+        """Insert a pending workflow (queued, on a queue); return its id.
 
         `trace_context` is the caller's trace context (W3C headers as JSON text), kept for
-        the worker's spans of this workflow. `timeout`: seconds from now after which the
-        workflow is cancelled with reason "timeout" (StoreError if not a positive number).
+        the worker's spans of this workflow. `queue` (a declared queue's name, or a Queue,
+        which is recorded if the store has no queue of its name yet), `priority`, `dedup_id`
+        and `delay` (seconds by the wake clock) start it queued: see engine.queues.
+        QueueError (nothing written) for an unknown queue or a bad option;
+        DedupIdTakenError when an unfinished workflow on the queue holds `dedup_id`. `timeout`: seconds
+        from now after which the workflow is cancelled with reason "timeout" (StoreError if not a
+        positive number).
         """
+        declared = queue if isinstance(queue, Queue) else None
+        queue_name = queue.name if isinstance(queue, Queue) else queue
+        check_queue_options(queue_name, priority, dedup_id, delay)
         check_timeout(timeout, "the workflow timeout")
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
         _check_id(wid)
         now, who, sql = time.time(), actor(), self.dialect
+        not_before = None if delay is None or delay <= 0 else self.wake_clock() + delay
 
         def start(conn: Any) -> None:
-            self._insert_workflow(conn, wid, workflow, input_text, now)
+            if queue_name is not None:
+                if declared is not None:
+                    sql.run(conn, "INSERT INTO queues (name, concurrency, worker_concurrency, rate_limit, rate_period,"
+                            " declared_by, declared_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                            (declared.name, declared.concurrency, declared.worker_concurrency,
+                             *(declared.rate_limit or (None, None)), f"a start by {who}", now))
+                holder = check_start(sql, conn, queue_name, dedup_id)
+                if holder is not None and dedup_id is not None:
+                    raise DedupIdTakenError(queue_name, dedup_id, holder)
+                self._insert_workflow(conn, wid, workflow, input_text, now, status=Status.QUEUED.value)
+                sql.run(conn, "UPDATE workflows SET queue = ?, priority = ?, dedup_id = ?, not_before = ? WHERE id = ?",
+                        (queue_name, priority, dedup_id, not_before, wid))
+            else:
+                self._insert_workflow(conn, wid, workflow, input_text, now)
             if trace_context is not None:
                 sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
             if timeout is not None:
                 sql.run(conn, "UPDATE workflows SET deadline = ? WHERE id = ?", (now + timeout, wid))
-            _audit(sql, conn, wid, "start", now, who, detail=workflow)
+            _audit(sql, conn, wid, "start", now, who,
+                   detail=workflow if queue_name is None else f"{workflow} on queue {queue_name}")
 
         self._operate(wid, "start", now, who, start, lambda _: None)
         return wid
@@ -381,9 +414,10 @@ class SharedOperatorWrites(StoreBase):
         cancelled with it: each has its own deadline (its parent's, unless given its own).
         """
         now, sql = time.time(), self.dialect
+        unfinished, statuses = sql.in_list("status", UNFINISHED)
         due = [str(r[0]) for r in self._query(
-            "SELECT id FROM workflows WHERE deadline <= ? AND cancel_requested IS NULL"
-            " AND status IN ('pending', 'running', 'blocked') ORDER BY deadline LIMIT 100", (now,))]
+            f"SELECT id FROM workflows WHERE deadline <= ? AND cancel_requested IS NULL AND {unfinished}"
+            " ORDER BY deadline LIMIT 100", (now, *statuses))]
         if not due:
             return []
         who = actor()
@@ -500,12 +534,14 @@ class SharedOperatorWrites(StoreBase):
                                                  forked_from=workflow_id, forked_slot=from_slot))
             sql.run(
                 conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
-                " traceback, parallel) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at,"
-                " args, traceback, parallel FROM commands WHERE slot_key BETWEEN ? AND ?",
+                " traceback, parallel, parallel_group) SELECT slot_key - ? + ?, kind, name, ok, value, error,"
+                " attempts, recorded_at, args, traceback, parallel, parallel_group FROM commands"
+                " WHERE slot_key BETWEEN ? AND ?",
                 (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
-                " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ?", (wid, workflow_id))
+                " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ? AND run IS NULL",
+                (wid, workflow_id))
             _audit(sql, conn, wid, "fork", now, who, detail=f"from {workflow_id} at slot {from_slot}")
 
         self._operate(wid, "fork", now, who, fork, lambda _: None)
@@ -519,7 +555,8 @@ class SharedOperatorWrites(StoreBase):
         """
         wid = new_id or doc.id
         _check_id(wid)
-        status = Status.PENDING if doc.status in (Status.RUNNING, Status.BLOCKED) else doc.status
+        # (A queued one too: the export does not carry its queue.)
+        status = Status.PENDING if doc.status in (Status.RUNNING, Status.BLOCKED, Status.QUEUED) else doc.status
         input_text = self.encode_payload(doc.input, "the workflow input") if doc.has_input else None
         result = self.encode_payload(doc.result, "the workflow's result") if status == Status.COMPLETED else None
         commands = [(c.kind, c.name, bool(c.ok), self.encode_payload(c.value, f"slot {i}'s value") if c.ok else None,

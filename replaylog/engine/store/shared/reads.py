@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from replaylog.engine.core import (
@@ -29,6 +30,7 @@ from replaylog.engine.store.rows import (
     AuditRow,
     CommandRow,
     LiveWorker,
+    QueueRow,
     SignalRow,
     StoreStats,
     WorkflowFilter,
@@ -38,6 +40,7 @@ from replaylog.engine.store.rows import (
 )
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.queues import queue_rows
 from replaylog.engine.store.shared.workers import LIVE_TTLS
 from replaylog.engine.vocab import Status
 
@@ -51,20 +54,25 @@ _UPDATED_SLACK = 2.0
 ERROR_PREVIEW = 400
 # The wake time is only meaningful while blocked (a claim or a signal leaves it behind).
 _WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
+# A queued workflow's place in its queue's line (claim order: priority, then seq), else NULL.
+_POSITION = ("CASE WHEN status = 'queued' THEN (SELECT COUNT(*) FROM workflows ahead WHERE ahead.status = 'queued'"
+             " AND ahead.queue = workflows.queue AND (ahead.priority < workflows.priority"
+             " OR (ahead.priority = workflows.priority AND ahead.seq < workflows.seq))) + 1 END")
 _COMMAND_COLUMNS = (f"c.slot_key - {FIRST_KEY}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
-                    " c.args, c.parallel, c.traceback")
+                    " c.args, c.parallel, c.traceback, c.parallel_group")
 
 
 def _workflow_columns(dialect: Dialect) -> str:
     return ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + dialect.slots_shown + ", "
             "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
-            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent, traceback")
+            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent, traceback, queue, priority, "
+            "dedup_id, not_before, admitted_at, " + _POSITION)
 
 
 def _summary_columns(dialect: Dialect, table: str = "") -> str:
     # (`table`: a join names which table's id; the dialect's slot count names `workflows.` columns.)
     return (f"{table}id, workflow, status, blocked_on, {dialect.slots_shown}, created_at, updated_at,"
-            f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}, parent")
+            f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}, parent, queue, {_POSITION}")
 
 
 def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
@@ -74,15 +82,39 @@ def _workflow_row(r: Sequence[Any]) -> WorkflowRow:
         updated_at=r[10], lease_owner=r[11], lease_expires=r[12], worker_error=r[13], retry_at=r[14],
         error_kind=r[15], cancel_requested=r[16], forked_from=r[17],
         forked_slot=None if r[18] is None else int(r[18]), wake_at=r[19], parent=r[20], traceback=r[21],
+        queue=r[22], priority=None if r[23] is None else int(r[23]), dedup_id=r[24], not_before=r[25],
+        admitted_at=r[26], position=None if r[27] is None else int(r[27]),
     )
 
 
 def _summary(r: Sequence[Any]) -> WorkflowSummary:
-    return WorkflowSummary(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6], r[7], r[8], r[9])
+    return WorkflowSummary(r[0], r[1], r[2], r[3], int(r[4]), r[5], r[6], r[7], r[8], r[9], r[10],
+                           None if r[11] is None else int(r[11]))
 
 
 def _command_row(r: Sequence[Any]) -> CommandRow:
-    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10])
+    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10],
+                      None if r[11] is None else int(r[11]))
+
+
+def _named_groups(rows: list[CommandRow]) -> list[CommandRow]:
+    """The rows, each task of a parallel group naming its group (CommandRow.parallel_group).
+
+    Tasks recorded before groups were told apart carry the mark alone: each run of them
+    on consecutive slots is taken as one group, named by its first slot there.
+    """
+    start = last = -2
+    named = []
+    for r in rows:
+        if r.parallel and r.parallel_group is None:
+            if r.slot != last + 1:
+                start = r.slot
+            last = r.slot
+            r = replace(r, parallel_group=start)
+        else:
+            last = -2
+        named.append(r)
+    return named
 
 
 def load_commands(dialect: Dialect, conn: Any, base: int) -> tuple[CommandRecord, ...]:
@@ -147,7 +179,7 @@ class SharedReads(StoreBase):
 
     def _filter(self, where: WorkflowFilter, clauses: list[str], params: list[Any]) -> None:
         """The clauses of a WorkflowFilter, each one an index range or a check of the rows it leaves."""
-        for column, values in (("status", where.statuses), ("workflow", where.workflows),
+        for column, values in (("status", where.statuses), ("workflow", where.workflows), ("queue", where.queues),
                                ("error_kind", where.error_kinds)):
             if values:
                 clause, listed = self.dialect.in_list(column, values)
@@ -231,6 +263,10 @@ class SharedReads(StoreBase):
             counts[status] = int(n)
         return counts
 
+    def queues(self) -> list[QueueRow]:
+        """Every queue workers have declared, with its limits and figures, read in one snapshot."""
+        return self._snapshot(lambda conn: queue_rows(self.dialect, conn, self.wake_clock()))
+
     def trace_context(self, workflow_id: str) -> str | None:
         """The trace context the workflow was started in (W3C headers as JSON text), if any."""
         row = self._query_one("SELECT trace_context FROM workflows WHERE id = ?", (workflow_id,))
@@ -277,7 +313,7 @@ class SharedReads(StoreBase):
             f"SELECT {_COMMAND_COLUMNS} FROM workflows w JOIN commands c"
             f" ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY} WHERE w.id = ? ORDER BY c.slot_key LIMIT ?",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, self.dialect.limit(limit)))
-        return [_command_row(r) for r in rows]
+        return _named_groups([_command_row(r) for r in rows])
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""
@@ -355,10 +391,14 @@ class SharedReads(StoreBase):
 
         return self._snapshot(read)
 
-    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1) -> list[SignalRow]:
-        """Delivered signals in delivery order, optionally a page of them."""
+    def list_signals(self, workflow_id: str, *, offset: int = 0, limit: int = -1,
+                     run: int | None = None) -> list[SignalRow]:
+        """Delivered signals of the current run in delivery order (those an earlier run `run` consumed, if
+        given), optionally a page of them."""
+        which = "run IS NULL" if run is None else "run = ?"
         rows = self._query("SELECT seq, name, payload, consumed, sent_at FROM signals WHERE workflow_id = ?"
-                           " ORDER BY seq LIMIT ? OFFSET ?", (workflow_id, self.dialect.limit(limit), int(offset)))
+                           f" AND {which} ORDER BY seq LIMIT ? OFFSET ?",
+                           (workflow_id, *(() if run is None else (run,)), self.dialect.limit(limit), int(offset)))
         return [SignalRow(int(r[0]), r[1], loads(r[2]), bool(r[3]), r[4]) for r in rows]
 
     def list_audit(self, workflow_id: str) -> list[AuditRow]:
@@ -369,7 +409,7 @@ class SharedReads(StoreBase):
     def count_signals(self, workflow_id: str) -> tuple[int, int]:
         """(delivered, still waiting to be consumed) signals of a workflow."""
         row = self._query_one("SELECT COUNT(*), COUNT(*) FILTER (WHERE NOT consumed) FROM signals"
-                              " WHERE workflow_id = ?", (workflow_id,))
+                              " WHERE workflow_id = ? AND run IS NULL", (workflow_id,))
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def load_state(self, workflow_id: str) -> WorkflowState:
@@ -384,7 +424,8 @@ class SharedReads(StoreBase):
             signals = tuple(
                 SignalRecord(int(seq), name, loads(payload))
                 for seq, name, payload in dialect.run(
-                    conn, "SELECT seq, name, payload FROM signals WHERE workflow_id = ? ORDER BY seq", (workflow_id,))
+                    conn, "SELECT seq, name, payload FROM signals WHERE workflow_id = ? AND run IS NULL ORDER BY seq",
+                    (workflow_id,))
             )
             return WorkflowState(input=loads(wf[0]), has_input=wf[0] is not None, commands=commands, signals=signals)
 

@@ -24,7 +24,7 @@ from replaylog.engine.store.shared.operations import actor
 from replaylog.engine.vocab import FINISHED
 
 # The tables keyed by workflow id whose rows a pruned workflow takes with it.
-OWNED_BY_ID = ("signals", "inflight", "audit", "search_attributes")
+OWNED_BY_ID = ("signals", "inflight", "audit", "search_attributes", "runs")
 
 
 class SharedRetention(StoreBase):
@@ -89,9 +89,12 @@ class SharedRetention(StoreBase):
 
 def _delete(sql: Any, conn: Any, workflows: list[tuple[str, int]]) -> None:
     """Delete these workflows' rows and every row they own, inside the caller's transaction."""
-    sql.run_many(conn, "DELETE FROM commands WHERE slot_key BETWEEN ? AND ?",
-                 [(slot_key(seq), slot_key(seq) + SLOT_LIMIT - 1) for _, seq in workflows])
     ids = [wid for wid, _ in workflows]
+    among, params = sql.in_list("workflow_id", ids)
+    # The slots of their earlier runs (ctx.continue_as_new) too: each run is keyed by a seq of its own.
+    earlier = [int(r[0]) for r in sql.run(conn, f"SELECT seq FROM runs WHERE {among}", params)]
+    sql.run_many(conn, "DELETE FROM commands WHERE slot_key BETWEEN ? AND ?",
+                 [(slot_key(seq), slot_key(seq) + SLOT_LIMIT - 1) for seq in [s for _, s in workflows] + earlier])
     for table in OWNED_BY_ID:
         among, params = sql.in_list("workflow_id", ids)
         sql.run(conn, f"DELETE FROM {table} WHERE {among}", params)

@@ -18,6 +18,7 @@ from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_val
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
+from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
 from replaylog.engine.store.sqlite.operations import code_ended
@@ -65,7 +66,8 @@ class Commits(SQLiteConnection, SeenCancels):
             try:
                 version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
                 write_record, write_parallel = self._write_record, self._write_parallel
-                written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback) if r.parallel
+                written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback, r.parallel_group)
+                           if r.parallel_group is not None
                            else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback)
                            for r in records]
                 finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
@@ -83,18 +85,19 @@ class Commits(SQLiteConnection, SeenCancels):
         return written, finished
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+                      ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
 
         The same transaction and fencing, without the batch's lists; True if written.
-        `text` is the value's JSON text if the caller encoded it already; `parallel`
+        `text` is the value's JSON text if the caller encoded it already; `parallel_group`
         marks a task of a parallel group; `traceback` is a failure's (see PendingRecord).
         """
         try:
             conn = self._begin_immediate()
             try:
-                if parallel:
-                    written = self._write_parallel(claim, slot, rec, time.time(), ttl, text, traceback)
+                if parallel_group is not None:
+                    written = self._write_parallel(claim, slot, rec, time.time(), ttl, text, traceback,
+                                                   parallel_group)
                 else:
                     version = self._cur.execute("PRAGMA data_version").fetchone()[0]
                     written = self._write_record(claim, slot, rec, time.time(), ttl, version, text, traceback)
@@ -207,8 +210,10 @@ class Commits(SQLiteConnection, SeenCancels):
             child_deadline(SQLITE, self._conn, child_id, claim.id, value, now)
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
-                        text: str | None, traceback: str | None = None) -> bool:
+                        text: str | None, traceback: str | None, group: int) -> bool:
         """Write a parallel task's outcome if the claim still holds the lease, whatever slot is next.
+
+        `group` is the slot of the group's first task (commands.parallel_group).
 
         The tasks of a group complete in any order, and each outcome is committed as it
         completes: a slow task must not hold back (or lose, in a crash) the others'
@@ -236,13 +241,16 @@ class Commits(SQLiteConnection, SeenCancels):
             text = dumps(value)
         cur = self._cur.execute(
             "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
-            " parallel, traceback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
-            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args, traceback),
+            " parallel, traceback, parallel_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args, traceback,
+             group),
         )
         return cur.rowcount == 1
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:
+        if outcome.status == Status.CONTINUED:
+            return continue_run(SQLITE, conn, claim, outcome, now)
         # Plain text (sqlite3 binds an exact str without its adapter look-up); may become pending below.
         status = str(outcome.status)
         blocked_on, wake_at = outcome.blocked_on, outcome.wake_at
@@ -256,7 +264,8 @@ class Commits(SQLiteConnection, SeenCancels):
             # A signal named "timer" wakes no sleeper (nor one named "retry" a retry wait).
             waits = ", ".join(f"'{w}'" for w in sorted(TIME_WAITS))
             signals = (f"CASE WHEN ?2 IN ({waits}) THEN 0 ELSE"
-                       f" (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2{unconsumed}) END")
+                       " (SELECT COUNT(*) FROM signals WHERE workflow_id = ?1 AND name = ?2 AND run IS NULL"
+                       f"{unconsumed}) END")
             cancel = "" if outcome.cancel_delivered else (
                 " + (SELECT COUNT(*) FROM workflows WHERE id = ?1 AND cancel_requested IS NOT NULL)")
             arrived = conn.execute(f"SELECT {signals}{cancel}", (claim.id, blocked_on)).fetchone()[0]

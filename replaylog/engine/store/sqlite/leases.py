@@ -16,6 +16,8 @@ from replaylog.engine.marks import Mark, board_path, read_board
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
 from replaylog.engine.store.shared.operations import beatless_error
+from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
+from replaylog.engine.store.sqlite.connection import SQLITE
 from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
 
 # Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
@@ -80,6 +82,11 @@ class Leases(InflightMarks):
                     " LIMIT ?",
                     (now, *named, limit - len(rows)),
                 ).fetchall()
+            if len(rows) < limit:
+                # Queued workflows their queues have room for (engine.store.shared.queues): last,
+                # so an unqueued claim pays one look at the (small) queues table and no more.
+                rows += [(wid, None) for wid in admit(SQLITE, conn, owner, names, limit - len(rows),
+                                                      self.wake_clock())]
             if len(rows) < limit and dead_owners:
                 # Only leases that have not lapsed: the query above took every lapsed one (it
                 # was not cut by its LIMIT, or we would not be here). Taking one twice would
@@ -164,7 +171,7 @@ class Leases(InflightMarks):
                     new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error,
                                      attempts, args)))
             for wid, seq, name, payload in conn.execute(
-                f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks})"
+                f"SELECT workflow_id, seq, name, payload FROM signals WHERE workflow_id IN ({marks}) AND run IS NULL"
                 " ORDER BY workflow_id, seq",
                 chunk,
             ):
@@ -183,32 +190,39 @@ class Leases(InflightMarks):
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running' AND lease_owner IN ({marks}){only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BEATLESS_JOIN} WHERE status = 'running'"
-            f" AND i.heartbeat_expires < ?{only})",
-            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named, now, *named),
+            f" AND i.heartbeat_expires < ?{only})"
+            f" OR {room_sql('?', only)}",
+            (*named, now, now, *named, *dead_owners, *named, self.wake_clock(), *named, now, *named,
+             self.wake_clock(), *named, now),
         ).fetchone()[0]
         return found == 1
 
     def next_wake(self, names: Collection[str] | None = None) -> float | None:
-        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+        """The earliest wake time of a blocked workflow (of `names`), or the end of a queued one's delay;
+        None if none sleeps.
 
-        A seek to the first entry of workflows_wake: the worker's idle loop sleeps until then.
+        A seek to the first entry of workflows_wake (and of workflows_delayed): the worker's idle
+        loop sleeps until then.
         (With `names`, due entries of other names come first in the range and are stepped over;
         the workers that serve them claim them.)
         """
         only, named = _names_clause(names)
         row = self._conn.execute(
-            f"SELECT wake_at FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
-            " ORDER BY wake_at LIMIT 1", named).fetchone()
-        return None if row is None else float(row[0])
+            f"SELECT (SELECT wake_at FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            f" ORDER BY wake_at LIMIT 1), ({DELAYED.format(only=only)})", (*named, *named)).fetchone()
+        return earliest(row)
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is pending, running or past its wake time: what `--until-idle` waits out."""
+        """Whether anything (of `names`) is pending, running, queued (its delay over) or past its wake time:
+        what `--until-idle` waits out."""
         only, named = _names_clause(names)
         found: int = self._conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
+            " OR EXISTS (SELECT 1 FROM workflows WHERE status = 'queued'"
+            f" AND (not_before IS NULL OR not_before <= ?){only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
-            (*named, *named, self.wake_clock(), *named),
+            (*named, self.wake_clock(), *named, *named, self.wake_clock(), *named),
         ).fetchone()[0]
         return found == 1
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from replaylog.engine.store.shared.reads import SharedReads
 from replaylog.engine.store.shared.retention import SharedRetention
+from replaylog.engine.store.shared.runs import SharedRuns
 from replaylog.engine.store.shared.schedules import SharedSchedules
 from replaylog.engine.store.sqlite.commit import Commits
 from replaylog.engine.store.sqlite.connection import store_error
@@ -55,7 +56,7 @@ def _store_errors_only(cls: C) -> C:
 
 @_store_errors_only
 class SQLiteStore(Commits, Upkeep, Leases, WorkerRegistry, OperatorWrites, SharedRetention, SharedSchedules,
-                  SharedReads):
+                  SharedRuns, SharedReads):
     """The log store on one SQLite file: every store protocol of `engine.store.protocols`.
 
     Args:

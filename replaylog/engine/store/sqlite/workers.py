@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
+from replaylog.engine.queues import Queue
 from replaylog.engine.store.rows import dumps
+from replaylog.engine.store.shared.queues import declare
 from replaylog.engine.store.shared.workers import WorkerReads
 from replaylog.engine.store.sqlite.connection import SQLiteConnection
 
@@ -29,3 +31,9 @@ class WorkerRegistry(SQLiteConnection, WorkerReads):
         """A worker exits cleanly: it serves nothing any more."""
         with self._write() as conn:
             conn.execute("DELETE FROM workers WHERE owner = ?", (owner,))
+
+    def declare_queues(self, queues: Iterable[Queue], *, by: str) -> list[str]:
+        """Record an app's queues and their limits for every worker's claims; one line per queue whose
+        stored limits this changed (see engine.store.shared.queues.declare)."""
+        with self._write() as conn:
+            return declare(self.dialect, conn, queues, by, time.time())
