@@ -29,7 +29,7 @@ from rich.text import Text
 from replaylog.client import BULK_PAST, NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from replaylog.engine.check import check_workflow, judge
+from replaylog.engine.check import judge
 from replaylog.engine.core import APPROVAL_PREFIX, DEFAULT_MAX_SLOTS, HISTORY_WARN
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
@@ -1233,11 +1233,11 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
     if as_json and check_all:
         fail("--json checks one WORKFLOW_ID, not --all")
     registry = _app(app)
-    with settings.open(readonly=True) as store:
+    with settings.client(readonly=True, app=registry) as client:
         if not workflow_id:
-            _check_all(store, registry)
+            _check_all(client)
             return
-        verdict = check_workflow(store, registry, workflow_id)
+        verdict = client.get_handle(workflow_id).check()
     if as_json:
         click.echo(json.dumps({"id": workflow_id, **verdict.to_dict()}))
     else:
@@ -1269,18 +1269,17 @@ def _check_histories(files: list[str], registry: Registry) -> None:
         sys.exit(1)
 
 
-def _check_all(store: ReaderStore, registry: Registry) -> None:
+def _check_all(client: Client) -> None:
     from rich.progress import Progress
 
-    ids = [r.id for r in store.list_workflows(status=UNFINISHED, limit=-1, sort="created",
-                                               descending=False)]
+    ids = client.matching(client.filter(status=UNFINISHED))  # oldest first
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
     # A progress bar only on a terminal: piped, rich's stopped display leaves a blank line.
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("replaying", total=len(ids))
         for wid in ids:
-            verdict = check_workflow(store, registry, wid)
+            verdict = client.get_handle(wid).check()
             if not verdict.ok:
                 failures.append((wid, verdict.text))
             progress.advance(task)

@@ -1017,11 +1017,13 @@ class Context:
         slot = self._cmd_index
         self._cmd_index = slot + 1
         checked = fn not in _UNCHECKED
+        # args_key's commonest case (one int) without a call, once per slot, replayed or live.
+        key = f"[{args[0]}]" if checked and len(args) == 1 and not kwargs and type(args[0]) is int else None
         # A live slot of a healthy run needs none of the guard: past history, no dry run, under the cap.
         if slot < self._history_len or self._dry_run or self.fatal is not None or slot >= self._slot_cap:
             rec = self._guard(slot, _ACTIVITY, name)
             if rec is not None:
-                if rec.args is not None and checked:
+                if rec.args is not None and checked and rec.args != key:
                     self._guard_args(slot, name, rec.args, args, kwargs)
                 self.replayed_commands += 1
                 if rec.ok:
@@ -1032,15 +1034,11 @@ class Context:
         if fn is None:
             self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
             raise self.fatal
-        key = None
-        if checked:
-            if len(args) == 1 and not kwargs and type(args[0]) is int:
-                key = f"[{args[0]}]"  # args_key's commonest case without a call: once per live slot
-            else:
-                try:
-                    key = args_key(args, kwargs)
-                except (TypeError, ValueError, RecursionError):
-                    self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
+        if checked and key is None:
+            try:
+                key = args_key(args, kwargs)
+            except (TypeError, ValueError, RecursionError):
+                self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
         return self._run_activity(slot, name, fn, key, attempts, policy, args, kwargs, limits)
 
     def _policy(self, fn: Callable[..., Any] | None, max_retries: int | None, retry: RetryPolicy | None,
@@ -1216,7 +1214,9 @@ class Context:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
             value = fn(*args, **kwargs)
             if type(value) is CoroutineType and _aio.is_async(fn):
-                value = self._run_coroutine(value, slot, attempt)
+                # Under a heartbeat timeout the attempt's thread waits for the task (hold): its
+                # heartbeats are watched from there, as a sync attempt's are.
+                value = self._run_coroutine(value, slot, attempt, None, True)
             return value
 
         copied = contextvars.copy_context()

@@ -92,20 +92,26 @@ class Commits(SQLiteConnection, SeenCancels):
         `text` is the value's JSON text if the caller encoded it already; `parallel_group`
         marks a task of a parallel group; `traceback` is a failure's (see PendingRecord).
         """
+        # `_begin_immediate` and `_end` spelled out: two calls fewer on every slot (~1,000
+        # CPU instructions of ~80,000, bench.instructions).
+        if self.readonly:
+            raise ReadOnlyError(f"database {self.path} is open read-only")
+        cur = self._cur
         try:
-            conn = self._begin_immediate()
+            cur.execute("BEGIN IMMEDIATE")
             try:
                 if parallel_group is not None:
                     written = self._write_parallel(claim, slot, rec, time.time(), ttl, text, traceback,
                                                    parallel_group)
                 else:
-                    version = self._cur.execute("PRAGMA data_version").fetchone()[0]
+                    version = cur.execute("PRAGMA data_version").fetchone()[0]
                     written = self._write_record(claim, slot, rec, time.time(), ttl, version, text, traceback)
+                cur.execute("COMMIT")
             except BaseException:
-                self._fence.clear()
-                conn.execute("ROLLBACK")
+                self._fence.clear()  # what they say was written was not
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
-            self._end(conn)
         except sqlite3.Error as exc:
             raise store_error(exc, self.path) from exc
         return written
