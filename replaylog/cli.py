@@ -29,7 +29,7 @@ from rich.text import Text
 from replaylog.client import BULK_PAST, NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from replaylog.engine.check import check_workflow, judge
+from replaylog.engine.check import judge
 from replaylog.engine.core import APPROVAL_PREFIX, DEFAULT_MAX_SLOTS, HISTORY_WARN
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
@@ -698,17 +698,14 @@ def _head() -> Table:
 
 def _command_json(c: CommandRow) -> dict[str, Any]:
     return {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
+            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at,
+            "parallel_group": c.parallel_group}
 
 
 def _slots_table(commands: list[dict[str, Any]]) -> Table:
     return _listing(
         f"{len(commands)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
-        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
-          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
-         for c in commands],
-        wide="value / error")
+        _slot_rows(commands), wide="value / error")
 
 
 def _long_history(slots: int) -> str:
@@ -1158,6 +1155,23 @@ def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]],
     return table
 
 
+def _slot_rows(commands: list[dict[str, Any]]) -> list[tuple[Text, ...]]:
+    """show's slot rows: each ctx.parallel group opens with a line of its own, its tasks marked ‖."""
+    last = {c["parallel_group"]: c["slot"] for c in commands}  # each group's last recorded slot
+    rows: list[tuple[Text, ...]] = []
+    group = None
+    for c in commands:
+        if c["parallel_group"] is not None and c["parallel_group"] != group:
+            first, end = c["slot"], last[c["parallel_group"]]
+            span = f"slot {first}" if first == end else f"slots {first}–{end}"
+            rows.append((_t(""), _t("‖"), Text(f"in parallel: {span}", style="italic"), *(_t(""),) * 4))
+        group = c["parallel_group"]
+        rows.append((_t(c["slot"]), _t(c["kind"] + (" ‖" if group is not None else "")), _t(c["name"]),
+                     Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+                     _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True))))
+    return rows
+
+
 def _slot_value(c: dict[str, Any]) -> str:
     if not c["ok"]:
         return preview(c["error"], 40)
@@ -1205,11 +1219,11 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
     if as_json and check_all:
         fail("--json checks one WORKFLOW_ID, not --all")
     registry = _app(app)
-    with settings.open(readonly=True) as store:
+    with settings.client(readonly=True, app=registry) as client:
         if not workflow_id:
-            _check_all(store, registry)
+            _check_all(client)
             return
-        verdict = check_workflow(store, registry, workflow_id)
+        verdict = client.get_handle(workflow_id).check()
     if as_json:
         click.echo(json.dumps({"id": workflow_id, **verdict.to_dict()}))
     else:
@@ -1241,18 +1255,17 @@ def _check_histories(files: list[str], registry: Registry) -> None:
         sys.exit(1)
 
 
-def _check_all(store: ReaderStore, registry: Registry) -> None:
+def _check_all(client: Client) -> None:
     from rich.progress import Progress
 
-    ids = [r.id for r in store.list_workflows(status=UNFINISHED, limit=-1, sort="created",
-                                               descending=False)]
+    ids = client.matching(client.filter(status=UNFINISHED))  # oldest first
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
     # A progress bar only on a terminal: piped, rich's stopped display leaves a blank line.
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("replaying", total=len(ids))
         for wid in ids:
-            verdict = check_workflow(store, registry, wid)
+            verdict = client.get_handle(wid).check()
             if not verdict.ok:
                 failures.append((wid, verdict.text))
             progress.advance(task)

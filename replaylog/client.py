@@ -824,6 +824,18 @@ class WorkflowHandle(Generic[R]):
         """Stop the workflow at once: no code of it runs again. Returns its status before."""
         return self._client._call(lambda s: s.terminate_workflow(self._id, reason))
 
+    def check(self) -> Verdict:
+        """Dry-replay this workflow's history against the client's `app`, with no side effects.
+
+        The verdict `replaylog check` prints (`.ok`, `.text`, `.replays`, `.fork_from`):
+        whether the recorded history replays, and for a failed workflow whether a retry
+        would now succeed. Raises OperatorRefusedError if the client has no `app`.
+        """
+        registry = self._client.registry
+        if registry is None:
+            raise OperatorRefusedError("check replays a history against the workflows' code: give the Client an app")
+        return self._client._call(lambda store: check_workflow(store, registry, self._id))
+
     def retry(self, reason: str | None = None, *, force: bool = False) -> Verdict | None:
         """Set a failed workflow going again, history kept.
 

@@ -226,3 +226,11 @@ async def checkout(ctx: Any, amount: int) -> dict[str, Any]:
     total = await ctx.call_activity(double, amount)
     receipt = await ctx.call_activity(charge, total, max_retries=1)
     return {"total": total, **receipt}
+
+
+@workflow
+async def times_out(ctx: Any) -> str:
+    try:
+        return str(await ctx.call_activity(ahang, timeout=0.3, max_retries=1))
+    except ActivityError as exc:
+        return exc.error

@@ -367,7 +367,7 @@ class TranscriptEntry:
     title: str  # what was done: the activity and its arguments, the action, the child
     outcome: str  # what came of it
     ok: bool
-    parallel: bool = False  # a task of a ctx.parallel group (consecutive slots)
+    parallel_group: int | None = None  # a task of a ctx.parallel group: the slot of its first task
 
 
 def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[TranscriptEntry], int]:
@@ -382,7 +382,8 @@ def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[Transcr
         if group is Group.CALL:
             args = c.args if c.args and not c.args.startswith(DIGEST_PREFIX) else "(…)"
             outcome = preview(c.value, 200) if c.ok else (c.error or "")
-            entries.append(TranscriptEntry(c.slot, group, f"{c.name}{_call_args(args)}", outcome, c.ok, c.parallel))
+            entries.append(TranscriptEntry(c.slot, group, f"{c.name}{_call_args(args)}", outcome, c.ok,
+                                           c.parallel_group))
         elif group is Group.APPROVAL:
             rid = (c.value or {}).get("request", "")
             answer = answers.get(APPROVAL_PREFIX + str(rid))

@@ -13,7 +13,7 @@ import json
 import math
 import random
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
@@ -747,8 +747,8 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
-        run_coroutine: awaits the coroutine of an attempt (slot, attempt) of an `async def`
-            activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
+        run_coroutine: awaits the coroutine of an attempt (slot, attempt[, timeout]) of an
+            `async def` activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
             it, on a loop made for the call.
         max_slots: the most slots one run's history may hold: a command past it fails the
             workflow (HistoryTooLongError, saying to use `continue_as_new`); None: no cap.
@@ -774,7 +774,7 @@ class Context:
         retry: RetryPolicy | None = None,
         durable_retry: bool = False,
         timed: TimedHooks | None = None,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
+        run_coroutine: Callable[..., Any] | None = None,
         max_slots: int | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
@@ -804,6 +804,9 @@ class Context:
         self._finished = finished
         self._parallel = parallel
         self._group = False  # a parallel group's tasks are running
+        # The slot of that group's first task, which names the group in the store (read by
+        # the worker's `record` for the group's tasks); None outside a group.
+        self.parallel_group: int | None = None
         self._cmd_index = 0
         self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
@@ -1154,6 +1157,16 @@ class Context:
                        name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
         """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
 
+        timeout, heartbeat_timeout = limits
+        if self._timed is not None and heartbeat_timeout is None and _aio.is_async(fn):
+            # An async attempt needs no thread to be timed: its task is awaited under the timeout
+            # on the worker's loop, and cancelled (CancelledError at its current await) when it passes.
+            token = _task_running.set((slot, name, attempt))
+            try:
+                return self._run_coroutine(fn(*args, **kwargs), slot, attempt, timeout)
+            finally:
+                _task_running.reset(token)
+
         def body() -> Any:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
             value = fn(*args, **kwargs)
@@ -1249,7 +1262,7 @@ class Context:
                 raise self.fatal
             live.append((i, slot, name, fn, self._args_key(slot, name, t.args, t.kwargs) if checked else None, t))
         if live:
-            self._run_group(live, outcomes, max_concurrency)
+            self._run_group(base, live, outcomes, max_concurrency)
         if any(isinstance(o, ActivityError) for o in outcomes):
             raise ParallelError(outcomes)
         return outcomes
@@ -1265,9 +1278,10 @@ class Context:
         # The cursor is at the group's first slot: the cancel point of any other ctx call.
         self._cancelled_here(f"activity:{fn if isinstance(fn, str) else registered_name(fn)}")
 
-    def _run_group(self, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
+    def _run_group(self, base: int, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
                    outcomes: list[Any], max_concurrency: int) -> None:
-        """Run a parallel group's live tasks; re-raise the first that did not end in an outcome."""
+        """Run the live tasks of the group whose first slot is `base`; re-raise the first that did not end
+        in an outcome."""
         self.executed_commands += len(live)
         raised: list[tuple[int, BaseException]] = []
 
@@ -1287,12 +1301,12 @@ class Context:
         # Each task runs in its own copy of this context (current_activity, _task_running).
         thunks = [functools.partial(contextvars.copy_context().run, thunk, *item) for item in live]
         saved = self._record, self._on_start
-        self._record, self._on_start, self._group = record, on_start, True
+        self._record, self._on_start, self._group, self.parallel_group = record, on_start, True, base
         try:
             runner(thunks, max_concurrency)
         finally:
             self._record, self._on_start = saved
-            self._group = False
+            self._group, self.parallel_group = False, None
         if raised:
             raised.sort(key=lambda r: r[0])
             raise raised[0][1]

@@ -227,9 +227,10 @@ class WorkerStore(_Closable, Protocol):
         """A worker exits cleanly: it serves nothing any more."""
 
     def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+                      ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome (`text`: its JSON if already encoded; `traceback`: a failure's) if the lease
-        holds and `slot` is next (any slot not yet written, for a task of a parallel group)."""
+        holds and `slot` is next (any slot not yet written, for a task of a parallel group: `parallel_group`,
+        the slot of the group's first task)."""
 
     def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
                      finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:

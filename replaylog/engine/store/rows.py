@@ -231,6 +231,10 @@ class CommandRow:
     parallel: bool = False
     # A failed activity's traceback, where one was kept (the user's frames of its last attempt).
     traceback: str | None = None
+    # The slot of its parallel group's first task, which names the group (two groups back
+    # to back are two); None outside a group. Tasks recorded before the store kept it are
+    # named by list_commands: consecutive ones as one group.
+    parallel_group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -375,11 +379,17 @@ class PendingRecord:
     # The value's JSON text if the caller encoded it already (the worker does, to check
     # it against the cap): then it is not encoded a second time.
     text: str | None = None
-    # A task of a parallel group: written in the order the group's tasks complete (see
+    # For a task of a parallel group, the slot of the group's first task (None for any
+    # other slot): written in the order the group's tasks complete (see
     # Commits._write_parallel), not refused for not being the next slot.
-    parallel: bool = False
+    parallel_group: int | None = None
     # A failed activity's traceback (engine.tracebacks.user_traceback), stored beside its error.
     traceback: str | None = None
+
+    @property
+    def parallel(self) -> bool:
+        """A task of a parallel group."""
+        return self.parallel_group is not None
 
 
 def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_at: float | None,

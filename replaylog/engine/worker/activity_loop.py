@@ -28,7 +28,20 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from replaylog.engine.core import RunSuspended
-from replaylog.engine.errors import LeaseLostError
+from replaylog.engine.errors import ActivityTimeout, LeaseLostError
+
+
+class _TimedOut(Exception):
+    """An attempt's task ran past its timeout and was cancelled (not a TimeoutError of its own)."""
+
+
+async def _within(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except TimeoutError as exc:
+        if isinstance(exc.__cause__, asyncio.CancelledError):  # wait_for's own: the task was cancelled
+            raise _TimedOut() from None
+        raise
 
 
 class ActivityLoop:
@@ -86,8 +99,12 @@ class ActivityLoop:
         with self._lock:
             return any(s == slot for s, _ in self._finished.get(workflow_id, ()))
 
-    def run(self, workflow_id: str, coro: Coroutine[Any, Any, Any], slot: int, attempt: int) -> Any:
+    def run(self, workflow_id: str, coro: Coroutine[Any, Any, Any], slot: int, attempt: int,
+            timeout: float | None = None) -> Any:
         """The outcome of the task a suspended run started for this attempt; else start it and raise RunSuspended.
+
+        With a `timeout` (the activity's, start to close) the task is cancelled when it passes, and
+        the attempt fails with ActivityTimeout.
 
         Raises:
             RunSuspended: the task is started; the run ends and comes back when it finished.
@@ -100,6 +117,9 @@ class ActivityLoop:
             if done.cancelled():
                 raise LeaseLostError(workflow_id)
             error = done.exception()
+            if isinstance(error, _TimedOut):
+                raise ActivityTimeout(f"attempt {attempt} ran past its timeout of {timeout:g} s (start to close); "
+                                      "its task was cancelled") from None
             if error is not None:
                 raise error
             with self._lock:  # it is recorded now: no replay comes back for this slot
@@ -111,6 +131,8 @@ class ActivityLoop:
         context = contextvars.copy_context()
         with self._lock:
             self._running[workflow_id] = self._running.get(workflow_id, 0) + 1
+        if timeout is not None:
+            coro = _within(coro, timeout)
         loop.call_soon_threadsafe(self._start, workflow_id, coro, (slot, attempt), context)
         raise RunSuspended()
 

@@ -235,6 +235,12 @@ MIGRATIONS: list[Migration] = [
         # seek; only delayed queued workflows are in it.
         AddIndex("workflows_delayed", "workflows", ("not_before",), "status = 'queued' AND not_before IS NOT NULL"),
     )),
+    Migration(11, "parallel groups told apart: commands.parallel_group", (
+        # The slot of its ctx.parallel group's first task, on each task of the group: two
+        # groups back to back are two groups. NULL on the tasks recorded before it (their
+        # `parallel` mark alone: consecutive marked slots read as one group) and elsewhere.
+        AddColumn("commands", "parallel_group", "integer"),
+    )),
 ]
 
 

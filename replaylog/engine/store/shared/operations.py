@@ -440,8 +440,9 @@ class SharedOperatorWrites(StoreBase):
                                                  forked_from=workflow_id, forked_slot=from_slot))
             sql.run(
                 conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
-                " traceback, parallel) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at,"
-                " args, traceback, parallel FROM commands WHERE slot_key BETWEEN ? AND ?",
+                " traceback, parallel, parallel_group) SELECT slot_key - ? + ?, kind, name, ok, value, error,"
+                " attempts, recorded_at, args, traceback, parallel, parallel_group FROM commands"
+                " WHERE slot_key BETWEEN ? AND ?",
                 (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"

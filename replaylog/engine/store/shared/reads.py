@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from replaylog.engine.core import (
@@ -58,7 +59,7 @@ _POSITION = ("CASE WHEN status = 'queued' THEN (SELECT COUNT(*) FROM workflows a
              " AND ahead.queue = workflows.queue AND (ahead.priority < workflows.priority"
              " OR (ahead.priority = workflows.priority AND ahead.seq < workflows.seq))) + 1 END")
 _COMMAND_COLUMNS = (f"c.slot_key - {FIRST_KEY}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
-                    " c.args, c.parallel, c.traceback")
+                    " c.args, c.parallel, c.traceback, c.parallel_group")
 
 
 def _workflow_columns(dialect: Dialect) -> str:
@@ -92,7 +93,28 @@ def _summary(r: Sequence[Any]) -> WorkflowSummary:
 
 
 def _command_row(r: Sequence[Any]) -> CommandRow:
-    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10])
+    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10],
+                      None if r[11] is None else int(r[11]))
+
+
+def _named_groups(rows: list[CommandRow]) -> list[CommandRow]:
+    """The rows, each task of a parallel group naming its group (CommandRow.parallel_group).
+
+    Tasks recorded before groups were told apart carry the mark alone: each run of them
+    on consecutive slots is taken as one group, named by its first slot there.
+    """
+    start = last = -2
+    named = []
+    for r in rows:
+        if r.parallel and r.parallel_group is None:
+            if r.slot != last + 1:
+                start = r.slot
+            last = r.slot
+            r = replace(r, parallel_group=start)
+        else:
+            last = -2
+        named.append(r)
+    return named
 
 
 def load_commands(dialect: Dialect, conn: Any, base: int) -> tuple[CommandRecord, ...]:
@@ -291,7 +313,7 @@ class SharedReads(StoreBase):
             f"SELECT {_COMMAND_COLUMNS} FROM workflows w JOIN commands c"
             f" ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY} WHERE w.id = ? ORDER BY c.slot_key LIMIT ?",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, self.dialect.limit(limit)))
-        return [_command_row(r) for r in rows]
+        return _named_groups([_command_row(r) for r in rows])
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""

@@ -64,7 +64,8 @@ class Commits(SQLiteConnection, SeenCancels):
             try:
                 version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
                 write_record, write_parallel = self._write_record, self._write_parallel
-                written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback) if r.parallel
+                written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback, r.parallel_group)
+                           if r.parallel_group is not None
                            else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback)
                            for r in records]
                 finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
@@ -82,18 +83,19 @@ class Commits(SQLiteConnection, SeenCancels):
         return written, finished
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+                      ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
 
         The same transaction and fencing, without the batch's lists; True if written.
-        `text` is the value's JSON text if the caller encoded it already; `parallel`
+        `text` is the value's JSON text if the caller encoded it already; `parallel_group`
         marks a task of a parallel group; `traceback` is a failure's (see PendingRecord).
         """
         try:
             conn = self._begin_immediate()
             try:
-                if parallel:
-                    written = self._write_parallel(claim, slot, rec, time.time(), ttl, text, traceback)
+                if parallel_group is not None:
+                    written = self._write_parallel(claim, slot, rec, time.time(), ttl, text, traceback,
+                                                   parallel_group)
                 else:
                     version = self._cur.execute("PRAGMA data_version").fetchone()[0]
                     written = self._write_record(claim, slot, rec, time.time(), ttl, version, text, traceback)
@@ -202,8 +204,10 @@ class Commits(SQLiteConnection, SeenCancels):
                 raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
-                        text: str | None, traceback: str | None = None) -> bool:
+                        text: str | None, traceback: str | None, group: int) -> bool:
         """Write a parallel task's outcome if the claim still holds the lease, whatever slot is next.
+
+        `group` is the slot of the group's first task (commands.parallel_group).
 
         The tasks of a group complete in any order, and each outcome is committed as it
         completes: a slow task must not hold back (or lose, in a crash) the others'
@@ -231,8 +235,9 @@ class Commits(SQLiteConnection, SeenCancels):
             text = dumps(value)
         cur = self._cur.execute(
             "INSERT OR IGNORE INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
-            " parallel, traceback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
-            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args, traceback),
+            " parallel, traceback, parallel_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+            (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args, traceback,
+             group),
         )
         return cur.rowcount == 1
 
