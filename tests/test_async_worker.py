@@ -141,3 +141,22 @@ def test_an_async_attempt_past_its_timeout_is_cancelled_and_fails_with_activity_
     assert error == ("ActivityTimeout: attempt 1 ran past its timeout of 0.3 s (start to close); "
                      "its task was cancelled")
     assert ledger(path)["cancelled"] == 1  # the task got CancelledError at its await
+
+
+def test_twenty_async_workflows_at_once_with_random_latencies_record_the_same_slots(
+        db: Path | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAYLOG_TEST_LATENCY", "0.02")
+    with Client(db, app=async_app) as client, Worker(db, app=async_app, concurrency=4, focus_cpu=False):
+        handles = [client.start(async_app.fan, 5) for _ in range(20)]
+        results = {tuple(h.result(timeout=120)) for h in handles}
+        histories = {tuple((s.kind, s.name) for s in h.history()) for h in handles}
+    assert results == {(2, 0, 2, 6, 6, 12)}
+    assert len(histories) == 1
+
+
+def test_an_async_activity_under_a_heartbeat_timeout_is_watched_and_a_quiet_one_times_out(
+        db: Path | str) -> None:
+    with Client(db, app=async_app) as client, Worker(db, app=async_app, focus_cpu=False):
+        done, error = client.start(async_app.heartbeating).result(timeout=60)
+    assert done == 4
+    assert error.startswith("ActivityTimeout: attempt 1 sent no heartbeat for 0.3 s")

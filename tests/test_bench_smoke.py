@@ -27,6 +27,7 @@ FIELDS = {
     "signal": ("samples", "median_ms", "p99_ms", "met"),
     "short": ("workflows", "workflows_per_s_1p", "workflows_per_s_2p", "starts_per_s", "met"),
     "queues": ("claim", "short", "met"),
+    "prune": ("finished", "pruned", "ratio", "before_mb", "after_prune_mb", "after_vacuum_mb", "met"),
     "timers": ("timers", "median_late_ms", "p99_late_ms", "early", "met"),
     "sleepers": ("sleepers", "worker_rss_mb", "idle_cpu_percent", "wakeups_per_s", "met"),
 }

@@ -137,6 +137,7 @@ class WorkflowsScreen(LiveScreen):
         """The title bar, the status counts, the filter, the table and the page line."""
         yield Static(id="topbar")
         yield Static(id="counts")
+        yield Static(id="queues")  # shown only when a worker has declared a queue
         yield Input(placeholder="filter: id or name, status:failed error_text:\"card declined\" customer=c-42"
                                 " (enter: done, esc: clear)", id="filter")
         yield PagedTable(id="workflows")
@@ -270,6 +271,10 @@ class WorkflowsScreen(LiveScreen):
             entries.append(Text("counting…", style="dim"))
         bar = self.query_one("#counts", Static)
         bar.update(packed(entries, bar.content_size.width))
+        if page.total >= 0 and page.problem is None:  # a page read without counts has no queue figures: keep them
+            line = self.query_one("#queues", Static)
+            line.display = bool(page.queues)
+            line.update(Text("queues  ", style="dim") + Text("   ".join(page.queues)))
         table = self.query_one(PagedTable)
         for key, _, _, _ in COLUMNS:
             table.set_label(key, self._label(key))

@@ -393,7 +393,7 @@ def is_async(fn: Callable[..., Any]) -> bool:
 
 
 def run_coroutine(coro: Coroutine[Any, Any, Any], _slot: int = 0, _attempt: int = 1,
-                  _timeout: float | None = None) -> Any:
+                  _timeout: float | None = None, _hold: bool = False) -> Any:
     """Await an async activity's coroutine where no worker owns a loop (the in-memory runner).
 
     On a loop made for the call; from a thread that already runs a loop (an application's),

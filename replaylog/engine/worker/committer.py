@@ -145,8 +145,17 @@ class Committer:
             if self.metrics is not None:
                 self.metrics.batch.observe(1)
         finally:
-            if self._hand_over():
-                self._lead()  # verdicts queued meanwhile, with nobody waiting for them
+            # _hand_over's common case (nothing queued meanwhile) inline: one call fewer a slot.
+            lock.acquire()
+            if self._pending:
+                lock.release()
+                if self._hand_over():
+                    self._lead()  # verdicts queued meanwhile, with nobody waiting for them
+            else:
+                self._leading = False
+                if self._stop_waiting:
+                    self._idle.notify_all()
+                lock.release()
         return written
 
     def submit_later(self, req: Request) -> None:

@@ -119,14 +119,14 @@ def _named_groups(rows: list[CommandRow]) -> list[CommandRow]:
 
 def load_commands(dialect: Dialect, conn: Any, base: int) -> tuple[CommandRecord, ...]:
     """The command records of the workflow whose keys start at `base`, in slot order."""
-    json_loads = json.loads
+    json_loads = loads
     rec = CommandRecord
     # Rows come back in key order, which is slot order; ORDER BY makes it explicit.
     rows = dialect.run(conn, "SELECT slot_key, kind, name, ok, value, error, attempts, args FROM commands"
                              " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key", (base, base + SLOT_LIMIT - 1)
                        ).fetchall()
     records = tuple(
-        new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts, args))
+        new_record(rec, (kind, name, bool(ok), json_loads(value), error, attempts, args))
         for _key, kind, name, ok, value, error, attempts, args in rows
     )
     if rows and rows[-1][0] - base + 1 != len(rows):
