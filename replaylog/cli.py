@@ -296,12 +296,15 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
               help="On a queue: refuse the start while an unfinished workflow on it has this dedup id.")
 @click.option("--delay", type=Seconds(), metavar="TIME", help="On a queue: not admitted before TIME from now"
                                                              " (seconds, or 30s, 5m, 2h).")
+@click.option("--timeout", "timeout_text", metavar="DURATION",
+              help="Cancel the workflow (reason: timeout) this long after it starts: seconds, or 90s, 30m, 1h, 2d.")
 @global_options
 @pass_settings
 def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
           app: str | None, if_exists: str, queue: str | None, priority: int, dedup_id: str | None,
-          delay: float | None) -> None:
+          delay: float | None, timeout_text: str | None) -> None:
     """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
+    timeout = None if timeout_text is None else _timeout(timeout_text)
     registry = _app(app)
     fn = registry.workflow(workflow_name)  # an unknown name: one line, naming the ones the app knows
     # A workflow is called fn(ctx) or fn(ctx, input): refused before INPUT_JSON is read
@@ -316,8 +319,19 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
         handle = client.start(fn, value if given else NO_INPUT, id=workflow_id,
                               if_exists="return" if if_exists == "return" else "fail",
                               queue=registry.queues.get(queue, queue) if queue is not None else None,
-                              priority=priority, dedup_id=dedup_id, delay=delay)
+                              priority=priority, dedup_id=dedup_id, delay=delay, timeout=timeout)
     click.echo(handle.id)
+
+
+def _timeout(text: str) -> float:
+    """`--timeout`: seconds ("3600") or a duration ("1h"); one line naming what is wrong, if neither."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = parse_duration(text, "--timeout")
+    if not 0 < seconds < 1e12:
+        fail(f"--timeout must be a positive duration, not {text!r}")
+    return seconds
 
 
 @cli.command()

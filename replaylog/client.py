@@ -55,6 +55,7 @@ from replaylog.engine.store import (
     Store,
     WorkflowFilter,
     WorkflowRow,
+    check_timeout,
     database_path,
     default_max_payload,
     encode_payload,
@@ -482,16 +483,19 @@ class Client:
     @overload
     def start(self, workflow: Callable[..., R], input: Any = NO_INPUT, *, id: str | None = None,
               if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
-              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[R]: ...
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[R]: ...
 
     @overload
     def start(self, workflow: str, input: Any = NO_INPUT, *, id: str | None = None,
               if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
-              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[Any]: ...
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[Any]: ...
 
     def start(self, workflow: Callable[..., Any] | str, input: Any = NO_INPUT, *, id: str | None = None,
               if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
-              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[Any]:
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[Any]:
         """Start a workflow; return its handle.
 
         Args:
@@ -510,6 +514,9 @@ class Client:
             dedup_id: on a queue, refuse the start (DedupIdTakenError) while an unfinished
                 workflow on the queue was started with the same dedup id.
             delay: on a queue, not admitted before this many seconds from now.
+            timeout: seconds after which the workflow is cancelled with reason "timeout"
+                (WorkflowCancelled at its next ctx call; it may compensate); its children
+                inherit what is left of it unless started with a timeout of their own.
 
         Raises:
             WorkflowInputError: the input does not fit the function's parameters.
@@ -521,6 +528,7 @@ class Client:
         """
         if if_exists not in ("fail", "return"):
             raise ValueError(f"if_exists must be 'fail' or 'return', not {if_exists!r}")
+        check_timeout(timeout, "the workflow timeout")
         check_queue_options(queue.name if isinstance(queue, Queue) else queue, priority, dedup_id, delay)
         if isinstance(queue, str) and self.registry is not None and queue in self.registry.queues:
             queue = self.registry.queues[queue]  # the app's own queue: recorded if no worker has yet
@@ -539,7 +547,7 @@ class Client:
             try:
                 return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id,
                                             trace_context=trace_context_now(), queue=queue, priority=priority,
-                                            dedup_id=dedup_id, delay=delay)
+                                            dedup_id=dedup_id, delay=delay, timeout=timeout)
             except DuplicateWorkflowIdError:
                 if if_exists != "return" or id is None:
                     raise

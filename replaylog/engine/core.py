@@ -69,6 +69,13 @@ CANCEL = SlotKind.CANCEL.value
 # ctx call writes for the cancel request it never saw (its detail: "the workflow completed first").
 CANCEL_NOT_DELIVERED = "cancel not delivered"
 
+_CHILD_START = SlotKind.CHILD_START.value
+_CHILD_RESULT = SlotKind.CHILD_RESULT.value
+CHILD_SIGNAL = SlotKind.CHILD_SIGNAL.value
+CHILD_CANCEL = SlotKind.CHILD_CANCEL.value
+# What happens to a child started with ctx.start_workflow whose parent finishes while it runs.
+PARENT_CLOSE = ("cancel", "terminate", "abandon")
+
 # The kind of the slot `ctx.set_event(key, value)` records: its name is the key, its value
 # the value. Readers outside the workflow take the latest slot of each key.
 EVENT = SlotKind.EVENT.value
@@ -701,6 +708,44 @@ class TimedHooks(Protocol):
         """An attempt said it is alive (from the attempt's own thread); ActivityTimeout if it was abandoned."""
 
 
+class ChildHandle:
+    """A child workflow started with `ctx.start_workflow`; each method is a ctx call (a slot of its own).
+
+    Attributes:
+        id: the child's workflow id. workflow: its name.
+    """
+
+    def __init__(self, ctx: Context, id: str, workflow: str) -> None:
+        self._ctx = ctx
+        self.id = id
+        self.workflow = workflow
+
+    def __repr__(self) -> str:
+        return f"ChildHandle({self.id!r}, {self.workflow!r})"
+
+    def result(self) -> Any:
+        """Wait for the child's result, holding no thread; ChildWorkflowError if it failed or was cancelled."""
+        return self._ctx._child_result(self)
+
+    def signal(self, name: str, payload: Any = None) -> None:
+        """Send the child a signal (recorded; delivered in the same transaction, not to a finished child).
+
+        Raises:
+            ValueError: the name is empty or reserved. ValueNotJSONError: JSON cannot hold the payload.
+        """
+        refusal = signal_name_refusal(name) if isinstance(name, str) else "a signal name is a string"
+        if refusal is not None:
+            raise ValueError(f"ChildHandle.signal: {refusal}")
+        payload = to_json_value(payload, f"the payload of signal {name!r}")
+        self._ctx._child_act(CHILD_SIGNAL, name, {"id": self.id, "payload": payload}, args_key((self.id,), {}))
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Ask the child to cancel (recorded; WorkflowCancelled in its code, as an operator's cancel)."""
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"ChildHandle.cancel(reason=...) takes a str, not {type(reason).__name__}")
+        self._ctx._child_act(CHILD_CANCEL, self.id, reason, args_key((reason,), {}))
+
+
 @dataclass(frozen=True)
 class Task:
     """One activity call described by `ctx.task`, to be run by `ctx.parallel`."""
@@ -1313,7 +1358,8 @@ class Context:
 
     # -- child workflows
 
-    def call_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None) -> Any:
+    def call_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None,
+                      timeout: float | None = None) -> Any:
         """Start a child workflow and wait for its result, holding no thread.
 
         The child's id is recorded in this slot (by default derived from this workflow's
@@ -1321,42 +1367,106 @@ class Context:
         child in the same transaction, and when the child finishes it delivers the
         outcome to this workflow, which then returns the result.
 
+        `timeout` (seconds) cancels the child (reason "timeout") that long after it starts;
+        without one it inherits this workflow's deadline, if it has one.
+
         Raises:
             ChildWorkflowError: the child failed (its error text is carried).
             DuplicateWorkflowIdError: another workflow has the id given (recorded in this
                 slot: the workflow's code may handle it, and a replay raises it again).
         """
         name = workflow if isinstance(workflow, str) else registered_name(workflow)
+        limits = _limits(timeout, None, "call_workflow")
+        child_id = self._start_child(_CHILD, name, input, id, {} if limits is None else {"timeout": limits[0]})
+        outcome: dict[str, Any] = self._wait_signal(CHILD_PREFIX + child_id)
+        if outcome.get("ok"):
+            return outcome.get("result")
+        raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
+
+    def _start_child(self, kind: str, name: str, input: Any, id: str | None, extra: dict[str, Any]) -> str:
+        """The slot that starts a child (call_workflow's, start_workflow's): its id, replayed or recorded.
+
+        The store starts the child in the transaction that records the slot; a refusal of
+        its id is recorded too (DuplicateWorkflowIdError, raised again on every replay).
+        """
         slot = self._cmd_index
         self._cmd_index = slot + 1
-        rec = self._guard(slot, _CHILD, name)
+        rec = self._guard(slot, kind, name)
         if rec is not None:
             if rec.args is not None:
                 self._guard_args(slot, name, rec.args, (input,), {})
             self.replayed_commands += 1
             if not rec.ok:
                 raise DuplicateWorkflowIdError(rec.error or "")
-            child_id = str(rec.value["id"])
+            return str(rec.value["id"])
+        if kind != _CHILD and self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, f"{kind}:{name}")
+        child_id = self._child_id(slot, id)
+        input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
+        self.executed_commands += 1
+        key = args_key((input,), {})
+        try:
+            self._append(slot, CommandRecord(kind, name, True, {"id": child_id, "input": input, **extra}, None, 1, key))
+        except DuplicateWorkflowIdError as exc:
+            # Whether the id is free depends on other workflows, not on history: the refusal
+            # is recorded, so that code which handles it replays down the same path.
+            self._append(slot, CommandRecord(kind, name, False, None, str(exc), 1, key))
+            raise
+        except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
+            self.fatal = exc
+            raise
+        return child_id
+
+    def start_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None, *,
+                       timeout: float | None = None, parent_close: str = "cancel") -> ChildHandle:
+        """Start a child workflow without waiting for it: its handle (result, signal, cancel are ctx calls).
+
+        Recorded in a slot of its own, as `call_workflow`'s start is; the child runs on its
+        own while this workflow goes on. `parent_close` says what happens to the child if
+        this workflow finishes (completes, fails or is cancelled) while it still runs:
+        "cancel" (the default: WorkflowCancelled in the child, reason "parent closed"),
+        "terminate" (stopped at once) or "abandon" (it runs on); each is in the child's
+        audit trail. `timeout` as `call_workflow`'s.
+
+        Raises:
+            DuplicateWorkflowIdError: another workflow has the id given (recorded).
+            ValueError: a bad id, timeout or parent_close (nothing is recorded).
+        """
+        if parent_close not in PARENT_CLOSE:
+            raise ValueError(f"start_workflow(parent_close={parent_close!r}): say one of {', '.join(PARENT_CLOSE)}")
+        name = workflow if isinstance(workflow, str) else registered_name(workflow)
+        limits = _limits(timeout, None, "start_workflow")
+        extra: dict[str, Any] = {"parent_close": parent_close}
+        if limits is not None:
+            extra["timeout"] = limits[0]
+        return ChildHandle(self, self._start_child(_CHILD_START, name, input, id, extra), name)
+
+    def _child_result(self, child: ChildHandle) -> Any:
+        """`ChildHandle.result()`: a slot that holds the child's outcome once it has arrived."""
+        slot = self._cmd_index
+        self._cmd_index = slot + 1
+        label = CHILD_PREFIX + child.id
+        rec = self._guard(slot, _CHILD_RESULT, child.id)
+        if rec is not None:
+            self.replayed_commands += 1
+            self._next_signal(label)  # the outcome's signal, consumed as when the slot was recorded
+            outcome = rec.value
         else:
-            child_id = self._child_id(slot, id)
-            input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
+            self._cmd_index = slot
+            self._cancelled_here(f"{_CHILD_RESULT}:{child.id}")  # a cancel ends the wait, recorded here
+            outcome = self._next_signal(label)
+            if outcome is _NONE:
+                raise WorkflowBlocked(label)
+            self._cmd_index = slot + 1
             self.executed_commands += 1
-            key = args_key((input,), {})
-            try:
-                # The store starts the child in the transaction that records this slot.
-                self._append(slot, CommandRecord(_CHILD, name, True, {"id": child_id, "input": input}, None, 1, key))
-            except DuplicateWorkflowIdError as exc:
-                # Whether the id is free depends on other workflows, not on history: the refusal
-                # is recorded, so that code which handles it replays down the same path.
-                self._append(slot, CommandRecord(_CHILD, name, False, None, str(exc), 1, key))
-                raise
-            except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
-                self.fatal = exc
-                raise
-        outcome: dict[str, Any] = self._wait_signal(CHILD_PREFIX + child_id)
+            self._append(slot, CommandRecord(_CHILD_RESULT, child.id, True, outcome))
         if outcome.get("ok"):
             return outcome.get("result")
-        raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
+        raise ChildWorkflowError(child.id, child.workflow, str(outcome.get("error")))
+
+    def _child_act(self, kind: str, name: str, value: Any, key: str) -> None:
+        """`ChildHandle.signal()` / `cancel()`: a slot the store acts on in the transaction that records it."""
+        self._record_value(kind, name, value, f"the {kind} of child workflow {name!r}", key)
 
     def _child_id(self, slot: int, given: str | None) -> str:
         if given is None:
@@ -1462,8 +1572,9 @@ class Context:
                              f" got {len(key)}")
         self._record_value(EVENT, key, value, f"the value of event {key!r}")
 
-    def _record_value(self, kind: str, name: str, value: Any, what: str) -> None:
-        """A slot that only records a value (an event, search attributes): replayed, or recorded now."""
+    def _record_value(self, kind: str, name: str, value: Any, what: str, key: str | None = None) -> None:
+        """A slot that only records a value (an event, search attributes, a child's signal): replayed, or
+        recorded now (with `key`, the argument guard's key, where the store routes on one)."""
         slot = self._cmd_index
         self._cmd_index = slot + 1
         rec = self._guard(slot, kind, name)
@@ -1474,7 +1585,7 @@ class Context:
             self._deliver_cancel(slot, f"{kind}:{name}")
         try:
             value = to_json_value(value, f"slot {slot}: {what}")
-            self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, None)))
+            self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, key)))
         except ReplaylogError:
             # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
             # slot stays free, so code that catches the error records its next command there.

@@ -304,6 +304,7 @@ class Worker:
         next_renew = time.monotonic() + self.ttl / 3
         next_small_claim = 0.0
         next_schedule = 0.0  # on self.clock: when to look for due schedule ticks
+        next_expiry = 0.0  # when to look for workflows past their timeout (client.start(timeout=...))
         dead: list[str] = []
         # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
         # store's wake index whenever we look, so the loop wakes at that time and never asks
@@ -358,6 +359,13 @@ class Worker:
                         self._launch(claim)
             if seek_wake:
                 next_wake = store.next_wake(self.names)
+            if now >= next_expiry:
+                next_expiry = now + LAPSE_CHECK
+                try:
+                    for wid in store.expire_deadlines():
+                        self._event(wid, "cancel requested: its timeout passed", "timeout")
+                except StoreBusyError as exc:
+                    self._busy(exc)  # looked for again on a later pass
             if now >= next_renew:
                 try:
                     self._renew(store)

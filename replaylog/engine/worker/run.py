@@ -321,7 +321,7 @@ class WorkflowRun:
                     over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
                 rec = CommandRecord(_ACTIVITY, rec.name, False, None, refused, rec.attempts, rec.args)
                 text = None
-        elif rec.kind == SlotKind.CHILD and rec.ok:
+        elif rec.ok and (rec.kind == SlotKind.CHILD or rec.kind == SlotKind.CHILD_START):
             self._check_child(slot, rec)
         elif rec.kind == EVENT:
             text, size = encode_value(rec.value)

@@ -22,7 +22,7 @@ from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
-from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
 from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
@@ -108,16 +108,22 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
         row = conn.execute("SELECT parent FROM workflows WHERE id = %s", (child_id,)).fetchone()
         if row is None or row[0] != claim.id:
             raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+    else:
+        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, now)
 
 
 def _starts_child(rec: CommandRecord) -> bool:
     """Whether recording `rec` starts a child workflow (ctx.call_workflow's slot)."""
-    return rec.kind == SlotKind.CHILD and bool(rec.ok) and rec.error is None
+    return rec.kind in _STARTS_CHILD and bool(rec.ok) and rec.error is None
+
+
+# The slots whose commit starts a child workflow (ctx.call_workflow, ctx.start_workflow).
+_STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
 
 
 def _notifies(rec: CommandRecord) -> bool:
-    """Whether committing `rec` is told to listeners: a child it starts, or an event a reader waits for."""
-    return _starts_child(rec) or rec.kind == EVENT
+    """Whether committing `rec` is told to listeners: a child it starts or acts on, or an event a reader waits for."""
+    return _starts_child(rec) or rec.kind == EVENT or rec.kind in CHILD_ACTS
 
 
 def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
@@ -231,6 +237,8 @@ class PGCommits(PGConnection, SeenCancels):
                 if written:
                     if _starts_child(rec):
                         _start_child(conn, claim, rec, now)
+                    elif rec.kind in CHILD_ACTS:
+                        child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
                     conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
 
@@ -269,6 +277,10 @@ class PGCommits(PGConnection, SeenCancels):
                 children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
                 for r in children:
                     _start_child(conn, r.claim, r.record, now)
+                for r, w in zip(records, written, strict=True):
+                    if w and r.record.kind in CHILD_ACTS:
+                        child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
+                        children.append(r)  # (told to listeners below)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
                 if finishes or children or any(r.record.kind == EVENT for r in records):
                     conn.execute(NOTIFY)

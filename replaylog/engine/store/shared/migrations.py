@@ -241,6 +241,19 @@ MIGRATIONS: list[Migration] = [
         # `parallel` mark alone: consecutive marked slots read as one group) and elsewhere.
         AddColumn("commands", "parallel_group", "integer"),
     )),
+    Migration(12, "workflow timeouts: workflows.deadline", (
+        # When a workflow started with a timeout is cancelled (reason "timeout"); a child started
+        # without one of its own inherits its parent's. Workers look for the passed ones in
+        # this partial index (those not yet asked to cancel).
+        AddColumn("workflows", "deadline", "real"),
+        AddIndex("workflows_deadline", "workflows", ("deadline",),
+                 where="deadline IS NOT NULL AND cancel_requested IS NULL"),
+    )),
+    Migration(13, "children started without waiting: workflows.parent_close", (
+        # What happens to a child started with ctx.start_workflow when its parent finishes while
+        # it runs: "cancel", "terminate" or "abandon"; NULL for every other workflow.
+        AddColumn("workflows", "parent_close", "text"),
+    )),
 ]
 
 

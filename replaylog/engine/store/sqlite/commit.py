@@ -17,7 +17,7 @@ from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, Sto
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
-from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
 from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE
@@ -26,6 +26,8 @@ from replaylog.engine.vocab import SlotKind, Status, status_info
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
 _ACTIVITY = SlotKind.ACTIVITY.value
+# The slots whose commit starts a child workflow (ctx.call_workflow, ctx.start_workflow).
+_STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
 
 # A failed slot, or one whose value the caller did not encode: with the failure's traceback.
 _INSERT_COMMAND = ("INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
@@ -183,8 +185,10 @@ class Commits(SQLiteConnection, SeenCancels):
                 self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
             else:
                 self._cur.execute(_INSERT_OK_ARGS, (row_key, kind, name, text, attempts, now, args))
-                if kind == SlotKind.CHILD:
+                if kind in _STARTS_CHILD:
                     self._start_child(claim, name, value, now)
+                elif kind in CHILD_ACTS:
+                    child_act(SQLITE, self._conn, claim.id, kind, name, value, now)
         else:
             self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
                                                 error, attempts, now, args, traceback))
@@ -208,6 +212,8 @@ class Commits(SQLiteConnection, SeenCancels):
             row = self._cur.execute("SELECT parent FROM workflows WHERE id = ?", (child_id,)).fetchone()
             if row is None or row[0] != claim.id:
                 raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+        else:
+            child_deadline(SQLITE, self._conn, child_id, claim.id, value, now)
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
                         text: str | None, traceback: str | None, group: int) -> bool:
