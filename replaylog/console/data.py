@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from replaylog.client import Client
 from replaylog.engine.app import Registry
 from replaylog.engine.check import check_workflow
 from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay, Reason
+from replaylog.engine.core import HISTORY_WARN as HISTORY_WARN
 from replaylog.engine.core import signal_name_refusal as signal_name_refusal
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.store import REMOTE_ADDR_ENV as REMOTE_ADDR_ENV
@@ -41,8 +42,10 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.store import redact_url as redact_url
-from replaylog.engine.text import cancel_state, cancel_text, preview, queue_text
+from replaylog.engine.text import cancel_state, cancel_text, preview, queue_text, utc
 from replaylog.engine.vocab import Group, SlotKind, Status, kind_info, status_info
+
+T = TypeVar("T")
 
 # Big enough to fill any terminal, small enough that a page is built in milliseconds;
 # the table only ever holds one page (a 100k-row DataTable freezes Textual for seconds).
@@ -277,6 +280,8 @@ class WorkflowDetail:
     events: tuple[tuple[str, Any], ...] = ()
     # What became of an operator's cancel request, in words (engine.text.cancel_text); None if none was made.
     cancel: str | None = None
+    # Its runs (ctx.continue_as_new), oldest first, the current one last: (run, slots, ended_at or None).
+    runs: tuple[tuple[int, int, float | None], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -304,7 +309,8 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
                           family["parent"], children, tuple(store.events(workflow_id).items()),
-                          _cancel(store, row))
+                          _cancel(store, row),
+                          tuple((r.run, r.slots, r.ended_at) for r in store.list_runs(workflow_id)))
 
 
 def _cancel(store: ReaderStore, row: WorkflowRow) -> str | None:
@@ -529,7 +535,22 @@ class ActionRefused(Exception):
 
 # The screens' actions that write: a read-only console hides them and refuses them if invoked.
 WRITE_ACTIONS = frozenset({"signal", "cancel_workflow", "terminate_workflow", "retry_workflow", "fork_workflow",
-                           "answer"})
+                           "answer", "pause_schedule", "resume_schedule", "trigger_schedule"})
+
+
+@dataclass(frozen=True)
+class ListedSchedule:
+    """One row of the schedules screen: a schedule and its next run (None while paused)."""
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    next_at: float | None
+    overlap: str
+    catch_up: str
+    last_id: str | None
+    skipped: int
 
 
 @dataclass(frozen=True)
@@ -630,7 +651,7 @@ class ConsoleData:
         # One per write: a write is rare, and a client's connection stays off the UI thread.
         return Client(self.db_path, readonly=self.readonly, app=self.registry)
 
-    def _act(self, act: Callable[[Client], str]) -> str:
+    def _act(self, act: Callable[[Client], T]) -> T:
         if self.readonly:
             raise ActionRefused("the console is read-only: no write actions")
         try:
@@ -650,6 +671,34 @@ class ConsoleData:
         """Terminate the workflow (`replaylog terminate`); the line to show. ActionRefused if not."""
         was = self._act(lambda c: c.get_handle(workflow_id).terminate(reason or None))
         return f"{workflow_id} terminated (was {was})"
+
+    def run_slots(self, workflow_id: str, run: int, limit: int = SLOT_PAGE) -> tuple[Slot, ...]:
+        """The first `limit` slots of run `run` of a workflow (an earlier one, ctx.continue_as_new, or the current)."""
+        with self._reader() as store:
+            return tuple(map(Slot.of, store.run_commands(workflow_id, run, limit=limit)))
+
+    # -- schedules (replaylog.engine.schedules): listed with their next run; paused, resumed, triggered
+
+    def schedules(self) -> list[ListedSchedule]:
+        """Every schedule, by name."""
+        with self._reader() as store:
+            return [ListedSchedule(s.name, s.workflow, s.cron, s.timezone, None if s.paused else s.next_at,
+                                   s.overlap, s.catch_up, s.last_id, s.skipped) for s in store.list_schedules()]
+
+    def pause_schedule(self, name: str) -> str:
+        """Pause a schedule (`replaylog schedule pause`); the line to show. ActionRefused if not."""
+        self._act(lambda c: c.pause_schedule(name).name)
+        return f"schedule {name} paused: its ticks start nothing until it is resumed"
+
+    def resume_schedule(self, name: str) -> str:
+        """Resume a schedule from its next tick after now (`replaylog schedule resume`); the line to show."""
+        row = self._act(lambda c: c.resume_schedule(name))
+        return f"schedule {name} resumed: next run {utc(row.next_at)}"
+
+    def trigger_schedule(self, name: str) -> str:
+        """Start the schedule's workflow now (`replaylog schedule trigger`); the line to show."""
+        wid = self._act(lambda c: c.trigger_schedule(name).id)
+        return f"schedule {name} started {wid}"
 
     def retry_preview(self, workflow_id: str) -> RetryPreview:
         """Dry-replay a failed workflow against the loaded code, as `replaylog retry` does first."""
@@ -764,6 +813,6 @@ class ChangeWatch:
 
 
 __all__ = ["STATUSES", "WRITE_ACTIONS", "ActionRefused", "AlignedRow", "ChangeWatch", "ConsoleData", "Diagnosis",
-           "ForkPreview", "InFlight", "ListedWorkflow", "RetryPreview", "Signal", "SignalRefused", "Slot",
-           "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery", "diagnose", "fetch_detail",
+           "ForkPreview", "InFlight", "ListedSchedule", "ListedWorkflow", "RetryPreview", "Signal", "SignalRefused",
+           "Slot", "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery", "diagnose", "fetch_detail",
            "fetch_workflows", "find_workflow_ids", "is_transient"]
