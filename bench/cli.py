@@ -25,6 +25,7 @@ from bench import (
     postgres_runs,
     queue_runs,
     replaylog_runs,
+    retention_runs,
     timer_runs,
 )
 from bench.report import print_table, write_json
@@ -32,7 +33,8 @@ from bench.sizes import FULL, SMOKE, Sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = (
-    "single", "group", "resume", "signal", "short", "queues", "timers", "sleepers", "wake", "async", "console",
+    "single", "group", "resume", "signal", "short", "queues", "prune", "timers", "sleepers", "wake", "async",
+    "console",
     "postgres",
     "peer",
 )
@@ -105,6 +107,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "signal": lambda: replaylog_runs.signal_latency(workdir, sizes),
         "short": lambda: replaylog_runs.short(workdir, sizes),
         "queues": lambda: queue_runs.queues(workdir, sizes),
+        "prune": lambda: retention_runs.retention(workdir, sizes),
         "timers": lambda: timer_runs.precision(workdir, sizes),
         "sleepers": lambda: timer_runs.sleepers(workdir, sizes),
         "wake": lambda: client_runs.result_wakeup(workdir, sizes),

@@ -12,6 +12,10 @@ Each kind is run twice under `valgrind --tool=callgrind` with N and 3N slots (or
 commits); the difference divided by 2N leaves out start-up and imports. Only user-space
 instructions are counted: system calls (fsync, file locks) are not, and neither is the
 disk.
+
+The resume row is counted the same way on histories of 5N and 15N slots (10,000 and
+30,000 by default, built first outside valgrind): loading a history (`load_state`, what a
+worker does after a claim) and replaying it in the core up to the wait it blocked on.
 """
 
 from __future__ import annotations
@@ -27,6 +31,49 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("floor", "engine", "engine-no-marks")
+# Loading a history, and loading then replaying it (the replay is their difference).
+RESUME_KINDS = ("resume-load", "resume-load-replay")
+# The resume row's histories are this many times N slots long (and three times that).
+RESUME_FACTOR = 5
+_RESUME_ID = "resume"
+
+
+def _resume_db(workdir: Path, n: int) -> Path:
+    return workdir / f"resume-{n}.db"
+
+
+def build_history(workdir: Path, n: int) -> None:
+    """A workflow that recorded `n` slots and blocked on a signal, in its own database (not counted)."""
+    from bench.replaylog_runs import REGISTRY, fresh_db
+    from replaylog.engine.store import open_store
+    from replaylog.engine.worker import Worker
+
+    db = fresh_db(workdir, f"resume-{n}")
+    with open_store(db) as store:
+        store.start_workflow("resumable", n, workflow_id=_RESUME_ID)
+    Worker(db, REGISTRY).run(until_idle=True)
+    with open_store(db) as store:
+        row = store.get_workflow(_RESUME_ID)
+    if row.status != "blocked" or row.slots != n:
+        raise SystemExit(f"the resume history is {row.status} with {row.slots} slots, not blocked after {n}")
+
+
+def _resume_child(kind: str, n: int, workdir: Path) -> None:
+    import time
+
+    from bench.replaylog_runs import REGISTRY
+    from replaylog.engine.core import Context, execute
+    from replaylog.engine.store import open_store
+
+    with open_store(_resume_db(workdir, n)) as store:
+        state = store.load_state(_RESUME_ID)
+    if len(state.commands) != n:
+        raise SystemExit(f"the resume history holds {len(state.commands)} slots, not {n}")
+    if kind == "resume-load-replay":
+        ctx = Context(state, workflow_id=_RESUME_ID, activities=REGISTRY.activities, clock=time.time)
+        outcome = execute(REGISTRY.workflow("resumable"), ctx, state)
+        if outcome.status != "blocked" or ctx.replayed_commands != n or ctx.executed_commands:
+            raise SystemExit(f"the replay ended {outcome.status} after {ctx.replayed_commands} slots")
 
 
 def _child(kind: str, n: int, workdir: Path) -> None:
@@ -36,6 +83,9 @@ def _child(kind: str, n: int, workdir: Path) -> None:
     from replaylog.engine.store import open_store
     from replaylog.engine.worker import Worker
 
+    if kind in RESUME_KINDS:
+        _resume_child(kind, n, workdir)
+        return
     if kind == "floor":
         conn = open_floor(fresh_db(workdir, "floor"))
         for i in range(n):
@@ -64,19 +114,33 @@ def _count(valgrind: str, kind: str, n: int, workdir: Path) -> int:
     return int(found.group(1))
 
 
-def measure(slots: int, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
-    """Instructions per slot (per commit for the floor) of each kind, and the engine's against the floor's."""
+def measure(slots: int, kinds: tuple[str, ...] = KINDS + RESUME_KINDS) -> dict[str, Any]:
+    """Instructions per slot (per commit for the floor) of each kind, and the engine's against the floor's.
+
+    With the resume kinds: `resume-load` and `resume-replay` per slot, and `resume_slots`,
+    the length of history their `resume_*_total` figures are for (RESUME_FACTOR × N).
+    """
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     out: dict[str, Any] = {"slots": slots}
     with tempfile.TemporaryDirectory(prefix="replaylog-instructions-") as tmp:
+        resume = RESUME_FACTOR * slots
+        if any(kind in RESUME_KINDS for kind in kinds):
+            build_history(Path(tmp), resume)
+            build_history(Path(tmp), 3 * resume)
         for kind in kinds:
-            small = _count(valgrind, kind, slots, Path(tmp))
-            large = _count(valgrind, kind, 3 * slots, Path(tmp))
-            out[kind] = round((large - small) / (2 * slots))
+            n = resume if kind in RESUME_KINDS else slots
+            small = _count(valgrind, kind, n, Path(tmp))
+            large = _count(valgrind, kind, 3 * n, Path(tmp))
+            out[kind] = round((large - small) / (2 * n))
     if "floor" in out and "engine" in out:
         out["engine_vs_floor"] = round(out["engine"] / out["floor"], 2)
+    if "resume-load" in out and "resume-load-replay" in out:
+        out["resume_slots"] = resume
+        out["resume-replay"] = out.pop("resume-load-replay") - out["resume-load"]
+        out["resume_load_total"] = out["resume-load"] * resume
+        out["resume_replay_total"] = out["resume-replay"] * resume
     return out
 
 
@@ -98,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         what = "a commit" if kind == "floor" else "a slot"
         print(f"{kind:16s} {figures[kind]:>8,} instructions {what}")
     print(f"engine / floor   {figures['engine_vs_floor']:>8}")
+    resume = figures["resume_slots"]
+    for part in ("load", "replay"):
+        print(f"resume-{part:9s} {figures[f'resume-{part}']:>8,} instructions a slot"
+              f" ({figures[f'resume_{part}_total'] / 1e6:,.1f} M for {resume:,} slots)")
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

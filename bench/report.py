@@ -102,6 +102,13 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f" = {_f(qc.get('ratio'), '×', 2)} (CPU {_f(qc.get('cpu_ratio'), '×', 2)});"
         f" workload 5 queued {_f(qs.get('queued_per_s'))}/s vs"
         f" {_f(qs.get('unqueued_per_s'))}/s = {_f(qs.get('ratio'), '', 2)}", ">= 0.8 of unqueued")
+    pr = m.get("prune", {})
+    add("prune", f"12. prune {_f(pr.get('finished'))} finished workflows in batches while a worker runs"
+        f" {_f(pr.get('live_workflows'))} live ones",
+        f"live {_f(pr.get('pruned_slots_per_s'))} vs unpruned {_f(pr.get('unpruned_slots_per_s'))} slots/s"
+        f" = {_f(pr.get('ratio'), '', 2)}; pruned in {_f(pr.get('prune_s'), ' s', 1)}; file"
+        f" {_f(pr.get('before_mb'), ' MB', 1)} → {_f(pr.get('after_prune_mb'), ' MB', 1)} (pages free)"
+        f" → {_f(pr.get('after_vacuum_mb'), ' MB', 1)} after VACUUM", ">= 0.8 of unpruned")
     t = m.get("timers", {})
     add("timers", f"7. {_f(t.get('timers'))} timers over {_f(t.get('spread_s'), ' s')}, worker running",
         f"late: median {_f(t.get('median_late_ms'), ' ms', 1)}, p99 {_f(t.get('p99_late_ms'), ' ms', 1)}, "

@@ -43,6 +43,10 @@ class Sizes:
     async_activity_s: float = 1.0
     async_slots: int = 5_000
     async_rounds: int = 3
+    prune_finished: int = 100_000
+    prune_slots: int = 5
+    prune_live_workflows: int = 32
+    prune_live_slots: int = 300
 
     def to_dict(self) -> dict[str, Any]:
         """The sizes as a plain dict for the JSON report."""
@@ -57,5 +61,5 @@ SMOKE = Sizes(
     console_refresh_s=0.5, peer_single_slots=20, peer_group_workflows=3, peer_group_slots=5, peer_resume_slots=30,
     peer_signal_samples=3, peer_short_workflows=10, timer_count=20, timer_spread_s=1.0, sleepers=200,
     sleepers_idle_s=1.0, wake_samples=5, async_workflows=40, async_activity_s=0.2, async_slots=200, async_rounds=1,
-    queue_claims=20,
+    queue_claims=20, prune_finished=2_000, prune_slots=3, prune_live_workflows=4, prune_live_slots=30,
 )

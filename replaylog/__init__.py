@@ -27,6 +27,7 @@ from replaylog.client import (
 from replaylog.engine.aio import AsyncContext
 from replaylog.engine.core import (
     ActivityInfo,
+    ChildHandle,
     Context,
     Outcome,
     RunResult,
@@ -73,6 +74,7 @@ __all__ = [
     "AsyncWorker",
     "AsyncWorkflowError",
     "AsyncWorkflowHandle",
+    "ChildHandle",
     "ChildWorkflowError",
     "Client",
     "Context",

@@ -7,8 +7,10 @@
         result = await handle.result(timeout=30)       # the loop goes on serving meanwhile
 
 The same methods as `Client` and `WorkflowHandle`, with the same arguments, answers and
-errors: each is the sync client's own operation, run on a thread of asyncio's default
-executor for the few milliseconds a store call takes, so the event loop is never blocked.
+errors (the ones not written out here, schedules and bulk actions say, are reached through
+`__getattr__`, so a method the sync client gains is awaitable here at once): each is the
+sync client's own operation, run on a thread of asyncio's default executor for the few
+milliseconds a store call takes, so the event loop is never blocked.
 Waits (`result`, `get_event`) hold no thread while they wait: the loop is woken by the
 store's change signal, PostgreSQL's LISTEN/NOTIFY (as the sync client waits), and on a
 SQLite file by a look at `PRAGMA data_version` every few milliseconds, each look an
@@ -21,8 +23,8 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
 from replaylog.client import (
     NO_INPUT,
@@ -78,22 +80,20 @@ class AsyncClient:
         """True once `close()` was called."""
         return self.client.closed
 
-    async def start(self, workflow: Callable[..., R] | str, input: Any = NO_INPUT, *, id: str | None = None,
-                    if_exists: Literal["fail", "return"] = "fail") -> AsyncWorkflowHandle[R]:
-        """Start a workflow; return its handle (see `Client.start`)."""
-        handle = await asyncio.to_thread(self.client.start, workflow, input, id=id, if_exists=if_exists)
+    async def start(self, workflow: Callable[..., R] | str, input: Any = NO_INPUT, **options: Any
+                    ) -> AsyncWorkflowHandle[R]:
+        """Start a workflow; return its handle (see `Client.start`: `id`, `if_exists`, `queue`, … as there)."""
+        start: Callable[..., WorkflowHandle[R]] = self.client.start
+        handle = await asyncio.to_thread(start, workflow, input, **options)
         return AsyncWorkflowHandle(self, handle)
 
     def get_handle(self, workflow_id: str) -> AsyncWorkflowHandle[Any]:
         """The handle of a workflow by its id (nothing is read until it is used)."""
         return AsyncWorkflowHandle(self, self.client.get_handle(workflow_id))
 
-    async def list(self, *, status: str | Iterable[str] | None = None,
-                   workflow: Callable[..., Any] | str | None = None, parent: str | None = None,
-                   limit: int | None = 100) -> list[WorkflowInfo]:
-        """Workflows, most recently updated first (see `Client.list`)."""
-        return await asyncio.to_thread(self.client.list, status=status, workflow=workflow, parent=parent,
-                                       limit=limit)
+    async def list(self, *args: Any, **filters: Any) -> list[WorkflowInfo]:
+        """Workflows, most recently updated first (see `Client.list`: the same filters)."""
+        return await asyncio.to_thread(self.client.list, *args, **filters)
 
     async def signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Send a signal to a workflow; its sequence number (see `Client.signal`)."""
@@ -111,6 +111,15 @@ class AsyncClient:
                              id: str | None = None) -> AsyncWorkflowHandle[Any]:
         """Write an exported history as a new workflow; its handle (see `Client.import_history`)."""
         return AsyncWorkflowHandle(self, await asyncio.to_thread(self.client.import_history, doc, id=id))
+
+    def filter(self, **fields: Any) -> Any:
+        """The WorkflowFilter `list` and the bulk actions take (see `Client.filter`): a plain call, it reads nothing."""
+        return self.client.filter(**fields)
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        # Every other operation of Client's (schedules, bulk actions, filters, prune, …), awaitable:
+        # run on the executor as the ones above, a handle it returns made an AsyncWorkflowHandle.
+        return _awaitable(self, getattr(self.client, name), name)
 
     async def _wait(self, check: Callable[[Store], T | None], timeout: float | None) -> T | None:
         """`Client._wait` for the loop: `check` after each change of the store; None after `timeout`."""
@@ -149,6 +158,20 @@ class AsyncClient:
                         await asyncio.to_thread(client._look)
         finally:
             client._listeners.discard(wake)
+
+
+def _awaitable(client: AsyncClient, attr: Any, name: str) -> Callable[..., Awaitable[Any]]:
+    """A sync client's or handle's method as a coroutine function; anything else is refused."""
+    if name.startswith("_") or not callable(attr):
+        raise AttributeError(name)
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        value = await asyncio.to_thread(attr, *args, **kwargs)
+        return AsyncWorkflowHandle(client, value) if isinstance(value, WorkflowHandle) else value
+
+    call.__name__ = name
+    call.__doc__ = attr.__doc__
+    return call
 
 
 class AsyncWorkflowHandle(Generic[R]):
@@ -200,13 +223,13 @@ class AsyncWorkflowHandle(Generic[R]):
         """Stop the workflow at once; its status before."""
         return await asyncio.to_thread(self.handle.terminate, reason)
 
-    async def retry(self, reason: str | None = None, *, force: bool = False) -> Verdict | None:
+    async def retry(self, *args: Any, **kwargs: Any) -> Verdict | None:
         """Set a failed workflow going again (see `WorkflowHandle.retry`)."""
-        return await asyncio.to_thread(self.handle.retry, reason, force=force)
+        return await asyncio.to_thread(self.handle.retry, *args, **kwargs)
 
-    async def fork(self, from_slot: int, id: str | None = None) -> AsyncWorkflowHandle[R]:
+    async def fork(self, *args: Any, **kwargs: Any) -> AsyncWorkflowHandle[R]:
         """A new workflow from a copy of this one's first slots; its handle (see `WorkflowHandle.fork`)."""
-        return AsyncWorkflowHandle(self._client, await asyncio.to_thread(self.handle.fork, from_slot, id))
+        return AsyncWorkflowHandle(self._client, await asyncio.to_thread(self.handle.fork, *args, **kwargs))
 
     async def export(self) -> dict[str, Any]:
         """The workflow's whole history as one versioned JSON document."""
@@ -215,3 +238,7 @@ class AsyncWorkflowHandle(Generic[R]):
     async def history(self, from_slot: int = 0) -> list[Slot]:
         """The recorded slots in order, from `from_slot` on."""
         return await asyncio.to_thread(self.handle.history, from_slot)
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        # Every other operation of WorkflowHandle's, awaitable (as AsyncClient's).
+        return _awaitable(self._client, getattr(self.handle, name), name)

@@ -26,10 +26,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from replaylog.client import NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
+from replaylog.client import BULK_PAST, NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
-from replaylog.engine.check import check_workflow, judge
+from replaylog.engine.check import judge
 from replaylog.engine.core import APPROVAL_PREFIX, DEFAULT_MAX_SLOTS, HISTORY_WARN
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
@@ -296,12 +296,15 @@ class Seconds(click.ParamType):  # type: ignore[type-arg]
               help="On a queue: refuse the start while an unfinished workflow on it has this dedup id.")
 @click.option("--delay", type=Seconds(), metavar="TIME", help="On a queue: not admitted before TIME from now"
                                                              " (seconds, or 30s, 5m, 2h).")
+@click.option("--timeout", "timeout_text", metavar="DURATION",
+              help="Cancel the workflow (reason: timeout) this long after it starts: seconds, or 90s, 30m, 1h, 2d.")
 @global_options
 @pass_settings
 def start(settings: Settings, workflow_name: str, input_json: str | None, workflow_id: str | None,
           app: str | None, if_exists: str, queue: str | None, priority: int, dedup_id: str | None,
-          delay: float | None) -> None:
+          delay: float | None, timeout_text: str | None) -> None:
     """Start a workflow; print its id. INPUT_JSON may be `-` (stdin) or `@path`."""
+    timeout = None if timeout_text is None else _timeout(timeout_text)
     registry = _app(app)
     fn = registry.workflow(workflow_name)  # an unknown name: one line, naming the ones the app knows
     # A workflow is called fn(ctx) or fn(ctx, input): refused before INPUT_JSON is read
@@ -316,8 +319,19 @@ def start(settings: Settings, workflow_name: str, input_json: str | None, workfl
         handle = client.start(fn, value if given else NO_INPUT, id=workflow_id,
                               if_exists="return" if if_exists == "return" else "fail",
                               queue=registry.queues.get(queue, queue) if queue is not None else None,
-                              priority=priority, dedup_id=dedup_id, delay=delay)
+                              priority=priority, dedup_id=dedup_id, delay=delay, timeout=timeout)
     click.echo(handle.id)
+
+
+def _timeout(text: str) -> float:
+    """`--timeout`: seconds ("3600") or a duration ("1h"); one line naming what is wrong, if neither."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = parse_duration(text, "--timeout")
+    if not 0 < seconds < 1e12:
+        fail(f"--timeout must be a positive duration, not {text!r}")
+    return seconds
 
 
 @cli.command()
@@ -698,17 +712,14 @@ def _head() -> Table:
 
 def _command_json(c: CommandRow) -> dict[str, Any]:
     return {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at}
+            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at,
+            "parallel_group": c.parallel_group}
 
 
 def _slots_table(commands: list[dict[str, Any]]) -> Table:
     return _listing(
         f"{len(commands)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
-        [(_t(c["slot"]), _t(c["kind"]), _t(c["name"]),
-          Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-          _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True)))
-         for c in commands],
-        wide="value / error")
+        _slot_rows(commands), wide="value / error")
 
 
 def _long_history(slots: int) -> str:
@@ -809,6 +820,7 @@ def _waiting(store: ReaderStore, workflow: str, status: str,
 _FILTER_OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--status", "S,S", "Only workflows in these statuses (comma-separated)."),
     ("--workflow", "NAME,NAME", "Only workflows of these names."),
+    ("--queue", "NAME,NAME", "Only workflows started on these queues."),
     ("--parent", "ID", "Only the children of this workflow (ctx.call_workflow)."),
     ("--forked-from", "ID", "Only the forks of this workflow."),
     ("--created-after", "AGE|TIME", "Only workflows started at or after this: an age (2h, 7d) or an ISO time."),
@@ -853,7 +865,7 @@ def _filter_given(ctx: click.Context) -> WorkflowFilter:
 def _filter_fields(where: WorkflowFilter) -> dict[str, Any]:
     """A parsed filter's fields back as `workflow_filter` takes them (times as epoch seconds)."""
     return {k: v for k, v in {
-        "status": where.statuses, "workflow": where.workflows, "parent": where.parent,
+        "status": where.statuses, "workflow": where.workflows, "queue": where.queues, "parent": where.parent,
         "forked_from": where.forked_from, "created_after": where.created_after,
         "created_before": where.created_before, "updated_after": where.updated_after,
         "updated_before": where.updated_before, "error_kind": where.error_kinds, "error_text": where.error_text,
@@ -1157,6 +1169,23 @@ def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]],
     return table
 
 
+def _slot_rows(commands: list[dict[str, Any]]) -> list[tuple[Text, ...]]:
+    """show's slot rows: each ctx.parallel group opens with a line of its own, its tasks marked ‖."""
+    last = {c["parallel_group"]: c["slot"] for c in commands}  # each group's last recorded slot
+    rows: list[tuple[Text, ...]] = []
+    group = None
+    for c in commands:
+        if c["parallel_group"] is not None and c["parallel_group"] != group:
+            first, end = c["slot"], last[c["parallel_group"]]
+            span = f"slot {first}" if first == end else f"slots {first}–{end}"
+            rows.append((_t(""), _t("‖"), Text(f"in parallel: {span}", style="italic"), *(_t(""),) * 4))
+        group = c["parallel_group"]
+        rows.append((_t(c["slot"]), _t(c["kind"] + (" ‖" if group is not None else "")), _t(c["name"]),
+                     Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
+                     _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True))))
+    return rows
+
+
 def _slot_value(c: dict[str, Any]) -> str:
     if not c["ok"]:
         return preview(c["error"], 40)
@@ -1204,11 +1233,11 @@ def check(settings: Settings, workflow_id: str | None, check_all: bool, app: str
     if as_json and check_all:
         fail("--json checks one WORKFLOW_ID, not --all")
     registry = _app(app)
-    with settings.open(readonly=True) as store:
+    with settings.client(readonly=True, app=registry) as client:
         if not workflow_id:
-            _check_all(store, registry)
+            _check_all(client)
             return
-        verdict = check_workflow(store, registry, workflow_id)
+        verdict = client.get_handle(workflow_id).check()
     if as_json:
         click.echo(json.dumps({"id": workflow_id, **verdict.to_dict()}))
     else:
@@ -1240,18 +1269,17 @@ def _check_histories(files: list[str], registry: Registry) -> None:
         sys.exit(1)
 
 
-def _check_all(store: ReaderStore, registry: Registry) -> None:
+def _check_all(client: Client) -> None:
     from rich.progress import Progress
 
-    ids = [r.id for r in store.list_workflows(status=UNFINISHED, limit=-1, sort="created",
-                                               descending=False)]
+    ids = client.matching(client.filter(status=UNFINISHED))  # oldest first
     failures: list[tuple[str, str]] = []
     console = _console(stderr=True)
     # A progress bar only on a terminal: piped, rich's stopped display leaves a blank line.
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("replaying", total=len(ids))
         for wid in ids:
-            verdict = check_workflow(store, registry, wid)
+            verdict = client.get_handle(wid).check()
             if not verdict.ok:
                 failures.append((wid, verdict.text))
             progress.advance(task)
@@ -1273,7 +1301,6 @@ def _one(text: str) -> str:
 
 # How many ids a bulk action names before it acts (the rest are counted).
 _BULK_SHOWN = 10
-_PAST = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
 
 
 def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: str | None, dry_run: bool, yes: bool,
@@ -1285,23 +1312,23 @@ def _bulk(ctx: click.Context, settings: Settings, action: BulkAction, reason: st
         shown = ", ".join(ids[:_BULK_SHOWN]) + (", …" if len(ids) > _BULK_SHOWN else "")
         click.echo(_one(f"{action}: {len(ids)} workflow(s) match" + (f": {shown}" if ids else "")), err=True)
         if dry_run or not ids:
-            click.echo(_one(f"dry run: nothing was {_PAST[action]}" if dry_run else "nothing to do"), err=True)
+            click.echo(_one(f"dry run: nothing was {BULK_PAST[action]}" if dry_run else "nothing to do"), err=True)
             return
         if not yes:
             if not sys.stdin.isatty():
                 fail(f"{action} of {len(ids)} workflow(s) needs confirmation: add --yes (no terminal to ask on)")
             if not click.confirm(f"{action.capitalize()} these {len(ids)} workflow(s)?", err=True):
-                fail(f"nothing was {_PAST[action]}")
+                fail(f"nothing was {BULK_PAST[action]}")
 
         def said(outcome: BulkOutcome) -> None:
             if outcome.ok:
-                click.echo(_one(f"{outcome.id} {_PAST[action]}"))
+                click.echo(_one(f"{outcome.id} {BULK_PAST[action]}"))
             else:
                 click.echo(_one(f"{outcome.id} refused: {outcome.error}"), err=True)
 
         report = client.bulk(action, ids, reason=reason, force=force, on_each=said)
     refused = len(report.refused)
-    click.echo(_one(f"{_PAST[action]} {report.done} of {len(ids)} workflow(s)"
+    click.echo(_one(f"{BULK_PAST[action]} {report.done} of {len(ids)} workflow(s)"
                     + (f"; {refused} refused (above)" if refused else "")), err=True)
     if refused:
         sys.exit(1)

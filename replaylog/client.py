@@ -55,6 +55,7 @@ from replaylog.engine.store import (
     Store,
     WorkflowFilter,
     WorkflowRow,
+    check_timeout,
     database_path,
     default_max_payload,
     encode_payload,
@@ -293,6 +294,8 @@ def _check_key(key: object, what: str) -> str:
 
 BulkAction = Literal["retry", "cancel", "terminate"]
 BULK_ACTIONS: tuple[BulkAction, ...] = ("retry", "cancel", "terminate")
+# Each bulk action as its summary says it was done ("retried 35 of 37 workflow(s)").
+BULK_PAST: dict[BulkAction, str] = {"retry": "retried", "cancel": "asked to cancel", "terminate": "terminated"}
 
 
 @dataclass(frozen=True)
@@ -480,16 +483,19 @@ class Client:
     @overload
     def start(self, workflow: Callable[..., R], input: Any = NO_INPUT, *, id: str | None = None,
               if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
-              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[R]: ...
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[R]: ...
 
     @overload
     def start(self, workflow: str, input: Any = NO_INPUT, *, id: str | None = None,
               if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
-              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[Any]: ...
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[Any]: ...
 
     def start(self, workflow: Callable[..., Any] | str, input: Any = NO_INPUT, *, id: str | None = None,
               if_exists: Literal["fail", "return"] = "fail", queue: str | Queue | None = None, priority: int = 0,
-              dedup_id: str | None = None, delay: float | None = None) -> WorkflowHandle[Any]:
+              dedup_id: str | None = None, delay: float | None = None,
+              timeout: float | None = None) -> WorkflowHandle[Any]:
         """Start a workflow; return its handle.
 
         Args:
@@ -508,6 +514,9 @@ class Client:
             dedup_id: on a queue, refuse the start (DedupIdTakenError) while an unfinished
                 workflow on the queue was started with the same dedup id.
             delay: on a queue, not admitted before this many seconds from now.
+            timeout: seconds after which the workflow is cancelled with reason "timeout"
+                (WorkflowCancelled at its next ctx call; it may compensate); its children
+                inherit what is left of it unless started with a timeout of their own.
 
         Raises:
             WorkflowInputError: the input does not fit the function's parameters.
@@ -519,6 +528,7 @@ class Client:
         """
         if if_exists not in ("fail", "return"):
             raise ValueError(f"if_exists must be 'fail' or 'return', not {if_exists!r}")
+        check_timeout(timeout, "the workflow timeout")
         check_queue_options(queue.name if isinstance(queue, Queue) else queue, priority, dedup_id, delay)
         if isinstance(queue, str) and self.registry is not None and queue in self.registry.queues:
             queue = self.registry.queues[queue]  # the app's own queue: recorded if no worker has yet
@@ -537,7 +547,7 @@ class Client:
             try:
                 return store.start_workflow(name, input if given else None, has_input=given, workflow_id=id,
                                             trace_context=trace_context_now(), queue=queue, priority=priority,
-                                            dedup_id=dedup_id, delay=delay)
+                                            dedup_id=dedup_id, delay=delay, timeout=timeout)
             except DuplicateWorkflowIdError:
                 if if_exists != "return" or id is None:
                     raise
@@ -821,6 +831,18 @@ class WorkflowHandle(Generic[R]):
     def terminate(self, reason: str | None = None) -> str:
         """Stop the workflow at once: no code of it runs again. Returns its status before."""
         return self._client._call(lambda s: s.terminate_workflow(self._id, reason))
+
+    def check(self) -> Verdict:
+        """Dry-replay this workflow's history against the client's `app`, with no side effects.
+
+        The verdict `replaylog check` prints (`.ok`, `.text`, `.replays`, `.fork_from`):
+        whether the recorded history replays, and for a failed workflow whether a retry
+        would now succeed. Raises OperatorRefusedError if the client has no `app`.
+        """
+        registry = self._client.registry
+        if registry is None:
+            raise OperatorRefusedError("check replays a history against the workflows' code: give the Client an app")
+        return self._client._call(lambda store: check_workflow(store, registry, self._id))
 
     def retry(self, reason: str | None = None, *, force: bool = False) -> Verdict | None:
         """Set a failed workflow going again, history kept.

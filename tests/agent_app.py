@@ -89,6 +89,15 @@ def fan(ctx: Context) -> list[Any]:
 
 
 @workflow
+def two_groups(ctx: Context) -> list[Any]:
+    """Two ctx.parallel groups back to back, then a plain step and a group of one."""
+    first = ctx.parallel([ctx.task(note, "a1"), ctx.task(note, "a2")])
+    second = ctx.parallel([ctx.task(note, "b1"), ctx.task(note, "b2")])
+    ctx.call_activity(note, "plain")
+    return [first, second, ctx.parallel([ctx.task(note, "c1")])]
+
+
+@workflow
 def held_group(ctx: Context) -> list[Any]:
     """A step, a group whose first task is held while the others finish, a step."""
     ctx.call_activity(note, "before")

@@ -226,3 +226,36 @@ async def checkout(ctx: Any, amount: int) -> dict[str, Any]:
     total = await ctx.call_activity(double, amount)
     receipt = await ctx.call_activity(charge, total, max_retries=1)
     return {"total": total, **receipt}
+
+
+@workflow
+async def times_out(ctx: Any) -> str:
+    try:
+        return str(await ctx.call_activity(ahang, timeout=0.3, max_retries=1))
+    except ActivityError as exc:
+        return exc.error
+
+
+@activity
+async def beats(n: int) -> int:
+    for i in range(n):
+        current_activity().heartbeat({"done": i})
+        await asyncio.sleep(0.05)
+    return n
+
+
+@activity
+async def goes_quiet() -> str:
+    current_activity().heartbeat({"done": 0})
+    await ahang()
+    return "never"
+
+
+@workflow
+async def heartbeating(ctx: Any) -> list[Any]:
+    done = await ctx.call_activity(beats, 4, heartbeat_timeout=2.0)
+    try:
+        await ctx.call_activity(goes_quiet, heartbeat_timeout=0.3, max_retries=1)
+    except ActivityError as exc:
+        return [done, exc.error]
+    return [done, None]

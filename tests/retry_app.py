@@ -64,8 +64,9 @@ def flaky_default(fail_times: int) -> int:
 
 @workflow
 def durable(ctx: Context, spec: dict[str, Any]) -> int:
-    """Call `flaky` under a policy of `spec["initial"]` seconds, constant, `spec["attempts"]` attempts."""
-    policy = RetryPolicy(max_attempts=spec["attempts"], initial=spec["initial"], backoff=1.0,
+    """Call `flaky` under a policy of `spec["attempts"]` attempts, `spec["initial"]` seconds growing by
+    `spec["backoff"]` (1: constant)."""
+    policy = RetryPolicy(max_attempts=spec["attempts"], initial=spec["initial"], backoff=spec.get("backoff", 1.0),
                          non_retryable=(ValueError,))
     result: int = ctx.call_activity(spec.get("activity", "flaky"), spec["fail"], retry=policy)
     return result

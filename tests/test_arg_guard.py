@@ -28,6 +28,12 @@ def ask_model(prompt: str, temperature: float = 0.0) -> str:
     return f"answer to {prompt}"
 
 
+@activity
+def stamp_number(n: int) -> int:
+    CALLS.append(n)
+    return n
+
+
 @activity(check_args=False)
 def stamp(token: str) -> str:
     CALLS.append(token)
@@ -78,6 +84,27 @@ def test_a_changed_prompt_is_a_divergence_naming_the_slot_and_both_argument_list
     assert diag.recorded is not None and '"hello"' in diag.recorded
     assert diag.issued is not None and '"goodbye"' in diag.issued
     assert CALLS == ["hello"]  # the stale answer was never handed to the changed call
+
+
+def test_a_changed_int_argument_is_a_divergence_and_the_same_one_replays() -> None:
+    # One int is the commonest call: its key is made without the encoder, and must be the encoder's.
+    def counter(n: int) -> Callable[[Context, Any], Any]:
+        def wf(ctx: Context, _input: Any) -> Any:
+            return ctx.call_activity(stamp_number, n)
+        return wf
+
+    first = run(counter(7), WorkflowState(), clock=clock)
+    assert first.state.commands[0].args == "[7]" == args_key((7,), {})
+    assert run(counter(7), first.state, clock=clock).status == "completed"
+    changed = run(counter(8), first.state, clock=clock)
+    assert changed.status == "failed"
+    diag = changed.outcome.diagnostic
+    assert diag is not None and diag.slot == 0 and "[7]" in diag.message and "[8]" in diag.message
+    # A bool is not an int to the key: True is recorded as JSON's true, and 1 is not it.
+    flagged = run(counter(True), WorkflowState(), clock=clock)
+    assert flagged.state.commands[0].args == "[true]"
+    assert run(counter(1), flagged.state, clock=clock).status == "failed"
+    assert CALLS == [7, True]
 
 
 def test_long_arguments_are_compared_by_digest() -> None:

@@ -78,3 +78,27 @@ def test_get_event_and_events_are_awaitable(db: Path | str) -> None:
             assert (await copy.describe()).status == "completed"
 
     asyncio.run(main())
+
+
+def test_every_operation_of_the_sync_client_and_handle_is_awaitable_on_the_async_ones(db: Path | str) -> None:
+    import inspect
+
+    from replaylog import AsyncWorkflowHandle, Client, WorkflowHandle
+
+    for sync, awaitable in ((Client, AsyncClient(db)), (WorkflowHandle, AsyncClient(db).get_handle("x"))):
+        names = [n for n, member in inspect.getmembers(sync) if not n.startswith("_") and callable(member)]
+        for name in names:
+            if name in ("get_handle", "filter") or inspect.isclass(getattr(sync, name)):
+                continue
+            assert inspect.iscoroutinefunction(getattr(awaitable, name)), name
+
+    async def main() -> None:
+        async with AsyncClient(db, app=async_app) as client, AsyncWorker(db, app=async_app, focus_cpu=False):
+            handle = await client.start(async_app.pipeline, 1)
+            assert await handle.result(timeout=60) == 4
+            assert await client.count(client.filter(status="completed")) == 1  # reached through __getattr__
+            assert await handle.fork_slot(1) == 1  # WorkflowHandle's, reached through __getattr__
+            forked = await handle.fork(1)
+            assert isinstance(forked, AsyncWorkflowHandle) and await forked.result(timeout=60) == 4
+
+    asyncio.run(main())

@@ -106,3 +106,57 @@ def test_sigterm_lets_a_running_async_activity_finish_and_records_it(db: Path | 
     assert set(runs) == recorded(db)  # what ran was recorded: nothing ran unrecorded
     assert run_cli(db, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=120).returncode == 0
     assert set(ledger(path).values()) == {1}
+
+
+def test_a_suspended_workflows_start_mark_outlives_its_threads_next_workflow_and_a_kill_9(
+        db_path: Path, tmp_path: Path) -> None:
+    env = cli_env(REPLAYLOG_TEST_LEDGER=str(tmp_path / "ledger.txt"))
+    hung = run_cli(db_path, "start", "hangs", "--app", APP, env=env).stdout.strip()
+    worker = start_worker(db_path, "--app", APP, "--concurrency", "1", env=env)
+
+    def inflight(wid: str) -> object:
+        return json.loads(run_cli(db_path, "show", wid, "--json").stdout)["inflight"]
+
+    try:
+        assert wait_for(lambda: inflight(hung) is not None, timeout=60)
+        # The one thread's record now serves another workflow; the hung one's mark is kept apart.
+        other = run_cli(db_path, "start", "pipeline", "3", "--app", APP, env=env).stdout.strip()
+        with open_store(db_path, readonly=True) as store:
+            assert wait_for(lambda: store.get_workflow(other).status == "completed", timeout=60)
+        mark = inflight(hung)
+        assert isinstance(mark, dict) and (mark["slot"], mark["name"], mark["attempts"]) == (0, "ahang", 1)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    mark = inflight(hung)  # read from the dead worker's mark file
+    assert isinstance(mark, dict) and (mark["slot"], mark["name"]) == (0, "ahang")
+
+
+def test_an_async_attempt_past_its_timeout_is_cancelled_and_fails_with_activity_timeout(
+        db: Path | str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.txt"
+    monkeypatch.setenv("REPLAYLOG_TEST_LEDGER", str(path))
+    with Client(db, app=async_app) as client, Worker(db, app=async_app, focus_cpu=False):
+        error = client.start(async_app.times_out).result(timeout=60)
+    assert error == ("ActivityTimeout: attempt 1 ran past its timeout of 0.3 s (start to close); "
+                     "its task was cancelled")
+    assert ledger(path)["cancelled"] == 1  # the task got CancelledError at its await
+
+
+def test_twenty_async_workflows_at_once_with_random_latencies_record_the_same_slots(
+        db: Path | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLAYLOG_TEST_LATENCY", "0.02")
+    with Client(db, app=async_app) as client, Worker(db, app=async_app, concurrency=4, focus_cpu=False):
+        handles = [client.start(async_app.fan, 5) for _ in range(20)]
+        results = {tuple(h.result(timeout=120)) for h in handles}
+        histories = {tuple((s.kind, s.name) for s in h.history()) for h in handles}
+    assert results == {(2, 0, 2, 6, 6, 12)}
+    assert len(histories) == 1
+
+
+def test_an_async_activity_under_a_heartbeat_timeout_is_watched_and_a_quiet_one_times_out(
+        db: Path | str) -> None:
+    with Client(db, app=async_app) as client, Worker(db, app=async_app, focus_cpu=False):
+        done, error = client.start(async_app.heartbeating).result(timeout=60)
+    assert done == 4
+    assert error.startswith("ActivityTimeout: attempt 1 sent no heartbeat for 0.3 s")

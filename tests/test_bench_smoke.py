@@ -27,6 +27,7 @@ FIELDS = {
     "signal": ("samples", "median_ms", "p99_ms", "met"),
     "short": ("workflows", "workflows_per_s_1p", "workflows_per_s_2p", "starts_per_s", "met"),
     "queues": ("claim", "short", "met"),
+    "prune": ("finished", "pruned", "ratio", "before_mb", "after_prune_mb", "after_vacuum_mb", "met"),
     "timers": ("timers", "median_late_ms", "p99_late_ms", "early", "met"),
     "sleepers": ("sleepers", "worker_rss_mb", "idle_cpu_percent", "wakeups_per_s", "met"),
 }
@@ -88,6 +89,12 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
         for field in fields:
             assert field in m[name], (name, field)
     assert m["resume"]["activities_reexecuted"] == 0
+    assert m["async"]["status"] == "ok", m["async"]
+    for part, fields in (("waiting", ("workflows", "wall_s", "peak_threads", "rss_mb", "met")),
+                         ("slots", ("sync_slots_per_s", "async_slots_per_s", "ratio_async_vs_sync", "met"))):
+        for field in fields:
+            assert field in m["async"][part], ("async", part, field)
+    assert m["async"]["waiting"]["peak_threads"] <= m["async"]["waiting"]["concurrency"] + 4  # not one a workflow
     assert m["console"]["status"] in ("ok", "skipped"), m["console"]
     if m["console"]["status"] == "ok":
         for field in CONSOLE_FIELDS:

@@ -206,6 +206,22 @@ def test_retry_dry_replays_then_sets_a_failed_workflow_going(client: Client, wor
         handle.retry()
 
 
+def test_check_says_whether_a_failed_workflow_would_now_succeed_and_needs_the_code(
+        client: Client, worker: Worker, db: Path | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(client_app.FAIL, "flaky", True)
+    handle = client.start(client_app.flaky)
+    with pytest.raises(WorkflowFailed, match="not yet"):
+        handle.result(timeout=60)
+    still = handle.check()
+    assert not still.ok and still.replays  # the history replays, and a retry would fail again
+    client_app.FAIL["flaky"] = False
+    fixed = handle.check()
+    assert fixed.ok and fixed.replays
+    assert handle.describe().status == "failed"  # a check writes nothing
+    with Client(db) as without_code, pytest.raises(OperatorRefusedError, match="give the Client an app"):
+        without_code.get_handle(handle.id).check()
+
+
 def test_fork_export_import_and_history(client: Client, worker: Worker) -> None:
     original = client.start(client_app.add, 4)
     assert original.result(timeout=60) == 8

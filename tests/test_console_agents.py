@@ -158,6 +158,29 @@ async def test_the_transcript_shows_calls_the_child_and_the_approval(db: Path | 
 
 
 @async_test
+async def test_the_transcript_opens_each_of_two_groups_back_to_back_with_its_own_line(db: Path | str) -> None:
+    with open_store(db) as store:
+        store.start_workflow("two_groups", has_input=False, workflow_id="groups-1")
+    Worker(db, load_app("agent_app"), poll=0.002).run(until_idle=True)
+    app = make_app(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow("groups-1")
+        await settle(pilot)
+        await pilot.press("t")
+        assert await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        body = app.screen.query_one("#transcript", Static)
+        assert await wait_until(pilot, lambda: '"c1"' in rendered(body))
+        lines = [" ".join(line.split()) for line in rendered(body).splitlines() if line.strip()]
+        assert lines == [
+            "‖ in parallel:", '0 ‖ note("a1") → a1', '1 ‖ note("a2") → a2',
+            "‖ in parallel:", '2 ‖ note("b1") → b1', '3 ‖ note("b2") → b2',
+            '4 ▸ note("plain") → plain',
+            "‖ in parallel:", '5 ‖ note("c1") → c1',
+        ], lines
+
+
+@async_test
 async def test_the_transcript_shows_a_long_approval_answer_whole(db: Path | str) -> None:
     seed(db)
     note = "refund approved after a call with the customer; " * 4 + "END-OF-NOTE"

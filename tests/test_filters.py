@@ -56,6 +56,9 @@ def test_each_filter_field_takes_only_its_workflows(store: Store) -> None:
     assert _found(store, created_after="3h") == {ship, done, fork}
     assert _found(store, updated_after="2h", updated_before="30m") == {ship}
     assert _found(store, error_kind="code") == {ship}
+    sql(store, "UPDATE workflows SET queue = 'payments' WHERE id IN (?, ?)", (charge, fork))
+    assert _found(store, queue="payments") == {charge, fork}
+    assert _found(store, queue="payments,other", status="pending") == {fork}
     assert store.count_workflows(where=workflow_filter({"status": "failed", "error_kind": "activity"})) == 1
 
 
@@ -133,8 +136,18 @@ def test_search_attributes_are_recorded_as_slots_indexed_and_shown_as_list_colum
 
 def test_bulk_retry_after_a_fix_completes_every_failed_workflow_and_audits_each(ops: Cli, db: Path | str,
                                                                                 tmp_path: Path) -> None:
+    _bulk_retry_after_a_fix(ops, db, tmp_path, 50)
+
+
+@pytest.mark.soak
+def test_bulk_retry_of_500_failed_workflows_after_a_fix_completes_them_all(ops: Cli, db: Path | str,
+                                                                          tmp_path: Path) -> None:
+    _bulk_retry_after_a_fix(ops, db, tmp_path, 500)
+
+
+def _bulk_retry_after_a_fix(ops: Cli, db: Path | str, tmp_path: Path, many: int) -> None:
+    """`many` workflows failed by a bug, retried in bulk once it is fixed: all complete, each audited."""
     (tmp_path / "bug").touch()
-    many = 50
     with Client(db) as client:
         failed = [client.start("buggy").id for _ in range(many)]
         finished = client.start("steps", 1).id

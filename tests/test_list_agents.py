@@ -69,18 +69,18 @@ def test_list_tree_counts_top_level_workflows_and_shows_every_child(tmp_path: Pa
     assert cut.stderr.strip() == "showing 1 of 3 top-level workflow(s), each with its children; use --limit 0 for all"
 
 
-def test_a_fork_keeps_the_parallel_marks_of_the_slots_it_copies(tmp_path: Path, db: Path | str) -> None:
+def test_a_fork_keeps_the_parallel_marks_and_groups_of_the_slots_it_copies(tmp_path: Path, db: Path | str) -> None:
     from replaylog.engine.store import open_store
 
     env = agent_env(tmp_path)
-    wid = run_cli(db, "start", "fan", "--app", "agent_app", env=env).stdout.strip()
+    wid = run_cli(db, "start", "two_groups", "--app", "agent_app", env=env).stdout.strip()
     assert run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env).returncode == 0
-    fork = run_cli(db, "fork", wid, "--from-slot", "2", "--id", "fan-fork", env=env)
+    fork = run_cli(db, "fork", wid, "--from-slot", "4", "--id", "groups-fork", env=env)
     assert fork.returncode == 0, fork.stderr
     with open_store(db, readonly=True) as store:
-        original = [c.parallel for c in store.list_commands(wid)]
-        assert original[:2] == [True, True]
-        assert [c.parallel for c in store.list_commands("fan-fork")] == original[:2]
+        original = [(c.parallel, c.parallel_group) for c in store.list_commands(wid)]
+        assert original[:4] == [(True, 0), (True, 0), (True, 2), (True, 2)]
+        assert [(c.parallel, c.parallel_group) for c in store.list_commands("groups-fork")] == original[:4]
 
 
 def test_importing_an_unfinished_parent_starts_the_child_it_waits_for(tmp_path: Path, db: Path | str) -> None:

@@ -219,6 +219,8 @@ def test_a_010_database_opens_lists_and_runs_every_workflow_to_its_end(old_db: P
     with open_store(old_db) as store:
         assert "card declined" in (store.get_workflow("broke").error or "")
         assert [c.parallel for c in store.list_commands("fan")] == [True, True, True]
+        # Recorded before groups were told apart: its consecutive tasks read as one group.
+        assert [c.parallel_group for c in store.list_commands("fan")] == [0, 0, 0]
         assert store.pending_approval("appr") is not None
         for wid, payload in (("sig", 5), ("dl", 1), ("fan", 10), ("par.child", 3)):
             store.send_signal(wid, "go", payload)

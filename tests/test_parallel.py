@@ -162,11 +162,17 @@ def ledger(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_worker_runs_the_tasks_at_once(tmp_path: Path, db: Path | str) -> None:
+def run_to_the_end(tmp_path: Path, db: Path | str, workflow: str) -> str:
+    """Start `workflow` of agent_app and run a worker until nothing is left to do; its id."""
     env = agent_env(tmp_path)
-    wid = run_cli(db, "start", "fan", "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
+    wid = run_cli(db, "start", workflow, "--app", "agent_app", env=env).stdout.strip().splitlines()[-1]
     done = run_cli(db, "worker", "--until-idle", "--quiet", "--app", "agent_app", env=env, timeout=120)
     assert done.returncode == 0, done.stderr
+    return wid
+
+
+def test_a_worker_runs_the_tasks_at_once(tmp_path: Path, db: Path | str) -> None:
+    wid = run_to_the_end(tmp_path, db, "fan")
     with open_store(db) as store:
         row = store.get_workflow(wid)
         assert (row.status, row.result) == ("completed", ["a", "b"]), row.error
@@ -219,3 +225,20 @@ def test_a_cancel_requested_before_a_group_is_raised_there_and_no_task_runs() ->
     RAN.clear()
     replayed = run(wf, replace(state, commands=state.commands + tuple(ctx.new_commands)), clock=clock)
     assert replayed.outcome.result == ["FIRST", "UNDO"] and replayed.context.executed_commands == 0 and RAN == []
+
+
+def test_two_groups_back_to_back_are_recorded_and_shown_as_two(tmp_path: Path, db: Path | str) -> None:
+    wid = run_to_the_end(tmp_path, db, "two_groups")
+    with open_store(db) as store:
+        assert store.get_workflow(wid).status == "completed"
+        # Each task names its group by the group's first slot; the plain step is in none.
+        assert [c.parallel_group for c in store.list_commands(wid)] == [0, 0, 2, 2, None, 5]
+    shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
+    assert [c["parallel_group"] for c in shown["commands"]] == [0, 0, 2, 2, None, 5]
+    text = run_cli(db, "show", wid).stdout
+    groups = [" ".join(line.split()) for line in text.splitlines() if "in parallel" in line]
+    assert groups == ["‖ in parallel: slots 0–1", "‖ in parallel: slots 2–3", "‖ in parallel: slot 5"], text
+    assert [line.split()[:2] for line in text.splitlines() if "note" in line] == [
+        ["0", "activity"], ["1", "activity"], ["2", "activity"], ["3", "activity"], ["4", "activity"],
+        ["5", "activity"]]
+    assert [("‖" in line) for line in text.splitlines() if " note " in line] == [True] * 4 + [False, True]

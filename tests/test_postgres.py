@@ -329,7 +329,7 @@ def test_writes_whose_answer_was_lost_are_made_once(pg_url: str) -> None:
                 return cur
 
         s._conn = LosesTheAnswer()  # type: ignore[assignment]
-        assert s.commit_record(parent, 2, rec("task", 2), ttl=30, parallel=True) is True  # found as its own
+        assert s.commit_record(parent, 2, rec("task", 2), ttl=30, parallel_group=1) is True  # found as its own
         assert lost and [c.slot for c in s.list_commands("p")] == [0, 2]
 
 

@@ -22,6 +22,7 @@ PUBLIC = [
     "AsyncWorker",
     "AsyncWorkflowError",
     "AsyncWorkflowHandle",
+    "ChildHandle",
     "ChildWorkflowError",
     "Client",
     "Context",

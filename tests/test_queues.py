@@ -336,3 +336,14 @@ def test_a_queue_limit_holds_across_three_worker_processes_with_a_worker_killed(
 def test_a_queue_limit_holds_across_three_worker_processes_killed_every_two_seconds(db: Path | str,
                                                                                     tmp_path: Path) -> None:
     queue_storm(db, tmp_path, workflows=200, kill_every=2.0, kills=1_000)
+
+
+def test_a_delay_is_waited_out_by_the_testing_environments_clock(tmp_path: Path) -> None:
+    from replaylog.testing import WorkflowEnvironment
+
+    with WorkflowEnvironment(app=queue_app) as env:
+        began = env.now()
+        handle = env.client.start(queue_app.timed, {"key": "later", "seconds": 0.0}, queue="storm", delay=3600)
+        # The environment skips to the end of the delay as to a timer: no hour goes by.
+        start, _ = handle.result(timeout=60)
+    assert start >= began + 3600

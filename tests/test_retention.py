@@ -19,6 +19,10 @@ DAY = 86400.0
 OWNED = ("signals", "inflight", "audit")
 
 
+def _url(db: Path | str) -> str:
+    return db if isinstance(db, str) else f"sqlite:///{db}"
+
+
 def _workflow(store: Store, status: str, age: float, *, parent: str | None = None, slots: int = 3) -> str:
     """A workflow in `status`, last updated `age` seconds ago, with slots, a signal, an audit row, a start mark."""
     wid = store.start_workflow("job", {"n": 1})
@@ -129,17 +133,17 @@ def test_dry_run_counts_what_would_go_and_writes_nothing(store: Store) -> None:
 
 
 def test_cli_prune_dry_run_names_the_first_ids_and_changes_nothing(db: Path | str) -> None:
-    with open_store(str(db) if isinstance(db, str) else f"sqlite:///{db}") as store:
+    with open_store(_url(db)) as store:
         wid = _workflow(store, "completed", 40 * DAY)
         before = _dump(store)
     done = run_cli(db, "prune", "--finished-before", "30d", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("would prune 1 workflow(s) finished before ") and wid in done.stdout
-    with open_store(str(db) if isinstance(db, str) else f"sqlite:///{db}") as store:
+    with open_store(_url(db)) as store:
         assert _dump(store) == before
     done = run_cli(db, "prune", "--finished-before", "30d")
     assert done.returncode == 0 and done.stdout.startswith("pruned 1 workflow(s)"), done.stdout + done.stderr
-    with open_store(str(db) if isinstance(db, str) else f"sqlite:///{db}") as store:
+    with open_store(_url(db)) as store:
         assert wid not in _ids(store)
 
 
@@ -149,13 +153,13 @@ def test_cli_prune_dry_run_names_the_first_ids_and_changes_nothing(db: Path | st
     (("--finished-before", "30d", "--status", "running"), "--status running: only finished workflows are pruned"),
 ])
 def test_bad_prune_input_is_one_line_and_writes_nothing(db: Path | str, args: tuple[str, ...], said: str) -> None:
-    with open_store(str(db) if isinstance(db, str) else f"sqlite:///{db}") as store:
+    with open_store(_url(db)) as store:
         _workflow(store, "completed", 40 * DAY)
         before = _dump(store)
     done = run_cli(db, "prune", *args)
     assert done.returncode == 1
     assert done.stderr.startswith(f"replaylog: error: {said}") and done.stderr.count("\n") == 1, done.stderr
-    with open_store(str(db) if isinstance(db, str) else f"sqlite:///{db}") as store:
+    with open_store(_url(db)) as store:
         assert _dump(store) == before
 
 
@@ -185,7 +189,7 @@ def test_a_pruned_sqlite_file_shrinks_with_vacuum(db_path: Path) -> None:
 
 
 def test_a_worker_with_retention_prunes_while_it_runs_live_workflows(db: Path | str) -> None:
-    url = str(db) if isinstance(db, str) else f"sqlite:///{db}"
+    url = _url(db)
     with open_store(url) as store:
         old = [_workflow(store, "completed", 40 * DAY) for _ in range(5)]
         unfinished = _workflow(store, "blocked", 40 * DAY)
@@ -200,3 +204,25 @@ def test_a_worker_with_retention_prunes_while_it_runs_live_workflows(db: Path | 
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_prune_deletes_the_earlier_runs_of_a_workflow_continued_as_new(db: Path | str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import continue_app
+
+    from replaylog.worker import Worker
+
+    monkeypatch.setenv("CONTINUE_LEDGER", str(tmp_path / "ledger"))
+    with Worker(db, app=[continue_app.looper, continue_app.step], focus_cpu=False), Client(db) as client:
+        assert client.start("looper", {"i": 0, "total": 9, "every": 3}, id="loop").result(timeout=300) == 9
+        kept = client.start("looper", {"i": 0, "total": 2, "every": 3}, id="kept").result(timeout=300)
+    with open_store(_url(db)) as store:
+        seqs = [int(r[0]) for r in sql(store, "SELECT seq FROM runs WHERE workflow_id = 'loop'")]
+        assert len(seqs) == 2  # runs 1 and 2 ended by continue-as-new; run 3 is the workflow's row
+        sql(store, "UPDATE workflows SET updated_at = ? WHERE id = 'loop'", (time.time() - 40 * DAY,))
+        report = _prune(store, time.time() - 30 * DAY)
+        assert report.pruned == 1 and _ids(store) == {"kept"} and kept == 2  # type: ignore[attr-defined]
+        assert sql(store, "SELECT COUNT(*) FROM runs WHERE workflow_id = 'loop'")[0][0] == 0
+        for seq in seqs:
+            assert sql(store, "SELECT COUNT(*) FROM commands WHERE slot_key BETWEEN ? AND ?",
+                       (slot_key(seq), slot_key(seq + 1) - 1))[0][0] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sqlite3
 import time
@@ -22,6 +23,7 @@ from replaylog.engine.errors import (
     WorkflowClosedError,
 )
 from replaylog.engine.store import Claim, PendingRecord, Store, database_path, open_store
+from replaylog.engine.store.rows import loads
 from replaylog.engine.store.shared.migrations import latest
 
 
@@ -130,6 +132,37 @@ def test_payload_cap_and_duplicate_ids(store_url: str) -> None:
         with pytest.raises(DuplicateWorkflowIdError):
             store.start_workflow("wf", None, workflow_id="x")
         assert store.list_signals("x") == []
+
+
+# Texts the encoder writes, texts older versions wrote (spaces after separators), and
+# texts JSON refuses: the store's reader must answer each exactly as json.loads does.
+_STORED_TEXTS = ["0", "7", "123456789012345678901234567890", "-5", "1.5", "1e+16", "-0.0", "true", "null",
+                 '"x"', '"\\ud800"', '"\u00e9t\u00e9"', "[1, 2]", '{"a": [1, {"b": null}]}', '{"a":1}',
+                 " 1", "1 "]
+_REFUSED_TEXTS = ["", "01", "00", "1 2", "[1,", "x", "NaN1", "+1", "\u0661", "\u00b2"]
+
+
+def test_stored_values_read_back_exactly_as_json_reads_them() -> None:
+    for text in _STORED_TEXTS:
+        expected = json.loads(text)
+        got = loads(text)
+        assert got == expected and type(got) is type(expected), text
+    for text in _REFUSED_TEXTS:
+        with pytest.raises(json.JSONDecodeError) as ours:
+            loads(text)
+        with pytest.raises(json.JSONDecodeError) as theirs:
+            json.loads(text)
+        assert str(ours.value) == str(theirs.value), text
+
+
+def test_a_history_reads_back_the_values_its_slots_recorded(store_url: str) -> None:
+    values = [0, 42, 10**30, -3, 2.5, "07", "text", [1, "a"], {"k": [None, True]}, None, "\u00e9"]
+    with open_store(store_url) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = claim_one(store)
+        for slot, value in enumerate(values):
+            assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, value, None, 1), ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == values
 
 
 def test_readonly_store_refuses_writes(store_url: str) -> None:

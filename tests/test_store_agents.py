@@ -31,10 +31,10 @@ def test_parallel_tasks_commit_in_any_order_once_each_and_only_under_the_lease(s
     store.start_workflow("wf", None, workflow_id="p")
     (claim,) = store.claim("w1", ttl=TTL)
     assert store.commit_record(claim, 0, rec("before", 0), ttl=TTL)
-    assert store.commit_record(claim, 3, rec("t", 3), ttl=TTL, parallel=True)
-    assert store.commit_record(claim, 1, rec("t", 1), ttl=TTL, parallel=True)
-    assert not store.commit_record(claim, 1, rec("t", 1), ttl=TTL, parallel=True)  # never written twice
-    written, _ = store.commit_batch([PendingRecord(claim, 2, rec("t", 2), parallel=True)], ttl=TTL)
+    assert store.commit_record(claim, 3, rec("t", 3), ttl=TTL, parallel_group=1)
+    assert store.commit_record(claim, 1, rec("t", 1), ttl=TTL, parallel_group=1)
+    assert not store.commit_record(claim, 1, rec("t", 1), ttl=TTL, parallel_group=1)  # never written twice
+    written, _ = store.commit_batch([PendingRecord(claim, 2, rec("t", 2), parallel_group=1)], ttl=TTL)
     assert written == [True]
     # The row's fence is at the group's end: the next plain slot is 4.
     assert not store.commit_record(claim, 3, rec("after", 3), ttl=TTL)
@@ -42,15 +42,15 @@ def test_parallel_tasks_commit_in_any_order_once_each_and_only_under_the_lease(s
     assert [c.value for c in store.load_state("p").commands] == [0, 1, 2, 3, 4]
     store.release(claim)
     (again,) = store.claim("w2", ttl=TTL)
-    assert not store.commit_record(claim, 5, rec("t", 5), ttl=TTL, parallel=True)  # fenced out: old epoch
-    assert store.commit_record(again, 5, rec("t", 5), ttl=TTL, parallel=True)
+    assert not store.commit_record(claim, 5, rec("t", 5), ttl=TTL, parallel_group=1)  # fenced out: old epoch
+    assert store.commit_record(again, 5, rec("t", 5), ttl=TTL, parallel_group=1)
 
 
 def test_a_gap_left_in_a_group_loads_as_a_hole_with_the_argument_keys_kept(store: Store) -> None:
     store.start_workflow("wf", None, workflow_id="g")
     (claim,) = store.claim("w1", ttl=TTL)
     assert store.commit_record(claim, 0, rec("before", 0, '["x"]'), ttl=TTL)
-    assert store.commit_record(claim, 2, rec("t", 2, '["y"]'), ttl=TTL, parallel=True)
+    assert store.commit_record(claim, 2, rec("t", 2, '["y"]'), ttl=TTL, parallel_group=1)
     commands = store.load_state("g").commands
     assert commands[1] is HOLE and [commands[0].args, commands[2].args] == ['["x"]', '["y"]']
     assert [(c.slot, c.args) for c in store.list_commands("g")] == [(0, '["x"]'), (2, '["y"]')]
@@ -185,3 +185,21 @@ def test_the_argument_keys_are_copied_by_a_fork(store: Store) -> None:
     store.fork_workflow("f", 2, new_id="copy")
     assert [c.args for c in store.list_commands("copy")] == ['["the prompt"]', None]
     assert sql(store, "SELECT COUNT(*) FROM commands WHERE args IS NOT NULL")[0][0] == 2
+
+
+def test_groups_back_to_back_keep_their_names_and_marks_without_one_read_as_consecutive_groups(
+        store: Store) -> None:
+    store.start_workflow("wf", None, workflow_id="two")
+    (claim,) = store.claim("w1", ttl=TTL)
+    for slot, group in ((1, 0), (0, 0), (2, 2), (3, 2)):  # two groups, tasks written as they complete
+        assert store.commit_record(claim, slot, rec("t", slot), ttl=TTL, parallel_group=group)
+    assert store.commit_record(claim, 4, rec("plain", 4), ttl=TTL)
+    written, _ = store.commit_batch([PendingRecord(claim, 5, rec("t", 5), parallel_group=5)], ttl=TTL)
+    assert written == [True]
+    assert [(c.parallel, c.parallel_group) for c in store.list_commands("two")] == [
+        (True, 0), (True, 0), (True, 2), (True, 2), (False, None), (True, 5)]
+    # Tasks recorded before the store named groups carry the mark alone: each run of
+    # consecutive ones reads as one group, named by its first slot.
+    sql(store, "UPDATE commands SET parallel_group = NULL")
+    assert [c.parallel_group for c in store.list_commands("two")] == [0, 0, 0, 0, None, 5]
+    assert [c.parallel_group for c in store.list_commands("two", offset=1)] == [1, 1, 1, None, 5]

@@ -70,6 +70,14 @@ def with_child(ctx: Any, _input: Any) -> None:
     ctx.call_workflow("every_command", 1)
 
 
+@workflow
+def with_spawned_child(ctx: Any, _input: Any) -> None:
+    child = ctx.start_workflow("every_command", 1)
+    child.signal("go", 1)
+    child.cancel("stop")
+    child.result()
+
+
 def _recorded_kinds(fn: Any, *, cancel: str | None = None) -> tuple[str, list[str]]:
     """Run `fn` live in memory; the outcome's status and the kind of every slot it recorded."""
     kinds: list[str] = []
@@ -89,6 +97,10 @@ def test_every_kind_the_context_records_has_its_vocabulary_entry() -> None:
         status, kinds = _recorded_kinds(fn, cancel=cancel)
         statuses.add(status)
         recorded.update(kinds)
+    # A child started without waiting, signalled, cancelled, and its outcome arrived.
+    state = signal(WorkflowState(input=1), "child:w.0", {"ok": True, "result": 1})
+    ctx = Context(state, workflow_id="w", clock=lambda: START, record=lambda _slot, rec: recorded.add(rec.kind))
+    statuses.add(execute(with_spawned_child, ctx, state).status)
     assert all(is_kind(k) for k in recorded), recorded
     # And every kind of the vocabulary is one the core records (none is dead, the runs above miss none).
     assert recorded == {k.value for k in SlotKind}

@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from replaylog import Context, RetryPolicy, activity, current_activity, workflow
+from replaylog import ChildWorkflowError, Context, RetryPolicy, WorkflowCancelled, activity, current_activity, workflow
 
 QUICK = RetryPolicy(max_attempts=3, initial=0.01)
 
@@ -88,3 +88,39 @@ def watched(ctx: Context, seconds: float) -> Any:
 def pulsing(ctx: Context, spec: dict[str, float]) -> Any:
     """pulse under a heartbeat timeout of `spec["heartbeat"]` seconds."""
     return ctx.call_activity(pulse, spec["limit"], heartbeat_timeout=spec["heartbeat"], retry=QUICK)
+
+
+@activity
+def refund(order: str) -> str:
+    """The compensation a timed-out workflow runs."""
+    return f"refunded {order}"
+
+
+@workflow
+def slow_order(ctx: Context, order: str) -> str:
+    """Wait for a shipment that does not come (a durable sleep); compensate when cancelled."""
+    try:
+        ctx.sleep(3600)
+    except WorkflowCancelled:
+        ctx.call_activity(refund, order)
+        raise
+    return "shipped"
+
+
+@workflow
+def sleeper(ctx: Context, seconds: float) -> str:
+    """A child that sleeps."""
+    ctx.sleep(seconds)
+    return "woke"
+
+
+@workflow
+def parent_of_sleepers(ctx: Context, own: float | None) -> list[Any]:
+    """Two children: one with a timeout of its own (`own`), then one inheriting this workflow's deadline."""
+    out: list[Any] = []
+    for timeout in (own, None):
+        try:
+            out.append(ctx.call_workflow(sleeper, 3600, timeout=timeout))
+        except ChildWorkflowError as exc:
+            out.append(exc.error)
+    return out

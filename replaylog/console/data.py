@@ -20,13 +20,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from replaylog.client import Client
+from replaylog.client import BULK_PAST, Client
+from replaylog.client import BulkAction as BulkAction
 from replaylog.engine.app import Registry
 from replaylog.engine.check import check_workflow
 from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay, Reason
 from replaylog.engine.core import HISTORY_WARN as HISTORY_WARN
 from replaylog.engine.core import signal_name_refusal as signal_name_refusal
 from replaylog.engine.errors import ReplaylogError
+from replaylog.engine.filters import parse_query
 from replaylog.engine.store import REMOTE_ADDR_ENV as REMOTE_ADDR_ENV
 from replaylog.engine.store import (
     STATUSES,
@@ -34,6 +36,7 @@ from replaylog.engine.store import (
     InflightRow,
     ReaderStore,
     SignalRow,
+    WorkflowFilter,
     WorkflowRow,
     WorkflowSummary,
     is_busy,
@@ -210,6 +213,8 @@ class WorkflowsPage:
     rows: tuple[ListedWorkflow, ...]
     total: int  # -1 while not counted yet
     counts: dict[str, int]
+    # The one line saying why the filter box's text was refused (an unknown field): no rows then.
+    problem: str | None = None
 
 
 def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
@@ -224,13 +229,17 @@ def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
         count: False reads the page alone, with no counts and a total of -1 (not known yet):
             what the console paints first, before the counts' index scan.
     """
+    try:
+        where, rest = filter_of(query)
+    except ReplaylogError as exc:
+        return WorkflowsPage(query, (), 0, counts if counts is not None else store.status_counts(), problem=str(exc))
     if not count:
-        return WorkflowsPage(query, _listed(store, query), -1, {})
+        return WorkflowsPage(query, _listed(store, query, where, rest), -1, {})
     fresh = counts is None
     if counts is None:
         counts = store.status_counts()
     if query.text or query.awaiting or not fresh:
-        total = store.count_workflows(status=query.status, text=query.text or None, awaiting=query.awaiting)
+        total = store.count_workflows(status=query.status, text=rest, awaiting=query.awaiting, where=where)
     elif query.status:
         total = counts.get(query.status, 0)  # the counts already hold it: skip a second scan
     else:
@@ -238,13 +247,23 @@ def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
     offset = min(query.offset, max(0, (total - 1) // query.limit * query.limit))
     if offset != query.offset:
         query = replace(query, offset=offset)
-    return WorkflowsPage(query, _listed(store, query), total, counts)
+    return WorkflowsPage(query, _listed(store, query, where, rest), total, counts)
 
 
-def _listed(store: ReaderStore, query: WorkflowsQuery) -> tuple[ListedWorkflow, ...]:
-    rows = store.list_workflow_summaries(status=query.status, text=query.text or None, sort=query.sort,
+def filter_of(query: WorkflowsQuery) -> tuple[WorkflowFilter | None, str | None]:
+    """The filter box's text as fields (`status:failed customer=c-42`, engine.filters.parse_query) and the
+    words left, which an id or a workflow name must hold; StoreError for an unknown field."""
+    if not query.text:
+        return None, None
+    where, rest = parse_query(query.text)
+    return (where or None), (rest or None)
+
+
+def _listed(store: ReaderStore, query: WorkflowsQuery, where: WorkflowFilter | None,
+            rest: str | None) -> tuple[ListedWorkflow, ...]:
+    rows = store.list_workflow_summaries(status=query.status, text=rest, sort=query.sort,
                                          descending=query.descending, limit=query.limit, offset=query.offset,
-                                         awaiting=query.awaiting)
+                                         awaiting=query.awaiting, where=where)
     # One small read per row waiting for an approval, on this page only (a page is
     # bounded; the request's action is in its slot, not in the workflows row).
     def approval(r: WorkflowSummary) -> dict[str, Any] | None:
@@ -336,7 +355,7 @@ class TranscriptEntry:
     title: str  # what was done: the activity and its arguments, the action, the child
     outcome: str  # what came of it
     ok: bool
-    parallel: bool = False  # a task of a ctx.parallel group (consecutive slots)
+    parallel_group: int | None = None  # a task of a ctx.parallel group: the slot of its first task
 
 
 def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[TranscriptEntry], int]:
@@ -351,7 +370,8 @@ def fetch_transcript(store: ReaderStore, workflow_id: str) -> tuple[list[Transcr
         if group is Group.CALL:
             args = c.args if c.args and not c.args.startswith(DIGEST_PREFIX) else "(…)"
             outcome = preview(c.value, 200) if c.ok else (c.error or "")
-            entries.append(TranscriptEntry(c.slot, group, f"{c.name}{_call_args(args)}", outcome, c.ok, c.parallel))
+            entries.append(TranscriptEntry(c.slot, group, f"{c.name}{_call_args(args)}", outcome, c.ok,
+                                           c.parallel_group))
         elif group is Group.APPROVAL:
             rid = (c.value or {}).get("request", "")
             answer = answers.get(APPROVAL_PREFIX + str(rid))
@@ -535,7 +555,7 @@ class ActionRefused(Exception):
 
 # The screens' actions that write: a read-only console hides them and refuses them if invoked.
 WRITE_ACTIONS = frozenset({"signal", "cancel_workflow", "terminate_workflow", "retry_workflow", "fork_workflow",
-                           "answer", "pause_schedule", "resume_schedule", "trigger_schedule"})
+                           "answer", "bulk", "pause_schedule", "resume_schedule", "trigger_schedule"})
 
 
 @dataclass(frozen=True)
@@ -551,6 +571,19 @@ class ListedSchedule:
     catch_up: str
     last_id: str | None
     skipped: int
+
+
+# How many ids a bulk action's dialog names (the rest are counted).
+BULK_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class BulkPreview:
+    """What a bulk action would act on: the marked workflows, or every one the screen's filters take."""
+
+    action: BulkAction
+    ids: tuple[str, ...]
+    marked: bool  # the marked set (else the filtered one)
 
 
 @dataclass(frozen=True)
@@ -651,7 +684,10 @@ class ConsoleData:
         # One per write: a write is rare, and a client's connection stays off the UI thread.
         return Client(self.db_path, readonly=self.readonly, app=self.registry)
 
-    def _act(self, act: Callable[[Client], T]) -> T:
+    def _act(self, act: Callable[[Client], str]) -> str:
+        return self._act_on(act)
+
+    def _act_on(self, act: Callable[[Client], T]) -> T:
         if self.readonly:
             raise ActionRefused("the console is read-only: no write actions")
         try:
@@ -692,7 +728,7 @@ class ConsoleData:
 
     def resume_schedule(self, name: str) -> str:
         """Resume a schedule from its next tick after now (`replaylog schedule resume`); the line to show."""
-        row = self._act(lambda c: c.resume_schedule(name))
+        row = self._act_on(lambda c: c.resume_schedule(name))
         return f"schedule {name} resumed: next run {utc(row.next_at)}"
 
     def trigger_schedule(self, name: str) -> str:
@@ -719,6 +755,38 @@ class ConsoleData:
             client.get_handle(workflow_id).retry()  # dry-replayed again, under the write: the code may have moved
             return f"{workflow_id} is pending again"
         return self._act(go)
+
+    def bulk_preview(self, action: BulkAction, query: WorkflowsQuery, marked: tuple[str, ...]) -> BulkPreview:
+        """The workflows a bulk action takes: the marked ones if any, else all the screen's filters take
+        (every page, oldest first). ActionRefused for a read-only console, a retry without the code
+        loaded (each retry is dry-replayed against it), a bad filter, or no filter at all."""
+        if self.readonly:
+            raise ActionRefused("the console is read-only: no write actions")
+        if action == "retry" and self.registry is None:
+            raise ActionRefused("no workflow code loaded: each retry dry-replays its history against the code first"
+                                " (open the console with --app)")
+        if marked:
+            return BulkPreview(action, marked, True)
+        if not (query.text or query.status or query.awaiting):
+            raise ActionRefused("filter first (/ or a status key), or mark workflows with space: a bulk action"
+                                " never takes every workflow")
+        try:
+            where, rest = filter_of(query)
+            with self._reader() as store:
+                rows = store.list_workflow_summaries(status=query.status, text=rest, awaiting=query.awaiting,
+                                                     where=where, sort="created", descending=False, limit=-1)
+        except ReplaylogError as exc:
+            raise ActionRefused(str(exc)) from exc
+        return BulkPreview(action, tuple(r.id for r in rows), False)
+
+    def bulk(self, preview: BulkPreview, reason: str) -> str:
+        """Take the action on each workflow of a preview, one by one (`Client.bulk`); the summary line."""
+        report = self._act_on(lambda c: c.bulk(preview.action, preview.ids, reason=reason or None))
+        said = f"{BULK_PAST[preview.action]} {report.done} of {len(preview.ids)} workflow(s)"
+        if report.refused:
+            first = report.refused[0]
+            said += f"; {len(report.refused)} refused, the first {first.id}: {first.error}"
+        return said
 
     def fork_preview(self, workflow_id: str, slot: int) -> ForkPreview:
         """Which recorded activities a fork from `slot` runs again."""

@@ -79,18 +79,19 @@ class TranscriptScreen(ModalScreen[None]):
         grid.add_column(justify="right", style="dim", no_wrap=True)
         grid.add_column(no_wrap=True)
         grid.add_column(overflow="fold")
-        in_group = False
+        group = None
         for e in message.entries:
-            if e.parallel and not in_group:
+            if e.parallel_group is not None and e.parallel_group != group:
+                # Each group opens with its own line: two groups back to back read as two.
                 grid.add_row("", PARALLEL_MARK, Text("in parallel:", style="dim italic"))
-            in_group = e.parallel
+            group = e.parallel_group
             line = text(e.title, "bold" if e.group in (Group.APPROVAL, Group.CHILD) else "")
             line.append("  →  ", style="dim")
             line.append_text(text(e.outcome, "" if e.ok else "red"))
             # Wrapped, never cut: what came of a call (an approval's answer and its note) is
             # the part an operator reads the transcript for, and it comes last on the line.
             line.no_wrap, line.overflow = False, "fold"
-            grid.add_row(str(e.slot), PARALLEL_MARK if e.parallel else MARKS[e.group], line)
+            grid.add_row(str(e.slot), PARALLEL_MARK if e.parallel_group is not None else MARKS[e.group], line)
         if not message.entries:
             grid.add_row("", "", Text("no slots recorded yet", style="dim"))
         if message.total > TRANSCRIPT_SLOTS:

@@ -14,7 +14,17 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 
-from replaylog.console.data import STATUSES, ConsoleData, WorkflowsPage, WorkflowsQuery
+from replaylog.console.action_dialog import ActionDialog
+from replaylog.console.data import (
+    BULK_SHOWN,
+    STATUSES,
+    ActionRefused,
+    BulkAction,
+    BulkPreview,
+    ConsoleData,
+    WorkflowsPage,
+    WorkflowsQuery,
+)
 from replaylog.console.format import STATUS_STYLES, age, status_text, text, waits_cell
 from replaylog.console.live_screen import LiveScreen
 from replaylog.console.paged_table import PagedTable
@@ -36,6 +46,12 @@ SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
 FILTER_DEBOUNCE = 0.15  # seconds of quiet typing before the filter queries
 COUNTS_EVERY = 0.5  # seconds between status recounts while commits keep coming
 STATUS_KEYS = {str(i + 1): status for i, status in enumerate(STATUSES)}
+# What each bulk action does to one workflow, as its dialog says it.
+BULK_WHAT = {
+    "retry": "Each failed one is dry-replayed against the code and, if it replays, set pending again.",
+    "cancel": "Each pending, running or blocked one is asked to cancel (WorkflowCancelled at its next ctx call).",
+    "terminate": "Each pending, running or blocked one is stopped at once: no code of it runs again.",
+}
 STATUS_HELP = "show " + ", ".join(["all", *STATUSES])
 Row = tuple[str, list[Text]]  # (workflow id, its cells)
 
@@ -45,7 +61,8 @@ class WorkflowsScreen(LiveScreen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", show=False),
-        Binding("slash", "filter", "Filter", key_display="/", tooltip="filter by id or workflow name"),
+        Binding("slash", "filter", "Filter", key_display="/",
+                tooltip="filter by id or name, and fields: status:failed error_text:declined customer=c-42"),
         Binding("0", "status(None)", "All", show=False, tooltip=STATUS_HELP),
         *[Binding(k, f"status('{s}')", s.capitalize(), show=False, tooltip=STATUS_HELP)
           for k, s in STATUS_KEYS.items()],
@@ -60,6 +77,14 @@ class WorkflowsScreen(LiveScreen):
                 tooltip="next / previous page"),
         Binding("s", "signal", "Signal", tooltip="send a signal to the workflow under the cursor"),
         Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+        Binding("space", "mark", "Mark", show=False,
+                tooltip="mark or unmark the workflow under the cursor, for R, X and T"),
+        Binding("R", "bulk('retry')", "Retry many", show=False,
+                tooltip="retry the marked workflows, else every one the filter takes (confirm)"),
+        Binding("X", "bulk('cancel')", "Cancel many", show=False,
+                tooltip="cancel the marked workflows, else every one the filter takes (confirm)"),
+        Binding("T", "bulk('terminate')", "Terminate many", show=False,
+                tooltip="terminate the marked workflows, else every one the filter takes (confirm)"),
     ]
 
     @dataclass
@@ -71,6 +96,18 @@ class WorkflowsScreen(LiveScreen):
         cells: list[Row]
         # The rows without the counts: shown at once, the read goes on for the counts.
         partial: bool = False
+
+    @dataclass
+    class BulkPreviewed(Message):
+        """The workflows a bulk action would take were found (on a worker thread)."""
+
+        preview: BulkPreview
+
+    @dataclass
+    class BulkFailed(Message):
+        """A bulk action could not be prepared: the one line why."""
+
+        reason: str
 
     @dataclass
     class WorkflowChosen(Message):
@@ -90,12 +127,15 @@ class WorkflowsScreen(LiveScreen):
         self._open_when_shown = False
         self._cells: list[Row] = []
         self._load_failed = False  # the last read failed: its reason is on screen
+        # The workflows marked (space) for a bulk action, kept across pages and filters.
+        self.marked: set[str] = set()
 
     def compose(self) -> ComposeResult:
         """The title bar, the status counts, the filter, the table and the page line."""
         yield Static(id="topbar")
         yield Static(id="counts")
-        yield Input(placeholder="filter by id or workflow name (enter: done, esc: clear)", id="filter")
+        yield Input(placeholder="filter: id or name, status:failed error_text:\"card declined\" customer=c-42"
+                                " (enter: done, esc: clear)", id="filter")
         yield PagedTable(id="workflows")
         yield Static(id="pageinfo")
         yield Footer()
@@ -229,7 +269,8 @@ class WorkflowsScreen(LiveScreen):
         table.set_widest("blocked_on", _blocked_on_width(self._cells))
         table.has_more_before = q.offset > 0
         table.has_more_after = q.offset + len(page.rows) < page.total if counted else len(page.rows) >= q.limit
-        table.set_page(self._cells, cursor_at=self._cursor_after)
+        table.set_page([(key, [Text("● ", style="bold magenta") + cells[0], *cells[1:]] if key in self.marked
+                         else cells) for key, cells in self._cells], cursor_at=self._cursor_after)
         self._cursor_after = None
         table.refresh()
         info = Text()
@@ -239,12 +280,17 @@ class WorkflowsScreen(LiveScreen):
             info.append(f" {q.offset + 1:,}–{q.offset + len(page.rows):,} of {page.total:,}")
             if page.total > q.limit:
                 info.append("   ] next page   [ previous page", style="dim")
+        elif page.problem is not None:
+            info.append(" " + printable(page.problem, oneline=True), style="red")
         else:
             info.append(" no workflows match" if (q.status or q.text or q.awaiting) else " no workflows yet")
         info.append(f"   sorted by {q.sort} {'▼' if q.descending else '▲'}", style="dim")
         if q.text:
             info.append("   filter: ", style="dim")
             info.append_text(text(q.text, "bold"))
+        if self.marked:
+            info.append(f"   {len(self.marked):,} marked", style="bold magenta")
+            info.append(" (R X T: act on them)", style="dim")
         if q.awaiting:
             info.append("   awaiting ", style="dim")
             info.append(q.awaiting, style="bold yellow")
@@ -358,6 +404,56 @@ class WorkflowsScreen(LiveScreen):
         key = self.query_one(PagedTable).current_key
         if key is not None:
             self.post_message(self.WorkflowChosen(key))
+
+    def action_mark(self) -> None:
+        """Mark or unmark the workflow under the cursor, then move down."""
+        table = self.query_one(PagedTable)
+        key = table.current_key
+        if key is None:
+            return
+        self.marked.symmetric_difference_update({key})
+        self._redraw()
+        table.action_cursor_down()
+
+    def action_bulk(self, action: BulkAction) -> None:
+        """Find the workflows the action takes (the marked ones, else the filtered set), then confirm."""
+        if self.data.readonly:
+            self.notify("the console is read-only: no write actions", severity="error", markup=False)
+            return
+        self._bulk_preview(action, self.query_state, tuple(sorted(self.marked)))
+
+    @work(thread=True, group="action-preview", exit_on_error=False)
+    def _bulk_preview(self, action: BulkAction, query: WorkflowsQuery, marked: tuple[str, ...]) -> None:
+        try:
+            preview = self.data.bulk_preview(action, query, marked)
+        except ActionRefused as exc:
+            self.post_message(self.BulkFailed(str(exc)))
+            return
+        self.post_message(self.BulkPreviewed(preview))
+
+    def on_workflows_screen_bulk_failed(self, message: BulkFailed) -> None:
+        """Say why the bulk action could not be prepared."""
+        self.notify(printable(message.reason), title="Bulk action", severity="error", markup=False)
+
+    def on_workflows_screen_bulk_previewed(self, message: BulkPreviewed) -> None:
+        """Name the workflows and what will be done to each; the dialog takes the action on confirm."""
+        p = message.preview
+        n = len(p.ids)
+        which = "marked" if p.marked else "the filter takes"
+        body = Text(f"{n:,} workflow(s) {which}", style="bold")
+        if p.ids:
+            body.append(": " + ", ".join(p.ids[:BULK_SHOWN]) + (", …" if n > BULK_SHOWN else ""))
+        body.append(f"\n{BULK_WHAT[p.action]} Each is done on its own, audited as if done one by one; one"
+                    " refusal does not stop the rest.")
+        title = Text(f"{p.action.capitalize()} {n:,} workflow(s)")
+        self.app.push_screen(ActionDialog(title, body, p.action.capitalize(), lambda reason: self.data.bulk(p, reason),
+                                          ask_reason=p.action != "retry", allowed=n > 0), self._bulk_done)
+
+    def _bulk_done(self, said: str | None) -> None:
+        if said is not None:
+            self.notify(printable(said), title="Done", markup=False)
+            self.marked.clear()
+            self.reload()
 
     def action_signal(self) -> None:
         """Send a signal to the workflow under the cursor."""

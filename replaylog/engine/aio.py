@@ -71,6 +71,11 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         # A control-flow exception (blocked, dry-run stop, worker stopping) is unwinding the code:
         # a ctx call made meanwhile (in a finally block) gets it too instead of a slot.
         self.stopping: BaseException | None = None
+        self._live = 0  # tasks not done: with one, a ctx call can be issued where it is awaited
+        self._outer: asyncio.AbstractEventLoop | None = None  # the loop this thread ran before `step`
+
+    def _task_done(self, _task: asyncio.Task[Any]) -> None:
+        self._live -= 1
 
     def _refuse(self, what: str, instead: str) -> AsyncWorkflowError:
         err = AsyncWorkflowError(f"async workflow {self._workflow!r} called {what}, which would make its "
@@ -95,7 +100,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def create_task(self, coro: Any, *, name: str | None = None,
                     context: contextvars.Context | None = None) -> asyncio.Task[Any]:
         """A task of this loop; its first step runs after the callbacks already scheduled."""
-        return asyncio.Task(coro, loop=self, name=name, context=context)
+        task = asyncio.Task(coro, loop=self, name=name, context=context)
+        self._live += 1
+        task.add_done_callback(self._task_done)
+        return task
 
     def get_debug(self) -> bool:
         """Never in debug mode (debug mode reads the clock)."""
@@ -154,7 +162,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def step(self) -> None:
         """Run every callback scheduled, and those they schedule, until none is left."""
         ready = self._ready
-        outer = asyncio.events._get_running_loop()  # an application's loop, if this thread runs one
+        outer = self._outer = asyncio.events._get_running_loop()  # an application's loop, if this thread runs one
         asyncio.events._set_running_loop(self)
         try:
             while ready:
@@ -170,7 +178,19 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         if self.stopping is not None:
             raise self.stopping
         future = self.create_future()
-        self.pending.append(_Command(future, run, activity))
+        if self._live == 1 and not self.pending:
+            # The only task: no other could issue a command in this round, so issuing it now
+            # is what the driver would do once the task waits, without the round trip (a done
+            # future is awaited without a task switch). The slot path of sequential code. The
+            # Context runs as it does from the driver: outside this loop (an async activity of
+            # the in-memory runner runs on a loop of its own).
+            asyncio.events._set_running_loop(self._outer)
+            try:
+                _answer(self, future, run)
+            finally:
+                asyncio.events._set_running_loop(self)
+        else:
+            self.pending.append(_Command(future, run, activity))
         return future
 
 
@@ -372,7 +392,8 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return asyncio.iscoroutinefunction(fn)
 
 
-def run_coroutine(coro: Coroutine[Any, Any, Any], _slot: int = 0, _attempt: int = 1) -> Any:
+def run_coroutine(coro: Coroutine[Any, Any, Any], _slot: int = 0, _attempt: int = 1,
+                  _timeout: float | None = None, _hold: bool = False) -> Any:
     """Await an async activity's coroutine where no worker owns a loop (the in-memory runner).
 
     On a loop made for the call; from a thread that already runs a loop (an application's),

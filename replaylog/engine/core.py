@@ -13,7 +13,7 @@ import json
 import math
 import random
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
@@ -68,6 +68,13 @@ CANCEL = SlotKind.CANCEL.value
 # The audit action the verdict of a workflow that finished before its code reached another
 # ctx call writes for the cancel request it never saw (its detail: "the workflow completed first").
 CANCEL_NOT_DELIVERED = "cancel not delivered"
+
+_CHILD_START = SlotKind.CHILD_START.value
+_CHILD_RESULT = SlotKind.CHILD_RESULT.value
+CHILD_SIGNAL = SlotKind.CHILD_SIGNAL.value
+CHILD_CANCEL = SlotKind.CHILD_CANCEL.value
+# What happens to a child started with ctx.start_workflow whose parent finishes while it runs.
+PARENT_CLOSE = ("cancel", "terminate", "abandon")
 
 # The kind of the slot `ctx.set_event(key, value)` records: its name is the key, its value
 # the value. Readers outside the workflow take the latest slot of each key.
@@ -701,6 +708,44 @@ class TimedHooks(Protocol):
         """An attempt said it is alive (from the attempt's own thread); ActivityTimeout if it was abandoned."""
 
 
+class ChildHandle:
+    """A child workflow started with `ctx.start_workflow`; each method is a ctx call (a slot of its own).
+
+    Attributes:
+        id: the child's workflow id. workflow: its name.
+    """
+
+    def __init__(self, ctx: Context, id: str, workflow: str) -> None:
+        self._ctx = ctx
+        self.id = id
+        self.workflow = workflow
+
+    def __repr__(self) -> str:
+        return f"ChildHandle({self.id!r}, {self.workflow!r})"
+
+    def result(self) -> Any:
+        """Wait for the child's result, holding no thread; ChildWorkflowError if it failed or was cancelled."""
+        return self._ctx._child_result(self)
+
+    def signal(self, name: str, payload: Any = None) -> None:
+        """Send the child a signal (recorded; delivered in the same transaction, not to a finished child).
+
+        Raises:
+            ValueError: the name is empty or reserved. ValueNotJSONError: JSON cannot hold the payload.
+        """
+        refusal = signal_name_refusal(name) if isinstance(name, str) else "a signal name is a string"
+        if refusal is not None:
+            raise ValueError(f"ChildHandle.signal: {refusal}")
+        payload = to_json_value(payload, f"the payload of signal {name!r}")
+        self._ctx._child_act(CHILD_SIGNAL, name, {"id": self.id, "payload": payload}, args_key((self.id,), {}))
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Ask the child to cancel (recorded; WorkflowCancelled in its code, as an operator's cancel)."""
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"ChildHandle.cancel(reason=...) takes a str, not {type(reason).__name__}")
+        self._ctx._child_act(CHILD_CANCEL, self.id, reason, args_key((reason,), {}))
+
+
 @dataclass(frozen=True)
 class Task:
     """One activity call described by `ctx.task`, to be run by `ctx.parallel`."""
@@ -747,8 +792,8 @@ class Context:
             has fired, and a `patched` call at its end ran under code from before the patch.
         parallel: how `parallel` runs its live tasks at once (see ParallelHooks); without
             it, one after another.
-        run_coroutine: awaits the coroutine of an attempt (slot, attempt) of an `async def`
-            activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
+        run_coroutine: awaits the coroutine of an attempt (slot, attempt[, timeout]) of an
+            `async def` activity and returns its value (the worker's: on its own event loop, or RunSuspended); without
             it, on a loop made for the call.
         max_slots: the most slots one run's history may hold: a command past it fails the
             workflow (HistoryTooLongError, saying to use `continue_as_new`); None: no cap.
@@ -774,7 +819,7 @@ class Context:
         retry: RetryPolicy | None = None,
         durable_retry: bool = False,
         timed: TimedHooks | None = None,
-        run_coroutine: Callable[[Coroutine[Any, Any, Any], int, int], Any] | None = None,
+        run_coroutine: Callable[..., Any] | None = None,
         max_slots: int | None = None,
     ) -> None:
         self._run_coroutine = run_coroutine or _aio.run_coroutine
@@ -804,6 +849,9 @@ class Context:
         self._finished = finished
         self._parallel = parallel
         self._group = False  # a parallel group's tasks are running
+        # The slot of that group's first task, which names the group in the store (read by
+        # the worker's `record` for the group's tasks); None outside a group.
+        self.parallel_group: int | None = None
         self._cmd_index = 0
         self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
@@ -969,11 +1017,13 @@ class Context:
         slot = self._cmd_index
         self._cmd_index = slot + 1
         checked = fn not in _UNCHECKED
+        # args_key's commonest case (one int) without a call, once per slot, replayed or live.
+        key = f"[{args[0]}]" if checked and len(args) == 1 and not kwargs and type(args[0]) is int else None
         # A live slot of a healthy run needs none of the guard: past history, no dry run, under the cap.
         if slot < self._history_len or self._dry_run or self.fatal is not None or slot >= self._slot_cap:
             rec = self._guard(slot, _ACTIVITY, name)
             if rec is not None:
-                if rec.args is not None and checked:
+                if rec.args is not None and checked and rec.args != key:
                     self._guard_args(slot, name, rec.args, args, kwargs)
                 self.replayed_commands += 1
                 if rec.ok:
@@ -984,15 +1034,11 @@ class Context:
         if fn is None:
             self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
             raise self.fatal
-        key = None
-        if checked:
-            if len(args) == 1 and not kwargs and type(args[0]) is int:
-                key = f"[{args[0]}]"  # args_key's commonest case without a call: once per live slot
-            else:
-                try:
-                    key = args_key(args, kwargs)
-                except (TypeError, ValueError, RecursionError):
-                    self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
+        if checked and key is None:
+            try:
+                key = args_key(args, kwargs)
+            except (TypeError, ValueError, RecursionError):
+                self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
         return self._run_activity(slot, name, fn, key, attempts, policy, args, kwargs, limits)
 
     def _policy(self, fn: Callable[..., Any] | None, max_retries: int | None, retry: RetryPolicy | None,
@@ -1154,11 +1200,23 @@ class Context:
                        name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
         """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
 
+        timeout, heartbeat_timeout = limits
+        if self._timed is not None and heartbeat_timeout is None and _aio.is_async(fn):
+            # An async attempt needs no thread to be timed: its task is awaited under the timeout
+            # on the worker's loop, and cancelled (CancelledError at its current await) when it passes.
+            token = _task_running.set((slot, name, attempt))
+            try:
+                return self._run_coroutine(fn(*args, **kwargs), slot, attempt, timeout)
+            finally:
+                _task_running.reset(token)
+
         def body() -> Any:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
             value = fn(*args, **kwargs)
             if type(value) is CoroutineType and _aio.is_async(fn):
-                value = self._run_coroutine(value, slot, attempt)
+                # Under a heartbeat timeout the attempt's thread waits for the task (hold): its
+                # heartbeats are watched from there, as a sync attempt's are.
+                value = self._run_coroutine(value, slot, attempt, None, True)
             return value
 
         copied = contextvars.copy_context()
@@ -1249,7 +1307,7 @@ class Context:
                 raise self.fatal
             live.append((i, slot, name, fn, self._args_key(slot, name, t.args, t.kwargs) if checked else None, t))
         if live:
-            self._run_group(live, outcomes, max_concurrency)
+            self._run_group(base, live, outcomes, max_concurrency)
         if any(isinstance(o, ActivityError) for o in outcomes):
             raise ParallelError(outcomes)
         return outcomes
@@ -1265,9 +1323,10 @@ class Context:
         # The cursor is at the group's first slot: the cancel point of any other ctx call.
         self._cancelled_here(f"activity:{fn if isinstance(fn, str) else registered_name(fn)}")
 
-    def _run_group(self, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
+    def _run_group(self, base: int, live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]],
                    outcomes: list[Any], max_concurrency: int) -> None:
-        """Run a parallel group's live tasks; re-raise the first that did not end in an outcome."""
+        """Run the live tasks of the group whose first slot is `base`; re-raise the first that did not end
+        in an outcome."""
         self.executed_commands += len(live)
         raised: list[tuple[int, BaseException]] = []
 
@@ -1287,19 +1346,20 @@ class Context:
         # Each task runs in its own copy of this context (current_activity, _task_running).
         thunks = [functools.partial(contextvars.copy_context().run, thunk, *item) for item in live]
         saved = self._record, self._on_start
-        self._record, self._on_start, self._group = record, on_start, True
+        self._record, self._on_start, self._group, self.parallel_group = record, on_start, True, base
         try:
             runner(thunks, max_concurrency)
         finally:
             self._record, self._on_start = saved
-            self._group = False
+            self._group, self.parallel_group = False, None
         if raised:
             raised.sort(key=lambda r: r[0])
             raise raised[0][1]
 
     # -- child workflows
 
-    def call_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None) -> Any:
+    def call_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None,
+                      timeout: float | None = None) -> Any:
         """Start a child workflow and wait for its result, holding no thread.
 
         The child's id is recorded in this slot (by default derived from this workflow's
@@ -1307,42 +1367,106 @@ class Context:
         child in the same transaction, and when the child finishes it delivers the
         outcome to this workflow, which then returns the result.
 
+        `timeout` (seconds) cancels the child (reason "timeout") that long after it starts;
+        without one it inherits this workflow's deadline, if it has one.
+
         Raises:
             ChildWorkflowError: the child failed (its error text is carried).
             DuplicateWorkflowIdError: another workflow has the id given (recorded in this
                 slot: the workflow's code may handle it, and a replay raises it again).
         """
         name = workflow if isinstance(workflow, str) else registered_name(workflow)
+        limits = _limits(timeout, None, "call_workflow")
+        child_id = self._start_child(_CHILD, name, input, id, {} if limits is None else {"timeout": limits[0]})
+        outcome: dict[str, Any] = self._wait_signal(CHILD_PREFIX + child_id)
+        if outcome.get("ok"):
+            return outcome.get("result")
+        raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
+
+    def _start_child(self, kind: str, name: str, input: Any, id: str | None, extra: dict[str, Any]) -> str:
+        """The slot that starts a child (call_workflow's, start_workflow's): its id, replayed or recorded.
+
+        The store starts the child in the transaction that records the slot; a refusal of
+        its id is recorded too (DuplicateWorkflowIdError, raised again on every replay).
+        """
         slot = self._cmd_index
         self._cmd_index = slot + 1
-        rec = self._guard(slot, _CHILD, name)
+        rec = self._guard(slot, kind, name)
         if rec is not None:
             if rec.args is not None:
                 self._guard_args(slot, name, rec.args, (input,), {})
             self.replayed_commands += 1
             if not rec.ok:
                 raise DuplicateWorkflowIdError(rec.error or "")
-            child_id = str(rec.value["id"])
+            return str(rec.value["id"])
+        if kind != _CHILD and self.cancel_requested is not None and not self.cancel_delivered:
+            self._deliver_cancel(slot, f"{kind}:{name}")
+        child_id = self._child_id(slot, id)
+        input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
+        self.executed_commands += 1
+        key = args_key((input,), {})
+        try:
+            self._append(slot, CommandRecord(kind, name, True, {"id": child_id, "input": input, **extra}, None, 1, key))
+        except DuplicateWorkflowIdError as exc:
+            # Whether the id is free depends on other workflows, not on history: the refusal
+            # is recorded, so that code which handles it replays down the same path.
+            self._append(slot, CommandRecord(kind, name, False, None, str(exc), 1, key))
+            raise
+        except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
+            self.fatal = exc
+            raise
+        return child_id
+
+    def start_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None, *,
+                       timeout: float | None = None, parent_close: str = "cancel") -> ChildHandle:
+        """Start a child workflow without waiting for it: its handle (result, signal, cancel are ctx calls).
+
+        Recorded in a slot of its own, as `call_workflow`'s start is; the child runs on its
+        own while this workflow goes on. `parent_close` says what happens to the child if
+        this workflow finishes (completes, fails or is cancelled) while it still runs:
+        "cancel" (the default: WorkflowCancelled in the child, reason "parent closed"),
+        "terminate" (stopped at once) or "abandon" (it runs on); each is in the child's
+        audit trail. `timeout` as `call_workflow`'s.
+
+        Raises:
+            DuplicateWorkflowIdError: another workflow has the id given (recorded).
+            ValueError: a bad id, timeout or parent_close (nothing is recorded).
+        """
+        if parent_close not in PARENT_CLOSE:
+            raise ValueError(f"start_workflow(parent_close={parent_close!r}): say one of {', '.join(PARENT_CLOSE)}")
+        name = workflow if isinstance(workflow, str) else registered_name(workflow)
+        limits = _limits(timeout, None, "start_workflow")
+        extra: dict[str, Any] = {"parent_close": parent_close}
+        if limits is not None:
+            extra["timeout"] = limits[0]
+        return ChildHandle(self, self._start_child(_CHILD_START, name, input, id, extra), name)
+
+    def _child_result(self, child: ChildHandle) -> Any:
+        """`ChildHandle.result()`: a slot that holds the child's outcome once it has arrived."""
+        slot = self._cmd_index
+        self._cmd_index = slot + 1
+        label = CHILD_PREFIX + child.id
+        rec = self._guard(slot, _CHILD_RESULT, child.id)
+        if rec is not None:
+            self.replayed_commands += 1
+            self._next_signal(label)  # the outcome's signal, consumed as when the slot was recorded
+            outcome = rec.value
         else:
-            child_id = self._child_id(slot, id)
-            input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
+            self._cmd_index = slot
+            self._cancelled_here(f"{_CHILD_RESULT}:{child.id}")  # a cancel ends the wait, recorded here
+            outcome = self._next_signal(label)
+            if outcome is _NONE:
+                raise WorkflowBlocked(label)
+            self._cmd_index = slot + 1
             self.executed_commands += 1
-            key = args_key((input,), {})
-            try:
-                # The store starts the child in the transaction that records this slot.
-                self._append(slot, CommandRecord(_CHILD, name, True, {"id": child_id, "input": input}, None, 1, key))
-            except DuplicateWorkflowIdError as exc:
-                # Whether the id is free depends on other workflows, not on history: the refusal
-                # is recorded, so that code which handles it replays down the same path.
-                self._append(slot, CommandRecord(_CHILD, name, False, None, str(exc), 1, key))
-                raise
-            except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
-                self.fatal = exc
-                raise
-        outcome: dict[str, Any] = self._wait_signal(CHILD_PREFIX + child_id)
+            self._append(slot, CommandRecord(_CHILD_RESULT, child.id, True, outcome))
         if outcome.get("ok"):
             return outcome.get("result")
-        raise ChildWorkflowError(child_id, name, str(outcome.get("error")))
+        raise ChildWorkflowError(child.id, child.workflow, str(outcome.get("error")))
+
+    def _child_act(self, kind: str, name: str, value: Any, key: str) -> None:
+        """`ChildHandle.signal()` / `cancel()`: a slot the store acts on in the transaction that records it."""
+        self._record_value(kind, name, value, f"the {kind} of child workflow {name!r}", key)
 
     def _child_id(self, slot: int, given: str | None) -> str:
         if given is None:
@@ -1448,8 +1572,9 @@ class Context:
                              f" got {len(key)}")
         self._record_value(EVENT, key, value, f"the value of event {key!r}")
 
-    def _record_value(self, kind: str, name: str, value: Any, what: str) -> None:
-        """A slot that only records a value (an event, search attributes): replayed, or recorded now."""
+    def _record_value(self, kind: str, name: str, value: Any, what: str, key: str | None = None) -> None:
+        """A slot that only records a value (an event, search attributes, a child's signal): replayed, or
+        recorded now (with `key`, the argument guard's key, where the store routes on one)."""
         slot = self._cmd_index
         self._cmd_index = slot + 1
         rec = self._guard(slot, kind, name)
@@ -1460,7 +1585,7 @@ class Context:
             self._deliver_cancel(slot, f"{kind}:{name}")
         try:
             value = to_json_value(value, f"slot {slot}: {what}")
-            self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, None)))
+            self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, key)))
         except ReplaylogError:
             # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
             # slot stays free, so code that catches the error records its next command there.

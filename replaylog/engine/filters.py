@@ -22,10 +22,11 @@ from replaylog.engine.core import ErrorKind
 from replaylog.engine.errors import StoreError
 from replaylog.engine.store import STATUSES, WorkflowFilter
 
-# Each field, and what it takes. (A `queue` field comes with the queues' column.)
+# Each field, and what it takes.
 FIELDS: dict[str, str] = {
     "status": "statuses, comma-separated",
     "workflow": "workflow names, comma-separated",
+    "queue": "queue names, comma-separated (`start --queue`)",
     "parent": "the id of the workflow that started it (ctx.call_workflow)",
     "forked_from": "the id of the workflow it was forked from",
     "created_after": "an age (2h, 7d: that long ago) or an ISO time",
@@ -115,7 +116,7 @@ def workflow_filter(fields: Mapping[str, Any], attributes: Mapping[str, Any] | I
              for f in ("created_after", "created_before", "updated_after", "updated_before") if f in given}
     return WorkflowFilter(
         statuses=_choices("status", given["status"], STATUSES) if "status" in given else (),
-        workflows=_names(given.get("workflow", ())),
+        workflows=_names(given.get("workflow", ())), queues=_names(given.get("queue", ())),
         parent=given.get("parent"), forked_from=given.get("forked_from"),
         created_after=times.get("created_after"), created_before=times.get("created_before"),
         updated_after=times.get("updated_after"), updated_before=times.get("updated_before"),

@@ -18,10 +18,14 @@ from replaylog.engine.store import OperatorStore, PruneBatch
 from replaylog.engine.text import utc
 from replaylog.engine.vocab import FINISHED
 
-# Top-level workflows one batch looks at (each batch one write transaction).
-BATCH = 500
-# The pause between two batches: the write lock is free for workers' commits meanwhile.
-PAUSE = 0.05
+# Top-level workflows one batch looks at (each batch one write transaction): small enough that
+# a live commit waiting behind a batch waits tens of milliseconds, not hundreds.
+BATCH = 200
+# After each batch the prune rests REST times as long as the batch took (at least PAUSE), so it
+# holds the write lock at most 1 / (1 + REST) of the time and live workers' commits go on
+# between batches (bench `prune`; docs/performance.md, "Retention", has what it costs them).
+REST = 4.0
+PAUSE = 0.02
 
 def parse_cutoff(value: str | float | datetime | timedelta, now: float, what: str = "--finished-before") -> float:
     """The epoch time `value` names (engine.filters.parse_time: an age such as "30d", an ISO date or time, …).
@@ -70,6 +74,7 @@ def prune(batch_of: Callable[[int], PruneBatch], *, finished_before: float, dry_
     report = PruneReport(finished_before, dry_run)
     after = 0
     while not stop():
+        began = time.monotonic()
         done = batch_of(after)
         if done.last is None:
             break
@@ -81,7 +86,7 @@ def prune(batch_of: Callable[[int], PruneBatch], *, finished_before: float, dry_
         report.kept_ids.extend(done.kept[:max(0, show - len(report.kept_ids))])
         after = done.last
         if not dry_run and pause > 0:
-            time.sleep(pause)
+            time.sleep(max(pause, REST * (time.monotonic() - began)))
     return report
 
 

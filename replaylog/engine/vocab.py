@@ -78,6 +78,15 @@ class SlotKind(_Described):
     CANCEL = "cancel", KindInfo()
     APPROVAL = "approval", KindInfo(Group.APPROVAL)
     CHILD = "child", KindInfo(Group.CHILD)
+    # ctx.start_workflow: a child started without waiting (value: id, input, parent_close, timeout);
+    # its handle's result() records CHILD_RESULT (name: the child's id, value: its outcome),
+    # signal() CHILD_SIGNAL (name: the signal's; value: child id, payload) and cancel()
+    # CHILD_CANCEL (name: the child's id; value: the reason). The store acts on the child in
+    # the transaction that records the slot.
+    CHILD_START = "child_start", KindInfo(Group.CHILD)
+    CHILD_RESULT = "child_result", KindInfo()
+    CHILD_SIGNAL = "child_signal", KindInfo()
+    CHILD_CANCEL = "child_cancel", KindInfo()
     # ctx.set_event(key, value): its name is the key; readers take the latest slot of each key.
     EVENT = "event", KindInfo()
     # ctx.upsert_search_attributes({...}): its name is the keys set, its value the dict; the

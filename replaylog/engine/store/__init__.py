@@ -49,7 +49,7 @@ from replaylog.engine.store.rows import (
     over_cap,
 )
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
-from replaylog.engine.store.shared.operations import REMOTE_ADDR_ENV, operator_name
+from replaylog.engine.store.shared.operations import REMOTE_ADDR_ENV, check_timeout, operator_name
 from replaylog.engine.store.shared.workers import waiting_reason
 from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
@@ -58,7 +58,8 @@ __all__ = [
     "OperatorStore", "PendingRecord", "PruneBatch", "QueueRow", "ReaderStore", "RunRow", "ScheduleRow", "SignalRow",
     "Store",
     "StoreStats", "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
-    "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy", "is_damaged",
+    "check_timeout", "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy",
+    "is_damaged",
     "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
 ]
 

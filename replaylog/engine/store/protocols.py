@@ -144,9 +144,10 @@ class OperatorStore(ReaderStore, Protocol):
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
                        workflow_id: str | None = None, trace_context: str | None = None,
                        queue: str | Queue | None = None, priority: int = 0, dedup_id: str | None = None,
-                       delay: float | None = None) -> str:
+                       delay: float | None = None, timeout: float | None = None) -> str:
         """Insert a pending workflow (with the caller's trace context, if any), or a queued one on
-        `queue` (engine.queues); return its id."""
+        `queue` (engine.queues); cancelled with reason "timeout" `timeout` seconds from now,
+        if given; return its id."""
 
     def send_signal(self, workflow_id: str, name: str, payload: Any = None) -> int:
         """Append a signal, waking the workflow if it waits on `name`; return its sequence number."""
@@ -227,9 +228,10 @@ class WorkerStore(_Closable, Protocol):
         """A worker exits cleanly: it serves nothing any more."""
 
     def commit_record(self, claim: rows.Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+                      ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome (`text`: its JSON if already encoded; `traceback`: a failure's) if the lease
-        holds and `slot` is next (any slot not yet written, for a task of a parallel group)."""
+        holds and `slot` is next (any slot not yet written, for a task of a parallel group: `parallel_group`,
+        the slot of the group's first task)."""
 
     def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
                      finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -247,6 +249,9 @@ class WorkerStore(_Closable, Protocol):
 
     def hand_back(self, claim: rows.Claim, error: str, *, backoff: float, backoff_max: float) -> float | None:
         """Give a workflow back after a run stopped by an error that is no outcome; the seconds it waits."""
+
+    def expire_deadlines(self) -> list[str]:
+        """Ask the unfinished workflows whose timeout passed to cancel (reason "timeout"); their ids."""
 
     def heartbeat(self, claim: rows.Claim, slot: int, name: str, attempts: int, *, details: str | None,
                   beat_at: float | None, expires: float | None) -> bool:

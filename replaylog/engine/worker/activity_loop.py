@@ -22,13 +22,28 @@ extra thread.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from replaylog.engine.core import RunSuspended
-from replaylog.engine.errors import LeaseLostError
+from replaylog.engine.errors import ActivityTimeout, LeaseLostError
+
+
+class _TimedOut(Exception):
+    """An attempt's task ran past its timeout and was cancelled (not a TimeoutError of its own)."""
+
+
+async def _within(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except TimeoutError as exc:
+        if isinstance(exc.__cause__, asyncio.CancelledError):  # wait_for's own: the task was cancelled
+            raise _TimedOut() from None
+        raise
 
 
 class ActivityLoop:
@@ -86,8 +101,13 @@ class ActivityLoop:
         with self._lock:
             return any(s == slot for s, _ in self._finished.get(workflow_id, ()))
 
-    def run(self, workflow_id: str, coro: Coroutine[Any, Any, Any], slot: int, attempt: int) -> Any:
+    def run(self, workflow_id: str, coro: Coroutine[Any, Any, Any], slot: int, attempt: int,
+            timeout: float | None = None, hold: bool = False) -> Any:
         """The outcome of the task a suspended run started for this attempt; else start it and raise RunSuspended.
+
+        With a `timeout` (the activity's, start to close) the task is cancelled when it passes, and
+        the attempt fails with ActivityTimeout. With `hold`, the calling thread waits for the task
+        instead (an attempt under a heartbeat timeout, watched from its own thread).
 
         Raises:
             RunSuspended: the task is started; the run ends and comes back when it finished.
@@ -100,6 +120,9 @@ class ActivityLoop:
             if done.cancelled():
                 raise LeaseLostError(workflow_id)
             error = done.exception()
+            if isinstance(error, _TimedOut):
+                raise ActivityTimeout(f"attempt {attempt} ran past its timeout of {timeout:g} s (start to close); "
+                                      "its task was cancelled") from None
             if error is not None:
                 raise error
             with self._lock:  # it is recorded now: no replay comes back for this slot
@@ -109,10 +132,32 @@ class ActivityLoop:
             return done.result()
         loop = self._started()
         context = contextvars.copy_context()
+        if timeout is not None:
+            coro = _within(coro, timeout)
+        if hold:
+            future = asyncio.run_coroutine_threadsafe(self._held(workflow_id, coro, context), loop)
+            try:
+                return future.result()
+            except concurrent.futures.CancelledError:
+                raise LeaseLostError(workflow_id) from None
         with self._lock:
             self._running[workflow_id] = self._running.get(workflow_id, 0) + 1
         loop.call_soon_threadsafe(self._start, workflow_id, coro, (slot, attempt), context)
         raise RunSuspended()
+
+    async def _held(self, workflow_id: str, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
+        """On the loop: a held attempt's task, cancellable by `cancel` as the others are."""
+        task = asyncio.get_running_loop().create_task(coro, context=context)
+        with self._lock:
+            self._tasks.setdefault(workflow_id, set()).add(task)
+        try:
+            return await task
+        finally:
+            with self._lock:
+                tasks = self._tasks.get(workflow_id, set())
+                tasks.discard(task)
+                if not tasks:
+                    self._tasks.pop(workflow_id, None)
 
     def _start(self, workflow_id: str, coro: Coroutine[Any, Any, Any], key: tuple[int, int],
                context: contextvars.Context) -> None:
@@ -179,6 +224,14 @@ class ActivityLoop:
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
+
+        async def cancel_left() -> None:
+            # Attempts abandoned under a heartbeat timeout may still run: they end with the worker.
+            for task in asyncio.all_tasks() - {asyncio.current_task()}:
+                task.cancel()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_left(), loop).result(timeout=5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()

@@ -116,12 +116,12 @@ class Committer:
         return req.ok
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
-                      parallel: bool = False, traceback: str | None = None) -> bool:
+                      parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
 
-        `text` is the value's JSON text if the caller encoded it already; `parallel`
-        marks a task of a parallel group (written in completion order); `traceback` is
-        a failed activity's.
+        `text` is the value's JSON text if the caller encoded it already; `parallel_group`
+        (the slot of the group's first task) marks a task of a parallel group (written in
+        completion order); `traceback` is a failed activity's.
 
         The fast path of `submit` for a lone workflow: when no commit is in progress
         and nothing waits, this thread commits its outcome alone without building a
@@ -135,9 +135,9 @@ class Committer:
             self._leading = True
         lock.release()
         if not fast or store is None:
-            return self.submit(Request(record=PendingRecord(claim, slot, rec, text, parallel, traceback)))
+            return self.submit(Request(record=PendingRecord(claim, slot, rec, text, parallel_group, traceback)))
         try:
-            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel=parallel,
+            written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel_group=parallel_group,
                                           traceback=traceback)
             self.batches += 1
             self.commits += 1
@@ -145,8 +145,17 @@ class Committer:
             if self.metrics is not None:
                 self.metrics.batch.observe(1)
         finally:
-            if self._hand_over():
-                self._lead()  # verdicts queued meanwhile, with nobody waiting for them
+            # _hand_over's common case (nothing queued meanwhile) inline: one call fewer a slot.
+            lock.acquire()
+            if self._pending:
+                lock.release()
+                if self._hand_over():
+                    self._lead()  # verdicts queued meanwhile, with nobody waiting for them
+            else:
+                self._leading = False
+                if self._stop_waiting:
+                    self._idle.notify_all()
+                lock.release()
         return written
 
     def submit_later(self, req: Request) -> None:

@@ -289,8 +289,12 @@ class WorkflowRun:
 
     # -- the Context's hooks
 
-    def record(self, slot: int, rec: CommandRecord, parallel: bool = False) -> None:
-        """Commit one live outcome before the workflow goes on (the Context's `record`)."""
+    def record(self, slot: int, rec: CommandRecord, parallel_group: int | None = None) -> None:
+        """Commit one live outcome before the workflow goes on (the Context's `record`).
+
+        `parallel_group` is the slot of its group's first task, for a task of a parallel group.
+        """
+        parallel = parallel_group is not None
         me = self._me
         parts = self._parts
         focus = parts.focus
@@ -317,7 +321,7 @@ class WorkflowRun:
                     over_cap(f"slot {slot}: the value activity {rec.name!r} returned", size, cap)))
                 rec = CommandRecord(_ACTIVITY, rec.name, False, None, refused, rec.attempts, rec.args)
                 text = None
-        elif rec.kind == SlotKind.CHILD and rec.ok:
+        elif rec.ok and (rec.kind == SlotKind.CHILD or rec.kind == SlotKind.CHILD_START):
             self._check_child(slot, rec)
         elif rec.kind == EVENT:
             text, size = encode_value(rec.value)
@@ -342,10 +346,10 @@ class WorkflowRun:
         metrics = parts.metrics
         try:
             if metrics is None:
-                written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+                written = self._commit(claim, slot, rec, text, parallel_group, failure_tb)
             else:
                 began = time.perf_counter()
-                written = self._commit(claim, slot, rec, text, parallel, failure_tb)
+                written = self._commit(claim, slot, rec, text, parallel_group, failure_tb)
                 metrics.slot_commit.observe(time.perf_counter() - began)
         except Exception as exc:  # the store failed: not the workflow's outcome
             raise CommitFailed(exc) from exc
@@ -377,7 +381,9 @@ class WorkflowRun:
 
     def record_task(self, slot: int, rec: CommandRecord) -> None:
         """`record` for a task of a parallel group, from its task thread."""
-        self.record(slot, rec, True)
+        ctx = self.ctx
+        group = ctx.parallel_group if ctx is not None else None
+        self.record(slot, rec, slot if group is None else group)
 
     def on_start(self, slot: int, name: str, attempt: int) -> None:
         """Before each live attempt of an activity: stop if the worker stops, else mark it started."""

@@ -22,7 +22,7 @@ from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
-from replaylog.engine.store.shared.operations import TIME_WAITS, keep_retry
+from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
 from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
@@ -46,7 +46,8 @@ _PARALLEL = (
     "WITH f AS (UPDATE workflows SET slots = GREATEST(slots, %s + 1), lease_expires = %s"
     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING 1)"
     " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback,"
-    " parallel) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f ON CONFLICT (slot_key) DO NOTHING"
+    " parallel_group, parallel) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, TRUE FROM f"
+    " ON CONFLICT (slot_key) DO NOTHING"
     " RETURNING NULL::text"
 )
 _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_key = %s AND w.id = %s"
@@ -78,15 +79,16 @@ def _as_text(value: object) -> bytes | None:
 
 
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
-                 ttl: float, parallel: bool = False, traceback: str | None = None) -> tuple[object, ...]:
-    """The parameters of `_SLOT` (of `_PARALLEL` for a task of a parallel group); `traceback` a failure's."""
+                 ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> tuple[object, ...]:
+    """The parameters of `_SLOT` (of `_PARALLEL` for a task of the parallel group whose first slot is
+    `parallel_group`); `traceback` a failure's."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     kind, name, ok, value, error, attempts, args = rec
     stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
     row = (claim.base + slot, kind, name, bool(ok), stored, error, attempts, now, args, traceback)
-    if parallel:
-        return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row)
+    if parallel_group is not None:
+        return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row, parallel_group)
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
 
 
@@ -106,16 +108,22 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
         row = conn.execute("SELECT parent FROM workflows WHERE id = %s", (child_id,)).fetchone()
         if row is None or row[0] != claim.id:
             raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
+    else:
+        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, now)
 
 
 def _starts_child(rec: CommandRecord) -> bool:
     """Whether recording `rec` starts a child workflow (ctx.call_workflow's slot)."""
-    return rec.kind == SlotKind.CHILD and bool(rec.ok) and rec.error is None
+    return rec.kind in _STARTS_CHILD and bool(rec.ok) and rec.error is None
+
+
+# The slots whose commit starts a child workflow (ctx.call_workflow, ctx.start_workflow).
+_STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
 
 
 def _notifies(rec: CommandRecord) -> bool:
-    """Whether committing `rec` is told to listeners: a child it starts, or an event a reader waits for."""
-    return _starts_child(rec) or rec.kind == EVENT
+    """Whether committing `rec` is told to listeners: a child it starts or acts on, or an event a reader waits for."""
+    return _starts_child(rec) or rec.kind == EVENT or rec.kind in CHILD_ACTS
 
 
 def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
@@ -187,15 +195,17 @@ class PGCommits(PGConnection, SeenCancels):
     """The worker's lease-fenced writes of outcomes and run verdicts, on PostgreSQL (see `cancels`)."""
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
-                      ttl: float, parallel: bool = False, traceback: str | None = None) -> bool:
+                      ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip.
 
-        `parallel` marks a task of a parallel group: written if the lease holds and the
+        `parallel_group` (the slot of its group's first task) marks a task of a parallel
+        group: written if the lease holds and the
         slot is not written yet, whatever slot is next. A child workflow's slot starts the
         child in the same transaction.
         """
         now = time.time()
-        params = _slot_params(claim, slot, rec, text, now, ttl, parallel, traceback)
+        params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
+        parallel = parallel_group is not None
         statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
         if not _notifies(rec):
@@ -227,6 +237,8 @@ class PGCommits(PGConnection, SeenCancels):
                 if written:
                     if _starts_child(rec):
                         _start_child(conn, claim, rec, now)
+                    elif rec.kind in CHILD_ACTS:
+                        child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
                     conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
 
@@ -236,7 +248,8 @@ class PGCommits(PGConnection, SeenCancels):
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
         now = time.time()
-        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel, r.traceback) for r in records]
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
+                  for r in records]
         cancels = self.cancels
 
         # Only slots, none of which starts a child: nothing is read before the COMMIT, so
@@ -264,6 +277,10 @@ class PGCommits(PGConnection, SeenCancels):
                 children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
                 for r in children:
                     _start_child(conn, r.claim, r.record, now)
+                for r, w in zip(records, written, strict=True):
+                    if w and r.record.kind in CHILD_ACTS:
+                        child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
+                        children.append(r)  # (told to listeners below)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
                 if finishes or children or any(r.record.kind == EVENT for r in records):
                     conn.execute(NOTIFY)

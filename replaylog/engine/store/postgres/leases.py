@@ -20,7 +20,7 @@ from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
 from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT
-from replaylog.engine.store.shared.queues import admit, room_sql
+from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
@@ -244,25 +244,29 @@ class PGLeases(PGConnection):
         return bool(row and row[0])
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is queued, pending, running or past its wake time: what `--until-idle`
-        waits out."""
+        """Whether anything (of `names`) is pending, running, queued (its delay over) or past its wake time:
+        what `--until-idle` waits out."""
         only, named = _names(names)
         row = self._run(lambda c, _: c.execute(
-            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('queued', 'pending', 'running'){only})"
+            f"SELECT EXISTS (SELECT 1 FROM workflows WHERE status IN ('pending', 'running'){only})"
+            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'queued' AND (not_before IS NULL OR not_before <= %s)"
+            f"{only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'blocked' AND wake_at <= %s{only})",
-            (*named, self.wake_clock(), *named)).fetchone())
+            (*named, self.wake_clock(), *named, self.wake_clock(), *named)).fetchone())
         return bool(row and row[0])
 
     def next_wake(self, names: Collection[str] | None = None) -> float | None:
-        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+        """The earliest wake time of a blocked workflow (of `names`), or the end of a queued one's delay;
+        None if none sleeps.
 
-        The first entry of the workflows_wake index: the worker's idle loop sleeps until then.
+        The first entry of the workflows_wake index (and of workflows_delayed): the worker's idle
+        loop sleeps until then.
         """
         only, named = _names(names)
         row = self._run(lambda c, _: c.execute(
-            f"SELECT wake_at FROM workflows WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
-            " ORDER BY wake_at LIMIT 1", named).fetchone())
-        return None if row is None else float(row[0])
+            f"SELECT (SELECT wake_at FROM workflows WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            f" ORDER BY wake_at LIMIT 1), ({DELAYED.format(only=only)})", (*named, *named)).fetchone())
+        return earliest(row)
 
     def renew(self, claims: Sequence[Claim], *, ttl: float, worker: str | None = None) -> list[bool]:
         """Extend leases still held; say which are. `worker`: stamp that worker's row as seen too."""

@@ -230,6 +230,30 @@ MIGRATIONS: list[Migration] = [
                      " input text, slots bigint NOT NULL, ended_at double precision NOT NULL,"
                      " PRIMARY KEY (workflow_id, run))"),
     )),
+    Migration(10, "queued workflows by the end of their delay: workflows_delayed", (
+        # A worker sleeps until the first delay ends (next_wake), as until the first timer: one
+        # seek; only delayed queued workflows are in it.
+        AddIndex("workflows_delayed", "workflows", ("not_before",), "status = 'queued' AND not_before IS NOT NULL"),
+    )),
+    Migration(11, "parallel groups told apart: commands.parallel_group", (
+        # The slot of its ctx.parallel group's first task, on each task of the group: two
+        # groups back to back are two groups. NULL on the tasks recorded before it (their
+        # `parallel` mark alone: consecutive marked slots read as one group) and elsewhere.
+        AddColumn("commands", "parallel_group", "integer"),
+    )),
+    Migration(12, "workflow timeouts: workflows.deadline", (
+        # When a workflow started with a timeout is cancelled (reason "timeout"); a child started
+        # without one of its own inherits its parent's. Workers look for the passed ones in
+        # this partial index (those not yet asked to cancel).
+        AddColumn("workflows", "deadline", "real"),
+        AddIndex("workflows_deadline", "workflows", ("deadline",),
+                 where="deadline IS NOT NULL AND cancel_requested IS NULL"),
+    )),
+    Migration(13, "children started without waiting: workflows.parent_close", (
+        # What happens to a child started with ctx.start_workflow when its parent finishes while
+        # it runs: "cancel", "terminate" or "abandon"; NULL for every other workflow.
+        AddColumn("workflows", "parent_close", "text"),
+    )),
 ]
 
 

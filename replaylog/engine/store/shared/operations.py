@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 from replaylog.engine.core import (
     APPROVAL_PREFIX,
     CANCEL_NOT_DELIVERED,
+    CHILD_CANCEL,
     CHILD_PREFIX,
+    CHILD_SIGNAL,
     Outcome,
     RetryWait,
     signal_name_refusal,
@@ -38,7 +40,7 @@ from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.shared.queues import check_start
 from replaylog.engine.text import utc
-from replaylog.engine.vocab import FINISHED, SlotKind, Status, Wait
+from replaylog.engine.vocab import FINISHED, UNFINISHED, SlotKind, Status, Wait
 
 if TYPE_CHECKING:
     from replaylog.engine.history import HistoryDocument
@@ -188,6 +190,64 @@ def beatless_error(attempts: int) -> str:
     return f"ActivityTimeout: attempt {attempts}{BEATLESS}"
 
 
+# The cancel reason of a workflow whose timeout passed (client.start(..., timeout=...)).
+TIMEOUT_REASON = "timeout"
+
+
+def check_timeout(timeout: object, what: str) -> None:
+    """Refuse a timeout that is not a positive, finite number of seconds (StoreError, one line)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (0 < timeout < 1e12):
+        raise StoreError(f"{what} must be a positive number of seconds, not {timeout!r}")
+
+
+def child_deadline(sql: Dialect, conn: Any, child_id: str, parent_id: str, value: dict[str, Any], now: float) -> None:
+    """A child just started: its own timeout's deadline, else its parent's remaining one (if any); and
+    what happens to it when its parent finishes first (ctx.start_workflow's parent_close)."""
+    own = value.get("timeout")
+    sql.run(conn, "UPDATE workflows SET deadline = COALESCE(?, (SELECT p.deadline FROM workflows p WHERE p.id = ?)),"
+            " parent_close = ? WHERE id = ?",
+            (None if own is None else now + float(own), parent_id, value.get("parent_close"), child_id))
+
+
+# The slot kinds whose commit acts on a child (besides starting one), in the same transaction.
+CHILD_ACTS = frozenset((CHILD_SIGNAL, CHILD_CANCEL))
+
+
+def child_act(sql: Dialect, conn: Any, parent_id: str, kind: str, name: str, value: Any, now: float) -> None:
+    """A parent's recorded signal to, or cancel of, a child it started: done now, unless the child finished."""
+    child_id = str(value["id"]) if kind == CHILD_SIGNAL else name
+    row = sql.run(conn, "SELECT status, blocked_on, cancel_requested FROM workflows WHERE id = ? AND parent = ?"
+                  f"{sql.lock}", (child_id, parent_id)).fetchone()
+    if row is None or row[0] in FINISHED:
+        return
+    who = f"workflow {parent_id}"
+    if kind == CHILD_SIGNAL:
+        seq = append_signal(sql, conn, child_id, name, dumps(value.get("payload")), now, row[0], row[1])
+        _audit(sql, conn, child_id, "signal", now, who, detail=f"{name} #{seq}")
+    elif row[2] is None:
+        _request_cancel(sql, conn, child_id, value, now, who, detail=f"by its parent, {parent_id}")
+
+
+def close_children(sql: Dialect, conn: Any, parent_id: str, status: str, now: float) -> None:
+    """A parent ended: apply each unfinished child's parent-close policy (ctx.start_workflow), audited."""
+    unfinished, statuses = sql.in_list("status", UNFINISHED)
+    children = sql.run(conn, "SELECT id, parent_close, cancel_requested FROM workflows WHERE parent = ?"
+                       f" AND parent_close IS NOT NULL AND {unfinished} ORDER BY seq{sql.lock}",
+                       (parent_id, *statuses)).fetchall()
+    for child_id, policy, requested in children:
+        why = f"parent-close policy {policy}: its parent {parent_id} {status}"
+        if policy == "terminate":
+            _terminate(sql, conn, child_id, f"terminated: its parent {parent_id} {status}", "parent closed", now,
+                       f"workflow {parent_id}", detail=why)
+        elif policy == "cancel":
+            if requested is None:
+                _request_cancel(sql, conn, child_id, "parent closed", now, f"workflow {parent_id}", detail=why)
+        else:
+            _audit(sql, conn, child_id, "abandon", now, f"workflow {parent_id}", "parent closed", why)
+
+
 def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any], now: float) -> None:
     """A child workflow ended: deliver {"ok", "result", "error"} to its parent, if it has one still open."""
     row = sql.run(conn, "SELECT p.id, p.status, p.blocked_on FROM workflows c JOIN workflows p ON p.id = c.parent"
@@ -208,6 +268,7 @@ def code_ended(sql: Dialect, conn: Any, workflow_id: str, outcome: Outcome, stat
     ok = status == Status.COMPLETED
     tell_parent(sql, conn, workflow_id, {"ok": ok, "result": outcome.result if ok else None,
                                          "error": None if ok else outcome.error}, now)
+    close_children(sql, conn, workflow_id, status, now)
     if cancel_requested is not None and not outcome.cancel_delivered:
         _audit(sql, conn, workflow_id, CANCEL_NOT_DELIVERED, now, actor(), cancel_requested or None,
                f"the workflow {status} first")
@@ -274,7 +335,7 @@ class SharedOperatorWrites(StoreBase):
     def start_workflow(self, workflow: str, input: Any = None, *, has_input: bool = True,
                        workflow_id: str | None = None, trace_context: str | None = None,
                        queue: str | Queue | None = None, priority: int = 0, dedup_id: str | None = None,
-                       delay: float | None = None) -> str:
+                       delay: float | None = None, timeout: float | None = None) -> str:
         """Insert a pending workflow (queued, on a queue); return its id.
 
         `trace_context` is the caller's trace context (W3C headers as JSON text), kept for
@@ -282,11 +343,14 @@ class SharedOperatorWrites(StoreBase):
         which is recorded if the store has no queue of its name yet), `priority`, `dedup_id`
         and `delay` (seconds by the wake clock) start it queued: see engine.queues.
         QueueError (nothing written) for an unknown queue or a bad option;
-        DedupIdTakenError when an unfinished workflow on the queue holds `dedup_id`.
+        DedupIdTakenError when an unfinished workflow on the queue holds `dedup_id`. `timeout`: seconds
+        from now after which the workflow is cancelled with reason "timeout" (StoreError if not a
+        positive number).
         """
         declared = queue if isinstance(queue, Queue) else None
         queue_name = queue.name if isinstance(queue, Queue) else queue
         check_queue_options(queue_name, priority, dedup_id, delay)
+        check_timeout(timeout, "the workflow timeout")
         input_text = self.encode_payload(input, "the workflow input") if has_input else None
         wid = workflow_id or new_workflow_id()
         _check_id(wid)
@@ -310,6 +374,8 @@ class SharedOperatorWrites(StoreBase):
                 self._insert_workflow(conn, wid, workflow, input_text, now)
             if trace_context is not None:
                 sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
+            if timeout is not None:
+                sql.run(conn, "UPDATE workflows SET deadline = ? WHERE id = ?", (now + timeout, wid))
             _audit(sql, conn, wid, "start", now, who,
                    detail=workflow if queue_name is None else f"{workflow} on queue {queue_name}")
 
@@ -339,6 +405,34 @@ class SharedOperatorWrites(StoreBase):
 
         # A retry that finds the signal committed reads its number from the audit row's "name #seq".
         return self._operate(workflow_id, "signal", now, who, send, lambda done: int(done.rsplit("#", 1)[1]))
+
+    def expire_deadlines(self) -> list[str]:
+        """Ask every unfinished workflow whose timeout has passed to cancel, reason "timeout"; their ids.
+
+        One write transaction each, audited like an operator's cancel (detail "its timeout
+        passed"); a workflow already asked to cancel keeps its request. Children are not
+        cancelled with it: each has its own deadline (its parent's, unless given its own).
+        """
+        now, sql = time.time(), self.dialect
+        unfinished, statuses = sql.in_list("status", UNFINISHED)
+        due = [str(r[0]) for r in self._query(
+            f"SELECT id FROM workflows WHERE deadline <= ? AND cancel_requested IS NULL AND {unfinished}"
+            " ORDER BY deadline LIMIT 100", (now, *statuses))]
+        if not due:
+            return []
+        who = actor()
+        expired = []
+        for wid in due:
+            def expire(conn: Any, wid: str = wid) -> bool:
+                status, requested = _status_of(sql, conn, wid)
+                if status in FINISHED or requested is not None:
+                    return False
+                _request_cancel(sql, conn, wid, TIMEOUT_REASON, now, who, detail="its timeout passed")
+                return True
+
+            if self._operate(wid, "cancel", now, who, expire, lambda _: True):
+                expired.append(wid)
+        return expired
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
         """Ask a pending, running or blocked workflow to cancel; return the status it had.
@@ -440,8 +534,9 @@ class SharedOperatorWrites(StoreBase):
                                                  forked_from=workflow_id, forked_slot=from_slot))
             sql.run(
                 conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
-                " traceback, parallel) SELECT slot_key - ? + ?, kind, name, ok, value, error, attempts, recorded_at,"
-                " args, traceback, parallel FROM commands WHERE slot_key BETWEEN ? AND ?",
+                " traceback, parallel, parallel_group) SELECT slot_key - ? + ?, kind, name, ok, value, error,"
+                " attempts, recorded_at, args, traceback, parallel, parallel_group FROM commands"
+                " WHERE slot_key BETWEEN ? AND ?",
                 (old, new, old, old + from_slot - 1))
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"

@@ -18,7 +18,7 @@ delay) keeps a workflow out, and the ones behind it are not held up by it.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from replaylog.engine.queues import Queue, QueueError, limits_text
@@ -33,6 +33,17 @@ ADMITTED = "(" + ", ".join(f"'{s}'" for s in _HOLDING) + ")"
 _OPEN = "(" + ", ".join(f"'{s.value}'" for s in UNFINISHED) + ")"
 
 _DUE = "status = 'queued' AND queue = {q} AND (not_before IS NULL OR not_before <= {mark}){only}"
+
+
+# The end of the earliest delay of a queued workflow (of `only`'s names): one seek in workflows_delayed.
+DELAYED = ("SELECT not_before FROM workflows WHERE status = 'queued' AND not_before IS NOT NULL{only}"
+           " ORDER BY not_before LIMIT 1")
+
+
+def earliest(times: Sequence[float | None] | None) -> float | None:
+    """The earliest of the times a row holds (None: none of them), as `next_wake` answers."""
+    found = [float(t) for t in times or () if t is not None]
+    return min(found) if found else None
 
 
 def room_sql(mark: str, only: str) -> str:

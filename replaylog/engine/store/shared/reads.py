@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from replaylog.engine.core import (
@@ -58,7 +59,7 @@ _POSITION = ("CASE WHEN status = 'queued' THEN (SELECT COUNT(*) FROM workflows a
              " AND ahead.queue = workflows.queue AND (ahead.priority < workflows.priority"
              " OR (ahead.priority = workflows.priority AND ahead.seq < workflows.seq))) + 1 END")
 _COMMAND_COLUMNS = (f"c.slot_key - {FIRST_KEY}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
-                    " c.args, c.parallel, c.traceback")
+                    " c.args, c.parallel, c.traceback, c.parallel_group")
 
 
 def _workflow_columns(dialect: Dialect) -> str:
@@ -92,19 +93,40 @@ def _summary(r: Sequence[Any]) -> WorkflowSummary:
 
 
 def _command_row(r: Sequence[Any]) -> CommandRow:
-    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10])
+    return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10],
+                      None if r[11] is None else int(r[11]))
+
+
+def _named_groups(rows: list[CommandRow]) -> list[CommandRow]:
+    """The rows, each task of a parallel group naming its group (CommandRow.parallel_group).
+
+    Tasks recorded before groups were told apart carry the mark alone: each run of them
+    on consecutive slots is taken as one group, named by its first slot there.
+    """
+    start = last = -2
+    named = []
+    for r in rows:
+        if r.parallel and r.parallel_group is None:
+            if r.slot != last + 1:
+                start = r.slot
+            last = r.slot
+            r = replace(r, parallel_group=start)
+        else:
+            last = -2
+        named.append(r)
+    return named
 
 
 def load_commands(dialect: Dialect, conn: Any, base: int) -> tuple[CommandRecord, ...]:
     """The command records of the workflow whose keys start at `base`, in slot order."""
-    json_loads = json.loads
+    json_loads = loads
     rec = CommandRecord
     # Rows come back in key order, which is slot order; ORDER BY makes it explicit.
     rows = dialect.run(conn, "SELECT slot_key, kind, name, ok, value, error, attempts, args FROM commands"
                              " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key", (base, base + SLOT_LIMIT - 1)
                        ).fetchall()
     records = tuple(
-        new_record(rec, (kind, name, bool(ok), None if value is None else json_loads(value), error, attempts, args))
+        new_record(rec, (kind, name, bool(ok), json_loads(value), error, attempts, args))
         for _key, kind, name, ok, value, error, attempts, args in rows
     )
     if rows and rows[-1][0] - base + 1 != len(rows):
@@ -157,7 +179,7 @@ class SharedReads(StoreBase):
 
     def _filter(self, where: WorkflowFilter, clauses: list[str], params: list[Any]) -> None:
         """The clauses of a WorkflowFilter, each one an index range or a check of the rows it leaves."""
-        for column, values in (("status", where.statuses), ("workflow", where.workflows),
+        for column, values in (("status", where.statuses), ("workflow", where.workflows), ("queue", where.queues),
                                ("error_kind", where.error_kinds)):
             if values:
                 clause, listed = self.dialect.in_list(column, values)
@@ -291,7 +313,7 @@ class SharedReads(StoreBase):
             f"SELECT {_COMMAND_COLUMNS} FROM workflows w JOIN commands c"
             f" ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY} WHERE w.id = ? ORDER BY c.slot_key LIMIT ?",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, self.dialect.limit(limit)))
-        return [_command_row(r) for r in rows]
+        return _named_groups([_command_row(r) for r in rows])
 
     def last_failed_command(self, workflow_id: str) -> CommandRow | None:
         """The highest recorded slot whose outcome is an error, if any (what failed a workflow)."""

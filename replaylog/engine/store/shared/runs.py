@@ -18,7 +18,7 @@ from replaylog.engine.errors import OperatorRefusedError, UnknownWorkflowIdError
 from replaylog.engine.store.rows import Claim, CommandRow, RunRow, dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT
-from replaylog.engine.store.shared.reads import _COMMAND_COLUMNS, _command_row
+from replaylog.engine.store.shared.reads import _COMMAND_COLUMNS, _command_row, _named_groups
 
 
 def continue_run(sql: Dialect, conn: Any, claim: Claim, outcome: Outcome, now: float) -> bool:
@@ -82,4 +82,4 @@ class SharedRuns(StoreBase):
             f" ON c.slot_key BETWEEN {FIRST_KEY} + ? AND {LAST_KEY} WHERE w.workflow_id = ? AND w.run = ?"
             " ORDER BY c.slot_key LIMIT ?",
             (min(max(int(offset), 0), SLOT_LIMIT), workflow_id, run, self.dialect.limit(limit)))
-        return [_command_row(r) for r in rows]
+        return _named_groups([_command_row(r) for r in rows])

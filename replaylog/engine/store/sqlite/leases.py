@@ -16,7 +16,7 @@ from replaylog.engine.marks import Mark, board_path, read_board
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
 from replaylog.engine.store.shared.operations import beatless_error
-from replaylog.engine.store.shared.queues import admit, room_sql
+from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 from replaylog.engine.store.sqlite.connection import SQLITE
 from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
 
@@ -198,28 +198,31 @@ class Leases(InflightMarks):
         return found == 1
 
     def next_wake(self, names: Collection[str] | None = None) -> float | None:
-        """The earliest wake time of a blocked workflow (of `names`), None if none sleeps.
+        """The earliest wake time of a blocked workflow (of `names`), or the end of a queued one's delay;
+        None if none sleeps.
 
-        A seek to the first entry of workflows_wake: the worker's idle loop sleeps until then.
+        A seek to the first entry of workflows_wake (and of workflows_delayed): the worker's idle
+        loop sleeps until then.
         (With `names`, due entries of other names come first in the range and are stepped over;
         the workers that serve them claim them.)
         """
         only, named = _names_clause(names)
         row = self._conn.execute(
-            f"SELECT wake_at FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
-            " ORDER BY wake_at LIMIT 1", named).fetchone()
-        return None if row is None else float(row[0])
+            f"SELECT (SELECT wake_at FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at IS NOT NULL{only}"
+            f" ORDER BY wake_at LIMIT 1), ({DELAYED.format(only=only)})", (*named, *named)).fetchone()
+        return earliest(row)
 
     def has_runnable(self, names: Collection[str] | None = None) -> bool:
-        """Whether anything (of `names`) is queued, pending, running or past its wake time: what `--until-idle`
-        waits out."""
+        """Whether anything (of `names`) is pending, running, queued (its delay over) or past its wake time:
+        what `--until-idle` waits out."""
         only, named = _names_clause(names)
         found: int = self._conn.execute(
             f"SELECT EXISTS (SELECT 1 FROM workflows{_BY_NAME if only else ''} WHERE status = 'pending'{only})"
-            f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'queued'{only})"
+            " OR EXISTS (SELECT 1 FROM workflows WHERE status = 'queued'"
+            f" AND (not_before IS NULL OR not_before <= ?){only})"
             f" OR EXISTS (SELECT 1 FROM workflows WHERE status = 'running'{only})"
             f" OR EXISTS (SELECT 1 FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only})",
-            (*named, *named, *named, self.wake_clock(), *named),
+            (*named, self.wake_clock(), *named, *named, self.wake_clock(), *named),
         ).fetchone()[0]
         return found == 1
 
