@@ -970,8 +970,8 @@ async def test_the_help_is_made_from_the_bindings_of_every_screen(console_db: Pa
             for b in bindings:
                 if b.tooltip and not b.tooltip.startswith("check:"):
                     assert (b.tooltip in keys) != (readonly and b.action in WRITE_ACTIONS), b
-            assert ("0 1 2 3 4 5 6 7 show all, pending, running, blocked, completed, failed, cancelled,"
-                    " terminated") in keys
+            assert ("0 1 2 3 4 5 6 7 8 show all, pending, running, blocked, completed, failed, cancelled,"
+                    " terminated, queued") in keys
             assert "^p command palette" in keys
 
 
@@ -1171,6 +1171,8 @@ async def test_a_queued_workflow_shows_its_queue_and_place_in_line_in_the_list_a
         table = app.screen.query_one(PagedTable)
         waits = dict(zip(column(table, "id"), column(table, "blocked_on"), strict=True))
         assert waits == {first.id: "queue reports #1", second.id: "queue reports #2"}
+        # The queue's figures, as `replaylog queues` gives them, under the status counts.
+        assert "reports 0/1 running · 2 waiting" in rendered(app.screen.query_one("#queues", Static))
         screen = await open_workflow(pilot, second.id)
         summary = rendered(screen.query_one("#summary", Static))
         assert "queue" in summary and "reports · priority 2 · 2nd in line · dedup id [red]not markup[/red]" in summary

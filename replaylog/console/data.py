@@ -34,6 +34,7 @@ from replaylog.engine.store import (
     STATUSES,
     CommandRow,
     InflightRow,
+    QueueRow,
     ReaderStore,
     SignalRow,
     WorkflowFilter,
@@ -215,6 +216,8 @@ class WorkflowsPage:
     counts: dict[str, int]
     # The one line saying why the filter box's text was refused (an unknown field): no rows then.
     problem: str | None = None
+    # Each declared queue's figures, as `replaylog queues` gives them (`queue_figures`); () if none.
+    queues: tuple[str, ...] = ()
 
 
 def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
@@ -247,7 +250,20 @@ def fetch_workflows(store: ReaderStore, query: WorkflowsQuery,
     offset = min(query.offset, max(0, (total - 1) // query.limit * query.limit))
     if offset != query.offset:
         query = replace(query, offset=offset)
-    return WorkflowsPage(query, _listed(store, query, where, rest), total, counts)
+    return WorkflowsPage(query, _listed(store, query, where, rest), total, counts,
+                         queues=tuple(queue_figures(q) for q in store.queues()))
+
+
+def queue_figures(q: QueueRow) -> str:
+    """A queue's figures on one line: "emails 2/5 running · 3 waiting (1 delayed) · 12/100 per 60s"."""
+    running = f"{q.admitted}/{q.concurrency} running" if q.concurrency is not None else f"{q.admitted} running"
+    waiting = f"{q.waiting} waiting" + (f" ({q.delayed} delayed)" if q.delayed else "")
+    parts = [f"{q.name} {running}", waiting]
+    if q.worker_concurrency is not None:
+        parts.append(f"{q.worker_concurrency} per worker")
+    if q.rate_limit is not None:
+        parts.append(f"{q.recent}/{q.rate_limit[0]} per {q.rate_limit[1]:g}s")
+    return " · ".join(parts)
 
 
 def filter_of(query: WorkflowsQuery) -> tuple[WorkflowFilter | None, str | None]:
