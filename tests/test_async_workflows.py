@@ -196,3 +196,11 @@ def test_a_signal_wait_blocks_without_a_thread_and_resumes_on_replay() -> None:
     assert (first.outcome.status, first.outcome.blocked_on) == ("blocked", "go")
     second = run(async_app.gated, signal(signal(first.state, "go", 1), "go", 2), clock=lambda: 6.0)
     assert second.outcome.result == [5.0, 1, 2, 2, True]
+
+
+def test_the_test_environment_skips_an_async_workflows_day_long_sleep() -> None:
+    from replaylog.testing import WorkflowEnvironment
+
+    with WorkflowEnvironment(app=async_app) as env:
+        assert env.client.start(async_app.sleeper, 86400).result(timeout=60) == "woke"
+        assert env.client.start(async_app.fan, 2).result(timeout=60) == [2, 0, 2]

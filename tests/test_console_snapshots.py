@@ -50,6 +50,12 @@ def test_workflows_screen(snap_compare: Snap, console_db: Path) -> None:
     assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening())
 
 
+def test_workflows_screen_at_a_phones_width(snap_compare: Snap, console_db: Path) -> None:
+    # 64 columns: the status counts take two lines, and the list hides slots, updated and
+    # workflow (in that order) so that id, status, blocked on and error fit, none cut off.
+    assert snap_compare(make_app(console_db), terminal_size=(64, 30), run_before=opening())
+
+
 def test_workflows_screen_filtered(snap_compare: Snap, console_db: Path) -> None:
     assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(None, "slash", *"refund"))
 

@@ -79,9 +79,14 @@ class PagedTable(DataTable[Text]):
         self._specs: list[ColumnSpec] = []
         self._grow: list[bool] = []
         self._widest: list[int | None] = []
+        self._drop: list[str] = []
+        # The columns shown (indices into _specs): all of them unless the terminal is too
+        # narrow even for their narrowest widths; and the page's rows whole, hidden cells too.
+        self._shown: list[int] = []
+        self._rows: list[Cells] = []
 
     def define_columns(self, specs: Sequence[ColumnSpec], grow: Sequence[str] = (),
-                       widest: Mapping[str, int] | None = None) -> None:
+                       widest: Mapping[str, int] | None = None, drop: Sequence[str] = ()) -> None:
         """Add the columns; their widths then follow the table's width (see `fit_widths`).
 
         Args:
@@ -89,10 +94,15 @@ class PagedTable(DataTable[Text]):
             grow: the keys of the columns that share the room left over on a wide terminal.
             widest: how wide a growing column may get (its longest useful content); the
                 others take the rest.
+            drop: the keys of columns to hide, in this order, while even the narrowest
+                widths do not fit (a phone's 64 columns): the rest then fit, none cut off
+                the edge.
         """
         self._specs = list(specs)
         self._grow = [key in grow for key, _, _, _ in self._specs]
         self._widest = [(widest or {}).get(key) for key, _, _, _ in self._specs]
+        self._drop = list(drop)
+        self._shown = list(range(len(self._specs)))
         for key, label, width, _ in self._specs:
             self.add_column(header(label), key=key, width=width)
         self._fit()
@@ -105,8 +115,21 @@ class PagedTable(DataTable[Text]):
             self._fit()
 
     def set_label(self, key: str, label: str | Text) -> None:
-        """Change a column's label (cut with `…` like every label)."""
-        self.columns[ColumnKey(key)].label = header(label)
+        """Change a column's label (cut with `…` like every label); a hidden column's is kept for when it shows."""
+        index = [k for k, _, _, _ in self._specs].index(key)
+        spec = self._specs[index]
+        self._specs[index] = (spec[0], label, spec[2], spec[3])
+        if ColumnKey(key) in self.columns:
+            self.columns[ColumnKey(key)].label = header(label)
+
+    @property
+    def hidden(self) -> list[str]:
+        """The keys of the columns hidden for want of width."""
+        return [key for i, (key, _, _, _) in enumerate(self._specs) if i not in self._shown]
+
+    def _visible(self, cells: Cells) -> list[Text]:
+        """The cells of the columns shown."""
+        return [cells[i] for i in self._shown if i < len(cells)]
 
     def on_resize(self, _event: events.Resize) -> None:
         """Fit the columns to the new width."""
@@ -115,21 +138,30 @@ class PagedTable(DataTable[Text]):
     def _fit(self) -> None:
         if not self._specs or not self.size.width:
             return
-        # Keep room for the vertical scrollbar, so a page that starts to scroll still fits.
-        room = self.size.width - self.styles.scrollbar_size_vertical - 2 * self.cell_padding * len(self._specs)
-        widths = fit_widths([(width, narrowest) for _, _, width, narrowest in self._specs], room, self._grow,
-                            self._widest)
-        columns = list(self.ordered_columns)
-        if [c.width for c in columns] == widths:
+        shown = list(range(len(self._specs)))
+        keys = [key for key, _, _, _ in self._specs]
+        for key in self._drop:
+            # Keep room for the vertical scrollbar, so a page that starts to scroll still fits.
+            room = self.size.width - self.styles.scrollbar_size_vertical - 2 * self.cell_padding * len(shown)
+            if sum(self._specs[i][3] for i in shown) <= room:
+                break
+            shown.remove(keys.index(key))
+        room = self.size.width - self.styles.scrollbar_size_vertical - 2 * self.cell_padding * len(shown)
+        widths = fit_widths([(self._specs[i][2], self._specs[i][3]) for i in shown], room,
+                            [self._grow[i] for i in shown], [self._widest[i] for i in shown])
+        labels = {c.key.value: c.label for c in self.ordered_columns}
+        if shown == self._shown and [c.width for c in self.ordered_columns] == widths:
             return
         # Rebuilt through the public API (a resize is rare; the table holds one page at most).
-        rows = [self.get_row_at(i) for i in range(self.row_count)]
+        rows = self._rows
+        self._shown = shown
         cursor = self.cursor_row
         self.clear(columns=True)
-        for column, width in zip(columns, widths, strict=True):
-            self.add_column(column.label, key=column.key.value, width=width)
+        for i, width in zip(shown, widths, strict=True):
+            key = keys[i]
+            self.add_column(labels.get(key, header(self._specs[i][1])), key=key, width=width)
         for position, cells in enumerate(rows):
-            self.add_row(*cells, key=str(position))
+            self.add_row(*self._visible(cells), key=str(position))
         if rows:
             self.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
 
@@ -149,8 +181,10 @@ class PagedTable(DataTable[Text]):
         following = self.current_key if cursor_at is None else cursor_at
         shown = self.row_count
         columns = list(self.columns)
-        for position, (_key, cells) in enumerate(rows):
+        self._rows = [cells for _, cells in rows]
+        for position, (_key, whole) in enumerate(rows):
             row_key = str(position)
+            cells = self._visible(whole)
             if position >= shown:
                 self.add_row(*cells, key=row_key)
                 continue

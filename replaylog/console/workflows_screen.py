@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
@@ -40,6 +40,9 @@ COLUMNS = (("id", "id", 28, 11), ("workflow", "workflow", 18, 12), ("status", "s
 # error takes the rest. Its width moves in steps of BLOCKED_ON_STEP, so a ticking countdown
 # does not re-lay the table out every second.
 BLOCKED_ON_WIDEST = 72
+# Hidden in this order while the narrowest widths do not fit (a phone's 64 columns): the
+# id, the status, what it waits on and the error are what an operator acts on there.
+DROPPED_WHEN_NARROW = ("slots", "updated", "workflow")
 BLOCKED_ON_STEP = 8
 # The columns `o` steps through and a header click sorts by (the error is not indexed: no sort).
 SORT_ORDER = ["id", "workflow", "status", "blocked_on", "slots", "updated"]
@@ -145,7 +148,8 @@ class WorkflowsScreen(LiveScreen):
         """Build the columns and ask for the first page."""
         table = self.query_one(PagedTable)
         table.define_columns([(key, self._label(key), width, narrowest) for key, _, width, narrowest in COLUMNS],
-                             grow=["blocked_on", "error"], widest={"blocked_on": _blocked_on_width([])})
+                             grow=["blocked_on", "error"], widest={"blocked_on": _blocked_on_width([])},
+                             drop=DROPPED_WHEN_NARROW)
         self.query_one("#filter", Input).display = False
         self._draw_topbar()
         self.reload()
@@ -246,24 +250,27 @@ class WorkflowsScreen(LiveScreen):
             self._redraw()
             self._cursor_after = wanted
 
+    def on_resize(self, _event: events.Resize) -> None:
+        """Pack the status counts again for the new width."""
+        self._redraw()
+
     def _redraw(self) -> None:
         page = self.page
         if page is None:
             return
         q = page.query
-        counts = Text()
         # The key that selects each status sits beside it; the active filter is in reverse.
-        counts.append("0 ", style="dim")
-        counts.append("all", style="bold reverse" if q.status is None else "bold")
         counted = page.total >= 0
-        counts.append(f" {sum(page.counts.values()):,}  " if counted else " …  ")
+        entries = [Text.assemble(("0 ", "dim"), ("all", "bold reverse" if q.status is None else "bold"),
+                                 f" {sum(page.counts.values()):,}" if counted else " …")]
         for key, status in STATUS_KEYS.items():
-            counts.append(f"{key} ", style="dim")
-            counts.append(status, style=STATUS_STYLES[status] + (" reverse" if q.status == status else ""))
-            counts.append(f" {page.counts.get(status, 0):,}  " if counted else " …  ")
+            entries.append(Text.assemble(
+                (f"{key} ", "dim"), (status, STATUS_STYLES[status] + (" reverse" if q.status == status else "")),
+                f" {page.counts.get(status, 0):,}" if counted else " …"))
         if not counted:
-            counts.append("counting…", style="dim")
-        self.query_one("#counts", Static).update(counts)
+            entries.append(Text("counting…", style="dim"))
+        bar = self.query_one("#counts", Static)
+        bar.update(packed(entries, bar.content_size.width))
         if page.total >= 0 and page.problem is None:  # a page read without counts has no queue figures: keep them
             line = self.query_one("#queues", Static)
             line.display = bool(page.queues)
@@ -467,6 +474,22 @@ class WorkflowsScreen(LiveScreen):
             return
         row = next((r for r in self.page.rows if r.id == key), None)
         self.request_signal(key, row.blocked_on if row else None)
+
+
+def packed(entries: list[Text], width: int, gap: int = 2) -> Text:
+    """The entries on as many lines as `width` needs (0: one line), never one cut in two.
+
+    On a phone's width (64 columns) the status counts take two lines instead of losing
+    the last statuses off the edge.
+    """
+    lines: list[Text] = []
+    for entry in entries:
+        if lines and (not width or len(lines[-1]) + gap + len(entry) <= width):
+            lines[-1].append(" " * gap)
+            lines[-1].append_text(entry)
+        else:
+            lines.append(entry.copy())
+    return Text("\n").join(lines)
 
 
 def _blocked_on_width(cells: list[Row]) -> int:
