@@ -88,22 +88,24 @@ def test_an_activity_sleeping_ten_seconds_under_a_one_second_timeout_is_retried_
 def test_heartbeat_timeout_detects_a_frozen_worker(db: Path | str, tmp_path: Path) -> None:
     env = cli_env(FAULT_LEDGER=str(tmp_path / "ledger.jsonl"))
     wid = _start(db, env, "timeout_app", "pulsing", {"limit": 600, "heartbeat": 2.0})
-    frozen = start_worker(db, "--app", "timeout_app", "--lease", "300", env=env)
-    second = None
+    # Two workers already running (a deploy's): whichever claims it is frozen, the other takes over.
+    workers = [start_worker(db, "--app", "timeout_app", "--lease", "300", env=env) for _ in range(2)]
     try:
         with open_store(db) as store:
             assert wait_for(lambda: (i := store.inflight(wid)) is not None and i.heartbeat_at is not None, timeout=120)
+            owner = store.get_workflow(wid).lease_owner
+            assert owner is not None
+            (frozen,) = [w for w in workers if f":{w.pid}:" in owner]
             frozen.send_signal(signal.SIGSTOP)
             frozen_at = time.time()
-            second = start_worker(db, "--app", "timeout_app", env=env)
             assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=300)
         lines = read_jsonl(tmp_path / "ledger.jsonl")
-        taken = lines[-1]["at"] - frozen_at
-        report("heartbeat takeover", {"heartbeat_timeout (s)": 2.0, "frozen to next attempt (s)": round(taken, 2),
+        assert [line["attempt"] for line in lines] == [1, 2] and lines[1]["pid"] != frozen.pid
+        report("heartbeat takeover", {"heartbeat_timeout (s)": 2.0,
+                                      "frozen to next attempt (s)": round(lines[1]["at"] - frozen_at, 2),
                                       "bound (heartbeat_timeout + 1 s)": 3.0})
     finally:
-        for proc in (frozen, second):
-            if proc is not None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait(30)
+        for proc in workers:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait(30)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -232,7 +233,7 @@ def test_a_non_retryable_error_is_recorded_at_once_by_the_worker(worker: Worker,
 def test_a_worker_killed_during_a_retry_wait_resumes_at_the_recorded_time_with_the_count_kept(
         db: Path | str, tmp_path: Path) -> None:
     env = cli_env(FAULT_LEDGER=str(tmp_path / "ledger.jsonl"))
-    started = run_cli(db, "start", "durable", json.dumps({"attempts": 3, "initial": 1.0, "fail": 2}),
+    started = run_cli(db, "start", "durable", json.dumps({"attempts": 3, "initial": 2.0, "fail": 2}),
                       "--app", "retry_app", env=env)
     assert started.returncode == 0, started.stderr
     wid = started.stdout.strip()
@@ -245,6 +246,7 @@ def test_a_worker_killed_during_a_retry_wait_resumes_at_the_recorded_time_with_t
             retry_at = inflight.retry_at
             first.send_signal(signal.SIGKILL)
             first.wait(30)
+            killed_at = time.time()
             second = start_worker(db, "--app", "retry_app", env=env)
             try:
                 assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
@@ -260,4 +262,5 @@ def test_a_worker_killed_during_a_retry_wait_resumes_at_the_recorded_time_with_t
     lines = _ledger(tmp_path)
     assert [line["attempt"] for line in lines] == [1, 2, 3]  # the count went on, nothing ran twice
     assert lines[1]["at"] >= retry_at
-    assert lines[1]["pid"] != lines[0]["pid"]  # the second worker ran it
+    if killed_at < retry_at:  # (a machine too loaded to kill it within the wait lets the first run it)
+        assert lines[1]["pid"] != lines[0]["pid"]  # the second worker ran it

@@ -31,6 +31,7 @@ from replaylog.console.goto_dialog import GoToDialog
 from replaylog.console.help_screen import HelpScreen
 from replaylog.console.keys import APP_BINDINGS, help_sections
 from replaylog.console.live_screen import LiveScreen
+from replaylog.console.schedules_screen import SchedulesScreen
 from replaylog.console.signal_dialog import SignalDialog
 from replaylog.console.workflow_screen import WorkflowScreen
 from replaylog.console.workflows_screen import WorkflowsScreen
@@ -270,6 +271,11 @@ class ReplaylogConsole(App[None]):
         if not isinstance(self.screen, HelpScreen) and not self.exiting:
             self.push_screen(HelpScreen(help_sections(self.COMMAND_PALETTE_BINDING), readonly=self.data.readonly,
                                         code=self.data.code))
+
+    def action_schedules(self) -> None:
+        """Show the schedules (their next runs; pause, resume, trigger)."""
+        if not isinstance(self.screen, SchedulesScreen) and not self.screen.is_modal and not self.exiting:
+            self.push_screen(SchedulesScreen(self.data))
 
     def action_goto(self) -> None:
         """Ask for a workflow id and open it."""

@@ -25,6 +25,7 @@ from replaylog.client import BulkAction as BulkAction
 from replaylog.engine.app import Registry
 from replaylog.engine.check import check_workflow
 from replaylog.engine.core import APPROVAL_PREFIX, DIGEST_PREFIX, DryReplay, Reason
+from replaylog.engine.core import HISTORY_WARN as HISTORY_WARN
 from replaylog.engine.core import signal_name_refusal as signal_name_refusal
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.filters import parse_query
@@ -45,7 +46,7 @@ from replaylog.engine.store import (
     waiting_reason,
 )
 from replaylog.engine.store import redact_url as redact_url
-from replaylog.engine.text import cancel_state, cancel_text, preview, queue_text
+from replaylog.engine.text import cancel_state, cancel_text, preview, queue_text, utc
 from replaylog.engine.vocab import Group, SlotKind, Status, kind_info, status_info
 
 T = TypeVar("T")
@@ -314,6 +315,8 @@ class WorkflowDetail:
     events: tuple[tuple[str, Any], ...] = ()
     # What became of an operator's cancel request, in words (engine.text.cancel_text); None if none was made.
     cancel: str | None = None
+    # Its runs (ctx.continue_as_new), oldest first, the current one last: (run, slots, ended_at or None).
+    runs: tuple[tuple[int, int, float | None], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -341,7 +344,8 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
                           family["parent"], children, tuple(store.events(workflow_id).items()),
-                          _cancel(store, row))
+                          _cancel(store, row),
+                          tuple((r.run, r.slots, r.ended_at) for r in store.list_runs(workflow_id)))
 
 
 def _cancel(store: ReaderStore, row: WorkflowRow) -> str | None:
@@ -567,7 +571,23 @@ class ActionRefused(Exception):
 
 # The screens' actions that write: a read-only console hides them and refuses them if invoked.
 WRITE_ACTIONS = frozenset({"signal", "cancel_workflow", "terminate_workflow", "retry_workflow", "fork_workflow",
-                           "answer", "bulk"})
+                           "answer", "bulk", "pause_schedule", "resume_schedule", "trigger_schedule"})
+
+
+@dataclass(frozen=True)
+class ListedSchedule:
+    """One row of the schedules screen: a schedule and its next run (None while paused)."""
+
+    name: str
+    workflow: str
+    cron: str
+    timezone: str
+    next_at: float | None
+    overlap: str
+    catch_up: str
+    last_id: str | None
+    skipped: int
+
 
 # How many ids a bulk action's dialog names (the rest are counted).
 BULK_SHOWN = 10
@@ -703,6 +723,34 @@ class ConsoleData:
         """Terminate the workflow (`replaylog terminate`); the line to show. ActionRefused if not."""
         was = self._act(lambda c: c.get_handle(workflow_id).terminate(reason or None))
         return f"{workflow_id} terminated (was {was})"
+
+    def run_slots(self, workflow_id: str, run: int, limit: int = SLOT_PAGE) -> tuple[Slot, ...]:
+        """The first `limit` slots of run `run` of a workflow (an earlier one, ctx.continue_as_new, or the current)."""
+        with self._reader() as store:
+            return tuple(map(Slot.of, store.run_commands(workflow_id, run, limit=limit)))
+
+    # -- schedules (replaylog.engine.schedules): listed with their next run; paused, resumed, triggered
+
+    def schedules(self) -> list[ListedSchedule]:
+        """Every schedule, by name."""
+        with self._reader() as store:
+            return [ListedSchedule(s.name, s.workflow, s.cron, s.timezone, None if s.paused else s.next_at,
+                                   s.overlap, s.catch_up, s.last_id, s.skipped) for s in store.list_schedules()]
+
+    def pause_schedule(self, name: str) -> str:
+        """Pause a schedule (`replaylog schedule pause`); the line to show. ActionRefused if not."""
+        self._act(lambda c: c.pause_schedule(name).name)
+        return f"schedule {name} paused: its ticks start nothing until it is resumed"
+
+    def resume_schedule(self, name: str) -> str:
+        """Resume a schedule from its next tick after now (`replaylog schedule resume`); the line to show."""
+        row = self._act_on(lambda c: c.resume_schedule(name))
+        return f"schedule {name} resumed: next run {utc(row.next_at)}"
+
+    def trigger_schedule(self, name: str) -> str:
+        """Start the schedule's workflow now (`replaylog schedule trigger`); the line to show."""
+        wid = self._act(lambda c: c.trigger_schedule(name).id)
+        return f"schedule {name} started {wid}"
 
     def retry_preview(self, workflow_id: str) -> RetryPreview:
         """Dry-replay a failed workflow against the loaded code, as `replaylog retry` does first."""
@@ -849,6 +897,6 @@ class ChangeWatch:
 
 
 __all__ = ["STATUSES", "WRITE_ACTIONS", "ActionRefused", "AlignedRow", "ChangeWatch", "ConsoleData", "Diagnosis",
-           "ForkPreview", "InFlight", "ListedWorkflow", "RetryPreview", "Signal", "SignalRefused", "Slot",
-           "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery", "diagnose", "fetch_detail",
+           "ForkPreview", "InFlight", "ListedSchedule", "ListedWorkflow", "RetryPreview", "Signal", "SignalRefused",
+           "Slot", "WorkflowDetail", "WorkflowView", "WorkflowsPage", "WorkflowsQuery", "diagnose", "fetch_detail",
            "fetch_workflows", "find_workflow_ids", "is_transient"]

@@ -20,6 +20,8 @@ from replaylog.console.action_dialog import ActionDialog
 from replaylog.console.approval_dialog import ApprovalDialog
 from replaylog.console.help_screen import HelpSection, help_rows
 from replaylog.console.paged_table import PagedTable
+from replaylog.console.run_screen import RunScreen
+from replaylog.console.schedules_screen import SchedulesScreen
 from replaylog.console.signal_dialog import SignalDialog
 from replaylog.console.slot_screen import SlotScreen
 from replaylog.console.workflow_screen import WorkflowScreen
@@ -29,6 +31,8 @@ APP_BINDINGS: list[BindingType] = [
     Binding("q", "quit", "Quit", tooltip="quit"),
     Binding("question_mark", "help", "Help", key_display="?", tooltip="this help"),
     Binding("g", "goto", "Go to id", tooltip="go to a workflow by id"),
+    Binding("S", "schedules", "Schedules", key_display="S", show=False,
+            tooltip="the schedules: next runs; pause, resume, trigger"),
 ]
 PALETTE_HELP = "command palette: go to workflow id, filter by status, change theme"
 START = "<!-- keys:start -->"
@@ -40,7 +44,7 @@ def help_sections(palette_key: str = App.COMMAND_PALETTE_BINDING) -> list[HelpSe
     palette = Binding(palette_key, "command_palette", tooltip=PALETTE_HELP)
     return [("everywhere", [*APP_BINDINGS, palette, *PagedTable.BINDINGS]),
             ("workflows", WorkflowsScreen.BINDINGS), ("workflow", WorkflowScreen.BINDINGS),
-            ("value view", SlotScreen.BINDINGS),
+            ("value view", SlotScreen.BINDINGS), ("run", RunScreen.BINDINGS), ("schedules", SchedulesScreen.BINDINGS),
             ("signal dialog", SignalDialog.BINDINGS), ("action dialog", ActionDialog.BINDINGS),
             ("approval dialog", ApprovalDialog.BINDINGS)]
 

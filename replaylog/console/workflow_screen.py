@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, T
 
 from replaylog.console.action_dialog import ActionDialog
 from replaylog.console.data import (
+    HISTORY_WARN,
     SIGNAL_PAGE,
     SLOT_PAGE,
     ConsoleData,
@@ -36,6 +37,7 @@ from replaylog.console.format import (
 )
 from replaylog.console.live_screen import LiveScreen
 from replaylog.console.paged_table import PagedTable
+from replaylog.console.run_screen import RunScreen
 from replaylog.console.slot_screen import SlotScreen
 from replaylog.console.transcript_screen import TranscriptScreen
 from replaylog.engine.text import RETRY, TIMER, heartbeat_text, is_time, preview, printable, retry_text, utc
@@ -68,6 +70,8 @@ class WorkflowScreen(LiveScreen):
         # One dialog answers the pending approval request (a note, Approve or Reject), its id bound.
         Binding("a", "answer", "Approval", tooltip="answer the pending approval: a note, approve or reject"),
         Binding("t", "transcript", "Transcript", tooltip="the slots as a conversation: calls, approvals, children"),
+        Binding("R", "runs", "Runs", show=False,
+                tooltip="its earlier runs (ctx.continue_as_new): their slots, one run at a time"),
         # The tab titles name these keys; the footer has no room for them on 80 columns.
         Binding("1", "tab('slots')", "Slots", show=False, tooltip=TABS_HELP),
         Binding("2", "tab('signals')", "Signals", show=False, tooltip=TABS_HELP),
@@ -261,6 +265,9 @@ class WorkflowScreen(LiveScreen):
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column(overflow="ellipsis")
         grid.add_row("workflow", text(row.workflow))
+        if len(detail.runs) > 1:
+            earlier = ", ".join(f"{n} ({slots} slots)" for n, slots, _ in detail.runs[-4:-1])
+            grid.add_row("run", text(f"{detail.runs[-1][0]} (continued as new; earlier: {earlier}; R shows them)"))
         status = status_text(row.status)
         if detail.approval is not None:
             # An approval with a timeout counts down to it as a signal's deadline does.
@@ -314,6 +321,9 @@ class WorkflowScreen(LiveScreen):
                 grid.add_row("heartbeat", text(heartbeat_text(i.heartbeat_at, i.details, self.data.clock())))
         grid.add_row("history", Text(f"{row.slots:,} slot(s), {detail.signal_total:,} signal(s), "
                                      f"{detail.signal_waiting:,} waiting"))
+        if row.slots > HISTORY_WARN:
+            grid.add_row("", text(f"past {HISTORY_WARN:,} slots: use ctx.continue_as_new(input) to go on in a fresh"
+                                  " history before the worker's cap fails it", "bold yellow"))
         grid.add_row("times", Text(f"created {utc(row.created_at)}   updated {utc(row.updated_at)}", style="dim"))
         self.query_one("#summary", Static).update(grid)
 
@@ -631,6 +641,14 @@ class WorkflowScreen(LiveScreen):
     def action_transcript(self) -> None:
         """Show the slots as a conversation."""
         self.app.push_screen(TranscriptScreen(self.data, self.workflow_id))
+
+    def action_runs(self) -> None:
+        """Show the run before the current one (ctx.continue_as_new); `[` and `]` step between runs there."""
+        runs = self.detail.runs if self.detail is not None else ()
+        if len(runs) < 2:
+            self.notify("this workflow has one run: it never continued as new", severity="warning", markup=False)
+            return
+        self.app.push_screen(RunScreen(self.data, self.workflow_id, runs, runs[-2][0]))
 
 
 def _value_cell(c: Slot) -> Text:
