@@ -272,11 +272,13 @@ def test_start_list_show_and_queues_on_the_command_line(db: Path | str) -> None:
 
 
 def queue_storm(db: Path | str, tmp: Path, workflows: int, kill_every: float | None, kills: int,
-                lease: float = 2.0, seed: int = 7) -> None:
+                lease: float = 2.0, seed: int = 7, storm_for: float = 600.0) -> None:
     """`workflows` on the storm queue (concurrency 4), 3 worker processes, SIGKILLs; check every promise.
 
     Kills come `kill_every` seconds apart (None: once, when a worker has started activities),
-    `kills` of them, each victim replaced by a new worker. Checked from what was recorded:
+    up to `kills` of them and for at most `storm_for` seconds (on a loaded machine a worker
+    may spend seconds importing, and a kill every 2 s then leaves little time to work), each
+    victim replaced by a new worker; then the workers left finish the rest. Checked from what was recorded:
     never more than 4 of the queue's workflows between their first and last recorded time at
     once; every one completed, once; no activity of one workflow ran in two places at once.
     """
@@ -293,11 +295,12 @@ def queue_storm(db: Path | str, tmp: Path, workflows: int, kill_every: float | N
 
     killed = 0
     deaths: dict[int, float] = {}  # pid → when it was dead for sure (SIGKILL, reaped)
+    storm_ends = time.monotonic() + storm_for
     with reaping([spawn() for _ in range(3)]) as procs, open_store(db) as store:
         def all_done() -> bool:
             return store.count_workflows(status="completed") == workflows
 
-        while killed < kills and not all_done():
+        while killed < kills and time.monotonic() < storm_ends and not all_done():
             if kill_every is None:
                 assert wait_for(lambda: ledger.exists() and ledger.read_text().count('"start"') >= 4)
             else:
