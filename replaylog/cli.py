@@ -26,7 +26,19 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from replaylog.client import BULK_PAST, NO_INPUT, BulkAction, BulkOutcome, Client, WorkflowHandle, resolve_db
+from replaylog.client import (
+    BULK_PAST,
+    NO_INPUT,
+    BulkAction,
+    BulkOutcome,
+    Client,
+    WorkflowHandle,
+    command_json,
+    resolve_db,
+    runs_json,
+    waiting_for_worker,
+    workflow_details,
+)
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import judge
@@ -38,8 +50,6 @@ from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.retention import BATCH, parse_cutoff
 from replaylog.engine.schedules import CATCH_UPS, DEFAULT_CATCH_UP, DEFAULT_OVERLAP, OVERLAPS
 from replaylog.engine.store import (
-    AuditRow,
-    CommandRow,
     OperatorStore,
     ReaderStore,
     RunRow,
@@ -50,11 +60,9 @@ from replaylog.engine.store import (
     default_max_payload,
     open_store,
     redact_url,
-    waiting_reason,
 )
 from replaylog.engine.text import (
     RETRY,
-    cancel_state,
     cancel_text,
     countdown,
     duration,
@@ -710,12 +718,6 @@ def _head() -> Table:
     return head
 
 
-def _command_json(c: CommandRow) -> dict[str, Any]:
-    return {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
-            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at,
-            "parallel_group": c.parallel_group}
-
-
 def _slots_table(commands: list[dict[str, Any]]) -> Table:
     return _listing(
         f"{len(commands)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
@@ -727,10 +729,6 @@ def _long_history(slots: int) -> str:
             " before the cap (worker --max-slots) fails the workflow")
 
 
-def _runs_json(runs: list[RunRow]) -> list[dict[str, Any]]:
-    return [{"run": r.run, "slots": r.slots, "ended_at": r.ended_at, "current": r.current} for r in runs]
-
-
 def _earlier_run_json(store: ReaderStore, row: WorkflowRow, runs: list[RunRow], run: int) -> dict[str, Any]:
     """The `show --run N --json` object of an earlier run (OperatorRefusedError for a run not kept)."""
     commands = store.run_commands(row.id, run)
@@ -738,8 +736,8 @@ def _earlier_run_json(store: ReaderStore, row: WorkflowRow, runs: list[RunRow], 
     return {
         "id": row.id, "workflow": row.workflow, "run": run, "status": Status.CONTINUED.value,
         "input": None if this.input_text is None else json.loads(this.input_text), "has_input": this.input_text
-        is not None, "slots": this.slots, "ended_at": this.ended_at, "runs": _runs_json(runs),
-        "commands": [_command_json(c) for c in commands],
+        is not None, "slots": this.slots, "ended_at": this.ended_at, "runs": runs_json(runs),
+        "commands": [command_json(c) for c in commands],
         "signals": [{"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed,
                      "sent_at": s.sent_at} for s in store.list_signals(row.id, run=run)],
     }
@@ -766,54 +764,6 @@ def _show_earlier_run(data: dict[str, Any], as_json: bool) -> None:
             [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])), _t(_when(s["sent_at"])))
              for s in data["signals"]]))
     _print(*shown)
-
-
-def workflow_json(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
-    """The `show --json` object."""
-    inflight = store.inflight(row.id)
-    audit = store.list_audit(row.id)
-    runs = store.list_runs(row.id)
-    return {
-        "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
-        "run": runs[-1].run, "runs": _runs_json(runs),
-        "wake_at": row.wake_at, "waiting_for_worker": _waiting(store, row.workflow, row.status),
-        "input": row.input, "result": row.result, "error": row.error, "traceback": row.traceback,
-        "diagnostic": row.diagnostic,
-        "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
-        "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
-        "cancel_requested": row.cancel_requested, "cancel": _cancel_json(row, audit),
-        "queue": None if row.queue is None else {
-            "name": row.queue, "priority": row.priority, "position": row.position, "dedup_id": row.dedup_id,
-            "not_before": row.not_before, "admitted_at": row.admitted_at},
-        "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
-        "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
-                  for a in audit],
-        "approval": store.pending_approval(row.id),
-        **store.family(row.id),
-        "commands": [_command_json(c) for c in store.list_commands(row.id)],
-        "signals": [
-            {"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed, "sent_at": s.sent_at}
-            for s in store.list_signals(row.id)
-        ],
-        "inflight": None if inflight is None else {
-            "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
-            "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at,
-            "details": inflight.details, "heartbeat_at": inflight.heartbeat_at},
-    }
-
-
-def _cancel_json(row: WorkflowRow, audit: list[AuditRow]) -> dict[str, Any] | None:
-    """`show --json`'s "cancel": the request's reason, and whether it reached the workflow's code."""
-    state = cancel_state(row.status, row.cancel_requested, audit)
-    return None if state is None else {"reason": row.cancel_requested, "state": state[0], "why": state[1]}
-
-
-def _waiting(store: ReaderStore, workflow: str, status: str,
-             served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
-    """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
-    if status != Status.PENDING:
-        return None
-    return waiting_reason(workflow, served() if served is not None else store.served_names())
 
 
 # The options that choose workflows, on `list` and on the bulk actions (engine.filters).
@@ -900,7 +850,7 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
         if tree:
             rows, depth = _as_tree(top, store.list_descendants([r.id for r in top]))
         served = functools.cache(store.served_names)  # read once, and only if a pending row asks
-        waiting = {r.id: _waiting(store, r.workflow, r.status, served) for r in rows}
+        waiting = {r.id: waiting_for_worker(store, r.workflow, r.status, served) for r in rows}
         approvals = {r.id: store.pending_approval(r.id) for r in rows
                      if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
         attributes = store.search_attributes([r.id for r in rows])
@@ -1062,6 +1012,11 @@ def _status(status: str, waiting: str | None = None) -> Text:
 @pass_settings
 def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -> None:
     """Show a workflow: status, input, result or error, every slot, every signal (of its latest run)."""
+    if as_json and run is None:
+        # The object an application gets from WorkflowHandle.details(): the client's read.
+        with settings.client(readonly=True) as client:
+            click.echo(json.dumps(client.get_handle(workflow_id).details()))
+        return
     with settings.open(readonly=True) as store:
         row = store.get_workflow(workflow_id)
         runs = store.list_runs(workflow_id)
@@ -1069,7 +1024,7 @@ def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -
             earlier = _earlier_run_json(store, row, runs, run)
         else:
             earlier = None
-            data = workflow_json(store, row)
+            data = workflow_details(store, row)
     if earlier is not None:
         _show_earlier_run(earlier, as_json)
         return

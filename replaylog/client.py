@@ -49,8 +49,11 @@ from replaylog.engine.queues import DedupIdTakenError, Queue
 from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.retention import BATCH, PruneReport, parse_cutoff, parse_statuses, prune
 from replaylog.engine.store import (
+    AuditRow,
+    CommandRow,
     PruneBatch,
     ReaderStore,
+    RunRow,
     ScheduleRow,
     Store,
     WorkflowFilter,
@@ -62,8 +65,10 @@ from replaylog.engine.store import (
     is_postgres_url,
     open_store,
     operator_name,
+    waiting_reason,
 )
 from replaylog.engine.telemetry import trace_context_now
+from replaylog.engine.text import cancel_state
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 __all__ = [
@@ -284,6 +289,66 @@ def history_document(store: ReaderStore, workflow_id: str) -> HistoryDocument:
         recorded_at=tuple(c.recorded_at for c in commands[:n]), signals=state.signals[:m],
         sent_at=tuple(s.sent_at for s in signals[:m]), forked_from=row.forked_from, forked_slot=row.forked_slot,
         error_kind=row.error_kind)
+
+
+def command_json(c: CommandRow) -> dict[str, Any]:
+    """One slot as `show --json` gives it."""
+    return {"slot": c.slot, "kind": c.kind, "name": c.name, "ok": c.ok, "value": c.value, "error": c.error,
+            "traceback": c.traceback, "attempts": c.attempts, "recorded_at": c.recorded_at,
+            "parallel_group": c.parallel_group}
+
+
+def runs_json(runs: list[RunRow]) -> list[dict[str, Any]]:
+    """A workflow's runs as `show --json` gives them."""
+    return [{"run": r.run, "slots": r.slots, "ended_at": r.ended_at, "current": r.current} for r in runs]
+
+
+def workflow_details(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
+    """The `show --json` object: the one read the command line's `show` and `WorkflowHandle.details()` share."""
+    inflight = store.inflight(row.id)
+    audit = store.list_audit(row.id)
+    runs = store.list_runs(row.id)
+    return {
+        "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
+        "run": runs[-1].run, "runs": runs_json(runs),
+        "wake_at": row.wake_at, "waiting_for_worker": waiting_for_worker(store, row.workflow, row.status),
+        "input": row.input, "result": row.result, "error": row.error, "traceback": row.traceback,
+        "diagnostic": row.diagnostic,
+        "created_at": row.created_at, "updated_at": row.updated_at, "slots": row.slots,
+        "worker_error": row.worker_error, "retry_at": row.retry_at, "error_kind": row.error_kind,
+        "cancel_requested": row.cancel_requested, "cancel": _cancel_json(row, audit),
+        "queue": None if row.queue is None else {
+            "name": row.queue, "priority": row.priority, "position": row.position, "dedup_id": row.dedup_id,
+            "not_before": row.not_before, "admitted_at": row.admitted_at},
+        "forked_from": None if row.forked_from is None else {"id": row.forked_from, "slot": row.forked_slot},
+        "audit": [{"action": a.action, "at": a.at, "actor": a.actor, "reason": a.reason, "detail": a.detail}
+                  for a in audit],
+        "approval": store.pending_approval(row.id),
+        **store.family(row.id),
+        "commands": [command_json(c) for c in store.list_commands(row.id)],
+        "signals": [
+            {"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed, "sent_at": s.sent_at}
+            for s in store.list_signals(row.id)
+        ],
+        "inflight": None if inflight is None else {
+            "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
+            "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at,
+            "details": inflight.details, "heartbeat_at": inflight.heartbeat_at},
+    }
+
+
+def _cancel_json(row: WorkflowRow, audit: list[AuditRow]) -> dict[str, Any] | None:
+    """`show --json`'s "cancel": the request's reason, and whether it reached the workflow's code."""
+    state = cancel_state(row.status, row.cancel_requested, audit)
+    return None if state is None else {"reason": row.cancel_requested, "state": state[0], "why": state[1]}
+
+
+def waiting_for_worker(store: ReaderStore, workflow: str, status: str,
+                       served: Callable[[], frozenset[str] | None] | None = None) -> str | None:
+    """Why a pending workflow waits for a worker (no live worker knows its name), else None."""
+    if status != Status.PENDING:
+        return None
+    return waiting_reason(workflow, served() if served is not None else store.served_names())
 
 
 def _check_key(key: object, what: str) -> str:
@@ -831,6 +896,14 @@ class WorkflowHandle(Generic[R]):
     def terminate(self, reason: str | None = None) -> str:
         """Stop the workflow at once: no code of it runs again. Returns its status before."""
         return self._client._call(lambda s: s.terminate_workflow(self._id, reason))
+
+    def details(self) -> dict[str, Any]:
+        """Everything known of the workflow, as `replaylog show --json` prints it (docs/cli.md, "show").
+
+        Its latest run: status, input, result or error, runs, queue, cancel, audit trail,
+        approval, family, every slot, every signal, the activity in flight.
+        """
+        return self._client._call(lambda store: workflow_details(store, store.get_workflow(self._id)))
 
     def check(self) -> Verdict:
         """Dry-replay this workflow's history against the client's `app`, with no side effects.

@@ -6,6 +6,7 @@ worker running in the test's process (`replaylog.Worker`), as an application emb
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import client_app
 import pytest
 
-from conftest import wait_for
+from conftest import run_cli, wait_for
 from replaylog import (
     Client,
     Slot,
@@ -204,6 +205,18 @@ def test_retry_dry_replays_then_sets_a_failed_workflow_going(client: Client, wor
     assert handle.result(timeout=60) == "recovered"
     with pytest.raises(OperatorRefusedError, match="is completed: only a failed workflow can be retried"):
         handle.retry()
+
+
+def test_details_are_what_show_json_prints(client: Client, worker: Worker, db: Path | str) -> None:
+    handle = client.start(client_app.add, 4)
+    handle.result(timeout=60)
+    details = handle.details()
+    assert details["id"] == handle.id and details["status"] == "completed" and details["commands"]
+    shown = run_cli(db, "show", handle.id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == json.dumps(details) + "\n"  # the command line prints the client's read
+    with pytest.raises(UnknownWorkflowError, match="nope"):
+        client.get_handle("nope").details()
 
 
 def test_check_says_whether_a_failed_workflow_would_now_succeed_and_needs_the_code(
