@@ -92,8 +92,8 @@ class Commits(SQLiteConnection, SeenCancels):
         `text` is the value's JSON text if the caller encoded it already; `parallel_group`
         marks a task of a parallel group; `traceback` is a failure's (see PendingRecord).
         """
-        # `_begin_immediate` and `_end` spelled out: two calls fewer on every slot (~1,000
-        # CPU instructions of ~80,000, bench.instructions).
+        # `_begin_immediate` and `_end` spelled out: two Python calls fewer on every slot
+        # (each call costs several hundred CPU instructions; bench.instructions).
         if self.readonly:
             raise ReadOnlyError(f"database {self.path} is open read-only")
         cur = self._cur
