@@ -126,3 +126,27 @@ async def test_readonly_offers_no_bulk_action(console_any: Path | str) -> None:
             assert app.screen is screen
     with open_store(console_any, readonly=True) as store:
         assert store.get_workflow(ROLES["blocked"]).status == "blocked"
+
+
+@async_test
+async def test_search_attributes_filter_the_list_and_show_in_the_workflow(console_any: Path | str) -> None:
+    from conftest import sql
+    from replaylog.engine.store import slot_key
+
+    with open_store(console_any) as store:
+        wid = store.start_workflow("refund", 5)
+        (seq,) = sql(store, "SELECT seq FROM workflows WHERE id = ?", (wid,))[0]
+        sql(store, "INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
+                   " VALUES (?, 'attributes', 'customer,tier', ?, ?, 1, 0)",
+            (slot_key(int(seq)), True, '{"customer": "c-42", "tier": 3}'))
+    app = make_app(console_any)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await filtered(pilot, "customer=c-42 tier=3")
+        table = app.screen.query_one(PagedTable)
+        assert await wait_until(pilot, lambda: column(table, "id") == [wid])
+        table.move_cursor(row=0)
+        await pilot.press("enter")
+        assert await wait_until(pilot, lambda: not isinstance(app.screen, WorkflowsScreen))
+        summary = app.screen.query_one("#summary", Static)
+        assert await wait_until(pilot, lambda: "customer=c-42, tier=3" in rendered(summary))

@@ -163,3 +163,39 @@ def test_soak_a_loop_of_10000_iterations_continuing_every_100_stays_under_the_ca
     with open_store(db) as store:
         runs = store.list_runs("soak")
         assert len(runs) == 100 and max(r.slots for r in runs) == 100
+
+
+def test_a_worker_fails_a_run_past_its_cap_and_warns_past_the_long_history_mark(
+        db: Path | str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import replaylog.engine.worker.loop as loop
+
+    monkeypatch.setattr(loop, "HISTORY_WARN", 5)  # the 10,000-slot mark, made small
+    with caplog.at_level("WARNING", logger="replaylog.worker"), Worker(db, app=APP, focus_cpu=False,
+                                                                       max_slots=20), Client(db) as client:
+        ok = client.start("looper", {"i": 0, "total": 10, "every": 100}, id="ten")
+        assert ok.result(timeout=120) == 10
+        long = client.start("looper", {"i": 0, "total": 50, "every": 100}, id="long")
+        with pytest.raises(Exception, match=r"reached the cap of 20 slots .*ctx\.continue_as_new"):
+            long.result(timeout=120)
+    warned = [r.getMessage() for r in caplog.records if "past 5" in r.getMessage()]
+    assert any(m.startswith("ten has 10 slots") for m in warned)
+    with open_store(db) as store:
+        assert store.get_workflow("long").slots == 20  # nothing recorded past the cap
+        assert store.get_workflow("long").error_kind == "engine"
+
+
+def test_check_dry_replays_the_current_run_of_a_continued_workflow(db: Path | str) -> None:
+    with Worker(db, app=APP, focus_cpu=False), Client(db) as client:
+        client.start("looper", {"i": 0, "total": 30, "every": 10}, id="loop").result(timeout=120)
+    done = run_cli(db, "check", "loop", "--json", env=cli_env(REPLAYLOG_APP="continue_app"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["replays"] is True
+
+
+def test_a_dry_replay_that_reaches_continue_as_new_says_it_continues() -> None:
+    from replaylog.engine.core import Reason, dry_replay
+
+    live = run(continue_app.looper, WorkflowState(input={"i": 0, "total": 10, "every": 4}), clock=lambda: 0.0,
+               activities={"step": lambda i: i})
+    replay = dry_replay(continue_app.looper, live.state, workflow_id="loop", status="pending")
+    assert (replay.ok, replay.reason) == (True, Reason.CONTINUES)

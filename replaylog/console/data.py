@@ -317,6 +317,8 @@ class WorkflowDetail:
     cancel: str | None = None
     # Its runs (ctx.continue_as_new), oldest first, the current one last: (run, slots, ended_at or None).
     runs: tuple[tuple[int, int, float | None], ...] = ()
+    # Its search attributes (ctx.upsert_search_attributes): (key, value as text), by key.
+    attributes: tuple[tuple[str, str], ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -341,11 +343,12 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     worker = waiting_reason(row.workflow, store.served_names()) if row.status == Status.PENDING else None
     family = store.family(workflow_id)
     children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
+    attributes = tuple(store.search_attributes([workflow_id]).get(workflow_id, {}).items())
     return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
                           family["parent"], children, tuple(store.events(workflow_id).items()),
                           _cancel(store, row),
-                          tuple((r.run, r.slots, r.ended_at) for r in store.list_runs(workflow_id)))
+                          tuple((r.run, r.slots, r.ended_at) for r in store.list_runs(workflow_id)), attributes)
 
 
 def _cancel(store: ReaderStore, row: WorkflowRow) -> str | None:

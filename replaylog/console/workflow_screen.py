@@ -299,6 +299,9 @@ class WorkflowScreen(LiveScreen):
             shown = ", ".join(f"{cid} ({status})" for cid, _, status in detail.children[:4])
             more = f", … ({len(detail.children)} in all)" if len(detail.children) > 4 else ""
             grid.add_row("children", text(shown + more))
+        if detail.attributes:
+            # What operators find it by (`/` customer=c-42), as `replaylog list` shows them in columns.
+            grid.add_row("attributes", text(", ".join(f"{key}={value}" for key, value in detail.attributes)))
         if detail.events:
             shown = ", ".join(f"{key}: {preview(value, 60)}" for key, value in detail.events[:6])
             more = f", … ({len(detail.events)} keys)" if len(detail.events) > 6 else ""

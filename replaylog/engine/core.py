@@ -1999,6 +1999,7 @@ class Reason(StrEnum):
     COMPLETES = "completes"  # ok
     ENDS_CANCELLED = "ends_cancelled"  # ok
     BLOCKS = "blocks"  # ok: it waits (`outcome.blocked_on`, `outcome.wake_at`)
+    CONTINUES = "continues"  # ok: it continues as new (ctx.continue_as_new; `outcome.result` the next input)
     FAILS_AGAIN = "fails_again"  # ok: a failed workflow fails again with its recorded error (`error`)
     RECORDED_FAILURE = "recorded_failure"  # ok: it ends in an activity failure history holds (`error`)
     DIVERGES = "diverges"  # not ok: `diagnostic` positions it, `error` is its text
@@ -2125,6 +2126,8 @@ def dry_replay(
         return verdict(False, Reason.ENDS_DIFFERENTLY, error=outcome.error, outcome=outcome)
     if outcome.status == Status.BLOCKED:
         return verdict(True, Reason.BLOCKS, outcome=outcome)
+    if outcome.status == Status.CONTINUED:
+        return verdict(True, Reason.CONTINUES, outcome=outcome)
     if outcome.status == Status.COMPLETED:
         return verdict(True, Reason.COMPLETES, outcome=outcome)
     if outcome.status == Status.CANCELLED:

@@ -242,6 +242,7 @@ def _said(v: DryReplay) -> str:
         Reason.COMPLETES: f"{clean}; completes",
         Reason.ENDS_CANCELLED: f"{clean}; ends cancelled",
         Reason.BLOCKS: f"{clean}; blocked on {waits}",
+        Reason.CONTINUES: f"{clean}; continues as new",
         Reason.FAILS_AGAIN: f"fails again the same way: {v.error}",
         Reason.RECORDED_FAILURE: f"{clean}; fails on its recorded activity error",
         Reason.DIVERGES: v.error or "diverges",
