@@ -6,7 +6,6 @@ Bad input exits non-zero with one line on stderr (no traceback) and writes nothi
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -36,13 +35,12 @@ from replaylog.client import (
     command_json,
     resolve_db,
     runs_json,
-    waiting_for_worker,
     workflow_details,
 )
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import judge
-from replaylog.engine.core import APPROVAL_PREFIX, DEFAULT_MAX_SLOTS, HISTORY_WARN
+from replaylog.engine.core import DEFAULT_MAX_SLOTS, HISTORY_WARN
 from replaylog.engine.errors import ReplaylogError, StoreError
 from replaylog.engine.filters import parse_duration, parse_query, workflow_filter
 from replaylog.engine.history import HistoryDocument, parse_document
@@ -56,7 +54,6 @@ from replaylog.engine.store import (
     ScheduleRow,
     WorkflowFilter,
     WorkflowRow,
-    WorkflowSummary,
     default_max_payload,
     open_store,
     redact_url,
@@ -841,19 +838,10 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
     where = _filter_given(ctx)
     if limit is None:
         limit = 0 if as_json else 200
-    depth: dict[str, int] = {}
-    with settings.open(readonly=True) as store:
-        top = store.list_workflows(where=where, limit=limit or -1, awaiting=awaiting, top_level=tree)
-        total = (store.count_workflows(where=where, awaiting=awaiting, top_level=tree) if limit and len(top) == limit
-                 else len(top))
-        rows: list[WorkflowRow | WorkflowSummary] = list(top)
-        if tree:
-            rows, depth = _as_tree(top, store.list_descendants([r.id for r in top]))
-        served = functools.cache(store.served_names)  # read once, and only if a pending row asks
-        waiting = {r.id: waiting_for_worker(store, r.workflow, r.status, served) for r in rows}
-        approvals = {r.id: store.pending_approval(r.id) for r in rows
-                     if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)}
-        attributes = store.search_attributes([r.id for r in rows])
+    with settings.client(readonly=True) as client:
+        listed = client.listing(where, limit=limit, awaiting=awaiting, tree=tree)
+    top, total, rows, depth = listed.top, listed.total, listed.rows, listed.depth
+    waiting, approvals, attributes = listed.waiting, listed.approvals, listed.attributes
     if as_json:
         click.echo(json.dumps([
             {"id": r.id, "workflow": r.workflow, "status": r.status, "blocked_on": r.blocked_on,
@@ -958,26 +946,6 @@ def queues(settings: Settings, as_json: bool) -> None:
          _t(q.worker_concurrency if q.worker_concurrency is not None else "none"),
          _t("none" if q.rate_limit is None else f"{q.recent}/{q.rate_limit[0]} per {q.rate_limit[1]:g}s"),
          _t(f"{q.declared_by}, {_when(q.declared_at, short=True)}")) for q in rows], wide="declared by"))
-
-
-def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
-             ) -> tuple[list[WorkflowRow | WorkflowSummary], dict[str, int]]:
-    """Each top-level row followed by its children, depth first in start order; and each child's depth."""
-    children: dict[str, list[WorkflowSummary]] = {}
-    for d in descendants:
-        children.setdefault(d.parent or "", []).append(d)
-    ordered: list[WorkflowRow | WorkflowSummary] = []
-    depth: dict[str, int] = {}
-
-    def walk(row: WorkflowRow | WorkflowSummary, level: int) -> None:
-        ordered.append(row)
-        depth[row.id] = level
-        for child in children.get(row.id, []):
-            walk(child, level + 1)
-
-    for row in top:
-        walk(row, 0)
-    return ordered, depth
 
 
 def _blocked_text(blocked_on: str | None, wake_at: float | None, now: float,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -33,7 +34,7 @@ from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from replaylog.engine.app import Registry, load_app
 from replaylog.engine.check import Verdict, check_workflow
-from replaylog.engine.core import registered_name
+from replaylog.engine.core import APPROVAL_PREFIX, registered_name
 from replaylog.engine.errors import (
     Diagnostic,
     DuplicateWorkflowIdError,
@@ -58,6 +59,7 @@ from replaylog.engine.store import (
     Store,
     WorkflowFilter,
     WorkflowRow,
+    WorkflowSummary,
     check_timeout,
     database_path,
     default_max_payload,
@@ -73,7 +75,8 @@ from replaylog.engine.vocab import SlotKind, Status, status_info
 
 __all__ = [
     "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
-    "WorkflowHandle", "WorkflowInfo", "WorkflowInputError", "WorkflowTerminated", "app_registry", "resolve_db",
+    "WorkflowHandle", "WorkflowInfo", "WorkflowInputError", "WorkflowListing", "WorkflowTerminated", "app_registry",
+    "resolve_db",
 ]
 
 DEFAULT_DB = "replaylog.db"
@@ -349,6 +352,46 @@ def waiting_for_worker(store: ReaderStore, workflow: str, status: str,
     if status != Status.PENDING:
         return None
     return waiting_reason(workflow, served() if served is not None else store.served_names())
+
+
+def _as_tree(top: list[WorkflowRow], descendants: list[WorkflowSummary]
+             ) -> tuple[list[WorkflowRow | WorkflowSummary], dict[str, int]]:
+    """Each top-level row followed by its children, depth first in start order; and each child's depth."""
+    children: dict[str, list[WorkflowSummary]] = {}
+    for d in descendants:
+        children.setdefault(d.parent or "", []).append(d)
+    ordered: list[WorkflowRow | WorkflowSummary] = []
+    depth: dict[str, int] = {}
+
+    def walk(row: WorkflowRow | WorkflowSummary, level: int) -> None:
+        ordered.append(row)
+        depth[row.id] = level
+        for child in children.get(row.id, []):
+            walk(child, level + 1)
+
+    for row in top:
+        walk(row, 0)
+    return ordered, depth
+
+
+@dataclass(frozen=True)
+class WorkflowListing:
+    """A page of workflows as `replaylog list` shows it (`Client.listing`).
+
+    `top` are the workflows the filters and the limit chose, `total` how many the filters
+    take; `rows` are what is shown (with `tree`, each top-level one followed by its
+    children, `depth` giving each child's level). Per row id: `waiting` says why a pending
+    one waits for a worker, `approvals` the request a blocked one waits on, `attributes`
+    its search attributes.
+    """
+
+    top: list[WorkflowRow]
+    total: int
+    rows: list[WorkflowRow | WorkflowSummary]
+    depth: dict[str, int]
+    waiting: dict[str, str | None]
+    approvals: dict[str, dict[str, Any] | None]
+    attributes: dict[str, dict[str, str]]
 
 
 def _check_key(key: object, what: str) -> str:
@@ -647,6 +690,29 @@ class Client:
             rows = store.list_workflows(where=where, limit=limit or -1)
             found = store.search_attributes([r.id for r in rows])
             return [WorkflowInfo.from_row(r, found.get(r.id)) for r in rows]
+
+        return self._call(read)
+
+    def listing(self, where: WorkflowFilter | None = None, *, limit: int = 200, awaiting: str | None = None,
+                tree: bool = False) -> WorkflowListing:
+        """The page `replaylog list` shows: the workflows `where` takes (most recently updated
+        first, at most `limit`, 0 for all; `awaiting="approval"` those waiting for one; `tree`
+        top-level ones, each with all its children), read in one go (see WorkflowListing)."""
+        def read(store: Store) -> WorkflowListing:
+            top = store.list_workflows(where=where, limit=limit or -1, awaiting=awaiting, top_level=tree)
+            total = (store.count_workflows(where=where, awaiting=awaiting, top_level=tree)
+                     if limit and len(top) == limit else len(top))
+            rows: builtins.list[WorkflowRow | WorkflowSummary] = builtins.list(top)
+            depth: dict[str, int] = {}
+            if tree:
+                rows, depth = _as_tree(top, store.list_descendants([r.id for r in top]))
+            served = functools.cache(store.served_names)  # read once, and only if a pending row asks
+            return WorkflowListing(
+                top, total, rows, depth,
+                {r.id: waiting_for_worker(store, r.workflow, r.status, served) for r in rows},
+                {r.id: store.pending_approval(r.id) for r in rows
+                 if r.status == Status.BLOCKED and (r.blocked_on or "").startswith(APPROVAL_PREFIX)},
+                store.search_attributes([r.id for r in rows]))
 
         return self._call(read)
 

@@ -132,7 +132,11 @@ class WorkflowEnvironment:
         store = self._own_store()
         while True:
             self.wait_idle()
-            if not store.fire_schedules(self.now()):
+            started = store.fire_schedules(self.now())
+            # The worker looks for due ticks too: a tick it started first is not in `started`,
+            # but it is committed, so this wait sees its workflow and lets it run.
+            self.wait_idle()
+            if not started:
                 return
 
     def wait_idle(self, timeout: float = ADVANCE_WAIT) -> None:

@@ -207,6 +207,16 @@ def test_retry_dry_replays_then_sets_a_failed_workflow_going(client: Client, wor
         handle.retry()
 
 
+def test_listing_is_the_page_list_shows_with_its_total_and_why_a_workflow_waits(client: Client) -> None:
+    first = client.start(client_app.add, 1)
+    second = client.start(client_app.add, 2)
+    page = client.listing(limit=1)
+    assert [r.id for r in page.top] == [second.id] and page.total == 2  # most recently updated first
+    assert page.waiting == {second.id: "no worker running"}  # no worker has ever run on it
+    whole = client.listing(client.filter(status="pending"), limit=0)
+    assert {r.id for r in whole.rows} == {first.id, second.id} and whole.total == 2 and whole.depth == {}
+
+
 def test_details_are_what_show_json_prints(client: Client, worker: Worker, db: Path | str) -> None:
     handle = client.start(client_app.add, 4)
     handle.result(timeout=60)

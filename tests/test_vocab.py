@@ -57,6 +57,7 @@ def every_command(ctx: Any, _input: Any) -> None:
     ctx.random()
     ctx.set_event("progress", 0.5)
     ctx.patched("v2")
+    ctx.upsert_search_attributes({"customer": "c-42"})
     ctx.sleep(0)  # due at once: recorded, not waited on
     try:
         ctx.wait_signal("reply", timeout=0)  # records its deadline, then the timeout

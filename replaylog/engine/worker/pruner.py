@@ -16,6 +16,7 @@ from pathlib import Path
 from replaylog.engine.errors import ReplaylogError
 from replaylog.engine.retention import prune, store_batches
 from replaylog.engine.store import open_store
+from replaylog.engine.text import utc
 
 log = logging.getLogger("replaylog.worker")
 
@@ -54,5 +55,4 @@ class Pruner(threading.Thread):
         done = report.pruned + report.children
         self.pruned += done
         if done:
-            log.info("retention: pruned %d workflow(s) finished before %s", done, time.strftime(
-                "%Y-%m-%d %H:%M:%S UTC", time.gmtime(cutoff)))
+            log.info("retention: pruned %d workflow(s) finished before %s", done, utc(cutoff))
