@@ -1,8 +1,14 @@
-"""A test app for metrics, traces and JSON logs: an activity that fails before it succeeds, a wait, a failure."""
+"""A test app for metrics, traces and JSON logs: an activity that fails before it succeeds, a wait, a failure.
+
+`aorder` is `order`'s async twin: its run suspends at each attempt of its async activity and
+is run again for the attempt's outcome.
+"""
 
 from __future__ import annotations
 
-from replaylog import Context, activity, current_activity, workflow
+import asyncio
+
+from replaylog import AsyncContext, Context, activity, current_activity, workflow
 
 
 @activity
@@ -40,3 +46,19 @@ def doomed(ctx: Context, n: int) -> int:
     """One fetch, then an activity that fails for good (two attempts): the workflow fails."""
     ctx.call_activity(fetch, n)
     return ctx.call_activity(broken, n, max_retries=2)
+
+
+@activity
+async def aflaky(n: int) -> int:
+    """`flaky`, async: fails on its first two attempts at a slot, then returns n."""
+    await asyncio.sleep(0)
+    if current_activity().attempt < 3:
+        raise ConnectionError(f"attempt {current_activity().attempt} refused")
+    return n
+
+
+@workflow
+async def aorder(ctx: AsyncContext, n: int) -> int:
+    """aflaky (three attempts, each on the worker's event loop), then fetch."""
+    total = int(await ctx.call_activity(aflaky, n, max_retries=3))
+    return total + int(await ctx.call_activity(fetch, n))

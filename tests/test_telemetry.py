@@ -246,3 +246,31 @@ def test_after_a_kill_9_the_resumed_run_makes_spans_only_for_what_runs_live(
     assert slots == list(range(before, 8))  # the recorded prefix replayed: no span for it
     (run,) = [s for s in spans.get_finished_spans() if s.name == "workflow steps"]
     assert run.attributes["replaylog.status"] == "completed"
+
+
+def test_an_async_attempt_makes_one_span_and_one_count_across_the_runs_that_await_it(
+        db_path: Path, spans: object) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from replaylog.engine.telemetry import Metrics
+
+    assert isinstance(spans, InMemorySpanExporter)
+    with open_store(db_path) as store:
+        store.start_workflow("aorder", 4, workflow_id="aorder-4")
+    metrics = Metrics(db_path)
+    # Each aflaky attempt suspends the run; the next run collects it (and replays the failed ones before it).
+    Worker(db_path, load_app(APP), poll=0.002, tracing=True, metrics=metrics).run(until_idle=True)
+    with open_store(db_path, readonly=True) as store:
+        row = store.get_workflow("aorder-4")
+    assert (row.status, row.result) == ("completed", 12), row.error
+    finished = spans.get_finished_spans()
+    attempts = [(s.name, s.attributes["replaylog.slot"], s.attributes["replaylog.attempt"],
+                 s.attributes["replaylog.status"]) for s in finished if s.name.startswith("activity ")]
+    assert attempts == [("activity aflaky", 0, 1, "failed"), ("activity aflaky", 0, 2, "failed"),
+                        ("activity aflaky", 0, 3, "completed"), ("activity fetch", 1, 1, "completed")]
+    runs = {s.context.span_id: s for s in finished if s.name == "workflow aorder"}
+    assert [runs[s.parent.span_id].attributes["replaylog.status"] for s in finished
+            if s.name.startswith("activity ")] == ["suspended", "suspended", "suspended", "completed"]
+    count = metrics.registry.get_sample_value
+    assert count("replaylog_activity_attempts_total", {"activity": "aflaky"}) == 3
+    assert count("replaylog_activity_failures_total", {"activity": "aflaky"}) == 2

@@ -170,6 +170,11 @@ class Tracing:
     Needs opentelemetry-api (`pip install 'replaylog[otel]'`); the application configures
     the tracer provider and its exporter, as with any instrumented library. Replayed slots
     make no span: only live attempts reach `RunSpans.attempt_started`.
+
+    An async activity's attempt outlives the run that started it (the run suspends while
+    the attempt runs on the worker's event loop): its span is carried to the workflow's
+    next run, which ends it with the attempt's outcome. So each attempt has one span,
+    a child of the run that started it.
     """
 
     def __init__(self) -> None:
@@ -178,6 +183,9 @@ class Tracing:
         except ImportError:
             raise ImportError("worker traces need opentelemetry-api: pip install 'replaylog[otel]'") from None
         self.tracer = trace.get_tracer("replaylog")
+        # By workflow id: the open attempt spans of its run that suspended, for its next run.
+        self._carried: dict[str, dict[tuple[int, int], Any]] = {}
+        self._lock = threading.Lock()
 
     def run(self, workflow_id: str, workflow: str, stored_context: str | None) -> RunSpans:
         """Start the span of one run of a workflow, a child of the trace it was started in (if stored)."""
@@ -187,24 +195,45 @@ class Tracing:
         parent = extract(json.loads(stored_context)) if stored_context else otel_context.Context()
         span = self.tracer.start_span(f"workflow {workflow}", context=parent,
                                       attributes={"replaylog.workflow_id": workflow_id})
-        return RunSpans(self.tracer, span, workflow_id)
+        with self._lock:
+            carried = self._carried.pop(workflow_id, {})
+        return RunSpans(self, span, workflow_id, carried)
+
+    def carry(self, workflow_id: str, spans: dict[tuple[int, int], Any]) -> None:
+        """Keep a suspended run's open attempt spans for the workflow's next run."""
+        with self._lock:
+            self._carried.setdefault(workflow_id, {}).update(spans)
+
+    def close(self) -> None:
+        """End the spans carried for runs that never came (the worker stopped): interrupted."""
+        with self._lock:
+            left, self._carried = self._carried, {}
+        for spans in left.values():
+            for span in spans.values():
+                _end(span, "interrupted", None)
 
 
 class RunSpans:
     """The spans of one workflow run: the run's, and one per activity attempt under it (thread-safe)."""
 
-    def __init__(self, tracer: Any, span: Any, workflow_id: str) -> None:
+    def __init__(self, tracing: Tracing, span: Any, workflow_id: str,
+                 carried: dict[tuple[int, int], Any] | None = None) -> None:
         from opentelemetry import trace
 
-        self.tracer = tracer
+        self.tracing = tracing
+        self.tracer = tracing.tracer
         self.span = span
         self.workflow_id = workflow_id
         self._parent = trace.set_span_in_context(span)
-        self._open: dict[tuple[int, int], Any] = {}
+        # Open attempt spans by (slot, attempt); those of async attempts a suspended run started come carried.
+        self._open: dict[tuple[int, int], Any] = dict(carried or {})
         self._lock = threading.Lock()
 
     def attempt_started(self, slot: int, name: str, attempt: int) -> None:
-        """A live attempt of activity `name` at `slot` begins."""
+        """A live attempt of activity `name` at `slot` begins (its span comes carried if an earlier run started it)."""
+        with self._lock:
+            if (slot, attempt) in self._open:
+                return
         span = self.tracer.start_span(f"activity {name}", context=self._parent, attributes={
             "replaylog.workflow_id": self.workflow_id, "replaylog.slot": slot, "replaylog.attempt": attempt})
         with self._lock:
@@ -218,11 +247,17 @@ class RunSpans:
             _end(span, "failed" if error is not None else "completed", error)
 
     def end(self, status: str, error: str | None = None) -> None:
-        """The run ended: `status` is the workflow's (completed, blocked, failed, …) or why the run stopped."""
+        """The run ended: `status` is the workflow's (completed, blocked, failed, …) or why the run stopped.
+
+        A run "suspended" on async activities hands its open attempt spans to the workflow's next run.
+        """
         with self._lock:
-            left, self._open = list(self._open.values()), {}
-        for span in left:  # attempts the run's end cut short (a worker stopping, a lost lease)
-            _end(span, "interrupted", None)
+            left, self._open = self._open, {}
+        if status == "suspended":
+            self.tracing.carry(self.workflow_id, left)
+        else:
+            for span in left.values():  # attempts the run's end cut short (a worker stopping, a lost lease)
+                _end(span, "interrupted", None)
         _end(self.span, status, error if status == "failed" else None)
 
 

@@ -67,6 +67,9 @@ class ActivityLoop:
         self._running: dict[str, int] = {}
         self._tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._finished: dict[str, dict[tuple[int, int], asyncio.Task[Any]]] = {}
+        # Of those finished, the (slot, attempt) whose end a run has told metrics and traces
+        # about: a failed attempt is replayed by each later run until its slot is recorded.
+        self._reported: dict[str, set[tuple[int, int]]] = {}
         self._parked: set[str] = set()
 
     @property
@@ -101,6 +104,26 @@ class ActivityLoop:
         with self._lock:
             return any(s == slot for s, _ in self._finished.get(workflow_id, ()))
 
+    def reported(self, workflow_id: str, slot: int, attempt: int) -> bool:
+        """Whether an earlier run told metrics and traces this finished attempt's end (this run replays it)."""
+        with self._lock:
+            return (slot, attempt) in self._reported.get(workflow_id, ())
+
+    def report(self, workflow_id: str, slot: int, attempt: int) -> bool:
+        """Whether this end of an attempt is the one to tell metrics and traces about (False: told already).
+
+        An attempt that ran as a task of this loop is told once, by the first run that collects its outcome.
+        """
+        key = (slot, attempt)
+        with self._lock:
+            if key not in self._finished.get(workflow_id, ()):
+                return True  # not kept for a replay (a sync attempt, a held one, one just recorded)
+            told = self._reported.setdefault(workflow_id, set())
+            if key in told:
+                return False
+            told.add(key)
+            return True
+
     def run(self, workflow_id: str, coro: Coroutine[Any, Any, Any], slot: int, attempt: int,
             timeout: float | None = None, hold: bool = False) -> Any:
         """The outcome of the task a suspended run started for this attempt; else start it and raise RunSuspended.
@@ -127,8 +150,10 @@ class ActivityLoop:
                 raise error
             with self._lock:  # it is recorded now: no replay comes back for this slot
                 kept = self._finished.get(workflow_id, {})
+                told = self._reported.get(workflow_id, set())
                 for key in [k for k in kept if k[0] == slot]:
                     del kept[key]
+                    told.discard(key)
             return done.result()
         loop = self._started()
         context = contextvars.copy_context()
@@ -196,6 +221,7 @@ class ActivityLoop:
         """The workflow's run ended otherwise (finished, handed back, lease lost): drop what is kept for it."""
         with self._lock:
             self._finished.pop(workflow_id, None)
+            self._reported.pop(workflow_id, None)
 
     def cancel(self, workflow_id: str) -> None:
         """Cancel the running async activities of a workflow (its lease is lost): each gets CancelledError."""

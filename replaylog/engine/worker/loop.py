@@ -284,6 +284,8 @@ class Worker:
                 pruner.join()
             self.committer.stop()
             self._parts.activities.close()
+            if self.tracing is not None:
+                self.tracing.close()
             try:
                 store.worker_stopped(self.owner)
             except ReplaylogError as exc:  # the row goes stale and is ignored

@@ -401,7 +401,7 @@ class WorkflowRun:
             # runs (crashed workers included). No commit and no wait (engine.marks).
             write_mark(slot, name, attempt, _wall_clock())
             me.inflight = True
-        if self._spans is not None:
+        if self._spans is not None and not parts.activities.reported(self._claim.id, slot, attempt):
             self._spans.attempt_started(slot, name, attempt)
 
     def on_task_start(self, slot: int, name: str, attempt: int) -> None:
@@ -415,11 +415,17 @@ class WorkflowRun:
                 write_mark(slot, name, attempt, _wall_clock())
                 self._marked = slot
                 self._me.inflight = True
-        if self._spans is not None:
+        if self._spans is not None and not parts.activities.reported(self._claim.id, slot, attempt):
             self._spans.attempt_started(slot, name, attempt)
 
     def on_attempt_end(self, slot: int, name: str, attempt: int, error: str | None) -> None:
-        """After each live attempt (given to the Context only when metrics or traces are on)."""
+        """After each live attempt (given to the Context only when metrics or traces are on).
+
+        An async attempt's end reaches here in every run that replays it before its slot is
+        recorded; it is counted, and its span ended, once.
+        """
+        if not self._parts.activities.report(self._claim.id, slot, attempt):
+            return
         metrics = self._parts.metrics
         if metrics is not None:
             metrics.attempt_ended(name, error is not None)
