@@ -24,7 +24,7 @@ from replaylog.client import (
     WorkflowInfo,
     WorkflowTerminated,
 )
-from replaylog.engine.aio import AsyncContext
+from replaylog.engine.aio import AsyncChildHandle, AsyncContext
 from replaylog.engine.core import (
     ActivityInfo,
     ChildHandle,
@@ -69,6 +69,7 @@ __all__ = [
     "ActivityError",
     "ActivityInfo",
     "ActivityTimeout",
+    "AsyncChildHandle",
     "AsyncClient",
     "AsyncContext",
     "AsyncWorker",

@@ -12,7 +12,7 @@ import os
 import random
 from typing import Any
 
-from replaylog import ActivityError, WorkflowCancelled, activity, current_activity, workflow
+from replaylog import ActivityError, ChildWorkflowError, WorkflowCancelled, activity, current_activity, workflow
 
 # Calls of each activity in this process, by name (in-process tests count them).
 CALLS: dict[str, int] = {}
@@ -259,3 +259,33 @@ async def heartbeating(ctx: Any) -> list[Any]:
     except ActivityError as exc:
         return [done, exc.error]
     return [done, None]
+
+
+@workflow
+async def anap(ctx: Any, seconds: float) -> str:
+    """A child that sleeps, durably."""
+    await ctx.sleep(seconds)
+    return "woke"
+
+
+@workflow
+async def awaiter(ctx: Any) -> Any:
+    """A child that waits for the signal "go" and returns its payload."""
+    return await ctx.wait_signal("go")
+
+
+@workflow
+async def spawns(ctx: Any) -> list[Any]:
+    """Start children without waiting, work meanwhile, signal one, cancel one, collect all three outcomes."""
+    napper = await ctx.start_workflow(anap, 0.05)
+    told = await ctx.start_workflow(awaiter)
+    stopped = await ctx.start_workflow(anap, 3600, parent_close="abandon")
+    worked = await ctx.call_activity(adouble, 21)
+    await told.signal("go", 5)
+    await stopped.cancel("enough")
+    out: list[Any] = [worked, await napper.result(), await told.result()]
+    try:
+        out.append(await stopped.result())
+    except ChildWorkflowError as exc:
+        out.append(exc.error)
+    return out

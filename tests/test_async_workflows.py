@@ -123,6 +123,19 @@ def test_durable_sleep_child_workflow_and_a_sync_workflow_calling_an_async_activ
     assert client.start(async_app.sync_calls_async, 4).result(timeout=60) == 8
 
 
+def test_children_started_without_waiting_are_awaited_signalled_and_cancelled_in_the_sync_handles_slots(
+        client: Client, worker: Worker) -> None:
+    handle = client.start(async_app.spawns)
+    assert handle.result(timeout=120) == [42, "woke", 5, "WorkflowCancelled: enough"]
+    wid = handle.id
+    assert kinds(client, wid) == [
+        ("child_start", "anap"), ("child_start", "awaiter"), ("child_start", "anap"), ("activity", "adouble"),
+        ("child_signal", "go"), ("child_cancel", f"{wid}.2"),
+        ("child_result", f"{wid}.0"), ("child_result", f"{wid}.1"), ("child_result", f"{wid}.2")]
+    stopped = client.get_handle(f"{wid}.2").describe()
+    assert (stopped.status, stopped.parent) == ("cancelled", wid)
+
+
 @pytest.mark.parametrize(("workflow", "message"), [
     (async_app.sleeps_badly, r"called asyncio\.sleep\(1\) \(loop\.call_later\).*use await ctx\.sleep"),
     (async_app.awaits_forever, r"awaited <Future pending.*async_app\.py:\d+ \(in awaits_forever\).*only ctx calls"),
@@ -204,3 +217,25 @@ def test_the_test_environment_skips_an_async_workflows_day_long_sleep() -> None:
     with WorkflowEnvironment(app=async_app) as env:
         assert env.client.start(async_app.sleeper, 86400).result(timeout=60) == "woke"
         assert env.client.start(async_app.fan, 2).result(timeout=60) == [2, 0, 2]
+
+
+def test_children_started_by_a_gather_take_their_slots_in_issue_order_and_a_bad_policy_records_nothing() -> None:
+    from replaylog import workflow
+
+    @workflow
+    async def starts_two(ctx: Any) -> list[str]:
+        first, second = await asyncio.gather(ctx.start_workflow(async_app.anap, 1),
+                                             ctx.start_workflow(async_app.awaiter))
+        return [first.id, second.id]
+
+    @workflow
+    async def bad_policy(ctx: Any) -> None:
+        await ctx.start_workflow(async_app.anap, 1, parent_close="explode")
+
+    started = run(starts_two, WorkflowState(has_input=False), clock=lambda: 0.0)
+    assert started.outcome.result == ["memory.0", "memory.1"]
+    assert _issued(started.state) == [("child_start", "anap"), ("child_start", "awaiter")]
+    refused = run(bad_policy, WorkflowState(has_input=False), clock=lambda: 0.0)
+    assert refused.outcome.error == ("workflow code raised ValueError: start_workflow(parent_close='explode'): "
+                                     "say one of cancel, terminate, abandon")
+    assert refused.state.commands == ()

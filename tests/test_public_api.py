@@ -17,6 +17,7 @@ PUBLIC = [
     "ActivityError",
     "ActivityInfo",
     "ActivityTimeout",
+    "AsyncChildHandle",
     "AsyncClient",
     "AsyncContext",
     "AsyncWorker",

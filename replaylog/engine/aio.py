@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from replaylog.engine.errors import ActivityError, AsyncWorkflowError, ParallelError
 
 if TYPE_CHECKING:
-    from replaylog.engine.core import Context, Task
+    from replaylog.engine.core import ChildHandle, Context, Task
     from replaylog.engine.workflow_log import WorkflowLog
 
 
@@ -310,8 +310,8 @@ class AsyncContext:
     """What an `async def` workflow talks to: the Context's commands, awaitable.
 
     `await ctx.call_activity(...)`, `sleep`, `sleep_until`, `wait_signal`, `request_approval`,
-    `call_workflow` and `parallel` take the same arguments as the Context's (keyword arguments
-    are passed on as they are); `now()`, `uuid4()`, `random()`, `patched()`, `deprecate_patch()`,
+    `call_workflow`, `start_workflow` and `parallel` take the same arguments as the Context's
+    (keyword arguments are passed on as they are); `now()`, `uuid4()`, `random()`, `patched()`, `deprecate_patch()`,
     `set_event()` and `task()` stay plain calls, and take their slot where they are called.
     """
 
@@ -382,9 +382,54 @@ class AsyncContext:
         ctx = self._ctx
         return await self._loop.issue(lambda: ctx.call_workflow(workflow, *args, **kwargs))
 
+    async def start_workflow(self, workflow: Callable[..., Any] | str, input: Any = None, id: str | None = None,
+                             *, timeout: float | None = None, parent_close: str = "cancel") -> AsyncChildHandle:
+        """`await` the start of a child workflow, not its end: its handle. See Context.start_workflow.
+
+        Starting takes a slot, so it is a pending command like any other: children started
+        by tasks of one round take their slots in the order the tasks issued the starts.
+        """
+        ctx, loop = self._ctx, self._loop
+        handle: ChildHandle = await loop.issue(lambda: ctx.start_workflow(
+            workflow, input, id, timeout=timeout, parent_close=parent_close))
+        return AsyncChildHandle(handle, loop)
+
     def gather(self, *calls: Awaitable[Any]) -> Awaitable[list[Any]]:
         """asyncio.gather over ctx calls (they run as one parallel group)."""
         return asyncio.gather(*calls)
+
+
+class AsyncChildHandle:
+    """A child started with `await ctx.start_workflow(...)` in an async workflow: ChildHandle's calls, awaitable.
+
+    Each method takes the slot the sync handle's takes (child_result, child_signal, child_cancel).
+
+    Attributes:
+        id: the child's workflow id. workflow: its name.
+    """
+
+    def __init__(self, handle: ChildHandle, loop: WorkflowLoop) -> None:
+        self._handle = handle
+        self._loop = loop
+        self.id = handle.id
+        self.workflow = handle.workflow
+
+    def __repr__(self) -> str:
+        return f"AsyncChildHandle({self.id!r}, {self.workflow!r})"
+
+    async def result(self) -> Any:
+        """`await` the child's result: see ChildHandle.result."""
+        return await self._loop.issue(self._handle.result)
+
+    async def signal(self, name: str, payload: Any = None) -> None:
+        """`await` sending the child a signal: see ChildHandle.signal."""
+        handle = self._handle
+        await self._loop.issue(lambda: handle.signal(name, payload))
+
+    async def cancel(self, reason: str | None = None) -> None:
+        """`await` asking the child to cancel: see ChildHandle.cancel."""
+        handle = self._handle
+        await self._loop.issue(lambda: handle.cancel(reason))
 
 
 def is_async(fn: Callable[..., Any]) -> bool:
