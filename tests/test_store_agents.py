@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import sql
+from conftest import on_server, sql
 from replaylog.engine.core import CHILD_PREFIX, HOLE, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, OperatorRefusedError, StoreError
 from replaylog.engine.store import PendingRecord, Store
@@ -203,3 +203,14 @@ def test_groups_back_to_back_keep_their_names_and_marks_without_one_read_as_cons
     sql(store, "UPDATE commands SET parallel_group = NULL")
     assert [c.parallel_group for c in store.list_commands("two")] == [0, 0, 0, 0, None, 5]
     assert [c.parallel_group for c in store.list_commands("two", offset=1)] == [1, 1, 1, None, 5]
+
+
+def test_a_slot_is_committed_after_the_server_forgot_every_prepared_statement(store: Store) -> None:
+    # psycopg sends DEALLOCATE ALL after a rollback once it has prepared statements of its
+    # own; the slot statement the PostgreSQL store prepared itself must survive that.
+    store.start_workflow("wf", None, workflow_id="forgot")
+    (claim,) = store.claim("w1", ttl=TTL)
+    assert store.commit_record(claim, 0, rec("a", 0), ttl=TTL)
+    sql(store, "DEALLOCATE ALL" if on_server(store) else "SELECT 1")
+    assert store.commit_record(claim, 1, rec("b", 1), ttl=TTL)
+    assert [c.name for c in store.list_commands("forgot")] == ["a", "b"]
