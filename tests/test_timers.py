@@ -193,7 +193,11 @@ def test_list_and_show_say_what_a_workflow_waits_on_and_until_when(db: Path | st
         assert rows[wid]["wake_at"] == pytest.approx(time.time() + seconds, abs=120)
         shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
         assert shown["wake_at"] == rows[wid]["wake_at"]
-    nap_at = time.strftime("%H:%M:%S", time.gmtime(rows[napping]["wake_at"]))
+    # A wake time on the same UTC day reads as a clock time, on another day with its date:
+    # the nap (an hour ahead) crosses midnight when the suite runs after 23:00 UTC.
+    nap_wake = time.gmtime(rows[napping]["wake_at"])
+    same_day = nap_wake.tm_yday == time.gmtime().tm_yday
+    nap_at = time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M UTC", nap_wake)
     deadline = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rows[waiting]["wake_at"]))
     listed = run_cli(db, "list").stdout
     assert f"timer until {nap_at}" in listed
