@@ -870,7 +870,7 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
 @global_options
 @pass_settings
 def stats(settings: Settings, as_json: bool) -> None:
-    """How the database stands: counts by status, the oldest waits, overdue timers, live workers, slots per second."""
+    """How the database stands: counts by status and queue, the oldest waits, overdue timers, live workers, slots/s."""
     with settings.client(readonly=True) as client:
         st = client.stats()
     pending, blocked = (None if t is None else max(0.0, st.at - t) for t in (st.oldest_pending, st.oldest_blocked))
@@ -879,12 +879,20 @@ def stats(settings: Settings, as_json: bool) -> None:
             "at": st.at, "counts": st.counts, "total": sum(st.counts.values()),
             "oldest_pending_age": pending, "oldest_blocked_age": blocked, "past_wake_time": st.overdue,
             "slots_last_minute": st.slots_last_minute, "slots_per_second": st.slots_per_second,
+            "queues": [{"name": q.name, "concurrency": q.concurrency, "admitted": q.admitted, "counts": q.counts,
+                        "total": sum(q.counts.values())} for q in st.queues],
             "workers": [{"owner": w.owner, "host": w.host, "pid": w.pid, "names": list(w.names),
                          "started_at": w.started_at, "last_heartbeat": w.seen_at,
                          "heartbeat_age": max(0.0, st.at - w.seen_at)} for w in st.workers]}))
         return
     counts = " · ".join(f"{status} {n}" for status, n in st.counts.items())
-    lines = [("workflows", f"{sum(st.counts.values())}: {counts}"),
+    lines = [("workflows", f"{sum(st.counts.values())}: {counts}")]
+    # A queue's line names only the statuses it has workflows in: with every status it would not fit a line.
+    lines += [(f"queue {printable(q.name, oneline=True)}",
+               f"{sum(q.counts.values())}: " + (" · ".join(f"{s} {n}" for s, n in q.counts.items() if n) or "empty")
+               + ("; no limit" if q.concurrency is None else f"; limit {q.concurrency}, {q.admitted} taken"))
+              for q in st.queues]
+    lines += [
              ("oldest pending", "none" if pending is None else f"{duration(pending)} (since {_when(st.at - pending)})"),
              ("oldest blocked", "none" if blocked is None else f"{duration(blocked)} (since {_when(st.at - blocked)})"),
              ("past wake time", f"{st.overdue} blocked workflow(s) whose timer or deadline has passed"),
