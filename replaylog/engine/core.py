@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overlo
 from replaylog.engine import aio as _aio
 from replaylog.engine.errors import (
     ActivityError,
+    ActivityTimeout,
     ChildWorkflowError,
     Diagnostic,
     DuplicateWorkflowIdError,
@@ -1106,6 +1107,12 @@ class Context:
             # Earlier runs started this activity and recorded nothing: their attempts count.
             prior = self._prior
             done = prior.attempts
+            if done < attempts and prior.error is not None and prior.retry_at is None and not self._wait_to_retry(
+                    slot, name, done, policy, ActivityTimeout(prior.error), prior.error):
+                # The last attempt failed where no run could wait its backoff: another worker took
+                # it over (its heartbeat stopped, its worker died). The wait is taken above, as after
+                # a failure in this run; an ActivityTimeout the policy does not retry fails it now.
+                attempts = done
             if done >= attempts:
                 # The last allowed attempt never ended (a poison activity would otherwise
                 # take down one worker after another): a failure, as if it had raised; or
@@ -1147,22 +1154,9 @@ class Context:
                     on_end(slot, name, attempt, last_error)
                 if attempt >= attempts:
                     continue
-                if policy is None:
-                    # Backoff reads the injected clock only through sleep: no wall clock here.
-                    self._sleep(self._backoff * (2 ** (attempt - 1)))
-                    continue
-                if not policy.retries(exc):
+                if not self._wait_to_retry(slot, name, attempt, policy, exc, last_error):
                     attempts = attempt  # a non-retryable error: recorded at once
                     break
-                wait = policy.delay(attempt)
-                if wait > DURABLE_AFTER and self._durable_retry and not self._group:
-                    # A durable timer: the run ends here, holding no thread, and the store keeps
-                    # the attempts made; the run that wakes at `retry_at` counts on from them.
-                    retry_at = float(self._clock()) + wait
-                    self.retry_wait = RetryWait(slot, name, attempt, last_error, retry_at)
-                    raise WorkflowBlocked(RETRY, retry_at) from None
-                if wait > 0:
-                    self._sleep(wait)
                 continue
             except BaseException as exc:
                 if not isinstance(exc, (WorkflowBlocked, DryRunStop, RunSuspended)):
@@ -1195,6 +1189,31 @@ class Context:
             self.tracebacks[slot] = shown
         self._append(slot, CommandRecord(_ACTIVITY, name, False, None, last_error, attempts, key))
         raise ActivityError(slot, name, last_error, attempts)
+
+    def _wait_to_retry(self, slot: int, name: str, attempt: int, policy: RetryPolicy | None, exc: Exception,
+                       error: str) -> bool:
+        """Wait as the policy says after failed attempt `attempt` (`exc`, shown as `error`); False if the
+        policy retries no such error (the activity fails now).
+
+        Raises:
+            WorkflowBlocked: a durable wait: the run ends blocked on RETRY until the next attempt's time.
+        """
+        if policy is None:
+            # Backoff reads the injected clock only through sleep: no wall clock here.
+            self._sleep(self._backoff * (2 ** (attempt - 1)))
+            return True
+        if not policy.retries(exc):
+            return False
+        wait = policy.delay(attempt)
+        if wait > DURABLE_AFTER and self._durable_retry and not self._group:
+            # A durable timer: the run ends here, holding no thread, and the store keeps the
+            # attempts made; the run that wakes at `retry_at` counts on from them.
+            retry_at = float(self._clock()) + wait
+            self.retry_wait = RetryWait(slot, name, attempt, error, retry_at)
+            raise WorkflowBlocked(RETRY, retry_at) from None
+        if wait > 0:
+            self._sleep(wait)
+        return True
 
     def _timed_attempt(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], slot: int,
                        name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:

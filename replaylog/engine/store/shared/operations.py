@@ -164,13 +164,13 @@ def keep_retry(sql: Dialect, conn: Any, workflow_id: str, wait: RetryWait, now: 
 
 # An attempt's heartbeat, fenced by the lease: its details (NULL keeps the slot's last ones), when it
 # beat (NULL keeps), and when the next is due (NULL: nobody watches). A beat means an attempt runs:
-# no retry wait is pending. Parameters: slot, name, attempts, now, details, beat_at, expires, id,
-# owner, epoch.
+# no retry wait is pending and no earlier attempt's error waits for its backoff. Parameters: slot,
+# name, attempts, now, details, beat_at, expires, id, owner, epoch.
 HEARTBEAT = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, details, heartbeat_at, heartbeat_expires)"
     " SELECT id, ?, ?, ?, ?, ?, ?, ? FROM workflows WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, retry_at = NULL,"
+    " attempts = excluded.attempts, retry_at = NULL, error = NULL,"
     " started_at = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
     " THEN inflight.started_at ELSE excluded.started_at END,"
     " details = CASE WHEN excluded.details IS NOT NULL OR inflight.slot <> excluded.slot THEN excluded.details"
@@ -185,9 +185,19 @@ BEATLESS = (" sent no heartbeat within its heartbeat timeout (its worker stopped
             " another worker took the workflow over")
 
 
-def beatless_error(attempts: int) -> str:
-    """The error a claim keeps for an attempt taken over because it sent no heartbeat in time."""
-    return f"ActivityTimeout: attempt {attempts}{BEATLESS}"
+LOST = (" lost its worker (it died, or its lease lapsed) while it ran under a heartbeat timeout;"
+        " another worker took the workflow over")
+
+# A claim that takes a running workflow over from another worker fails the attempt that worker ran
+# under a heartbeat timeout (its `heartbeat_expires` is set while one is watched): the error is
+# kept with no retry_at, so the run the claim starts waits the policy's backoff before the next
+# attempt (engine.core: a failed attempt whose wait no run has taken yet), as after any failure.
+# Parameters: now, BEATLESS, LOST, then the workflow ids (`{ids}`: the backend's list of them).
+TAKEN_OVER = (
+    "UPDATE inflight SET error = 'ActivityTimeout: attempt ' || attempts"
+    " || CASE WHEN heartbeat_expires < ? THEN ? ELSE ? END, heartbeat_expires = NULL"
+    " WHERE heartbeat_expires IS NOT NULL AND workflow_id {ids}"
+)
 
 
 # The cancel reason of a workflow whose timeout passed (client.start(..., timeout=...)).
