@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from replaylog import Context, Queue, activity, workflow
+from replaylog import Client, Context, Queue, activity, workflow
 
 # The kill test's queue: at most 4 admitted at once across every worker.
 storm = Queue("storm", concurrency=4)
@@ -48,6 +48,30 @@ def timed(ctx: Context, args: dict[str, Any]) -> list[float]:
     began = ctx.now()
     ctx.call_activity(hold, args["key"], args.get("seconds", 0.05))
     return [began, ctx.now()]
+
+
+@workflow
+def gated(ctx: Context, key: str) -> str:
+    """Hold, then wait for the signal "go": blocked, it keeps its place in its queue."""
+    ctx.call_activity(hold, key, 0.0)
+    ctx.wait_signal("go")
+    return key
+
+
+def fill_queues(client: Client) -> None:
+    """Three `gated` workflows on "serial" (one admitted, two queued), one `timed` on "storm", one `gated` on none.
+
+    Once a worker has run what it can, "serial" holds one blocked workflow (its whole
+    concurrency) and two queued, "storm" one completed, and the free one is blocked.
+    """
+    for i in range(3):
+        client.start(gated, f"serial-{i}", queue="serial", id=f"serial-{i}")
+    client.start(timed, {"key": "storm", "seconds": 0.0}, queue="storm", id="storm-0")
+    client.start(gated, "free", id="free-0")
+
+
+FILLED = {"serial-0": "blocked", "serial-1": "queued", "serial-2": "queued", "storm-0": "completed",
+          "free-0": "blocked"}
 
 
 def most_at_once(intervals: list[list[float]]) -> int:

@@ -21,8 +21,8 @@ from fault_harness import app_worker, read_jsonl
 from conftest import cli_env, run_cli, start_worker, wait_for
 from replaylog import Context, RetryPolicy, WorkflowState, activity, current_activity, run
 from replaylog.engine.app import Registry
-from replaylog.engine.core import RETRY
-from replaylog.engine.errors import StoreError
+from replaylog.engine.core import RETRY, Attempts, WorkflowBlocked
+from replaylog.engine.errors import ActivityError, ActivityTimeout, StoreError
 from replaylog.engine.retry import DURABLE_AFTER
 from replaylog.engine.store import Store, open_store
 from replaylog.engine.worker import Worker
@@ -95,6 +95,47 @@ def test_a_non_retryable_error_fails_the_activity_at_once() -> None:
     assert calls == [1] and slept == []
     rec = result.state.commands[0]
     assert (rec.ok, rec.attempts, rec.error) == (False, 1, "ValueError: bad request")
+
+
+_TAKEN_OVER = "ActivityTimeout: attempt 1 sent no heartbeat within its heartbeat timeout; another worker took over"
+
+
+def _after_takeover(policy: RetryPolicy) -> tuple[Context, list[float], list[int], BaseException | None]:
+    """Run a workflow whose first attempt an earlier worker lost (the store's takeover error, no retry time)."""
+    slept: list[float] = []
+    calls: list[int] = []
+
+    @activity
+    def job() -> str:
+        calls.append(1)
+        return "done"
+
+    ctx = Context(WorkflowState(input=None), clock=lambda: 1000.0, sleep=slept.append, durable_retry=True,
+                  prior=Attempts(0, 1, _TAKEN_OVER, None))
+    raised: BaseException | None = None
+    try:
+        ctx.call_activity(job, retry=policy)
+    except BaseException as exc:  # what the run ended with is the subject
+        raised = exc
+    return ctx, slept, calls, raised
+
+
+def test_an_attempt_lost_in_a_takeover_waits_its_backoff_before_the_next() -> None:
+    ctx, slept, calls, raised = _after_takeover(RetryPolicy(max_attempts=3, initial=0.2))
+    assert raised is None and slept == [0.2] and calls == [1]
+    assert ctx.new_commands[0].attempts == 2  # the lost attempt counts
+    # A wait past the threshold is a durable retry timer, counted from the takeover.
+    ctx, slept, calls, raised = _after_takeover(RetryPolicy(max_attempts=3, initial=5.0))
+    assert isinstance(raised, WorkflowBlocked) and raised.wake_at == 1005.0 and calls == [] and slept == []
+    assert ctx.retry_wait == (0, "job", 1, _TAKEN_OVER, 1005.0)
+
+
+def test_an_attempt_lost_in_a_takeover_fails_at_once_when_timeouts_are_not_retried() -> None:
+    ctx, slept, calls, raised = _after_takeover(RetryPolicy(max_attempts=3, initial=5.0,
+                                                            non_retryable=(ActivityTimeout,)))
+    assert isinstance(raised, ActivityError) and calls == [] and slept == []
+    (rec,) = ctx.new_commands
+    assert (rec.ok, rec.attempts, rec.error) == (False, 1, _TAKEN_OVER)
 
 
 def test_a_non_retryable_error_may_be_named_by_its_class_name() -> None:

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import queue_app
 
 from conftest import run_cli, sql, start_worker, wait_for
+from replaylog import Client
+from replaylog import Worker as EmbeddedWorker
 from replaylog.engine.app import load_app
 from replaylog.engine.store import open_store
 from replaylog.engine.worker import Worker
@@ -74,6 +81,51 @@ def test_stats_names_each_live_worker_and_its_last_heartbeat(db: Path | str) -> 
         worker.wait(timeout=30)
     assert wait_for(lambda: json.loads(run_cli(db, "stats", "--json").stdout)["workers"] == [])
     assert "live workers     none" in run_cli(db, "stats").stdout
+
+
+@contextmanager
+def filled_queues(db: Path | str, **options: Any) -> Iterator[EmbeddedWorker]:
+    """`queue_app.fill_queues`, and a worker of the queue app (made with `options`) that has run what it can."""
+    with Client(db, app=queue_app) as client:
+        queue_app.fill_queues(client)
+    with EmbeddedWorker(db, app=queue_app, **options) as worker:
+        def settled() -> bool:
+            listed = json.loads(run_cli(db, "list", "--json").stdout)
+            return {r["id"]: r["status"] for r in listed} == queue_app.FILLED
+        assert wait_for(settled, timeout=60)
+        yield worker
+
+
+def listed_by_queue(db: Path | str, queue: str) -> dict[str, int]:
+    """Workflows per status on `queue`, counted from `replaylog list --queue QUEUE --json`."""
+    listed = json.loads(run_cli(db, "list", "--queue", queue, "--limit", "0", "--json").stdout)
+    counts: dict[str, int] = {}
+    for r in listed:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
+def test_stats_counts_each_queues_workflows_by_status_as_list_does_with_its_limit(db: Path | str) -> None:
+    with filled_queues(db):
+        pass
+    stats = json.loads(run_cli(db, "stats", "--json").stdout)
+    assert stats["total"] == len(queue_app.FILLED)
+    shown = {q["name"]: q for q in stats["queues"]}
+    # Every queue the app declared, the empty ones too; the free workflow is on none.
+    assert sorted(shown) == ["paced", "per-worker", "serial", "storm"]
+    for name, q in shown.items():
+        assert {s: n for s, n in q["counts"].items() if n} == listed_by_queue(db, name), name
+        assert set(q["counts"]) == set(stats["counts"]) and q["total"] == sum(q["counts"].values())
+    assert shown["serial"]["counts"]["blocked"] == 1 and shown["serial"]["counts"]["queued"] == 2
+    assert (shown["serial"]["concurrency"], shown["serial"]["admitted"]) == (1, 1)
+    assert (shown["storm"]["concurrency"], shown["storm"]["counts"]["completed"]) == (4, 1)
+    assert shown["per-worker"]["concurrency"] is None and shown["per-worker"]["total"] == 0
+    human = run_cli(db, "stats")
+    assert human.returncode == 0, human.stderr
+    lines = human.stdout.splitlines()
+    assert "queue serial     3: blocked 1 · queued 2; limit 1, 1 taken" in lines, human.stdout
+    assert "queue storm      1: completed 1; limit 4, 0 taken" in lines
+    assert "queue paced      0: empty; no limit" in lines
 
 
 def test_stats_on_no_database_says_so_and_creates_none(tmp_path: Path) -> None:

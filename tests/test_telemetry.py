@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from serve_helpers import free_port
+from test_stats import filled_queues, listed_by_queue
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
 from replaylog.engine.app import load_app
-from replaylog.engine.store import open_store
+from replaylog.engine.store import STATUSES, open_store
 from replaylog.engine.worker import Worker
 
 APP = "telemetry_app"
@@ -31,13 +32,26 @@ def _start(db: Path | str, workflow: str, n: int, wid: str) -> None:
 # ---------------------------------------------------------------- metrics
 
 
-def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The endpoint's samples, read with prometheus-client's own parser: (name, labels) → value."""
+def _exposition(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """An exposition's samples, read with prometheus-client's own parser: (name, labels) → value."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The endpoint's samples (`_samples`)."""
+    return _samples(_exposition(port))
+
+
+def _metric_name(name: str) -> str:
+    """A sample's or a family's name without the suffix its type adds (`_total`, `_bucket`, …)."""
+    return re.sub(r"_(bucket|sum|count|created|total)$", "", name)
 
 
 def test_the_metrics_endpoint_parses_and_its_counts_match_list(db_path: Path) -> None:
@@ -73,15 +87,40 @@ def test_the_metrics_endpoint_parses_and_its_counts_match_list(db_path: Path) ->
         assert samples[("replaylog_commit_batch_size_count", ())] >= 1
         assert samples[("replaylog_live_workers", ())] == 1
         assert samples[("replaylog_workflows_past_wake_time", ())] == 0
-        # The dashboard in docs/ queries only what a worker serves.
-        dashboard = json.loads((ROOT / "docs/grafana-dashboard.json").read_text(encoding="utf-8"))
-        queried = {re.sub(r"_(bucket|sum|count)$", "", name) for panel in dashboard["panels"]
-                   for target in panel["targets"] for name in re.findall(r"replaylog_[a-z_]+", target["expr"])}
-        served = {re.sub(r"_(bucket|sum|count|created)$", "", name) for name, _ in samples}
-        assert len(queried) >= 10 and queried <= served, queried - served
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+
+
+def test_the_metrics_count_each_queues_workflows_by_status_as_list_does(db: Path | str) -> None:
+    # Settled: serial holds one blocked and two queued, storm one completed.
+    with filled_queues(db, metrics_port=0) as worker:
+        assert worker.metrics_port
+        text = _exposition(worker.metrics_port)
+    samples = _samples(text)
+    for name in ("serial", "storm", "per-worker", "paced"):
+        listed = listed_by_queue(db, name)
+        served = {dict(labels)["status"]: value for (metric, labels), value in samples.items()
+                  if metric == "replaylog_queue_workflows" and dict(labels)["queue"] == name}
+        assert {status: n for status, n in served.items() if n} == listed, name
+        assert len(served) == len(STATUSES)
+    assert samples[("replaylog_queue_workflows", (("queue", "serial"), ("status", "queued")))] == 2
+    # A limit only for the queues that have one.
+    limits = {dict(labels)["queue"]: value for (metric, labels), value in samples.items()
+              if metric == "replaylog_queue_concurrency_limit"}
+    assert limits == {"serial": 1, "storm": 4}
+    # The free workflow is on no queue: only the status gauge counts it.
+    assert samples[("replaylog_workflows", (("status", "blocked"),))] == 2
+    # The dashboard in docs/ queries only what a worker serves (a family with no sample yet included:
+    # no activity of this app fails).
+    from prometheus_client.parser import text_string_to_metric_families
+
+    dashboard = json.loads((ROOT / "docs/grafana-dashboard.json").read_text(encoding="utf-8"))
+    queried = {_metric_name(name) for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"replaylog_[a-z_]+", target["expr"])}
+    served_names = {_metric_name(family.name) for family in text_string_to_metric_families(text)}
+    assert {"replaylog_queue_workflows", "replaylog_queue_concurrency_limit"} <= queried
+    assert len(queried) >= 14 and queried <= served_names, queried - served_names
 
 
 def test_a_worker_without_metrics_or_traces_imports_neither(db_path: Path) -> None:

@@ -128,33 +128,54 @@ def test_an_attempt_that_stops_heartbeating_is_retried_with_its_last_details(wor
 # ------------------------------------------------------------------ a frozen worker process
 
 
+class _Pulsing:
+    """A heartbeating workflow on a worker process (lease far longer than the heartbeat timeout: only
+    the heartbeat can hand the workflow on), and the worker that takes it over; both ended on exit."""
+
+    def __init__(self, db: Path | str, tmp_path: Path, workflow: str, spec: dict[str, float]) -> None:
+        self.db = db
+        self.env = cli_env(FAULT_LEDGER=str(tmp_path / "ledger.jsonl"))
+        started = run_cli(db, "start", workflow, json.dumps(spec), "--app", "timeout_app", env=self.env)
+        assert started.returncode == 0, started.stderr
+        self.wid = started.stdout.strip()
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.first = self.worker("--lease", "300")
+
+    def worker(self, *args: str) -> subprocess.Popen[bytes]:
+        proc = start_worker(self.db, "--app", "timeout_app", *args, env=self.env)
+        self.procs.append(proc)
+        return proc
+
+    def beating(self, store: Store) -> bool:
+        i = store.inflight(self.wid)
+        return i is not None and isinstance(i.details, dict) and i.details.get("i", 0) >= 3
+
+    def __enter__(self) -> _Pulsing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(30)
+
+
 def test_a_frozen_workers_attempt_is_taken_over_when_its_heartbeat_is_overdue(db: Path | str,
                                                                               tmp_path: Path) -> None:
-    env = cli_env(FAULT_LEDGER=str(tmp_path / "ledger.jsonl"))
-    started = run_cli(db, "start", "pulsing", json.dumps({"limit": 120, "heartbeat": 1.0}), "--app", "timeout_app",
-                      env=env)
-    assert started.returncode == 0, started.stderr
-    wid = started.stdout.strip()
-    # A lease far longer than the heartbeat timeout: only the heartbeat can hand the workflow on.
-    frozen = start_worker(db, "--app", "timeout_app", "--lease", "300", env=env)
-    second: subprocess.Popen[bytes] | None = None
-    try:
-        with open_store(db) as store:
-            def beating() -> bool:
-                i = store.inflight(wid)
-                return i is not None and isinstance(i.details, dict) and i.details.get("i", 0) >= 3
-
-            assert wait_for(beating, timeout=120)
-            frozen.send_signal(signal.SIGSTOP)
-            shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
-            assert shown["inflight"]["details"]["i"] >= 3 and shown["inflight"]["heartbeat_at"] is not None
-            lease_expires = store.get_workflow(wid).lease_expires
-            assert lease_expires is not None
-            second = start_worker(db, "--app", "timeout_app", env=env)
-            assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
-            last = store.inflight(wid)
-            result = store.get_workflow(wid).result
-            (rec,) = store.list_commands(wid)
+    with _Pulsing(db, tmp_path, "pulsing", {"limit": 120, "heartbeat": 1.0}) as run, open_store(db) as store:
+        wid = run.wid
+        assert wait_for(lambda: run.beating(store), timeout=120)
+        run.first.send_signal(signal.SIGSTOP)
+        shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
+        assert shown["inflight"]["details"]["i"] >= 3 and shown["inflight"]["heartbeat_at"] is not None
+        lease_expires = store.get_workflow(wid).lease_expires
+        assert lease_expires is not None
+        second = run.worker()
+        assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+        last = store.inflight(wid)
+        result = store.get_workflow(wid).result
+        (rec,) = store.list_commands(wid)
         lines = _ledger(tmp_path)
         assert [line["attempt"] for line in lines] == [1, 2]
         assert lines[1]["pid"] == second.pid
@@ -162,13 +183,39 @@ def test_a_frozen_workers_attempt_is_taken_over_when_its_heartbeat_is_overdue(db
         assert rec.attempts == 2 and last is None
         assert isinstance(result["resumed_from"], dict) and result["resumed_from"]["i"] >= 3
         # Thawed, the first worker's writes are refused: the history stays the second worker's.
-        frozen.send_signal(signal.SIGCONT)
-        with open_store(db) as store:
-            assert wait_for(lambda: store.get_workflow(wid).lease_owner is None, timeout=30)
-            assert len(store.list_commands(wid)) == 1
-    finally:
-        for proc in (frozen, second):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait(30)
+        run.first.send_signal(signal.SIGCONT)
+        assert wait_for(lambda: store.get_workflow(wid).lease_owner is None, timeout=30)
+        assert len(store.list_commands(wid)) == 1
+
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_an_attempt_taken_over_from_a_lost_worker_waits_its_backoff_as_a_retry_timer(
+        db: Path | str, tmp_path: Path, stop: signal.Signals) -> None:
+    spec = {"limit": 120, "heartbeat": 1.0, "backoff": 3.0}
+    with _Pulsing(db, tmp_path, "pulsing_backoff", spec) as run, open_store(db) as store:
+        wid = run.wid
+        assert wait_for(lambda: run.beating(store), timeout=120)
+        run.first.send_signal(stop)
+        second = run.worker()
+
+        # The takeover is a failed attempt: the workflow waits the policy's backoff on a retry timer.
+        def waiting() -> bool:
+            row = store.get_workflow(wid)
+            return row.status == "blocked" and row.blocked_on == "retry"
+
+        assert wait_for(waiting, timeout=120)
+        wake_at = store.get_workflow(wid).wake_at
+        assert wake_at is not None
+        shown = run_cli(db, "show", wid)
+        assert "blocked on  retry at" in shown.stdout, shown.stdout
+        assert "activity pulse failed attempt 1: ActivityTimeout: attempt 1" in shown.stdout, shown.stdout
+        assert "; attempt 2 at" in shown.stdout, shown.stdout
+        assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+        (rec,) = store.list_commands(wid)
+        result = store.get_workflow(wid).result
+        lines = _ledger(tmp_path)
+        assert [line["attempt"] for line in lines] == [1, 2]
+        assert lines[1]["pid"] == second.pid
+        assert lines[1]["at"] >= wake_at  # the second attempt started at the retry timer's time, not before
+        assert rec.attempts == 2
+        assert isinstance(result["resumed_from"], dict) and result["resumed_from"]["i"] >= 3

@@ -90,6 +90,13 @@ def pulsing(ctx: Context, spec: dict[str, float]) -> Any:
     return ctx.call_activity(pulse, spec["limit"], heartbeat_timeout=spec["heartbeat"], retry=QUICK)
 
 
+@workflow
+def pulsing_backoff(ctx: Context, spec: dict[str, float]) -> Any:
+    """pulse under a heartbeat timeout of `spec["heartbeat"]` seconds, `spec["backoff"]` seconds between attempts."""
+    return ctx.call_activity(pulse, spec["limit"], heartbeat_timeout=spec["heartbeat"],
+                             retry=RetryPolicy(max_attempts=3, initial=spec["backoff"]))
+
+
 @activity
 def refund(order: str) -> str:
     """The compensation a timed-out workflow runs."""

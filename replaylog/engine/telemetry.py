@@ -103,6 +103,19 @@ class _StoreCollector:
         for status, n in st.counts.items():
             by_status.add_metric([status], n)
         yield by_status
+        # Workflows of no queue are only in replaylog_workflows; a queue with no limit has no limit gauge.
+        by_queue = GaugeMetricFamily("replaylog_queue_workflows", "Workflows on each queue, by status.",
+                                     labels=["queue", "status"])
+        limits = GaugeMetricFamily("replaylog_queue_concurrency_limit",
+                                   "Each queue's concurrency: its workflows admitted and not finished, at most.",
+                                   labels=["queue"])
+        for q in st.queues:
+            for status, n in q.counts.items():
+                by_queue.add_metric([q.name, status], n)
+            if q.concurrency is not None:
+                limits.add_metric([q.name], q.concurrency)
+        yield by_queue
+        yield limits
         for name, text, value in (
                 ("replaylog_oldest_pending_age_seconds", "How long the longest-waiting pending workflow has waited.",
                  0.0 if st.oldest_pending is None else st.at - st.oldest_pending),

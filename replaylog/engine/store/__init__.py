@@ -34,6 +34,7 @@ from replaylog.engine.store.rows import (
     LiveWorker,
     PendingRecord,
     PruneBatch,
+    QueueCounts,
     QueueRow,
     RunRow,
     ScheduleRow,
@@ -55,8 +56,8 @@ from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
     "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "CommandRow", "InflightRow", "LiveWorker",
-    "OperatorStore", "PendingRecord", "PruneBatch", "QueueRow", "ReaderStore", "RunRow", "ScheduleRow", "SignalRow",
-    "Store",
+    "OperatorStore", "PendingRecord", "PruneBatch", "QueueCounts", "QueueRow", "ReaderStore", "RunRow", "ScheduleRow",
+    "SignalRow", "Store",
     "StoreStats", "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
     "check_timeout", "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy",
     "is_damaged",

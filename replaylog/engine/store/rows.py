@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
 from replaylog.engine.errors import PayloadTooLargeError, StoreError, ValueNotJSONError
-from replaylog.engine.vocab import Status
+from replaylog.engine.vocab import UNFINISHED, Status
 
 # Every status a workflow's row can have, in the order lists and filters show them
 # (engine.vocab.Status); "continued" is only an earlier run's (`runs`), never a workflow's.
@@ -337,6 +337,20 @@ class LiveWorker:
 
 
 @dataclass(frozen=True)
+class QueueCounts:
+    """One queue's workflows per status (every status present) and its concurrency limit (None: none)."""
+
+    name: str
+    concurrency: int | None
+    counts: dict[str, int]
+
+    @property
+    def admitted(self) -> int:
+        """Its workflows that hold a place under `concurrency`: pending, running or blocked."""
+        return sum(self.counts.get(s.value, 0) for s in UNFINISHED if s is not Status.QUEUED)
+
+
+@dataclass(frozen=True)
 class StoreStats:
     """What `replaylog stats` and the metrics show: one snapshot of the whole store, read at `at`."""
 
@@ -347,6 +361,7 @@ class StoreStats:
     overdue: int  # blocked workflows whose timer or deadline has passed: no worker has woken them
     workers: tuple[LiveWorker, ...]
     slots_last_minute: int  # slots recorded in the 60 s before `at`
+    queues: tuple[QueueCounts, ...] = ()  # each declared queue (or one a workflow is on), by name
 
     @property
     def slots_per_second(self) -> float:

@@ -137,11 +137,17 @@ def _acts(rec: CommandRecord) -> bool:
     return _notifies(rec) or _indexes(rec)
 
 
-def _act(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> None:
-    """What a written slot does besides itself, in its transaction: a child started or acted on, attributes set."""
+def _act(conn: Conn, claim: Claim, rec: CommandRecord, now: float, fresh: bool) -> None:
+    """What a written slot does besides itself, in its transaction: a child started or acted on, attributes set.
+
+    `fresh`: written by this statement, not found committed by a retry after a lost answer
+    (which did its act then).
+    """
     if _starts_child(rec):
         _start_child(conn, claim, rec, now)
-    elif rec.kind in CHILD_ACTS:
+    elif not fresh:
+        return
+    elif rec.kind in CHILD_ACTS and rec.ok:
         child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
     elif _indexes(rec):
         index_slot(POSTGRES, conn, claim.id, dumps(rec.value))
@@ -254,9 +260,12 @@ class PGCommits(PGConnection, SeenCancels):
 
         def commit_acting(conn: Conn, attempt: int) -> bool:
             with conn.transaction():
-                written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
+                cur = conn.execute(statement, params)
+                # A slot found committed by a retry after a lost answer (not written now) did its act then.
+                fresh = cur.rowcount == 1
+                written = _written(cur, claim, slot, attempt, cancels)
                 if written:
-                    _act(conn, claim, rec, now)
+                    _act(conn, claim, rec, now, fresh)
                     if _notifies(rec):
                         conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
@@ -271,8 +280,8 @@ class PGCommits(PGConnection, SeenCancels):
                   for r in records]
         cancels = self.cancels
 
-        # Only slots, none of which acts (starts a child, sets search attributes): nothing is read before the COMMIT, so
-        # BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
+        # Only slots, none of which acts (starts a child, sets search attributes): nothing is
+        # read before the COMMIT, so BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
         # (it was three: BEGIN, the pipelined slots, COMMIT).
         slots_only = not finishes and not any(_acts(r.record) for r in records)
 
@@ -291,16 +300,17 @@ class PGCommits(PGConnection, SeenCancels):
                     cursors = [conn.execute(_PARALLEL if r.parallel else _SLOT, p)
                                for r, p in zip(records, params, strict=True)]
                     pipe.sync()
+                fresh = [c.rowcount == 1 for c in cursors]  # (as in commit_record's commit_acting)
                 written = [_written(c, r.claim, r.slot, attempt, cancels)
                            for c, r in zip(cursors, records, strict=True)]
                 children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
                 for r in children:
                     _start_child(conn, r.claim, r.record, now)
-                for r, w in zip(records, written, strict=True):
-                    if w and r.record.kind in CHILD_ACTS:
+                for r, w, f in zip(records, written, fresh, strict=True):
+                    if w and f and r.record.kind in CHILD_ACTS and r.record.ok:
                         child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
                         children.append(r)  # (told to listeners below)
-                    elif w and _indexes(r.record):
+                    elif w and f and _indexes(r.record):
                         index_slot(POSTGRES, conn, r.claim.id, dumps(r.record.value))
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
                 if finishes or children or any(r.record.kind == EVENT for r in records):

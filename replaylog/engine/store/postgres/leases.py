@@ -19,14 +19,14 @@ from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, C
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
-from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT
+from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
     " SELECT id, %s, %s, %s, %s FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL, error = NULL"
 )
 
 def _names(names: Collection[str] | None) -> tuple[str, list[Any]]:
@@ -54,6 +54,8 @@ _BEATLESS = ("SELECT w.id, 4, i.heartbeat_expires FROM workflows w JOIN inflight
              " WHERE w.status = 'running' AND i.heartbeat_expires < %s AND i.slot >= w.slots"
              " AND w.lease_expires >= %s{only} LIMIT %s FOR UPDATE OF w SKIP LOCKED")
 
+
+_TAKEN_OVER = TAKEN_OVER.format(ids="= ANY(%s)").replace("?", "%s")
 
 # The rows a claim leased (its answer lost): this owner's, stamped with the claim's time.
 _CLAIMED = ("SELECT id, workflow, lease_epoch, input, slots, seq, cancel_requested, 0, 0::double precision"
@@ -136,11 +138,11 @@ class PGLeases(PGConnection):
         if not taken:
             return []
         taken.sort(key=lambda r: (r[7], r[8]))
-        beatless = [r[0] for r in taken if r[7] == 4]
-        if beatless:
-            self._run(lambda conn, _: conn.execute(
-                "UPDATE inflight SET error = 'ActivityTimeout: attempt ' || attempts || %s, heartbeat_expires = NULL"
-                " WHERE workflow_id = ANY(%s)", (BEATLESS, beatless)), write=True)
+        # Taken over (a lapsed lease, a dead owner, an overdue heartbeat): the attempt run there under a
+        # heartbeat timeout failed, and its backoff is waited next (shared.operations.TAKEN_OVER).
+        taken_over = [r[0] for r in taken if r[7] in (2, 3, 4)]
+        if taken_over:
+            self._run(lambda conn, _: conn.execute(_TAKEN_OVER, (now, BEATLESS, LOST, taken_over)), write=True)
         # The leases are ours from here: only their holder writes a workflow's commands and
         # marks, so those are read after the claim's commit, retried on their own after a
         # fault (signals sent meanwhile are read too, as a later claim would). One round trip.

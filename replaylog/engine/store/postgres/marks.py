@@ -36,7 +36,7 @@ _MARKS = (
     # Lasts until the end of this statement's implicit transaction: no wait for the flush.
     " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL, error = NULL"
 )
 _MARKS_PSYCOPG = _MARKS.replace("$1", "%s")
 

@@ -30,6 +30,7 @@ from replaylog.engine.store.rows import (
     AuditRow,
     CommandRow,
     LiveWorker,
+    QueueCounts,
     QueueRow,
     SignalRow,
     StoreStats,
@@ -279,7 +280,8 @@ class SharedReads(StoreBase):
         (status, updated_at), the overdue ones from the blocked wake-time index. The slots of
         the last minute are counted only in the histories of workflows updated in it (the
         updated_at index, then each one's key range): commands have no time index, and one
-        would cost every slot commit a second B-tree write.
+        would cost every slot commit a second B-tree write. The counts by queue come from
+        the (queue, status) index, which holds only workflows on a queue.
         """
         def read(conn: Any) -> StoreStats:
             now, run = time.time(), self.dialect.run
@@ -298,12 +300,20 @@ class SharedReads(StoreBase):
             slots = run(conn, "SELECT COUNT(*) FROM workflows w JOIN commands c ON c.slot_key BETWEEN"
                         f" {FIRST_KEY} AND {LAST_KEY} WHERE w.updated_at >= ? AND c.recorded_at >= ?",
                         (since - _UPDATED_SLACK, since)).fetchone()
+            limits = {str(r[0]): None if r[1] is None else int(r[1])
+                      for r in run(conn, "SELECT name, concurrency FROM queues")}
+            by_queue: dict[str, dict[str, int]] = {}
+            for queue, status, n in run(conn, "SELECT queue, status, COUNT(*) FROM workflows"
+                                        " WHERE queue IS NOT NULL GROUP BY queue, status"):
+                by_queue.setdefault(str(queue), dict.fromkeys(STATUSES, 0))[status] = int(n)
+            queues = tuple(QueueCounts(name, limits.get(name), by_queue.get(name, dict.fromkeys(STATUSES, 0)))
+                           for name in sorted(limits.keys() | by_queue.keys()))
             return StoreStats(
                 at=now, counts=counts,
                 oldest_pending=None if pending is None or pending[0] is None else float(pending[0]),
                 oldest_blocked=None if blocked is None or blocked[0] is None else float(blocked[0]),
                 overdue=int(overdue[0]) if overdue else 0, workers=workers,
-                slots_last_minute=int(slots[0]) if slots else 0)
+                slots_last_minute=int(slots[0]) if slots else 0, queues=queues)
 
         return self._snapshot(read)
 

@@ -21,7 +21,7 @@ from replaylog.engine.store.sqlite.connection import SQLiteConnection
 _FOLD_MARK = (
     "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL"
+    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL, error = NULL"
 )
 # Ids per `IN (...)` list (SQLite allows 32,766 parameters; batches are far smaller).
 IN_CHUNK = 500

@@ -15,7 +15,7 @@ from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowSta
 from replaylog.engine.marks import Mark, board_path, read_board
 from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
-from replaylog.engine.store.shared.operations import beatless_error
+from replaylog.engine.store.shared.operations import BEATLESS, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 from replaylog.engine.store.sqlite.connection import SQLITE
 from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
@@ -28,6 +28,7 @@ _BY_NAME = " INDEXED BY workflows_pending"
 _BY_WAKE = " INDEXED BY workflows_wake"
 # Running workflows and their in-flight attempt, for heartbeats past due.
 _BEATLESS_JOIN = " JOIN inflight i ON i.workflow_id = workflows.id"
+_TAKEN_OVER = TAKEN_OVER.format(ids="= ?")
 
 
 def _names_clause(names: Collection[str] | None) -> tuple[str, list[str]]:
@@ -107,10 +108,6 @@ class Leases(InflightMarks):
                     f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ? AND i.slot >= {SLOTS_NOW}"
                     f" AND workflows.lease_expires >= ?{only} LIMIT ?",
                     (now, now, *named, limit)).fetchall() if wid not in taken_ids][:limit - len(rows)]
-                for wid, _ in beatless:
-                    attempts = conn.execute("SELECT attempts FROM inflight WHERE workflow_id = ?", (wid,)).fetchone()
-                    conn.execute("UPDATE inflight SET error = ?, heartbeat_expires = NULL WHERE workflow_id = ?",
-                                 (beatless_error(int(attempts[0])), wid))
                 rows += beatless
             # A workflow taken over from another worker may have an activity in flight
             # there: fold that worker's mark in first, so the attempts count on.
@@ -121,6 +118,8 @@ class Leases(InflightMarks):
                         path = board_path(self.path, previous)
                         boards[previous] = (read_board(path) or []) if path is not None else []
                     self._fold(conn, [m for m in boards[previous] if m.workflow_id == wid])
+                    # The attempt it ran under a heartbeat timeout failed: its backoff is waited next.
+                    conn.execute(_TAKEN_OVER, (now, BEATLESS, LOST, wid))
             taken = []
             for wid, _ in rows:
                 row = conn.execute(
