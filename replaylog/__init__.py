@@ -17,12 +17,15 @@ packages: what is not named here may change without notice.
 from replaylog.async_client import AsyncClient, AsyncWorkflowHandle
 from replaylog.client import (
     Client,
+    RunInfo,
+    SignalInfo,
     Slot,
     UnknownWorkflowError,
     WorkflowFailed,
     WorkflowHandle,
     WorkflowInfo,
     WorkflowTerminated,
+    WorkflowView,
 )
 from replaylog.engine.aio import AsyncChildHandle, AsyncContext
 from replaylog.engine.core import (
@@ -44,6 +47,7 @@ from replaylog.engine.errors import (
     ActivityError,
     ActivityTimeout,
     AsyncWorkflowError,
+    ChildWorkflowClosedError,
     ChildWorkflowError,
     Diagnostic,
     DuplicateWorkflowIdError,
@@ -76,6 +80,7 @@ __all__ = [
     "AsyncWorkflowError",
     "AsyncWorkflowHandle",
     "ChildHandle",
+    "ChildWorkflowClosedError",
     "ChildWorkflowError",
     "Client",
     "Context",
@@ -89,7 +94,9 @@ __all__ = [
     "QueueError",
     "ReplaylogError",
     "RetryPolicy",
+    "RunInfo",
     "RunResult",
+    "SignalInfo",
     "SignalTimeout",
     "Slot",
     "Task",
@@ -103,6 +110,7 @@ __all__ = [
     "WorkflowInfo",
     "WorkflowState",
     "WorkflowTerminated",
+    "WorkflowView",
     "activity",
     "current_activity",
     "default_retry",

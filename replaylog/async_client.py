@@ -235,9 +235,10 @@ class AsyncWorkflowHandle(Generic[R]):
         """The workflow's whole history as one versioned JSON document."""
         return await asyncio.to_thread(self.handle.export)
 
-    async def history(self, from_slot: int = 0) -> list[Slot]:
-        """The recorded slots in order, from `from_slot` on."""
-        return await asyncio.to_thread(self.handle.history, from_slot)
+    async def history(self, from_slot: int = 0, *, run: int | None = None) -> list[Slot]:
+        """The recorded slots in order, from `from_slot` on, of the latest run or of run `run`
+        (see `WorkflowHandle.history`)."""
+        return await asyncio.to_thread(self.handle.history, from_slot, run=run)
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         # Every other operation of WorkflowHandle's, awaitable (as AsyncClient's).

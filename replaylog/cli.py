@@ -31,11 +31,10 @@ from replaylog.client import (
     BulkAction,
     BulkOutcome,
     Client,
+    Slot,
     WorkflowHandle,
-    command_json,
+    WorkflowView,
     resolve_db,
-    runs_json,
-    workflow_details,
 )
 from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
@@ -49,11 +48,8 @@ from replaylog.engine.retention import BATCH, parse_cutoff
 from replaylog.engine.schedules import CATCH_UPS, DEFAULT_CATCH_UP, DEFAULT_OVERLAP, OVERLAPS
 from replaylog.engine.store import (
     OperatorStore,
-    ReaderStore,
-    RunRow,
     ScheduleRow,
     WorkflowFilter,
-    WorkflowRow,
     default_max_payload,
     open_store,
     redact_url,
@@ -528,8 +524,8 @@ def worker(settings: Settings, app: str | None, until_idle: bool, processes: int
 @pass_settings
 def migrate(settings: Settings) -> None:
     """Bring the database's schema up to this replaylog's, in one transaction (every workflow kept)."""
-    with settings.open() as store:
-        before, now = store.schema_upgrade
+    with settings.client() as client:
+        before, now = client.migrate()
     where = redact_url(str(settings.db))
     if before == now:
         click.echo(f"{where}: schema version {now}, up to date")
@@ -715,10 +711,10 @@ def _head() -> Table:
     return head
 
 
-def _slots_table(commands: list[dict[str, Any]]) -> Table:
+def _slots_table(slots: list[Slot]) -> Table:
     return _listing(
-        f"{len(commands)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
-        _slot_rows(commands), wide="value / error")
+        f"{len(slots)} slot(s)", ("slot", "kind", "name", "ok", "value / error", "attempts", "when (UTC)"),
+        _slot_rows(slots), wide="value / error")
 
 
 def _long_history(slots: int) -> str:
@@ -726,40 +722,22 @@ def _long_history(slots: int) -> str:
             " before the cap (worker --max-slots) fails the workflow")
 
 
-def _earlier_run_json(store: ReaderStore, row: WorkflowRow, runs: list[RunRow], run: int) -> dict[str, Any]:
-    """The `show --run N --json` object of an earlier run (OperatorRefusedError for a run not kept)."""
-    commands = store.run_commands(row.id, run)
-    this = next(r for r in runs if r.run == run)
-    return {
-        "id": row.id, "workflow": row.workflow, "run": run, "status": Status.CONTINUED.value,
-        "input": None if this.input_text is None else json.loads(this.input_text), "has_input": this.input_text
-        is not None, "slots": this.slots, "ended_at": this.ended_at, "runs": runs_json(runs),
-        "commands": [command_json(c) for c in commands],
-        "signals": [{"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed,
-                     "sent_at": s.sent_at} for s in store.list_signals(row.id, run=run)],
-    }
-
-
-def _show_earlier_run(data: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(data))
-        return
+def _show_earlier_run(view: WorkflowView) -> None:
+    """`show ID --run N` of an earlier run: its input, its end, its slots and the signals it consumed."""
     head = _head()
-    head.add_row("id", _t(data["id"]))
-    head.add_row("workflow", _t(data["workflow"]))
-    last = data["runs"][-1]["run"]
-    head.add_row("run", _t(f"{data['run']} of {last} (the latest: show {data['id']})"))
-    head.add_row("status", _status(data["status"]))
-    head.add_row("input", _t(preview(data["input"], 200) if data["has_input"] else "(none)"))
-    head.add_row("ended", _t(_when(data["ended_at"])))
-    if data["slots"] > HISTORY_WARN:
-        head.add_row("history", Text(_long_history(data["slots"]), style="yellow"))
-    shown: list[Any] = [head, _slots_table(data["commands"])]
-    if data["signals"]:
+    head.add_row("id", _t(view.info.id))
+    head.add_row("workflow", _t(view.info.workflow))
+    head.add_row("run", _t(f"{view.run.run} of {view.runs[-1].run} (the latest: show {view.info.id})"))
+    head.add_row("status", _status(Status.CONTINUED.value))
+    head.add_row("input", _t(preview(view.run.input, 200) if view.run.has_input else "(none)"))
+    head.add_row("ended", _t(_when(view.run.ended_at)))
+    if view.run.slots > HISTORY_WARN:
+        head.add_row("history", Text(_long_history(view.run.slots), style="yellow"))
+    shown: list[Any] = [head, _slots_table(view.history)]
+    if view.signals:
         shown.append(_listing(
-            f"{len(data['signals'])} signal(s) it consumed", ("seq", "name", "payload", "sent"),
-            [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])), _t(_when(s["sent_at"])))
-             for s in data["signals"]]))
+            f"{len(view.signals)} signal(s) it consumed", ("seq", "name", "payload", "sent"),
+            [(_t(s.seq), _t(s.name), _t(preview(s.payload)), _t(_when(s.sent_at))) for s in view.signals]))
     _print(*shown)
 
 
@@ -893,8 +871,8 @@ def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int |
 @pass_settings
 def stats(settings: Settings, as_json: bool) -> None:
     """How the database stands: counts by status and queue, the oldest waits, overdue timers, live workers, slots/s."""
-    with settings.open(readonly=True) as store:
-        st = store.stats()
+    with settings.client(readonly=True) as client:
+        st = client.stats()
     pending, blocked = (None if t is None else max(0.0, st.at - t) for t in (st.oldest_pending, st.oldest_blocked))
     if as_json:
         click.echo(json.dumps({
@@ -934,8 +912,8 @@ def stats(settings: Settings, as_json: bool) -> None:
 @pass_settings
 def queues(settings: Settings, as_json: bool) -> None:
     """Each queue workers have declared: running, waiting, its limits and its rate window."""
-    with settings.open(readonly=True) as store:
-        rows = store.queues()
+    with settings.client(readonly=True) as client:
+        rows = client.queues()
     if as_json:
         click.echo(json.dumps([
             {"name": q.name, "running": q.admitted, "running_now": q.running, "waiting": q.waiting,
@@ -988,25 +966,17 @@ def _status(status: str, waiting: str | None = None) -> Text:
 @pass_settings
 def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -> None:
     """Show a workflow: status, input, result or error, every slot, every signal (of its latest run)."""
-    if as_json and run is None:
-        # The object an application gets from WorkflowHandle.details(): the client's read.
-        with settings.client(readonly=True) as client:
-            click.echo(json.dumps(client.get_handle(workflow_id).details()))
+    with settings.client(readonly=True) as client:
+        handle = client.get_handle(workflow_id)
+        if as_json:
+            # The object an application gets from WorkflowHandle.details(run).
+            click.echo(json.dumps(handle.details(run)))
+            return
+        view = handle.view(run)
+    if not view.run.current:
+        _show_earlier_run(view)
         return
-    with settings.open(readonly=True) as store:
-        row = store.get_workflow(workflow_id)
-        runs = store.list_runs(workflow_id)
-        if run is not None and run != runs[-1].run:
-            earlier = _earlier_run_json(store, row, runs, run)
-        else:
-            earlier = None
-            data = workflow_details(store, row)
-    if earlier is not None:
-        _show_earlier_run(earlier, as_json)
-        return
-    if as_json:
-        click.echo(json.dumps(data))
-        return
+    row, data, runs = view.info, view.details, view.runs
     head = _head()
     head.add_row("id", _t(row.id))
     head.add_row("workflow", _t(row.workflow))
@@ -1037,8 +1007,8 @@ def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -
         head.add_row("error", Text(printable(row.error, oneline=True), style="red"))
     if row.diagnostic:
         d = row.diagnostic
-        head.add_row("diverged at", _t(f"slot {d['slot']}: recorded {d['recorded'] or '(nothing)'}, "
-                                       f"issued {d['issued'] or '(nothing)'}"))
+        head.add_row("diverged at", _t(f"slot {d.slot}: recorded {d.recorded or '(nothing)'}, "
+                                       f"issued {d.issued or '(nothing)'}"))
     if row.worker_error:
         # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure),
         # said as the console's workflow screen says it.
@@ -1065,15 +1035,15 @@ def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -
     shown: list[Any] = [head]
     if row.traceback:
         shown += _traceback("traceback", row.traceback)
-    shown.append(_slots_table(data["commands"]))
-    for c in data["commands"]:
-        if c["traceback"]:
-            shown += _traceback(f"traceback of slot {c['slot']} ({c['kind']} {c['name']})", c["traceback"])
-    if data["signals"]:
+    shown.append(_slots_table(view.history))
+    for c in view.history:
+        if c.traceback:
+            shown += _traceback(f"traceback of slot {c.slot} ({c.kind} {c.name})", c.traceback)
+    if view.signals:
         shown.append(_listing(
-            f"{len(data['signals'])} signal(s)", ("seq", "name", "payload", "state", "sent"),
-            [(_t(s["seq"]), _t(s["name"]), _t(preview(s["payload"])),
-              _t("consumed" if s["consumed"] else "waiting"), _t(_when(s["sent_at"]))) for s in data["signals"]]))
+            f"{len(view.signals)} signal(s)", ("seq", "name", "payload", "state", "sent"),
+            [(_t(s.seq), _t(s.name), _t(preview(s.payload)), _t("consumed" if s.consumed else "waiting"),
+              _t(_when(s.sent_at))) for s in view.signals]))
     if data["audit"]:
         shown.append(_listing(
             f"{len(data['audit'])} operator action(s)", ("when (UTC)", "action", "by", "reason", "detail"),
@@ -1100,32 +1070,32 @@ def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]],
     return table
 
 
-def _slot_rows(commands: list[dict[str, Any]]) -> list[tuple[Text, ...]]:
+def _slot_rows(slots: list[Slot]) -> list[tuple[Text, ...]]:
     """show's slot rows: each ctx.parallel group opens with a line of its own, its tasks marked ‖."""
-    last = {c["parallel_group"]: c["slot"] for c in commands}  # each group's last recorded slot
+    last = {c.parallel_group: c.slot for c in slots}  # each group's last recorded slot
     rows: list[tuple[Text, ...]] = []
     group = None
-    for c in commands:
-        if c["parallel_group"] is not None and c["parallel_group"] != group:
-            first, end = c["slot"], last[c["parallel_group"]]
+    for c in slots:
+        if c.parallel_group is not None and c.parallel_group != group:
+            first, end = c.slot, last[c.parallel_group]
             span = f"slot {first}" if first == end else f"slots {first}–{end}"
             rows.append((_t(""), _t("‖"), Text(f"in parallel: {span}", style="italic"), *(_t(""),) * 4))
-        group = c["parallel_group"]
-        rows.append((_t(c["slot"]), _t(c["kind"] + (" ‖" if group is not None else "")), _t(c["name"]),
-                     Text("ok", style="green") if c["ok"] else Text("failed", style="red"),
-                     _t(_slot_value(c)), _t(c["attempts"]), _t(_when(c["recorded_at"], short=True))))
+        group = c.parallel_group
+        rows.append((_t(c.slot), _t(c.kind + (" ‖" if group is not None else "")), _t(c.name),
+                     Text("ok", style="green") if c.ok else Text("failed", style="red"),
+                     _t(_slot_value(c)), _t(c.attempts), _t(_when(c.recorded_at, short=True))))
     return rows
 
 
-def _slot_value(c: dict[str, Any]) -> str:
-    if not c["ok"]:
-        return preview(c["error"], 40)
+def _slot_value(c: Slot) -> str:
+    if not c.ok:
+        return preview(c.error, 40)
     # A clock read, a wake time, a deadline are times to the reader, not epoch numbers
     # (JSON keeps the number); a patch marker holds no value.
-    kind = kind_info(c["kind"])
+    kind = kind_info(c.kind)
     if kind.time is not None:
-        return _clock_value(c["value"])
-    return "(marker)" if kind.marker is not None else preview(c["value"], 40)
+        return _clock_value(c.value)
+    return "(marker)" if kind.marker is not None else preview(c.value, 40)
 
 
 # ---------------------------------------------------------------- check

@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import json
 import os
 import threading
 import time
@@ -53,10 +54,12 @@ from replaylog.engine.store import (
     AuditRow,
     CommandRow,
     PruneBatch,
+    QueueRow,
     ReaderStore,
     RunRow,
     ScheduleRow,
     Store,
+    StoreStats,
     WorkflowFilter,
     WorkflowRow,
     WorkflowSummary,
@@ -74,9 +77,9 @@ from replaylog.engine.text import cancel_state
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
 __all__ = [
-    "DEFAULT_DB", "Client", "ClientClosedError", "Slot", "UnknownWorkflowError", "WorkflowFailed",
-    "WorkflowHandle", "WorkflowInfo", "WorkflowInputError", "WorkflowListing", "WorkflowTerminated", "app_registry",
-    "resolve_db",
+    "DEFAULT_DB", "Client", "ClientClosedError", "RunInfo", "SignalInfo", "Slot", "UnknownWorkflowError",
+    "WorkflowFailed", "WorkflowHandle", "WorkflowInfo", "WorkflowInputError", "WorkflowListing", "WorkflowTerminated",
+    "WorkflowView", "app_registry", "resolve_db",
 ]
 
 DEFAULT_DB = "replaylog.db"
@@ -182,6 +185,14 @@ class WorkflowInfo:
     diagnostic: Diagnostic | None = None
     cancel_requested: str | None = None
     forked_from: str | None = None
+    # Whether it was started with an input (`input` None then is JSON null), and the slot a fork was made at.
+    has_input: bool = False
+    forked_slot: int | None = None
+    # Its code's traceback when it failed (the user's frames); why its last run stopped without an
+    # outcome (a worker failure, an interruption) and when a worker takes it up again.
+    traceback: str | None = None
+    worker_error: str | None = None
+    retry_at: float | None = None
     # Its search attributes (ctx.upsert_search_attributes), values as text; filled by `Client.list`.
     search_attributes: dict[str, str] = field(default_factory=dict)
     # On a queue (docs/flow-control.md): its queue, priority, dedup id, the time before which it
@@ -203,9 +214,11 @@ class WorkflowInfo:
             created_at=row.created_at, updated_at=row.updated_at, input=row.input,
             diagnostic=None if d is None else Diagnostic(int(d["slot"]), d.get("recorded"), d.get("issued"),
                                                          str(d.get("message", ""))),
-            cancel_requested=row.cancel_requested, forked_from=row.forked_from,
-            search_attributes=dict(search_attributes or {}), queue=row.queue, priority=row.priority,
-            dedup_id=row.dedup_id, not_before=row.not_before, admitted_at=row.admitted_at, position=row.position)
+            cancel_requested=row.cancel_requested, forked_from=row.forked_from, has_input=row.has_input,
+            forked_slot=row.forked_slot, traceback=row.traceback, worker_error=row.worker_error,
+            retry_at=row.retry_at, search_attributes=dict(search_attributes or {}), queue=row.queue,
+            priority=row.priority, dedup_id=row.dedup_id, not_before=row.not_before, admitted_at=row.admitted_at,
+            position=row.position)
 
     @property
     def finished(self) -> bool:
@@ -230,6 +243,52 @@ class Slot:
     error: str | None
     attempts: int
     recorded_at: float
+    # A failed activity's traceback, where one was kept (the user's frames of its last attempt).
+    traceback: str | None = None
+    # A task of a ctx.parallel group: the slot of the group's first task (None outside a group).
+    parallel_group: int | None = None
+
+    @classmethod
+    def from_row(cls, c: CommandRow) -> Slot:
+        """The slot of one stored command row."""
+        return cls(c.slot, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at, c.traceback,
+                   c.parallel_group)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run of a workflow: `ctx.continue_as_new` ends a run and starts the next, numbered from 1.
+
+    `current` is True for the latest run (the one `describe()` and `history()` read by
+    default); an earlier run has its `ended_at` (epoch seconds) and stays readable while it
+    is kept. `input` is the run's input (`has_input` False: it took none); `slots` how many
+    slots it recorded.
+    """
+
+    run: int
+    slots: int
+    ended_at: float | None
+    current: bool
+    input: Any = None
+    has_input: bool = False
+
+    @classmethod
+    def from_row(cls, r: RunRow) -> RunInfo:
+        """The run of one stored run row."""
+        return cls(r.run, r.slots, r.ended_at, r.current, None if r.input_text is None else json.loads(r.input_text),
+                   r.input_text is not None)
+
+
+@dataclass(frozen=True)
+class SignalInfo:
+    """One signal delivered to a workflow: its sequence number, name and payload, whether a run consumed it
+    (`ctx.wait_signal`), and when it was sent (epoch seconds)."""
+
+    seq: int
+    name: str
+    payload: Any
+    consumed: bool
+    sent_at: float
 
 
 # ---------------------------------------------------------------- resolving a database and an app
@@ -306,11 +365,11 @@ def runs_json(runs: list[RunRow]) -> list[dict[str, Any]]:
     return [{"run": r.run, "slots": r.slots, "ended_at": r.ended_at, "current": r.current} for r in runs]
 
 
-def workflow_details(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
-    """The `show --json` object: the one read the command line's `show` and `WorkflowHandle.details()` share."""
+def workflow_details(store: ReaderStore, row: WorkflowRow, runs: list[RunRow] | None = None) -> dict[str, Any]:
+    """The `show --json` object of the latest run (`WorkflowHandle.details()`); `runs` if already read."""
     inflight = store.inflight(row.id)
     audit = store.list_audit(row.id)
-    runs = store.list_runs(row.id)
+    runs = runs if runs is not None else store.list_runs(row.id)
     return {
         "id": row.id, "workflow": row.workflow, "status": row.status, "blocked_on": row.blocked_on,
         "run": runs[-1].run, "runs": runs_json(runs),
@@ -337,6 +396,27 @@ def workflow_details(store: ReaderStore, row: WorkflowRow) -> dict[str, Any]:
             "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
             "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at,
             "details": inflight.details, "heartbeat_at": inflight.heartbeat_at},
+    }
+
+
+def _check_run(workflow_id: str, runs: list[RunRow], run: int) -> None:
+    """OperatorRefusedError, naming the runs kept, for a run the workflow does not have."""
+    if not any(r.run == run for r in runs):
+        kept = ", ".join(str(r.run) for r in runs)
+        raise OperatorRefusedError(f"workflow {workflow_id!r} has no run {run} (its runs: {kept})")
+
+
+def earlier_run_details(store: ReaderStore, row: WorkflowRow, runs: list[RunRow], run: int) -> dict[str, Any]:
+    """The `show --run N --json` object of an earlier run (OperatorRefusedError for a run not kept)."""
+    commands = store.run_commands(row.id, run)
+    this = next(r for r in runs if r.run == run)
+    return {
+        "id": row.id, "workflow": row.workflow, "run": run, "status": Status.CONTINUED.value,
+        "input": None if this.input_text is None else json.loads(this.input_text), "has_input": this.input_text
+        is not None, "slots": this.slots, "ended_at": this.ended_at, "runs": runs_json(runs),
+        "commands": [command_json(c) for c in commands],
+        "signals": [{"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed,
+                     "sent_at": s.sent_at} for s in store.list_signals(row.id, run=run)],
     }
 
 
@@ -392,6 +472,26 @@ class WorkflowListing:
     waiting: dict[str, str | None]
     approvals: dict[str, dict[str, Any] | None]
     attributes: dict[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    """One run of a workflow as `replaylog show` prints it, read in one go (`WorkflowHandle.view`).
+
+    `info` is the workflow as it stands (its latest run); `run` the run shown, `runs` every
+    run kept, oldest first. `history` and `signals` are the run's: for the latest run every
+    signal delivered, consumed or waiting; for an earlier one, those it consumed. `details`
+    is the object `show --json` prints for that run (`WorkflowHandle.details`), which also
+    holds what has no record type: the audit trail, the pending approval, the family, the
+    activity in flight, the cancel request's state.
+    """
+
+    info: WorkflowInfo
+    run: RunInfo
+    runs: list[RunInfo]
+    history: list[Slot]
+    signals: list[SignalInfo]
+    details: dict[str, Any]
 
 
 def _check_key(key: object, what: str) -> str:
@@ -789,6 +889,23 @@ class Client:
         document = doc if isinstance(doc, HistoryDocument) else parse_document(doc, "the document")
         return WorkflowHandle(self, self._call(lambda s: s.import_history(document, new_id=id), create=True))
 
+    # -- the database as a whole
+
+    def stats(self) -> StoreStats:
+        """How the database stands, as `replaylog stats` prints it: counts by status, the oldest pending and
+        blocked workflows, blocked ones past their wake time, slots committed in the last minute, live workers."""
+        return self._call(lambda s: s.stats())
+
+    def queues(self) -> builtins.list[QueueRow]:
+        """Each queue workers declared, as `replaylog queues` prints it: running, waiting, limits, rate window."""
+        return self._call(lambda s: s.queues())
+
+    def migrate(self) -> tuple[int, int]:
+        """Bring the database's schema up to this replaylog's (the client's opening of it does, in one
+        transaction, every workflow kept); the schema version it had when this client opened it, and the one it
+        has now (equal: it was up to date). A missing SQLite database is an error, not created."""
+        return self._call(lambda s: s.schema_upgrade)
+
     # -- schedules (engine.schedules, docs/schedules.md)
 
     def add_schedule(self, name: str, workflow: Callable[..., Any] | str, cron: str, input: Any = NO_INPUT, *,
@@ -963,13 +1080,41 @@ class WorkflowHandle(Generic[R]):
         """Stop the workflow at once: no code of it runs again. Returns its status before."""
         return self._client._call(lambda s: s.terminate_workflow(self._id, reason))
 
-    def details(self) -> dict[str, Any]:
+    def details(self, run: int | None = None) -> dict[str, Any]:
         """Everything known of the workflow, as `replaylog show --json` prints it (docs/cli.md, "show").
 
         Its latest run: status, input, result or error, runs, queue, cancel, audit trail,
-        approval, family, every slot, every signal, the activity in flight.
+        approval, family, every slot, every signal, the activity in flight. With `run`, an
+        earlier run while it is kept, as `show --run N --json` prints it (its input, slots,
+        end, and the signals it consumed); the latest run's number gives the latest's object.
+        OperatorRefusedError names the runs kept when the workflow has no run `run`.
         """
-        return self._client._call(lambda store: workflow_details(store, store.get_workflow(self._id)))
+        return self.view(run).details
+
+    def view(self, run: int | None = None) -> WorkflowView:
+        """One run of the workflow (the latest, else `run`), read in one go: what `replaylog show` prints.
+
+        Typed facts (`info`, `run`, `runs`, `history`, `signals`) and the `show --json`
+        object of the same read (`details`). OperatorRefusedError for a run it does not have.
+        """
+
+        def read(store: Store) -> WorkflowView:
+            row = store.get_workflow(self._id)
+            runs = store.list_runs(self._id)
+            if run is not None and run != runs[-1].run:
+                data = earlier_run_details(store, row, runs, run)
+            else:
+                data = workflow_details(store, row, runs)
+            typed = [RunInfo.from_row(r) for r in runs]
+            return WorkflowView(WorkflowInfo.from_row(row), next(r for r in typed if r.run == data["run"]), typed,
+                                [Slot(**c) for c in data["commands"]], [SignalInfo(**s) for s in data["signals"]],
+                                data)
+
+        return self._client._call(read)
+
+    def runs(self) -> list[RunInfo]:
+        """The workflow's runs kept, oldest first; the last is the current one (ctx.continue_as_new numbers them)."""
+        return self._client._call(lambda s: [RunInfo.from_row(r) for r in s.list_runs(self._id)])
 
     def check(self) -> Verdict:
         """Dry-replay this workflow's history against the client's `app`, with no side effects.
@@ -1056,13 +1201,34 @@ class WorkflowHandle(Generic[R]):
         """The workflow's whole history as one versioned JSON document (`Client.import_history` takes it)."""
         return self._client._call(lambda s: history_document(s, self._id)).to_json()
 
-    def history(self, from_slot: int = 0) -> list[Slot]:
-        """The recorded slots in order, from `from_slot` on."""
+    def history(self, from_slot: int = 0, *, run: int | None = None) -> list[Slot]:
+        """The recorded slots in order, from `from_slot` on: of the latest run, or of run `run` while it is kept.
+
+        OperatorRefusedError names the runs kept when the workflow has no run `run`.
+        """
 
         def read(store: Store) -> list[Slot]:
-            store.get_workflow(self._id)  # an unknown id is an error, not an empty history
-            return [Slot(c.slot, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at)
-                    for c in store.list_commands(self._id, offset=from_slot)]
+            if run is None:
+                store.get_workflow(self._id)  # an unknown id is an error, not an empty history
+                rows = store.list_commands(self._id, offset=from_slot)
+            else:
+                rows = store.run_commands(self._id, run, offset=from_slot)
+            return [Slot.from_row(c) for c in rows]
+
+        return self._client._call(read)
+
+    def signals(self, *, run: int | None = None) -> list[SignalInfo]:
+        """The signals of the latest run in delivery order, consumed or waiting; of an earlier run `run`,
+        those it consumed. OperatorRefusedError names the runs kept when the workflow has no run `run`."""
+
+        def read(store: Store) -> list[SignalInfo]:
+            runs = store.list_runs(self._id)  # an unknown id is an error, not an empty list
+            if run is not None and run != runs[-1].run:
+                _check_run(self._id, runs, run)
+                rows = store.list_signals(self._id, run=run)
+            else:
+                rows = store.list_signals(self._id)
+            return [SignalInfo(s.seq, s.name, s.payload, s.consumed, s.sent_at) for s in rows]
 
         return self._client._call(read)
 

@@ -18,6 +18,9 @@ import pytest
 from conftest import run_cli, wait_for
 from replaylog import (
     Client,
+    Queue,
+    RunInfo,
+    SignalInfo,
     Slot,
     UnknownWorkflowError,
     ValueNotJSONError,
@@ -27,6 +30,7 @@ from replaylog import (
     WorkflowHandle,
     WorkflowInfo,
     WorkflowTerminated,
+    WorkflowView,
 )
 from replaylog.client import ClientClosedError, WorkflowInputError, resolve_db
 from replaylog.engine.errors import DuplicateWorkflowIdError, OperatorRefusedError, StoreError, WorkflowClosedError
@@ -227,6 +231,52 @@ def test_details_are_what_show_json_prints(client: Client, worker: Worker, db: P
     assert shown.stdout == json.dumps(details) + "\n"  # the command line prints the client's read
     with pytest.raises(UnknownWorkflowError, match="nope"):
         client.get_handle("nope").details()
+
+
+def test_view_reads_the_latest_run_typed_with_its_signals_and_the_show_json_object(
+        client: Client, worker: Worker) -> None:
+    handle = client.start(client_app.waits)
+    assert wait_for(lambda: handle.describe().blocked_on == "go")
+    waiting = handle.signals()
+    handle.signal("go", {"n": 1})
+    assert handle.result(timeout=60) == {"n": 1}
+    assert waiting == []
+    view = handle.view()
+    assert isinstance(view, WorkflowView) and view.info == handle.describe()
+    assert not view.info.has_input and view.info.traceback is None and view.info.worker_error is None
+    assert view.run == RunInfo(1, view.info.slots, None, True, None, False) and view.runs == [view.run]
+    assert view.runs == handle.runs()
+    assert all(isinstance(s, SignalInfo) for s in view.signals)
+    assert [(s.seq, s.name, s.payload, s.consumed) for s in view.signals] == [(1, "go", {"n": 1}, True)]
+    assert view.signals == handle.signals() == handle.signals(run=1)
+    assert view.history == handle.history() == handle.history(run=1) and view.details == handle.details()
+    assert [(s.kind, s.name, s.value, s.traceback, s.parallel_group) for s in view.history] == [
+        ("event", "stage", "waiting", None, None)]  # a signal is consumed by its cursor, not a slot
+    failed = client.start(client_app.fails)
+    with pytest.raises(WorkflowFailed, match="boom"):
+        failed.result(timeout=60)
+    info = failed.view().info
+    assert info.traceback is not None and "ValueError: boom" in info.traceback
+    for read in (lambda: client.get_handle("nope").view(), lambda: client.get_handle("nope").runs(),
+                 lambda: client.get_handle("nope").signals(), lambda: client.get_handle("nope").history(run=1)):
+        with pytest.raises(UnknownWorkflowError, match="nope"):
+            read()
+
+
+def test_stats_queues_and_migrate_are_what_their_commands_print(client: Client, db: Path | str) -> None:
+    client.start(client_app.add, 1, queue=Queue("emails", concurrency=2))
+    client.start(client_app.add, 2)
+    stats = client.stats()
+    assert (stats.counts["pending"], stats.counts["queued"]) == (1, 1)
+    assert stats.workers == () and stats.slots_last_minute == 0
+    printed = json.loads(run_cli(db, "stats", "--json").stdout)
+    assert printed["counts"] == stats.counts and printed["total"] == 2
+    (queue,) = client.queues()
+    assert (queue.name, queue.concurrency, queue.waiting) == ("emails", 2, 1)
+    assert [q["name"] for q in json.loads(run_cli(db, "queues", "--json").stdout)] == ["emails"]
+    with Client(db) as fresh:  # it opens a database this client's start made: nothing left to migrate
+        before, now = fresh.migrate()
+    assert before == now == client.migrate()[1] and f"schema version {now}, up to date" in run_cli(db, "migrate").stdout
 
 
 def test_check_says_whether_a_failed_workflow_would_now_succeed_and_needs_the_code(

@@ -13,8 +13,9 @@ import continue_app
 import pytest
 
 from conftest import cli_env, run_cli, sql, start_worker, wait_for
-from replaylog import Client
+from replaylog import Client, Slot
 from replaylog.engine.core import Context, HistoryTooLongError, WorkflowState, run
+from replaylog.engine.errors import OperatorRefusedError
 from replaylog.engine.store import open_store
 from replaylog.worker import Worker
 
@@ -150,6 +151,41 @@ def test_show_shows_the_latest_run_and_an_earlier_one_with_run(db: Path | str, t
     assert "2 of 3" in run_cli(db, "show", "loop", "--run", "2").stdout
     missing = run_cli(db, "show", "loop", "--run", "9")
     assert missing.returncode == 1 and "has no run 9 (its runs: 1, 2, 3)" in missing.stderr
+
+
+def test_the_client_reads_each_run_its_slots_and_signals_and_shows_what_show_prints(db: Path | str) -> None:
+    with Client(db) as client:
+        again = client.start("no_input_loop", id="again")
+        client.signal("again", "go", "again")
+        client.signal("again", "go", "stop")
+        with Worker(db, app=APP, focus_cpu=False):
+            loop = client.start("looper", {"i": 0, "total": 6, "every": 3}, id="loop")
+            assert again.result(timeout=120) == "done" and loop.result(timeout=120) == 6
+        runs = loop.runs()
+        assert [(r.run, r.current, r.slots, r.input, r.ended_at is None) for r in runs] == [
+            (1, False, 3, {"i": 0, "total": 6, "every": 3}, False),
+            (2, True, 3, {"i": 3, "total": 6, "every": 3}, True)]
+        first, latest = loop.history(run=1), loop.history()
+        assert all(isinstance(s, Slot) for s in first + latest)
+        assert [(s.kind, s.name, s.value) for s in first] == [("activity", "step", i) for i in range(3)]
+        assert [s.value for s in latest] == [3, 4, 5] and loop.history(run=2) == latest
+        assert loop.history(1, run=1) == first[1:]
+        assert [(r.run, r.has_input, r.input) for r in again.runs()] == [(1, False, None), (2, False, None)]
+        assert [(s.seq, s.payload, s.consumed) for s in again.signals(run=1)] == [(1, "again", True)]
+        assert [(s.seq, s.payload) for s in again.signals()] == [(2, "stop")] == [
+            (s.seq, s.payload) for s in again.signals(run=2)]
+        earlier = loop.view(1)
+        assert (earlier.run, earlier.runs, earlier.history) == (runs[0], runs, first)
+        assert earlier.info.status == "completed" and earlier.signals == []
+        assert earlier.details == loop.details(1) and earlier.details["status"] == "continued"
+        now = loop.view()
+        assert now.run == runs[-1] and now.history == latest and now.details == loop.details(2) == loop.details()
+        for read in (lambda: loop.history(run=9), lambda: again.signals(run=9), lambda: loop.view(9)):
+            with pytest.raises(OperatorRefusedError, match=r"has no run 9 \(its runs: 1, 2\)"):
+                read()
+        for run in (1, 2):  # the command line prints the client's object
+            shown = run_cli(db, "show", "loop", "--run", str(run), "--json").stdout
+            assert json.loads(shown) == loop.details(run)
 
 
 @pytest.mark.soak

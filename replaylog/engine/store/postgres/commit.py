@@ -238,7 +238,7 @@ class PGCommits(PGConnection, SeenCancels):
                 if written:
                     if _starts_child(rec):
                         _start_child(conn, claim, rec, now, self.wake_clock())
-                    elif rec.kind in CHILD_ACTS:
+                    elif rec.kind in CHILD_ACTS and rec.ok:
                         child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
                     conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
@@ -279,7 +279,7 @@ class PGCommits(PGConnection, SeenCancels):
                 for r in children:
                     _start_child(conn, r.claim, r.record, now, self.wake_clock())
                 for r, w in zip(records, written, strict=True):
-                    if w and r.record.kind in CHILD_ACTS:
+                    if w and r.record.kind in CHILD_ACTS and r.record.ok:
                         child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
                         children.append(r)  # (told to listeners below)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
