@@ -19,6 +19,7 @@ from replaylog import ChildWorkflowClosedError, Client, ReplaylogError, run
 from replaylog.engine.core import CommandRecord, args_key
 from replaylog.engine.store import Store, open_store
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.worker.run import WorkflowRun
 
 FINISHED = ("completed", "failed", "cancelled", "terminated")
 
@@ -184,6 +185,23 @@ def test_a_parent_that_signals_or_cancels_a_finished_child_gets_a_recorded_refus
     replayed = run(spawn_app.late_words, store.load_state(wid), clock=lambda: 0.0)
     assert replayed.outcome.result == row.result
     assert replayed.state.commands == store.load_state(wid).commands
+
+
+def test_a_child_that_finishes_between_the_workers_check_and_the_commit_is_refused_by_the_commit_and_recorded(
+        db: Path | str, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker's read before the commit is skipped: the commit's own check, under lock, decides.
+    monkeypatch.setattr(WorkflowRun, "_check_child_open", lambda self, rec: None)
+    wid = store.start_workflow("late_words", has_input=False)
+    child = f"{wid}.0"
+    with app_worker(db, spawn_app):
+        assert wait_for(lambda: store.get_workflow(wid).status in FINISHED)
+    row = store.get_workflow(wid)
+    # Recorded at the first try: no run was handed back with a worker error.
+    assert (row.status, row.error, row.worker_error) == ("completed", None, None)
+    assert row.result[1:] == [[f"child workflow {child!r} is completed: signal 'go' not sent", child, "completed"],
+                              [f"child workflow {child!r} is completed: cancel not sent", child, "completed"]]
+    assert [(c.kind, c.ok) for c in store.list_commands(wid)][2:] == [("child_signal", False), ("child_cancel", False)]
+    assert store.list_signals(child) == []
 
 
 def test_an_uncaught_refusal_fails_the_parent_naming_the_child_and_its_status(db: Path | str, store: Store) -> None:
