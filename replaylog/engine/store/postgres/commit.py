@@ -93,11 +93,12 @@ def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, 
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
 
 
-def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> None:
+def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float, due_from: float) -> None:
     """Start the child workflow a parent's slot records, in the same transaction: never twice.
 
     The worker checks the id before it commits; a workflow of that id that is not this
-    parent's child (started meanwhile) refuses the whole commit.
+    parent's child (started meanwhile) refuses the whole commit. `due_from` is the wake clock's
+    time, which the child's deadline is counted from.
     """
     child_id = rec.value["id"]
     child_input = rec.value.get("input")
@@ -110,7 +111,7 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
         if row is None or row[0] != claim.id:
             raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
     else:
-        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, now)
+        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, due_from)
 
 
 def _starts_child(rec: CommandRecord) -> bool:
@@ -137,14 +138,14 @@ def _acts(rec: CommandRecord) -> bool:
     return _notifies(rec) or _indexes(rec)
 
 
-def _act(conn: Conn, claim: Claim, rec: CommandRecord, now: float, fresh: bool) -> None:
+def _act(conn: Conn, claim: Claim, rec: CommandRecord, now: float, due_from: float, fresh: bool) -> None:
     """What a written slot does besides itself, in its transaction: a child started or acted on, attributes set.
 
-    `fresh`: written by this statement, not found committed by a retry after a lost answer
-    (which did its act then).
+    `due_from` is the wake clock's time (see _start_child); `fresh`: written by this statement,
+    not found committed by a retry after a lost answer (which did its act then).
     """
     if _starts_child(rec):
-        _start_child(conn, claim, rec, now)
+        _start_child(conn, claim, rec, now, due_from)
     elif not fresh:
         return
     elif rec.kind in CHILD_ACTS and rec.ok:
@@ -265,7 +266,7 @@ class PGCommits(PGConnection, SeenCancels):
                 fresh = cur.rowcount == 1
                 written = _written(cur, claim, slot, attempt, cancels)
                 if written:
-                    _act(conn, claim, rec, now, fresh)
+                    _act(conn, claim, rec, now, self.wake_clock(), fresh)
                     if _notifies(rec):
                         conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
@@ -305,7 +306,7 @@ class PGCommits(PGConnection, SeenCancels):
                            for c, r in zip(cursors, records, strict=True)]
                 children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
                 for r in children:
-                    _start_child(conn, r.claim, r.record, now)
+                    _start_child(conn, r.claim, r.record, now, self.wake_clock())
                 for r, w, f in zip(records, written, fresh, strict=True):
                     if w and f and r.record.kind in CHILD_ACTS and r.record.ok:
                         child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
