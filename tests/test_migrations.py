@@ -159,7 +159,8 @@ def _attributes_slot(store: Store, seq: int, slot: int, value: str) -> None:
 def _has_attributes_trigger(store: Store) -> bool:
     if on_server(store):
         return bool(sql(store, "SELECT 1 FROM pg_trigger WHERE tgname = 'commands_search_attributes'"))
-    return bool(sql(store, "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = 'commands_search_attributes'"))
+    return bool(sql(store, "SELECT 1 FROM sqlite_master WHERE type = 'trigger'"
+                           " AND name = 'commands_search_attributes'"))
 
 
 def test_search_attributes_indexed_before_the_store_wrote_them_survive_the_upgrade(
