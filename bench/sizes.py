@@ -46,7 +46,7 @@ class Sizes:
     prune_finished: int = 100_000
     prune_slots: int = 5
     prune_live_workflows: int = 32
-    prune_live_slots: int = 300
+    prune_live_slots: int = 1_000
 
     def to_dict(self) -> dict[str, Any]:
         """The sizes as a plain dict for the JSON report."""

@@ -3,6 +3,8 @@ they own, in batches, on both backends, and never an unfinished workflow or a pa
 
 from __future__ import annotations
 
+import sqlite3
+import struct
 import time
 from pathlib import Path
 
@@ -226,3 +228,59 @@ def test_prune_deletes_the_earlier_runs_of_a_workflow_continued_as_new(db: Path 
         for seq in seqs:
             assert sql(store, "SELECT COUNT(*) FROM commands WHERE slot_key BETWEEN ? AND ?",
                        (slot_key(seq), slot_key(seq + 1) - 1))[0][0] == 0
+
+
+def _seed_old(db_path: Path, count: int) -> None:
+    """`count` completed workflows of one slot each, finished 40 days ago, written in one transaction."""
+    open_store(db_path).close()  # the schema
+    old = time.time() - 40 * DAY
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "INSERT INTO workflows (id, workflow, status, slots, created_at, updated_at, lease_epoch, seq)"
+            " VALUES (?, 'job', 'completed', 1, ?, ?, 0, ?)", ((f"old-{i}", old, old, i + 1) for i in range(count)))
+        conn.executemany("INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
+                         " VALUES (?, 'activity', 'step', 1, '1', 1, 0)",
+                         ((slot_key(i + 1, 0),) for i in range(count)))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _batch_steps(db_path: Path, batch: int) -> int:
+    """SQLite virtual-machine steps (in hundreds) of one prune batch on the file: work, not time."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    with open_store(db_path) as store:
+        store._conn.set_progress_handler(count, 100)  # type: ignore[attr-defined]
+        done = store.prune_batch(finished_before=time.time() - 30 * DAY, batch=batch)
+    assert len(done.pruned) == batch
+    return steps[0]
+
+
+def test_a_prune_batch_does_as_much_work_among_many_old_workflows_as_among_few(tmp_path: Path) -> None:
+    # A batch holds the write lock while it finds its workflows: that must cost what the batch
+    # takes, not a read of every old workflow in the store (live workers wait meanwhile).
+    few, many = tmp_path / "few.db", tmp_path / "many.db"
+    _seed_old(few, 100)
+    _seed_old(many, 5_000)
+    assert _batch_steps(many, 20) < 1.5 * _batch_steps(few, 20)
+
+
+def test_a_prune_batch_copies_the_wal_into_the_file_itself(db_path: Path) -> None:
+    # So the copying of its pages never falls to the next commit of a live worker.
+    with open_store(db_path) as store:
+        for _ in range(5):
+            _workflow(store, "completed", 40 * DAY)
+        assert _prune(store, time.time() - 30 * DAY).pruned == 5  # type: ignore[attr-defined]
+        shm = Path(f"{db_path}-shm").read_bytes()
+        # The WAL index's header (SQLite's file format, "wal-index format"): mxFrame, the last
+        # valid frame, and nBackfill, the frames already copied into the database file.
+        (last,) = struct.unpack_from("=I", shm, 16)
+        (copied,) = struct.unpack_from("=I", shm, 96)
+        assert last > 0 and copied == last

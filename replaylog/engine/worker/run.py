@@ -24,6 +24,8 @@ from replaylog.engine.core import (
     Outcome,
     ParallelHooks,
     RunSuspended,
+    child_act_refused,
+    child_act_target,
     error_text,
     execute,
 )
@@ -31,6 +33,7 @@ from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
     ActivityTimeout,
+    ChildWorkflowClosedError,
     DuplicateWorkflowIdError,
     LeaseLostError,
     PayloadTooLargeError,
@@ -40,12 +43,14 @@ from replaylog.engine.errors import (
 from replaylog.engine.marks import MarkBoard
 from replaylog.engine.store import Claim, WorkerStore, encode_value, fit_text, over_cap
 from replaylog.engine.telemetry import Metrics, RunSpans
-from replaylog.engine.vocab import SlotKind, Status
+from replaylog.engine.vocab import FINISHED, SlotKind, Status
 from replaylog.engine.worker.activity_loop import ActivityLoop
 from replaylog.engine.worker.committer import Committer
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
 _ACTIVITY = SlotKind.ACTIVITY.value
+_STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
+_CHILD_ACTS = frozenset((SlotKind.CHILD_SIGNAL.value, SlotKind.CHILD_CANCEL.value))
 # When a mark says an activity started: the wall clock, whatever clock the workflows read.
 _wall_clock = time.time
 
@@ -238,6 +243,13 @@ class WorkflowRun:
             return Outcome(status=Status.FAILED, error=f"UnknownWorkflowError: {exc}", error_kind="engine")
         # The claim loaded a short history along with its batch; a long one is loaded here.
         state = claim.state if claim.state is not None else self._store.load_state(claim.id)
+        if any(c.kind in _STARTS_CHILD and c.ok for c in state.commands):
+            # A child whose start is recorded but that has no row would leave this run waiting
+            # for it forever: the store starts it (see start_missing_children).
+            started = self._store.start_missing_children(claim.id, state)
+            if started:
+                parts.event(claim.id, f"started child workflow(s) recorded as started but missing: "
+                                      f"{', '.join(started)}", "children_started", None)
         if parts.stopping.up and not parts.activities.holds(claim.id):
             # (A workflow back from its async activities records what they did first.)
             raise WorkerStopping()
@@ -323,6 +335,8 @@ class WorkflowRun:
                 text = None
         elif rec.ok and (rec.kind == SlotKind.CHILD or rec.kind == SlotKind.CHILD_START):
             self._check_child(slot, rec)
+        elif rec.ok and rec.kind in _CHILD_ACTS:
+            self._check_child_open(rec)
         elif rec.kind == EVENT:
             text, size = encode_value(rec.value)
             if size > parts.max_payload:
@@ -351,6 +365,10 @@ class WorkflowRun:
                 began = time.perf_counter()
                 written = self._commit(claim, slot, rec, text, parallel_group, failure_tb)
                 metrics.slot_commit.observe(time.perf_counter() - began)
+        except ChildWorkflowClosedError as exc:
+            if rec.ok and rec.kind in _CHILD_ACTS and exc.child_id == child_act_target(rec.kind, rec.name, rec.value):
+                raise  # this slot's child finished before its commit: the core records the refusal
+            raise CommitFailed(exc) from exc  # another workflow's, committed in the same batch
         except Exception as exc:  # the store failed: not the workflow's outcome
             raise CommitFailed(exc) from exc
         if not written:
@@ -530,6 +548,22 @@ class WorkflowRun:
     def _store_mark(self, slot: int, name: str, attempts: int, started_at: float) -> None:
         """A mark on a store without local files: one write to the database."""
         self._store.mark_started(self._claim, slot, name, attempts, started_at)
+
+    def _check_child_open(self, rec: CommandRecord) -> None:
+        """Refuse a child handle's signal or cancel to a child that has finished, before it is recorded.
+
+        (The store checks again in the commit's transaction: a child that finishes in between
+        refuses the commit, and the refusal is recorded in its place.)
+        """
+        child_id = child_act_target(rec.kind, rec.name, rec.value)
+        try:
+            row = self._store.get_workflow(child_id)
+        except UnknownWorkflowIdError:
+            raise child_act_refused(rec.kind, rec.name, rec.value, "missing") from None
+        if row.parent != self._claim.id:
+            raise child_act_refused(rec.kind, rec.name, rec.value, "missing")
+        if row.status in FINISHED:
+            raise child_act_refused(rec.kind, rec.name, rec.value, row.status)
 
     def _check_child(self, slot: int, rec: CommandRecord) -> None:
         """Refuse a child workflow this app does not know, or whose id another workflow has, before it is recorded."""

@@ -233,11 +233,14 @@ class PGCommits(PGConnection, SeenCancels):
 
         def commit_child(conn: Conn, attempt: int) -> bool:
             with conn.transaction():
-                written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
+                cur = conn.execute(statement, params)
+                # A slot found committed by a retry after a lost answer (not written now) did its act then.
+                fresh = cur.rowcount == 1
+                written = _written(cur, claim, slot, attempt, cancels)
                 if written:
                     if _starts_child(rec):
                         _start_child(conn, claim, rec, now)
-                    elif rec.kind in CHILD_ACTS:
+                    elif rec.kind in CHILD_ACTS and rec.ok and fresh:
                         child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
                     conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
@@ -272,13 +275,14 @@ class PGCommits(PGConnection, SeenCancels):
                     cursors = [conn.execute(_PARALLEL if r.parallel else _SLOT, p)
                                for r, p in zip(records, params, strict=True)]
                     pipe.sync()
+                fresh = [c.rowcount == 1 for c in cursors]  # (as in commit_record's commit_child)
                 written = [_written(c, r.claim, r.slot, attempt, cancels)
                            for c, r in zip(cursors, records, strict=True)]
                 children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
                 for r in children:
                     _start_child(conn, r.claim, r.record, now)
-                for r, w in zip(records, written, strict=True):
-                    if w and r.record.kind in CHILD_ACTS:
+                for r, w, f in zip(records, written, fresh, strict=True):
+                    if w and f and r.record.kind in CHILD_ACTS and r.record.ok:
                         child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
                         children.append(r)  # (told to listeners below)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]

@@ -52,6 +52,9 @@ class Dialect:
     slots_now: ClassVar[str] = "slots"
     # What a LIKE with backslash escapes needs after it.
     like_escape: ClassVar[str] = ""
+    # A column's value that no index of the column may be used for (`unindexed.format("w.status")`),
+    # where the planner would otherwise pick that index over the one a statement walks in order.
+    unindexed: ClassVar[str] = "{}"
     # A new workflow seq, in an UPDATE of a workflow's row (a run continued as new takes one).
     next_seq: ClassVar[str] = "(SELECT COALESCE(MAX(seq), 0) + 1 FROM workflows)"
     # A workflow (of the `workflows` table) whose error holds every word of the `?` parameter
@@ -134,6 +137,9 @@ class StoreBase:
         `again(its detail)` instead of writing twice.
         """
         raise NotImplementedError
+
+    def _after_bulk_delete(self) -> None:
+        """Upkeep after a write that deleted many rows (a prune's batch), outside its transaction: nothing here."""
 
     def _insert_workflow(self, conn: Any, wid: str, workflow: str, input_text: str | None, now: float,
                          *, status: str = Status.PENDING.value, slots: int = 0, result: str | None = None,

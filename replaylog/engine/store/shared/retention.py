@@ -2,7 +2,10 @@
 
 A batch is one write transaction over at most `batch` top-level workflows, taken in start
 order (`seq`) after the last one the previous batch looked at, so a long prune lets
-workers' commits in between batches and never looks at a workflow twice. A workflow is
+workers' commits in between batches and never looks at a workflow twice. A batch walks
+the `seq` index through a window of at most `batch * SPAN` numbers: the write lock is held
+for that many rows read at most, wherever the old workflows are among the new ones (a walk
+of the status index instead would read and sort every match, each batch, to keep 200). A workflow is
 deleted together with its child workflows (ctx.call_workflow, at any depth), and only
 when every one of them is finished: a parent whose children still run is kept, and a
 child is never deleted from under its parent (a child is pruned with its parent).
@@ -25,6 +28,8 @@ from replaylog.engine.vocab import FINISHED
 
 # The tables keyed by workflow id whose rows a pruned workflow takes with it.
 OWNED_BY_ID = ("signals", "inflight", "audit", "search_attributes", "runs")
+# A batch looks at the workflows numbered in its next `batch * SPAN` seqs at most.
+SPAN = 8
 
 
 class SharedRetention(StoreBase):
@@ -54,13 +59,16 @@ class SharedRetention(StoreBase):
         lock = "" if dry_run else sql.lock_of("w")
 
         def look(conn: Any) -> PruneBatch:
-            among, params = sql.in_list("w.status", wanted)
+            among, params = sql.in_list(sql.unindexed.format("w.status"), wanted)
+            end = after + batch * SPAN
             roots = sql.run(
-                conn, f"SELECT w.id, w.seq FROM workflows w WHERE {among} AND w.updated_at < ? AND w.seq > ?"
+                conn, f"SELECT w.id, w.seq FROM workflows w WHERE {among}"
+                f" AND {sql.unindexed.format('w.updated_at')} < ? AND w.seq > ? AND w.seq <= ?"
                 " AND (w.parent IS NULL OR NOT EXISTS (SELECT 1 FROM workflows p WHERE p.id = w.parent))"
-                f" ORDER BY w.seq LIMIT ?{lock}", (*params, finished_before, after, batch)).fetchall()
+                f" ORDER BY w.seq LIMIT ?{lock}", (*params, finished_before, after, end, batch)).fetchall()
             if not roots:
-                return PruneBatch((), (), 0, None)
+                more = sql.run(conn, "SELECT 1 FROM workflows WHERE seq > ? LIMIT 1", (end,)).fetchone()
+                return PruneBatch((), (), 0, end if more else None)
             ids = [r[0] for r in roots]
             top, top_params = sql.in_list("parent", ids)
             # Every descendant, with the top-level workflow it belongs to, locked with it:
@@ -73,7 +81,8 @@ class SharedRetention(StoreBase):
             kept = {root for root, _, _, status in below if status not in FINISHED}
             doomed = [(wid, int(seq)) for wid, seq in roots if wid not in kept]
             children = [(wid, int(seq)) for root, wid, seq, _ in below if root not in kept]
-            last = int(roots[-1][1])
+            # A full batch stops at its last root; a short one looked at its whole window.
+            last = int(roots[-1][1]) if len(roots) == batch else end
             pruned = tuple(wid for wid, _ in doomed)
             held = tuple(r[0] for r in roots if r[0] in kept)
             if not dry_run and doomed:
@@ -84,7 +93,10 @@ class SharedRetention(StoreBase):
             return self._snapshot(look)
         # One write transaction; on a server tried again after a lost connection (a batch
         # that committed finds nothing left of what it deleted, so it is never done twice).
-        return self._operate("", "prune", time.time(), actor(), look, lambda _: PruneBatch((), (), 0, after))
+        done = self._operate("", "prune", time.time(), actor(), look, lambda _: PruneBatch((), (), 0, after))
+        if done.pruned:
+            self._after_bulk_delete()
+        return done
 
 
 def _delete(sql: Any, conn: Any, workflows: list[tuple[str, int]]) -> None:

@@ -85,6 +85,8 @@ class SQLiteDialect(Dialect):
     slots_now = SLOTS_NOW
     # SQLite's LIKE has no escape character unless one is named.
     like_escape = " ESCAPE '\\'"
+    # SQLite's unary + keeps a term off every index (its documented hint to the planner).
+    unindexed = "+{}"
     # The FTS5 table of errors is keyed by workflows.seq (schema migration 4).
     error_match = "workflows.seq IN (SELECT rowid FROM workflows_fts WHERE workflows_fts MATCH ?)"
 

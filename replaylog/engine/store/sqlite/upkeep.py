@@ -77,6 +77,15 @@ class Upkeep(InflightMarks, SQLiteConnection):
             self._next_wal_check = now + self._bound_wal()
         return dead
 
+    def _after_bulk_delete(self) -> None:
+        """Copy the WAL's frames into the file now, on this connection, without blocking writers.
+
+        A prune's batch writes a hundred or more WAL pages; left to SQLite's autocheckpoint,
+        copying them falls on whichever connection commits next past its threshold, most
+        often a live worker's, whose next slots then wait for it.
+        """
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
     def reclaim_space(self, *, full: bool = False) -> str:
         """Hand the pages pruned workflows left free back to the file system; what was done, in a line.
 
