@@ -218,7 +218,9 @@ def check_timeout(timeout: object, what: str) -> None:
 
 def child_deadline(sql: Dialect, conn: Any, child_id: str, parent_id: str, value: dict[str, Any], now: float) -> None:
     """A child just started: its own timeout's deadline, else its parent's remaining one (if any); and
-    what happens to it when its parent finishes first (ctx.start_workflow's parent_close)."""
+    what happens to it when its parent finishes first (ctx.start_workflow's parent_close).
+
+    `now` is on the store's wake clock (StoreBase.wake_clock), which deadlines are due by."""
     own = value.get("timeout")
     sql.run(conn, "UPDATE workflows SET deadline = COALESCE(?, (SELECT p.deadline FROM workflows p WHERE p.id = ?)),"
             " parent_close = ? WHERE id = ?",
@@ -404,7 +406,8 @@ class SharedOperatorWrites(StoreBase):
             if trace_context is not None:
                 sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
             if timeout is not None:
-                sql.run(conn, "UPDATE workflows SET deadline = ? WHERE id = ?", (now + timeout, wid))
+                # A deadline is a recorded wake time: due by the wake clock (see StoreBase.wake_clock).
+                sql.run(conn, "UPDATE workflows SET deadline = ? WHERE id = ?", (self.wake_clock() + timeout, wid))
             _audit(sql, conn, wid, "start", now, who,
                    detail=workflow if queue_name is None else f"{workflow} on queue {queue_name}")
 
@@ -446,7 +449,7 @@ class SharedOperatorWrites(StoreBase):
         unfinished, statuses = sql.in_list("status", UNFINISHED)
         due = [str(r[0]) for r in self._query(
             f"SELECT id FROM workflows WHERE deadline <= ? AND cancel_requested IS NULL AND {unfinished}"
-            " ORDER BY deadline LIMIT 100", (now, *statuses))]
+            " ORDER BY deadline LIMIT 100", (self.wake_clock(), *statuses))]
         if not due:
             return []
         who = actor()
@@ -463,6 +466,13 @@ class SharedOperatorWrites(StoreBase):
                 expired.append(wid)
         return expired
 
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of an unfinished workflow not yet asked to cancel (on the wake clock), or None."""
+        unfinished, statuses = self.dialect.in_list("status", UNFINISHED)
+        rows = self._query(f"SELECT deadline FROM workflows WHERE deadline IS NOT NULL AND cancel_requested IS NULL"
+                           f" AND {unfinished} ORDER BY deadline LIMIT 1", tuple(statuses))
+        return None if not rows else float(rows[0][0])
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
         """Ask a pending, running or blocked workflow to cancel; return the status it had.
 
@@ -671,7 +681,7 @@ class SharedOperatorWrites(StoreBase):
             self._insert_workflow(conn, child_id, c.name, None if child_input is None else self.encode_payload(
                 child_input, f"the input of child workflow {child_id!r}"), now)
             sql.run(conn, "UPDATE workflows SET parent = ? WHERE id = ?", (parent_id, child_id))
-            child_deadline(sql, conn, child_id, parent_id, c.value, now)
+            child_deadline(sql, conn, child_id, parent_id, c.value, self.wake_clock())
             _audit(sql, conn, child_id, "start", now, who,
                    detail=f"{c.name}: recorded as started by {parent_id} at slot {slot}, which had no row of it")
             started.add(child_id)
