@@ -219,3 +219,28 @@ def test_an_attempt_taken_over_from_a_lost_worker_waits_its_backoff_as_a_retry_t
         assert lines[1]["at"] >= wake_at  # the second attempt started at the retry timer's time, not before
         assert rec.attempts == 2
         assert isinstance(result["resumed_from"], dict) and result["resumed_from"]["i"] >= 3
+
+
+def test_a_parallel_tasks_heartbeats_are_stored_and_a_frozen_worker_is_taken_over_for_them(
+        db: Path | str, tmp_path: Path) -> None:
+    with _Pulsing(db, tmp_path, "pulsing_group", {"limit": 120, "heartbeat": 1.0}) as run, open_store(db) as store:
+        wid = run.wid
+        # The quick task is recorded first: the pulsing one runs below the last recorded slot.
+        assert wait_for(lambda: [r.name for r in store.list_commands(wid)] == ["refund"], timeout=120)
+        assert wait_for(lambda: run.beating(store), timeout=120)
+        shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
+        assert shown["inflight"]["slot"] == 0 and shown["inflight"]["details"]["i"] >= 3
+        run.first.send_signal(signal.SIGSTOP)
+        lease_expires = store.get_workflow(wid).lease_expires
+        assert lease_expires is not None
+        second = run.worker()
+        assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+        result = store.get_workflow(wid).result
+        attempts = {r.name: r.attempts for r in store.list_commands(wid)}
+        lines = [line for line in _ledger(tmp_path) if line["slot"] == 0]
+        assert [line["attempt"] for line in lines] == [1, 2]
+        assert lines[1]["pid"] == second.pid
+        assert lines[1]["at"] < lease_expires  # taken over for its heartbeat, long before its lease would lapse
+        assert attempts == {"pulse": 2, "refund": 1}
+        assert result[1] == "refunded b"
+        assert isinstance(result[0]["resumed_from"], dict) and result[0]["resumed_from"]["i"] >= 3

@@ -20,9 +20,11 @@ from types import CoroutineType
 from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overload
 
 from replaylog.engine import aio as _aio
+from replaylog.engine import thread_guard
 from replaylog.engine.errors import (
     ActivityError,
     ActivityTimeout,
+    ChildWorkflowClosedError,
     ChildWorkflowError,
     Diagnostic,
     DuplicateWorkflowIdError,
@@ -709,6 +711,17 @@ class TimedHooks(Protocol):
         """An attempt said it is alive (from the attempt's own thread); ActivityTimeout if it was abandoned."""
 
 
+def child_act_target(kind: str, name: str, value: Any) -> str:
+    """The id of the child a recorded `child_signal` / `child_cancel` slot acts on."""
+    return str(value["id"]) if kind == CHILD_SIGNAL else name
+
+
+def child_act_refused(kind: str, name: str, value: Any, status: str) -> ChildWorkflowClosedError:
+    """The refusal of a child handle's signal or cancel: its child is `status` (finished, or "missing")."""
+    act = f"signal {name!r}" if kind == CHILD_SIGNAL else "cancel"
+    return ChildWorkflowClosedError(child_act_target(kind, name, value), status, act)
+
+
 class ChildHandle:
     """A child workflow started with `ctx.start_workflow`; each method is a ctx call (a slot of its own).
 
@@ -738,13 +751,13 @@ class ChildHandle:
         if refusal is not None:
             raise ValueError(f"ChildHandle.signal: {refusal}")
         payload = to_json_value(payload, f"the payload of signal {name!r}")
-        self._ctx._child_act(CHILD_SIGNAL, name, {"id": self.id, "payload": payload}, args_key((self.id,), {}))
+        self._ctx._child_act(self, CHILD_SIGNAL, name, {"id": self.id, "payload": payload}, args_key((self.id,), {}))
 
     def cancel(self, reason: str | None = None) -> None:
         """Ask the child to cancel (recorded; WorkflowCancelled in its code, as an operator's cancel)."""
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"ChildHandle.cancel(reason=...) takes a str, not {type(reason).__name__}")
-        self._ctx._child_act(CHILD_CANCEL, self.id, reason, args_key((reason,), {}))
+        self._ctx._child_act(self, CHILD_CANCEL, self.id, reason, args_key((reason,), {}))
 
 
 @dataclass(frozen=True)
@@ -1483,9 +1496,15 @@ class Context:
             return outcome.get("result")
         raise ChildWorkflowError(child.id, child.workflow, str(outcome.get("error")))
 
-    def _child_act(self, kind: str, name: str, value: Any, key: str) -> None:
-        """`ChildHandle.signal()` / `cancel()`: a slot the store acts on in the transaction that records it."""
-        self._record_value(kind, name, value, f"the {kind} of child workflow {name!r}", key)
+    def _child_act(self, child: ChildHandle, kind: str, name: str, value: Any, key: str) -> None:
+        """`ChildHandle.signal()` / `cancel()`: a slot the store acts on in the transaction that records it.
+
+        A child that had already finished is refused before anything is sent: the refusal
+        is recorded in the slot (ok false, its text) and ChildWorkflowClosedError raised,
+        again on every replay, so code that catches it replays down the same path.
+        """
+        self._record_value(kind, name, value, f"the {kind} of child workflow {name!r}", key,
+                           lambda text: ChildWorkflowClosedError.replayed(child.id, text))
 
     def _child_id(self, slot: int, given: str | None) -> str:
         if given is None:
@@ -1591,20 +1610,35 @@ class Context:
                              f" got {len(key)}")
         self._record_value(EVENT, key, value, f"the value of event {key!r}")
 
-    def _record_value(self, kind: str, name: str, value: Any, what: str, key: str | None = None) -> None:
+    def _record_value(self, kind: str, name: str, value: Any, what: str, key: str | None = None,
+                      refusal: Callable[[str], ReplaylogError] | None = None) -> None:
         """A slot that only records a value (an event, search attributes, a child's signal): replayed, or
-        recorded now (with `key`, the argument guard's key, where the store routes on one)."""
+        recorded now (with `key`, the argument guard's key, where the store routes on one).
+
+        With `refusal` (a child handle's act) the worker may refuse the act itself with
+        ChildWorkflowClosedError: the refusal is recorded in the slot and raised, and a replay
+        raises `refusal(its text)` again.
+        """
         slot = self._cmd_index
         self._cmd_index = slot + 1
         rec = self._guard(slot, kind, name)
         if rec is not None:
             self.replayed_commands += 1
+            if not rec.ok and refusal is not None:
+                raise refusal(rec.error or "")
             return
         if self.cancel_requested is not None and not self.cancel_delivered:
             self._deliver_cancel(slot, f"{kind}:{name}")
         try:
             value = to_json_value(value, f"slot {slot}: {what}")
             self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, key)))
+        except ChildWorkflowClosedError as exc:
+            if refusal is None:
+                raise
+            # Whether the child still runs depends on it, not on history: the refusal is recorded.
+            self._append(slot, CommandRecord(kind, name, False, None, str(exc), 1, key))
+            self.executed_commands += 1
+            raise
         except ReplaylogError:
             # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
             # slot stays free, so code that catches the error records its next command there.
@@ -1902,15 +1936,18 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
     workflow code caught it: the run was interrupted, it did not fail.
     """
     token = _current_context.set(ctx)  # for current_activity()
+    guarded = thread_guard.enter(registered_name(fn), _aio.is_async(fn), ctx)  # workflow code starts no thread
     try:
         outcome = _classify(fn, ctx, state)
     finally:
+        thread_guard.leave(guarded)
         _current_context.reset(token)
     if ctx.interrupted is not None:
         raise ctx.interrupted  # workflow code caught an activity's interruption: still one
     return outcome
 
 
+@thread_guard.calls_workflow_code
 def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
     try:
         if _aio.is_async(fn):

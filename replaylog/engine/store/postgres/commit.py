@@ -92,11 +92,12 @@ def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, 
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
 
 
-def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> None:
+def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float, due_from: float) -> None:
     """Start the child workflow a parent's slot records, in the same transaction: never twice.
 
     The worker checks the id before it commits; a workflow of that id that is not this
-    parent's child (started meanwhile) refuses the whole commit.
+    parent's child (started meanwhile) refuses the whole commit. `due_from` is the wake clock's
+    time, which the child's deadline is counted from.
     """
     child_id = rec.value["id"]
     child_input = rec.value.get("input")
@@ -109,7 +110,7 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
         if row is None or row[0] != claim.id:
             raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
     else:
-        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, now)
+        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, due_from)
 
 
 def _starts_child(rec: CommandRecord) -> bool:
@@ -233,11 +234,14 @@ class PGCommits(PGConnection, SeenCancels):
 
         def commit_child(conn: Conn, attempt: int) -> bool:
             with conn.transaction():
-                written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
+                cur = conn.execute(statement, params)
+                # A slot found committed by a retry after a lost answer (not written now) did its act then.
+                fresh = cur.rowcount == 1
+                written = _written(cur, claim, slot, attempt, cancels)
                 if written:
                     if _starts_child(rec):
-                        _start_child(conn, claim, rec, now)
-                    elif rec.kind in CHILD_ACTS:
+                        _start_child(conn, claim, rec, now, self.wake_clock())
+                    elif rec.kind in CHILD_ACTS and rec.ok and fresh:
                         child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
                     conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
@@ -272,13 +276,14 @@ class PGCommits(PGConnection, SeenCancels):
                     cursors = [conn.execute(_PARALLEL if r.parallel else _SLOT, p)
                                for r, p in zip(records, params, strict=True)]
                     pipe.sync()
+                fresh = [c.rowcount == 1 for c in cursors]  # (as in commit_record's commit_child)
                 written = [_written(c, r.claim, r.slot, attempt, cancels)
                            for c, r in zip(cursors, records, strict=True)]
                 children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
                 for r in children:
-                    _start_child(conn, r.claim, r.record, now)
-                for r, w in zip(records, written, strict=True):
-                    if w and r.record.kind in CHILD_ACTS:
+                    _start_child(conn, r.claim, r.record, now, self.wake_clock())
+                for r, w, f in zip(records, written, fresh, strict=True):
+                    if w and f and r.record.kind in CHILD_ACTS and r.record.ok:
                         child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
                         children.append(r)  # (told to listeners below)
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]

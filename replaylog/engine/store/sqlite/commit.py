@@ -213,7 +213,7 @@ class Commits(SQLiteConnection, SeenCancels):
             if row is None or row[0] != claim.id:
                 raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
         else:
-            child_deadline(SQLITE, self._conn, child_id, claim.id, value, now)
+            child_deadline(SQLITE, self._conn, child_id, claim.id, value, self.wake_clock())
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
                         text: str | None, traceback: str | None, group: int) -> bool:
