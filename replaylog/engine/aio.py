@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from replaylog.engine import thread_guard
 from replaylog.engine.errors import ActivityError, ActivityTimeout, AsyncWorkflowError, ParallelError
 
 if TYPE_CHECKING:
@@ -159,6 +160,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
 
     # -- the driver's side
 
+    @thread_guard.calls_workflow_code
     def step(self) -> None:
         """Run every callback scheduled, and those they schedule, until none is left."""
         ready = self._ready

@@ -20,6 +20,7 @@ from types import CoroutineType
 from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overload
 
 from replaylog.engine import aio as _aio
+from replaylog.engine import thread_guard
 from replaylog.engine.attempt_watch import LocalTimed
 from replaylog.engine.errors import (
     ActivityError,
@@ -1937,15 +1938,18 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
     workflow code caught it: the run was interrupted, it did not fail.
     """
     token = _current_context.set(ctx)  # for current_activity()
+    guarded = thread_guard.enter(registered_name(fn), _aio.is_async(fn), ctx)  # workflow code starts no thread
     try:
         outcome = _classify(fn, ctx, state)
     finally:
+        thread_guard.leave(guarded)
         _current_context.reset(token)
     if ctx.interrupted is not None:
         raise ctx.interrupted  # workflow code caught an activity's interruption: still one
     return outcome
 
 
+@thread_guard.calls_workflow_code
 def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
     try:
         if _aio.is_async(fn):

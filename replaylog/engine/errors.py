@@ -151,6 +151,10 @@ class AsyncWorkflowError(ReplaylogError):
     """An async workflow did what would make its history depend on timing (the error names the call)."""
 
 
+class WorkflowThreadError(ReplaylogError):
+    """Workflow code started a thread, whose work no history records: the error names the call and where."""
+
+
 class UnknownActivityError(ReplaylogError):
     """Workflow code called an activity name the app does not define."""
 

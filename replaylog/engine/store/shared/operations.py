@@ -40,6 +40,7 @@ from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWor
 from replaylog.engine.queues import DedupIdTakenError, Queue
 from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.store.rows import dumps, loads
+from replaylog.engine.store.shared import attributes
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.shared.queues import check_start
@@ -577,6 +578,7 @@ class SharedOperatorWrites(StoreBase):
                 " attempts, recorded_at, args, traceback, parallel, parallel_group FROM commands"
                 " WHERE slot_key BETWEEN ? AND ?",
                 (old, new, old, old + from_slot - 1))
+            attributes.rebuild(sql, conn, wid, new, new + from_slot - 1)
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                 " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ? AND run IS NULL",
@@ -614,6 +616,7 @@ class SharedOperatorWrites(StoreBase):
                 forked_from=doc.forked_from, forked_slot=doc.forked_slot))
             sql.run_many(conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at,"
                          " args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(base + i, *c) for i, c in enumerate(commands)])
+            attributes.rebuild(sql, conn, wid, base, base + len(commands) - 1)
             sql.run_many(conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                          " VALUES (?, ?, ?, ?, ?, ?)", signals)
             if status == Status.PENDING:
