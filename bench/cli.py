@@ -27,6 +27,7 @@ from bench import (
     replaylog_runs,
     retention_runs,
     timer_runs,
+    tracing_runs,
 )
 from bench.report import print_table, write_json
 from bench.sizes import FULL, SMOKE, Sizes
@@ -34,7 +35,7 @@ from bench.sizes import FULL, SMOKE, Sizes
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = (
     "single", "group", "resume", "signal", "short", "queues", "prune", "timers", "sleepers", "wake", "async",
-    "console",
+    "tracing", "console",
     "postgres",
     "peer",
 )
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "sleepers": lambda: timer_runs.sleepers(workdir, sizes),
         "wake": lambda: client_runs.result_wakeup(workdir, sizes),
         "async": lambda: async_runs.async_bench(workdir, sizes),
+        "tracing": lambda: tracing_runs.tracing_cost(workdir, sizes),
         "console": lambda: console_runs.console_bench(
             workdir if args.smoke or not own_tmp else ROOT / "bench" / "results", sizes),
         "postgres": lambda: postgres_runs.postgres(workdir, sizes),

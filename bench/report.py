@@ -133,6 +133,14 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         f"{_f(asl.get('async_slots_per_s'))} vs sync {_f(asl.get('sync_slots_per_s'))} slots/s = "
         f"{_f(asl.get('ratio_async_vs_sync'), '', 2)}",
         "< 3 s (1 s activity), threads bounded; >= 0.8 of sync")
+    tr = m.get("tracing", {})
+    add("tracing", f"13. workload 1 ({_f(tr.get('slots'))} slots) with tracing on, off, not installed",
+        f"off {_f(tr.get('off_slots_per_s'))} slots/s; on (in-memory exporter) {_f(tr.get('on_ratio'), '×', 3)}"
+        f" the time (CPU {_f(tr.get('on_cpu_ratio'), '×', 2)}: +{_f(tr.get('on_cpu_us_per_slot_added'))} µs a slot"
+        f" on {_f(tr.get('off_cpu_us_per_slot'))}); OpenTelemetry not installed"
+        f" {_f(tr.get('absent_ratio'), '×', 3)} (CPU {_f(tr.get('absent_cpu_ratio'), '×', 3)},"
+        f" {tr.get('absent_otel_imports_asked', '—')} imports asked)",
+        "on <= 1.25×, not installed <= 1.02× off")
     c = m.get("console", {})
     add("console", f"6. console, {_f(c.get('workflows'))} workflows",
         f"paint {_f(c.get('first_paint_s'), ' s', 2)}, RSS {_f(c.get('peak_rss_mb'), ' MB')}, "

@@ -47,6 +47,8 @@ class Sizes:
     prune_slots: int = 5
     prune_live_workflows: int = 32
     prune_live_slots: int = 1_000
+    tracing_slots: int = 1_000
+    tracing_rounds: int = 21
 
     def to_dict(self) -> dict[str, Any]:
         """The sizes as a plain dict for the JSON report."""
@@ -62,4 +64,5 @@ SMOKE = Sizes(
     peer_signal_samples=3, peer_short_workflows=10, timer_count=20, timer_spread_s=1.0, sleepers=200,
     sleepers_idle_s=1.0, wake_samples=5, async_workflows=40, async_activity_s=0.2, async_slots=200, async_rounds=1,
     queue_claims=20, prune_finished=2_000, prune_slots=3, prune_live_workflows=4, prune_live_slots=30,
+    tracing_slots=30, tracing_rounds=3,
 )

@@ -10,15 +10,21 @@
 Time skipping: while a call of `env.client` waits (`result`, `get_event`) and no
 workflow has code to run (none pending, running, or due), the environment's clock jumps
 to the earliest recorded wake time (a `ctx.sleep`, `sleep_until`, a signal's or an
-approval's deadline) or the next schedule tick, so a workflow that sleeps a day finishes in
-milliseconds. `env.advance(seconds)` steps through the schedule ticks and wake times on
-the way in order, starting each tick's workflow and letting it run before the next. Outside
-such a wait the clock runs as the wall clock does: a test can start a workflow, look at
-it and signal it before a deadline passes. `env.advance(seconds)` moves it by hand.
+approval's deadline, a retry's next attempt), a workflow's deadline (`client.start(...,
+timeout=...)`, inherited by its children) or the next schedule tick, so a workflow that
+sleeps a day finishes in milliseconds, and one that waits past its timeout is cancelled
+(reason "timeout") as soon as nothing else is left to run. `env.advance(seconds)` steps
+through the schedule ticks, wake times and deadlines on the way in order, starting each
+tick's workflow (cancelling each workflow whose deadline passed) and letting it run before
+the next. Outside such a wait the clock runs as the wall clock does: a test can start a
+workflow, look at it and signal it before a deadline passes. `env.advance(seconds)` moves
+it by hand.
 
 The workflows see the environment's clock through ctx.now() and every recorded time; the
-store compares recorded wake times with it (`open_store(wake_clock=…)`); leases and
-activities keep real time.
+store compares recorded wake times and workflow deadlines with it (`open_store(wake_clock=…)`);
+leases and running activities keep real time: an activity's `timeout` and `heartbeat_timeout`
+measure how long its code really ran. (The clock never jumps while an activity runs, as it
+jumps only when every workflow waits, so the two agree during an attempt.)
 """
 
 from __future__ import annotations
@@ -117,7 +123,8 @@ class WorkflowEnvironment:
         # Step through the schedule ticks and wake times on the way, in order, as real time
         # would: five minutes of a "* * * * *" schedule start five workflows, each run in turn.
         while True:
-            times = [t for t in (store.next_schedule_at(), store.next_wake()) if t is not None and t <= target]
+            times = [t for t in (store.next_schedule_at(), store.next_wake(), store.next_deadline())
+                     if t is not None and t <= target]
             step = min(times) if times else target
             with self._clock_lock:
                 ahead = step - self.now()
@@ -128,11 +135,13 @@ class WorkflowEnvironment:
                 return
 
     def _settle(self) -> None:
-        """Start the due schedule ticks and let every workflow run until it waits, until nothing more starts."""
+        """Start the due schedule ticks, cancel the workflows whose deadline passed, and let every workflow
+        run until it waits, until nothing more starts."""
         store = self._own_store()
         while True:
             self.wait_idle()
-            started = store.fire_schedules(self.now())
+            # (The worker does both too, a few times a second: this wait must not return before it has.)
+            started = bool(store.fire_schedules(self.now())) | bool(store.expire_deadlines())
             # The worker looks for due ticks too: a tick it started first is not in `started`,
             # but it is committed, so this wait sees its workflow and lets it run.
             self.wait_idle()
@@ -161,7 +170,10 @@ class WorkflowEnvironment:
             while not self._stop.wait(SKIP_LOOK):
                 if not self.client.waiting or store.has_runnable() or store.fire_schedules(self.now()):
                     continue
-                times = [t for t in (store.next_wake(), store.next_schedule_at()) if t is not None]
+                if store.expire_deadlines():
+                    continue  # the cancelled workflows run first
+                times = [t for t in (store.next_wake(), store.next_schedule_at(), store.next_deadline())
+                         if t is not None]
                 if not times:
                     continue
                 wake_at = min(times)

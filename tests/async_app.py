@@ -12,7 +12,15 @@ import os
 import random
 from typing import Any
 
-from replaylog import ActivityError, ChildWorkflowError, WorkflowCancelled, activity, current_activity, workflow
+from replaylog import (
+    ActivityError,
+    ChildWorkflowClosedError,
+    ChildWorkflowError,
+    WorkflowCancelled,
+    activity,
+    current_activity,
+    workflow,
+)
 
 # Calls of each activity in this process, by name (in-process tests count them).
 CALLS: dict[str, int] = {}
@@ -288,4 +296,18 @@ async def spawns(ctx: Any) -> list[Any]:
         out.append(await stopped.result())
     except ChildWorkflowError as exc:
         out.append(exc.error)
+    return out
+
+
+@workflow
+async def late_nudge(ctx: Any) -> list[Any]:
+    """Await a child's result, then signal and cancel it: each refusal caught at its await."""
+    child = await ctx.start_workflow(anap, 0.01)
+    out: list[Any] = [await child.result()]
+    for act in (lambda: child.signal("go", 1), lambda: child.cancel("too late")):
+        try:
+            await act()
+            out.append("sent")
+        except ChildWorkflowClosedError as exc:
+            out.append(exc.status)
     return out

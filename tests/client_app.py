@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaylog import Context, SignalTimeout, activity, workflow
+from replaylog import ChildWorkflowError, Context, SignalTimeout, activity, workflow
 
 # Flipped by a test (the worker runs in the test's process): `flaky` fails while it is set.
 FAIL = {"flaky": True}
@@ -103,3 +103,12 @@ def bad_events(ctx: Context) -> list[str]:
 def parent(ctx: Context, n: int) -> list[Any]:
     """Starts `n` children (noinput) and returns their results."""
     return [ctx.call_workflow(noinput, id=f"{ctx.workflow_id}-child-{i}") for i in range(n)]
+
+
+@workflow
+def waits_on_child(ctx: Context, own: float | None) -> str:
+    """Waits for a child that waits for "go" (its own timeout `own`, else this workflow's deadline)."""
+    try:
+        return str(ctx.call_workflow(waits, timeout=own))
+    except ChildWorkflowError as exc:
+        return f"child: {exc.error}"

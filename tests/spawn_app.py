@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replaylog import ChildWorkflowError, Context, activity, workflow
+from replaylog import ChildWorkflowClosedError, ChildWorkflowError, Context, activity, workflow
 
 
 @activity
@@ -54,3 +54,45 @@ def steers(ctx: Context) -> list[Any]:
     except ChildWorkflowError as exc:
         out.append(exc.error)
     return out
+
+
+@workflow
+def tally(ctx: Context, count: int) -> int:
+    """A child that adds up the payloads of `count` signals "go"."""
+    return sum(int(ctx.wait_signal("go")) for _ in range(count))
+
+
+@workflow
+def relay(ctx: Context, count: int) -> Any:
+    """Start a tally child, send it the first "go" (5), and wait for its sum."""
+    child = ctx.start_workflow(tally, count)
+    child.signal("go", 5)
+    return child.result()
+
+
+@workflow
+def quick(ctx: Context) -> str:
+    """A child that finishes at once."""
+    return "quick"
+
+
+@workflow
+def late_words(ctx: Context) -> list[Any]:
+    """Let a child finish, then signal it and cancel it: each refusal caught and kept."""
+    child = ctx.start_workflow(quick)
+    out: list[Any] = [child.result()]
+    for act in (lambda: child.signal("go", 1), lambda: child.cancel("too late")):
+        try:
+            act()
+            out.append("sent")
+        except ChildWorkflowClosedError as exc:
+            out.append([str(exc), exc.child_id, exc.status])
+    return out
+
+
+@workflow
+def late_signal(ctx: Context) -> None:
+    """Let a child finish, then signal it without catching the refusal."""
+    child = ctx.start_workflow(quick)
+    child.result()
+    child.signal("go", 1)

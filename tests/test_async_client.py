@@ -100,5 +100,10 @@ def test_every_operation_of_the_sync_client_and_handle_is_awaitable_on_the_async
             assert await handle.fork_slot(1) == 1  # WorkflowHandle's, reached through __getattr__
             forked = await handle.fork(1)
             assert isinstance(forked, AsyncWorkflowHandle) and await forked.result(timeout=60) == 4
+            # The typed reads of one run, awaitable: the same records as the sync handle's.
+            view = await handle.view()
+            assert view.history == await handle.history(run=1) == handle.handle.history()
+            assert view.runs == await handle.runs() and view.signals == await handle.signals()
+            assert (await client.stats()).counts["completed"] == 2
 
     asyncio.run(main())

@@ -136,6 +136,14 @@ def test_children_started_without_waiting_are_awaited_signalled_and_cancelled_in
     assert (stopped.status, stopped.parent) == ("cancelled", wid)
 
 
+def test_an_async_parents_signal_and_cancel_of_a_finished_child_raise_at_their_await_and_are_recorded(
+        client: Client, worker: Worker) -> None:
+    handle = client.start(async_app.late_nudge)
+    assert handle.result(timeout=120) == ["woke", "completed", "completed"]
+    assert kinds(client, handle.id)[-2:] == [("child_signal", "go"), ("child_cancel", f"{handle.id}.0")]
+    assert client.get_handle(f"{handle.id}.0").describe().status == "completed"
+
+
 @pytest.mark.parametrize(("workflow", "message"), [
     (async_app.sleeps_badly, r"called asyncio\.sleep\(1\) \(loop\.call_later\).*use await ctx\.sleep"),
     (async_app.awaits_forever, r"awaited <Future pending.*async_app\.py:\d+ \(in awaits_forever\).*only ctx calls"),

@@ -30,6 +30,8 @@ FIELDS = {
     "prune": ("finished", "pruned", "ratio", "before_mb", "after_prune_mb", "after_vacuum_mb", "met"),
     "timers": ("timers", "median_late_ms", "p99_late_ms", "early", "met"),
     "sleepers": ("sleepers", "worker_rss_mb", "idle_cpu_percent", "wakeups_per_s", "met"),
+    "tracing": ("slots", "off_slots_per_s", "on_ratio", "on_cpu_ratio", "on_cpu_us_per_slot_added", "absent_ratio",
+                "absent_cpu_ratio", "absent_otel_imports_asked", "met"),
 }
 CONSOLE_FIELDS = ("first_paint_s", "counted_s", "peak_rss_mb", "open_workflow_s", "max_stall_ms", "met")
 PEER_FIELDS = {"single": "slots_per_s", "group": "slots_per_s", "resume": "replay_slots_per_s",
@@ -89,6 +91,8 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
         for field in fields:
             assert field in m[name], (name, field)
     assert m["resume"]["activities_reexecuted"] == 0
+    # Each tracing side ran every round, in turn; with OpenTelemetry hidden nothing asked for it.
+    assert len(m["tracing"]["rounds"]) == 3 and m["tracing"]["absent_otel_imports_asked"] == 0
     assert m["async"]["status"] == "ok", m["async"]
     for part, fields in (("waiting", ("workflows", "wall_s", "peak_threads", "rss_mb", "met")),
                          ("slots", ("sync_slots_per_s", "async_slots_per_s", "ratio_async_vs_sync", "met"))):

@@ -139,6 +139,9 @@ async def test_search_attributes_filter_the_list_and_show_in_the_workflow(consol
         sql(store, "INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
                    " VALUES (?, 'attributes', 'customer,tier', ?, ?, 1, 0)",
             (slot_key(int(seq)), True, '{"customer": "c-42", "tier": 3}'))
+        # The index a worker's commit of that slot writes beside it (engine.store.shared.attributes).
+        for key, value in (("customer", "c-42"), ("tier", "3")):
+            sql(store, "INSERT INTO search_attributes (workflow_id, key, value) VALUES (?, ?, ?)", (wid, key, value))
     app = make_app(console_any)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

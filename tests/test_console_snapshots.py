@@ -52,8 +52,15 @@ def test_workflows_screen(snap_compare: Snap, console_db: Path) -> None:
 
 def test_workflows_screen_at_a_phones_width(snap_compare: Snap, console_db: Path) -> None:
     # 64 columns: the status counts take two lines, and the list hides slots, updated and
-    # workflow (in that order) so that id, status, blocked on and error fit, none cut off.
+    # workflow (in that order) so that id, status, blocked on and error fit, none cut off;
+    # the footer's keys wrap onto two lines, the help key first.
     assert snap_compare(make_app(console_db), terminal_size=(64, 30), run_before=opening())
+
+
+def test_workflow_screen_at_a_phones_width(snap_compare: Snap, console_db: Path) -> None:
+    # 64 columns: the footer's keys do not fit on one line, so they wrap (compact), the help
+    # key first: every key the screen has is on screen, none cut off.
+    assert snap_compare(make_app(console_db), terminal_size=(64, 30), run_before=opening(ROLES["blocked"]))
 
 
 def test_workflows_screen_filtered(snap_compare: Snap, console_db: Path) -> None:

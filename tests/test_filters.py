@@ -14,9 +14,11 @@ import pytest
 
 from conftest import cli_env, run_cli, sql
 from replaylog import Client
+from replaylog.engine.core import CommandRecord
 from replaylog.engine.errors import StoreError
 from replaylog.engine.filters import parse_query, workflow_filter
 from replaylog.engine.store import Store, open_store
+from replaylog.engine.store.rows import PendingRecord
 
 Cli = Callable[..., CompletedProcess[str]]
 HOUR = 3600.0
@@ -132,6 +134,50 @@ def test_search_attributes_are_recorded_as_slots_indexed_and_shown_as_list_colum
         assert {w.id for w in client.list(attributes={"customer": "c-42", "tier": 3})} == {fork}
         assert client.list(attributes={"vip": True})[0].search_attributes == {"customer": "c-42", "tier": "3",
                                                                                "vip": "true"}
+
+
+def test_every_commit_path_of_an_attributes_slot_indexes_it(store: Store) -> None:
+    lone, batched, grouped, failed = (store.start_workflow("tagged", None) for _ in range(4))
+    claims = {c.id: c for c in store.claim("test-worker", ttl=600, limit=4)}
+    assert set(claims) == {lone, batched, grouped, failed}
+    # A lone workflow's slot (commit_record), and the same key set again and one removed.
+    assert store.commit_record(claims[lone], 0, CommandRecord("attributes", "a,b", True, {"a": "x", "b": 1}), ttl=600)
+    assert store.commit_record(claims[lone], 1, CommandRecord("attributes", "a,b", True, {"a": 2.5, "b": None}),
+                               ttl=600)
+    # Slots of several workflows in one group commit, beside an activity's.
+    written, _ = store.commit_batch([
+        PendingRecord(claims[batched], 0, CommandRecord("activity", "step", True, 1)),
+        PendingRecord(claims[batched], 1, CommandRecord("attributes", "c", True, {"c": False})),
+        PendingRecord(claims[grouped], 0, CommandRecord("attributes", "d", True, {"d": "y"}), parallel_group=0),
+    ], ttl=600)
+    assert written == [True, True, True]
+    # A failed attributes slot sets nothing.
+    assert store.commit_record(claims[failed], 0, CommandRecord("attributes", "e", False, None, error="boom"),
+                               ttl=600)
+    assert store.search_attributes([lone, batched, grouped, failed]) == {
+        lone: {"a": "2.5"}, batched: {"c": "false"}, grouped: {"d": "y"}}
+    assert _found(store, attributes={"a": 2.5}) == {lone}
+    assert _found(store, attributes={"c": False, "d": "y"}) == set()
+
+
+def test_an_imported_workflow_is_found_by_the_search_attributes_of_its_slots(ops: Cli, db: Path | str,
+                                                                              tmp_path: Path) -> None:
+    first = _ok(ops("start", "tagged", '"c-42"')).strip()
+    _ok(ops("worker", "--until-idle", "--quiet"))
+    exported = tmp_path / "tagged.json"
+    _ok(ops("export", first, "-o", str(exported)))
+    copy = _ok(ops("import", str(exported), "--id", "tagged-copy")).strip()
+    # The import writes the slots in bulk; the index is made from them, the latest value of each key.
+    rows = json.loads(_ok(ops("list", "--json", "--attr", "customer=c-42", "--attr", "tier=gold")))
+    assert {r["id"] for r in rows} == {first, copy}
+    assert {r["id"]: r["search_attributes"] for r in rows}[copy] == {"customer": "c-42", "tier": "gold"}
+    assert json.loads(_ok(ops("list", "--json", "--attr", "vip=true"))) == []
+    # A fork of the import from before the second upsert takes the first one's attributes.
+    fork = _ok(ops("fork", copy, "--from-slot", "2")).strip()
+    with Client(db) as client:
+        assert [w.id for w in client.list(attributes={"tier": 3})] == [fork]
+        assert client.list(attributes={"tier": 3})[0].search_attributes == {"customer": "c-42", "tier": "3",
+                                                                             "vip": "true"}
 
 
 def test_bulk_retry_after_a_fix_completes_every_failed_workflow_and_audits_each(ops: Cli, db: Path | str,

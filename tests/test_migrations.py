@@ -23,7 +23,8 @@ from pg_server import PGServer
 
 from conftest import ROOT, cli_env, on_server, run_cli, sql, wait_for
 from replaylog.engine.errors import SchemaVersionError
-from replaylog.engine.store import Store, open_store
+from replaylog.engine.filters import workflow_filter
+from replaylog.engine.store import Store, open_store, slot_key
 from replaylog.engine.store.shared import migrations
 from replaylog.engine.store.shared.migrations import AddColumn, AddIndex, Migration, Sql, Transform
 
@@ -147,6 +148,53 @@ def test_a_later_migration_upgrades_a_database_in_one_go_keeping_every_row(
         store.start_workflow("refund", 8, workflow_id="wf-2")  # and the code writes as before
     with open_store(store_url, readonly=True) as store:
         assert store.schema_upgrade == (before + 1, before + 1)
+
+
+def _attributes_slot(store: Store, seq: int, slot: int, value: str) -> None:
+    """An `attributes` slot written by hand, as a worker of the schema's time wrote it."""
+    sql(store, "INSERT INTO commands (slot_key, kind, name, ok, value, attempts, recorded_at)"
+               " VALUES (?, 'attributes', 'k', ?, ?, 1, 0)", (slot_key(seq, slot), True, value))
+
+
+def _has_attributes_trigger(store: Store) -> bool:
+    if on_server(store):
+        return bool(sql(store, "SELECT 1 FROM pg_trigger WHERE tgname = 'commands_search_attributes'"))
+    return bool(sql(store, "SELECT 1 FROM sqlite_master WHERE type = 'trigger'"
+                           " AND name = 'commands_search_attributes'"))
+
+
+def test_search_attributes_indexed_before_the_store_wrote_them_survive_the_upgrade(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A database of schema 13, whose search attributes a trigger on commands indexed.
+    with monkeypatch.context() as m:
+        m.setattr(migrations, "MIGRATIONS", [x for x in migrations.MIGRATIONS if x.version <= 13])
+        with open_store(store_url) as store:
+            assert _has_attributes_trigger(store)
+            for wid in ("kept", "lost", "continued"):
+                store.start_workflow("tagged", None, workflow_id=wid)
+            seqs = dict(sql(store, "SELECT id, seq FROM workflows"))
+            for wid in ("kept", "lost"):
+                _attributes_slot(store, seqs[wid], 0, '{"customer": "c-42", "tier": 3, "vip": true}')
+                _attributes_slot(store, seqs[wid], 1, '{"tier": "gold", "vip": null}')
+            # Continued as new: its first run (its old seq) set two keys, its current run (a new,
+            # higher seq, as ctx.continue_as_new takes) changed one.
+            earlier, current = seqs["continued"], max(seqs.values()) + 1
+            sql(store, "UPDATE workflows SET seq = ?, run = 2 WHERE id = 'continued'", (current,))
+            sql(store, "INSERT INTO runs (workflow_id, run, seq, input, slots, ended_at)"
+                       " VALUES ('continued', 1, ?, NULL, 1, 0)", (earlier,))
+            _attributes_slot(store, earlier, 0, '{"customer": "c-7", "tier": 1}')
+            _attributes_slot(store, current, 0, '{"tier": 2}')
+            assert store.search_attributes(["kept"]) == {"kept": {"customer": "c-42", "tier": "gold"}}
+            # An index that lost rows (or never had them) is made again from the slots.
+            sql(store, "DELETE FROM search_attributes WHERE workflow_id IN ('lost', 'continued')")
+    with open_store(store_url) as store:
+        assert store.schema_upgrade == (13, migrations.latest())
+        assert not _has_attributes_trigger(store)
+        expected = {"customer": "c-42", "tier": "gold"}
+        assert store.search_attributes(["kept", "lost", "continued"]) == {
+            "kept": expected, "lost": expected, "continued": {"customer": "c-7", "tier": "2"}}
+        found = store.list_workflows(where=workflow_filter({}, {"customer": "c-42", "tier": "gold"}), limit=-1)
+        assert {w.id for w in found} == {"kept", "lost"}
 
 
 def test_a_migration_that_fails_leaves_the_database_as_it_was(

@@ -548,3 +548,21 @@ def test_start_marks_of_many_threads_share_batches_and_each_workflow_keeps_its_l
     with open_store(pg_url) as s:
         for c in claims:
             assert wait_for(lambda c=c: (m := s.inflight(c.id)) is not None and m.attempts == 40, timeout=120)
+
+
+def test_a_child_signal_whose_commit_answer_was_lost_reaches_the_child_once(pg_url: str) -> None:
+    """The retry after a lost answer finds the slot committed: the signal it carried is not sent again."""
+    with open_store(pg_url) as s:
+        s.start_workflow("parent", None, workflow_id="p")
+        (parent,) = s.claim("w1", ttl=30, names=["parent"])
+        start = {"id": "p.0", "input": None, "parent_close": "cancel"}
+        assert s.commit_record(parent, 0, CommandRecord("child_start", "kid", True, start, None, 1, "[null]"), ttl=30)
+        lose_the_next_answer(s)
+        signal = CommandRecord("child_signal", "go", True, {"id": "p.0", "payload": 1}, None, 1, '["p.0"]')
+        assert s.commit_record(parent, 1, signal, ttl=30) is True
+        lose_the_next_answer(s)
+        written, _ = s.commit_batch([PendingRecord(parent, 2, CommandRecord(
+            "child_signal", "go", True, {"id": "p.0", "payload": 2}, None, 1, '["p.0"]'))], ttl=30)
+        assert written == [True]
+        assert [(sig.name, sig.payload) for sig in s.list_signals("p.0")] == [("go", 1), ("go", 2)]
+        assert [x.action for x in s.list_audit("p.0")] == ["signal", "signal"]

@@ -24,6 +24,7 @@ PUBLIC = [
     "AsyncWorkflowError",
     "AsyncWorkflowHandle",
     "ChildHandle",
+    "ChildWorkflowClosedError",
     "ChildWorkflowError",
     "Client",
     "Context",

@@ -9,7 +9,7 @@ import client_app
 import pytest
 
 from conftest import wait_for
-from replaylog import WorkflowFailed
+from replaylog import WorkflowCancelled, WorkflowFailed
 from replaylog.testing import WorkflowEnvironment
 
 DAY, HOUR = 24 * 3600, 3600
@@ -54,6 +54,38 @@ def test_advance_moves_the_clock_by_hand(env: WorkflowEnvironment) -> None:
     assert handle.describe().status == "completed" and handle.result(timeout=0) == "woke"
     with pytest.raises(ValueError, match="forward only"):
         env.advance(-1)
+
+
+def test_a_workflow_timeout_is_skipped_to_while_a_result_is_awaited(env: WorkflowEnvironment) -> None:
+    started = env.now()
+    handle = env.client.start(client_app.waits, timeout=DAY)  # nobody sends "go"
+    with pytest.raises(WorkflowCancelled, match="timeout"):
+        handle.result(timeout=30)
+    assert env.now() - started >= DAY
+    info = handle.describe()
+    assert (info.status, info.error) == ("cancelled", "WorkflowCancelled: timeout")
+
+
+def test_advance_past_a_workflow_timeout_cancels_it_on_the_environments_clock() -> None:
+    # A clock far from the wall clock: a deadline counted on the wall clock would pass at once.
+    with WorkflowEnvironment(app=client_app, start_time=datetime(2031, 5, 1, tzinfo=UTC)) as env:
+        handle = env.client.start(client_app.waits, timeout=HOUR)
+        assert wait_for(lambda: handle.describe().blocked_on == "go")
+        env.advance(HOUR / 2)
+        assert handle.describe().status == "blocked"
+        env.advance(HOUR / 2)  # returns once the cancelled workflow has run
+        info = handle.describe()
+        assert (info.status, info.error) == ("cancelled", "WorkflowCancelled: timeout")
+
+
+def test_a_childs_own_timeout_is_counted_on_the_environments_clock() -> None:
+    with WorkflowEnvironment(app=client_app, start_time=datetime(2031, 5, 1, tzinfo=UTC)) as env:
+        handle = env.client.start(client_app.waits_on_child, HOUR, timeout=DAY)
+        assert wait_for(lambda: handle.describe().blocked_on is not None)
+        env.advance(HOUR / 2)
+        assert handle.describe().status == "blocked"
+        env.advance(HOUR / 2)
+        assert handle.result(timeout=0) == "child: WorkflowCancelled: timeout"
 
 
 def test_the_clock_starts_at_start_time() -> None:

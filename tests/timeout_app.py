@@ -131,3 +131,10 @@ def parent_of_sleepers(ctx: Context, own: float | None) -> list[Any]:
         except ChildWorkflowError as exc:
             out.append(exc.error)
     return out
+
+
+@workflow
+def pulsing_group(ctx: Context, spec: dict[str, float]) -> Any:
+    """pulse (under a heartbeat timeout of `spec["heartbeat"]` seconds) beside a quick task, in one parallel group."""
+    return ctx.parallel([ctx.task(pulse, spec["limit"], heartbeat_timeout=spec["heartbeat"], retry=QUICK),
+                         ctx.task(refund, "b")])

@@ -10,9 +10,10 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from replaylog.console.data import ActionRefused
+from replaylog.console.key_footer import KeyFooter
 from replaylog.console.write_dialog import WriteDialog
 
 
@@ -60,7 +61,7 @@ class ActionDialog(WriteDialog[str | None]):
                 if self.allowed:
                     yield Button(f"{self.confirm_label}  ctrl+s", id="confirm", variant="error")
                 yield Button("Back  esc", id="close")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         """Start in the reason field, else on Back: a stray enter must not act."""

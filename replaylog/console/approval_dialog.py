@@ -9,10 +9,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from replaylog.console.data import ApprovalRefused, ConsoleData
 from replaylog.console.format import text
+from replaylog.console.key_footer import KeyFooter
 from replaylog.console.write_dialog import WriteDialog
 from replaylog.engine.text import preview
 
@@ -56,7 +57,7 @@ class ApprovalDialog(WriteDialog[tuple[str, str, bool] | None]):
                 yield Button("Approve  ctrl+y", id="approve", variant="success")
                 yield Button("Reject  ctrl+r", id="reject", variant="error")
                 yield Button("Cancel  esc", id="close")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         """Start in the note."""

@@ -10,7 +10,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
+
+from replaylog.console.key_footer import KeyFooter
 
 
 class GoToDialog(ModalScreen[str | None]):
@@ -25,7 +27,7 @@ class GoToDialog(ModalScreen[str | None]):
             yield Input(placeholder="workflow id", id="goto-id")
             yield Static(Text("enter: open   esc: cancel   (ctrl+p searches ids as you type)", style="dim"))
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
-        yield Footer()
+        yield KeyFooter()
 
     @on(Input.Submitted, "#goto-id")
     def _submitted(self, event: Input.Submitted) -> None:

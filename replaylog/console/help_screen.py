@@ -11,9 +11,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from replaylog.console.data import WRITE_ACTIONS
+from replaylog.console.key_footer import KeyFooter
 
 # (heading, bindings): a binding with a tooltip is a help row (the footer shows the same text
 # when the mouse rests on its key); bindings that share a tooltip share a row ("0 1 2 3 4 5").
@@ -88,7 +89,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text("Mouse: click a row to select it, a header to sort.   ↑ ↓ scroll   esc close",
                               style="dim"))
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         """Arrow keys scroll the key list (it scrolls on a short terminal)."""

@@ -11,10 +11,11 @@ from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Footer, Input, Label, Static, TextArea
+from textual.widgets import Button, Input, Label, Static, TextArea
 
 from replaylog.console.data import ConsoleData, SignalRefused, signal_name_refusal
 from replaylog.console.format import titled
+from replaylog.console.key_footer import KeyFooter
 from replaylog.console.write_dialog import WriteDialog
 
 
@@ -69,7 +70,7 @@ class SignalDialog(WriteDialog[tuple[str, str, int] | None]):
                 yield Button("Send  ctrl+s", id="send", variant="primary")
                 yield Button("Cancel  esc", id="close")
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         """Validate the initial payload; start in the name (tab: the payload, then Send)."""

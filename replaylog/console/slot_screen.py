@@ -11,10 +11,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from replaylog.console.data import InFlight, Signal, Slot, WorkflowView
 from replaylog.console.format import text
+from replaylog.console.key_footer import KeyFooter
 from replaylog.engine.text import is_time, pretty_json, printable, utc
 from replaylog.engine.vocab import Status, kind_info
 
@@ -115,7 +116,7 @@ class SlotScreen(ModalScreen[None]):
                 yield Static(self._body)
             yield Static(Text("esc: close", style="dim"))
         # The modal's own keys: the footer of the screen beneath would name keys that do nothing here.
-        yield Footer()
+        yield KeyFooter()
 
 def _title(lead: str, name: object) -> Text:
     """A dialog title: what it shows, then its stored name in bold (never parsed as markup)."""

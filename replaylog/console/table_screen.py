@@ -6,8 +6,9 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
+from replaylog.console.key_footer import KeyFooter
 from replaylog.console.live_screen import LiveScreen
 from replaylog.engine.text import printable
 
@@ -22,7 +23,7 @@ class TableScreen(LiveScreen):
         yield Static(id="topbar")
         yield DataTable(cursor_type="row")
         yield Static(id="pageinfo")
-        yield Footer()
+        yield KeyFooter()
 
     def heading(self) -> str:
         """The title line before the first read ("" for none)."""

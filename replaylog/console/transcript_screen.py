@@ -12,10 +12,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from replaylog.console.data import TRANSCRIPT_SLOTS, ConsoleData, TranscriptEntry
 from replaylog.console.format import text, titled
+from replaylog.console.key_footer import KeyFooter
 from replaylog.engine.text import printable
 from replaylog.engine.vocab import Group
 
@@ -58,7 +59,7 @@ class TranscriptScreen(ModalScreen[None]):
             yield Static(titled("transcript of ", self.workflow_id), classes="dialog-title")
             with VerticalScroll():
                 yield Static(Text("reading…", style="dim"), id="transcript")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         """Read the transcript."""

@@ -12,7 +12,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tabs
 
 from replaylog.console.action_dialog import ActionDialog
 from replaylog.console.data import (
@@ -35,6 +35,7 @@ from replaylog.console.format import (
     waits_cell,
     worker_error_line,
 )
+from replaylog.console.key_footer import KeyFooter
 from replaylog.console.live_screen import LiveScreen
 from replaylog.console.paged_table import PagedTable
 from replaylog.console.run_screen import RunScreen
@@ -151,7 +152,7 @@ class WorkflowScreen(LiveScreen):
                 yield Static(id="signal-info")
             with TabPane("3 Diagnosis", id="diagnosis"):
                 yield DiagnosisView()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         """Columns, then the first read."""

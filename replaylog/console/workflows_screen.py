@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from replaylog.console.action_dialog import ActionDialog
 from replaylog.console.data import (
@@ -26,6 +26,7 @@ from replaylog.console.data import (
     WorkflowsQuery,
 )
 from replaylog.console.format import STATUS_STYLES, age, status_text, text, waits_cell
+from replaylog.console.key_footer import KeyFooter
 from replaylog.console.live_screen import LiveScreen
 from replaylog.console.paged_table import PagedTable
 from replaylog.engine.text import printable
@@ -142,7 +143,7 @@ class WorkflowsScreen(LiveScreen):
                                 " (enter: done, esc: clear)", id="filter")
         yield PagedTable(id="workflows")
         yield Static(id="pageinfo")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         """Build the columns and ask for the first page."""

@@ -20,9 +20,12 @@ from types import CoroutineType
 from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overload
 
 from replaylog.engine import aio as _aio
+from replaylog.engine import thread_guard
+from replaylog.engine.attempt_watch import LocalTimed
 from replaylog.engine.errors import (
     ActivityError,
     ActivityTimeout,
+    ChildWorkflowClosedError,
     ChildWorkflowError,
     Diagnostic,
     DuplicateWorkflowIdError,
@@ -695,10 +698,11 @@ class ParallelHooks:
 
 
 class TimedHooks(Protocol):
-    """How a Context runs an attempt under a timeout or a heartbeat timeout: the worker's threads and clock.
+    """How a Context runs an attempt under a timeout or a heartbeat timeout: on a thread of its own, watched.
 
-    Without hooks (the in-memory runner) timeouts are not enforced and heartbeats only keep
-    their details for the next attempt.
+    The worker's (engine.worker.run) also write heartbeats to the store; the in-memory runner's
+    (engine.attempt_watch.LocalTimed) write nothing. Without hooks timeouts are not enforced and
+    heartbeats only keep their details for the next attempt.
     """
 
     def run_attempt(self, call: Callable[[], Any], slot: int, name: str, attempt: int, timeout: float | None,
@@ -707,6 +711,17 @@ class TimedHooks(Protocol):
 
     def heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
         """An attempt said it is alive (from the attempt's own thread); ActivityTimeout if it was abandoned."""
+
+
+def child_act_target(kind: str, name: str, value: Any) -> str:
+    """The id of the child a recorded `child_signal` / `child_cancel` slot acts on."""
+    return str(value["id"]) if kind == CHILD_SIGNAL else name
+
+
+def child_act_refused(kind: str, name: str, value: Any, status: str) -> ChildWorkflowClosedError:
+    """The refusal of a child handle's signal or cancel: its child is `status` (finished, or "missing")."""
+    act = f"signal {name!r}" if kind == CHILD_SIGNAL else "cancel"
+    return ChildWorkflowClosedError(child_act_target(kind, name, value), status, act)
 
 
 class ChildHandle:
@@ -738,13 +753,13 @@ class ChildHandle:
         if refusal is not None:
             raise ValueError(f"ChildHandle.signal: {refusal}")
         payload = to_json_value(payload, f"the payload of signal {name!r}")
-        self._ctx._child_act(CHILD_SIGNAL, name, {"id": self.id, "payload": payload}, args_key((self.id,), {}))
+        self._ctx._child_act(self, CHILD_SIGNAL, name, {"id": self.id, "payload": payload}, args_key((self.id,), {}))
 
     def cancel(self, reason: str | None = None) -> None:
         """Ask the child to cancel (recorded; WorkflowCancelled in its code, as an operator's cancel)."""
         if reason is not None and not isinstance(reason, str):
             raise TypeError(f"ChildHandle.cancel(reason=...) takes a str, not {type(reason).__name__}")
-        self._ctx._child_act(CHILD_CANCEL, self.id, reason, args_key((reason,), {}))
+        self._ctx._child_act(self, CHILD_CANCEL, self.id, reason, args_key((reason,), {}))
 
 
 @dataclass(frozen=True)
@@ -1244,7 +1259,7 @@ class Context:
             return copied.run(body)
 
         if self._timed is None:
-            return call()  # the in-memory runner: no clock of its own to enforce a limit with
+            return call()  # no hooks: neither limit is enforced
         return self._timed.run_attempt(call, slot, name, attempt, *limits)
 
     def _heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
@@ -1483,9 +1498,15 @@ class Context:
             return outcome.get("result")
         raise ChildWorkflowError(child.id, child.workflow, str(outcome.get("error")))
 
-    def _child_act(self, kind: str, name: str, value: Any, key: str) -> None:
-        """`ChildHandle.signal()` / `cancel()`: a slot the store acts on in the transaction that records it."""
-        self._record_value(kind, name, value, f"the {kind} of child workflow {name!r}", key)
+    def _child_act(self, child: ChildHandle, kind: str, name: str, value: Any, key: str) -> None:
+        """`ChildHandle.signal()` / `cancel()`: a slot the store acts on in the transaction that records it.
+
+        A child that had already finished is refused before anything is sent: the refusal
+        is recorded in the slot (ok false, its text) and ChildWorkflowClosedError raised,
+        again on every replay, so code that catches it replays down the same path.
+        """
+        self._record_value(kind, name, value, f"the {kind} of child workflow {name!r}", key,
+                           lambda text: ChildWorkflowClosedError.replayed(child.id, text))
 
     def _child_id(self, slot: int, given: str | None) -> str:
         if given is None:
@@ -1591,20 +1612,35 @@ class Context:
                              f" got {len(key)}")
         self._record_value(EVENT, key, value, f"the value of event {key!r}")
 
-    def _record_value(self, kind: str, name: str, value: Any, what: str, key: str | None = None) -> None:
+    def _record_value(self, kind: str, name: str, value: Any, what: str, key: str | None = None,
+                      refusal: Callable[[str], ReplaylogError] | None = None) -> None:
         """A slot that only records a value (an event, search attributes, a child's signal): replayed, or
-        recorded now (with `key`, the argument guard's key, where the store routes on one)."""
+        recorded now (with `key`, the argument guard's key, where the store routes on one).
+
+        With `refusal` (a child handle's act) the worker may refuse the act itself with
+        ChildWorkflowClosedError: the refusal is recorded in the slot and raised, and a replay
+        raises `refusal(its text)` again.
+        """
         slot = self._cmd_index
         self._cmd_index = slot + 1
         rec = self._guard(slot, kind, name)
         if rec is not None:
             self.replayed_commands += 1
+            if not rec.ok and refusal is not None:
+                raise refusal(rec.error or "")
             return
         if self.cancel_requested is not None and not self.cancel_delivered:
             self._deliver_cancel(slot, f"{kind}:{name}")
         try:
             value = to_json_value(value, f"slot {slot}: {what}")
             self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, key)))
+        except ChildWorkflowClosedError as exc:
+            if refusal is None:
+                raise
+            # Whether the child still runs depends on it, not on history: the refusal is recorded.
+            self._append(slot, CommandRecord(kind, name, False, None, str(exc), 1, key))
+            self.executed_commands += 1
+            raise
         except ReplaylogError:
             # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
             # slot stays free, so code that catches the error records its next command there.
@@ -1902,15 +1938,18 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
     workflow code caught it: the run was interrupted, it did not fail.
     """
     token = _current_context.set(ctx)  # for current_activity()
+    guarded = thread_guard.enter(registered_name(fn), _aio.is_async(fn), ctx)  # workflow code starts no thread
     try:
         outcome = _classify(fn, ctx, state)
     finally:
+        thread_guard.leave(guarded)
         _current_context.reset(token)
     if ctx.interrupted is not None:
         raise ctx.interrupted  # workflow code caught an activity's interruption: still one
     return outcome
 
 
+@thread_guard.calls_workflow_code
 def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
     try:
         if _aio.is_async(fn):
@@ -1995,9 +2034,13 @@ def run(
 ) -> RunResult:
     """The pure in-memory runner: run a workflow against `state` and return the new state.
 
-    `retry` is the app's default retry policy; every wait between attempts is `sleep`.
+    `retry` is the app's default retry policy; every wait between attempts is `sleep`. An
+    activity's `timeout` and `heartbeat_timeout` are enforced as a worker enforces them: such
+    an attempt runs on a thread of its own and is measured in real time (engine.attempt_watch),
+    whatever `clock` says, since they bound how long the activity's own code runs.
     """
-    ctx = Context(state, workflow_id=workflow_id, activities=activities, clock=clock, sleep=sleep, retry=retry)
+    ctx = Context(state, workflow_id=workflow_id, activities=activities, clock=clock, sleep=sleep, retry=retry,
+                  timed=LocalTimed())
     outcome = execute(fn, ctx, state)
     new_state = replace(state, commands=state.commands + tuple(ctx.new_commands))
     return RunResult(outcome, new_state, ctx)

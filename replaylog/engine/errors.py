@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -67,6 +68,33 @@ class ChildWorkflowError(ReplaylogError):
         self.error = error
 
 
+class ChildWorkflowClosedError(ReplaylogError):
+    """A child handle's `signal()` or `cancel()` reached a child that had already finished.
+
+    Recorded in the handle's slot (nothing is sent), so a replay raises it again: the
+    workflow code may catch it and go on.
+
+    Attributes:
+        child_id: the child's workflow id.
+        status: what the child was when the parent acted (completed, failed, cancelled,
+            terminated), or "missing" if no workflow has its id.
+    """
+
+    def __init__(self, child_id: str, status: str, act: str) -> None:
+        where = "does not exist" if status == "missing" else f"is {status}"
+        super().__init__(f"child workflow {child_id!r} {where}: {act} not sent")
+        self.child_id = child_id
+        self.status = status
+
+    @classmethod
+    def replayed(cls, child_id: str, text: str) -> ChildWorkflowClosedError:
+        """The error a slot recorded (its text as recorded), raised again by a replay."""
+        found = re.search(r" is (\w+): ", text)
+        exc = cls(child_id, found.group(1) if found else "missing", "")
+        exc.args = (text,)
+        return exc
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """Where and how a replay diverged from the recorded history.
@@ -121,6 +149,10 @@ class SignalTimeout(ReplaylogError):
 
 class AsyncWorkflowError(ReplaylogError):
     """An async workflow did what would make its history depend on timing (the error names the call)."""
+
+
+class WorkflowThreadError(ReplaylogError):
+    """Workflow code started a thread, whose work no history records: the error names the call and where."""
 
 
 class UnknownActivityError(ReplaylogError):

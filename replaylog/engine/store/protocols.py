@@ -253,6 +253,12 @@ class WorkerStore(_Closable, Protocol):
     def expire_deadlines(self) -> list[str]:
         """Ask the unfinished workflows whose timeout passed to cancel (reason "timeout"); their ids."""
 
+    def next_deadline(self) -> float | None:
+        """The earliest deadline (on the wake clock) of an unfinished workflow not yet asked to cancel, or None."""
+
+    def start_missing_children(self, parent_id: str, state: WorkflowState) -> list[str]:
+        """Start, pending, the children a parent's history records as started that have no row; their ids."""
+
     def heartbeat(self, claim: rows.Claim, slot: int, name: str, attempts: int, *, details: str | None,
                   beat_at: float | None, expires: float | None) -> bool:
         """Keep an attempt's heartbeat (details as JSON text, None: keep the last; when it beat, None: keep;

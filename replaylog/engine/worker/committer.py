@@ -61,8 +61,11 @@ class Committer:
     """
 
     def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, wake_clock: Callable[[], float] | None = None) -> None:
         self._path = path
+        # The worker's clock, which recorded wake times and deadlines are due by (a child's deadline
+        # is set by the commit that starts it).
+        self._wake_clock = wake_clock
         self.metrics = metrics  # batch sizes (engine.telemetry), None: not counted
         self._ttl = ttl
         self._max_payload = max_payload
@@ -81,7 +84,7 @@ class Committer:
 
     def start(self) -> None:
         """Open the write connection."""
-        self._store = open_store(self._path, max_payload=self._max_payload)
+        self._store = open_store(self._path, max_payload=self._max_payload, wake_clock=self._wake_clock)
         # The cancel requests its slot commits come upon (workflow id → reason): the
         # workflow threads take theirs out after each commit.
         self.cancels = self._store.cancels

@@ -180,7 +180,7 @@ class Worker:
         self._spare_marks = list(range(self.concurrency, self.concurrency + PARKED_MARKS))
         self._parked_marks: dict[str, int] = {}
         self._claim_batch = max(1, self.concurrency // 4)
-        self.committer = Committer(self.path, ttl, self.max_payload, metrics)
+        self.committer = Committer(self.path, ttl, self.max_payload, metrics, wake_clock=clock)
         self._board: MarkBoard | None = None
         # What every run shares; run() adds where the marks go once it has opened the store.
         self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self._event,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from replaylog.engine.app import Registry
+from replaylog.engine.attempt_watch import AttemptWatch
 from replaylog.engine.core import (
     EVENT,
     Attempts,
@@ -24,13 +25,15 @@ from replaylog.engine.core import (
     Outcome,
     ParallelHooks,
     RunSuspended,
+    child_act_refused,
+    child_act_target,
     error_text,
     execute,
 )
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
-    ActivityTimeout,
+    ChildWorkflowClosedError,
     DuplicateWorkflowIdError,
     LeaseLostError,
     PayloadTooLargeError,
@@ -40,12 +43,14 @@ from replaylog.engine.errors import (
 from replaylog.engine.marks import MarkBoard
 from replaylog.engine.store import Claim, WorkerStore, encode_value, fit_text, over_cap
 from replaylog.engine.telemetry import Metrics, RunSpans
-from replaylog.engine.vocab import SlotKind, Status
+from replaylog.engine.vocab import FINISHED, SlotKind, Status
 from replaylog.engine.worker.activity_loop import ActivityLoop
 from replaylog.engine.worker.committer import Committer
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
 _ACTIVITY = SlotKind.ACTIVITY.value
+_STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
+_CHILD_ACTS = frozenset((SlotKind.CHILD_SIGNAL.value, SlotKind.CHILD_CANCEL.value))
 # When a mark says an activity started: the wall clock, whatever clock the workflows read.
 _wall_clock = time.time
 
@@ -94,37 +99,62 @@ class StopFlag(threading.Event):
 BEAT_EVERY = 1.0
 
 
-class AttemptWatch:
-    """An attempt running on a thread of its own under a timeout, as its workflow thread watches it."""
+class GroupBeats:
+    """The heartbeats of a parallel group's tasks, handed from their threads to the workflow thread,
+    which owns the store connection and writes them (WorkflowRun._flush_beats).
 
-    __slots__ = ("abandoned", "beat_at", "details", "done", "error", "fresh", "value", "wake")
+    The workflow has one in-flight record: during a group it holds the latest heartbeat of any of
+    its tasks (that task's slot, attempt, details and time), and it is due when the earliest
+    heartbeat of the tasks watched under a heartbeat timeout is, so that a frozen worker's group
+    is taken over as soon as any of them is overdue.
+    """
+
+    __slots__ = ("changed", "latest", "lock", "subject", "wake", "watched", "written_at")
 
     def __init__(self) -> None:
-        self.wake = threading.Event()  # set when the attempt ends or beats
-        self.done = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.beat_at = 0.0  # time.monotonic() of the start, then of the latest heartbeat
-        self.details: Any = None
-        self.fresh = False  # a heartbeat the workflow thread has not written yet
-        self.abandoned = False  # timed out: its result is discarded, its next heartbeat raises
+        self.lock = threading.Lock()
+        self.wake = threading.Event()  # set when a task beats, a watch starts or ends, a task ends
+        self.latest: tuple[int, str, int, Any] | None = None  # a heartbeat not written yet
+        self.subject: tuple[int, str, int] | None = None  # (slot, name, attempt) the record is of
+        self.watched: dict[tuple[int, int], tuple[AttemptWatch, float]] = {}  # with its heartbeat timeout
+        self.changed = False  # the watched tasks changed: the record's due time moves
+        self.written_at = -math.inf  # time.monotonic() of the last write
 
-    def run(self, call: Callable[[], Any]) -> None:
-        """The attempt's thread: run it, keep its value or error, wake the watcher."""
-        try:
-            self.value = call()
-        except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread (or dropped if abandoned)
-            self.error = exc
-        finally:
-            self.done = True
-            self.wake.set()
-
-    def beat(self, details: Any) -> None:
-        """A heartbeat from the attempt's thread."""
-        self.beat_at = time.monotonic()
-        self.details = details
-        self.fresh = True
+    def post(self, slot: int, name: str, attempt: int, details: Any) -> None:
+        """A task's heartbeat (from its thread)."""
+        with self.lock:
+            self.latest = (slot, name, attempt, details)
         self.wake.set()
+
+    def watch(self, key: tuple[int, int], slot: int, name: str, watch: AttemptWatch, heartbeat_timeout: float) -> None:
+        """A task's attempt starts under a heartbeat timeout (from its thread)."""
+        with self.lock:
+            self.watched[key] = (watch, heartbeat_timeout)
+            if self.subject is None:
+                self.subject = (slot, name, key[1])
+            self.changed = True
+        self.wake.set()
+
+    def unwatch(self, key: tuple[int, int]) -> None:
+        """A task's attempt under a heartbeat timeout ended (from its thread)."""
+        with self.lock:
+            self.watched.pop(key, None)
+            self.changed = True
+        self.wake.set()
+
+    def take(self) -> tuple[tuple[int, str, int, Any] | None, bool, float | None]:
+        """The heartbeat to write (or None), whether the watches changed, and the wall time the record is due by."""
+        with self.lock:
+            latest, self.latest = self.latest, None
+            changed, self.changed = self.changed, False
+            due = min((w.beat_at + timeout for w, timeout in self.watched.values()), default=None)
+        return latest, changed, None if due is None else _wall_clock() + (due - time.monotonic())
+
+    def keep(self, latest: tuple[int, str, int, Any]) -> None:
+        """Put back a heartbeat taken too soon after the last write (written with the next)."""
+        with self.lock:
+            if self.latest is None:
+                self.latest = latest
 
 
 class WorkerStopping(BaseException):
@@ -195,8 +225,8 @@ class WorkflowRun:
     their first attempt.
     """
 
-    __slots__ = ("_beats", "_cancels", "_claim", "_commit", "_group_lock", "_marked", "_me", "_owner", "_parts",
-                 "_spans", "_store", "_watches", "_write_mark", "ctx")
+    __slots__ = ("_beats", "_cancels", "_claim", "_commit", "_group_beats", "_group_lock", "_marked", "_me", "_owner",
+                 "_parts", "_spans", "_store", "_watches", "_write_mark", "ctx")
 
     def __init__(self, parts: RunParts, store: WorkerStore, claim: Claim, me: PooledThread,
                  spans: RunSpans | None = None) -> None:
@@ -221,6 +251,7 @@ class WorkflowRun:
         # When each slot's heartbeat was last written, for heartbeats outside any watch.
         self._beats: dict[int, float] = {}
         self._owner = threading.get_ident()  # the workflow thread: the one that may use `_store`
+        self._group_beats: GroupBeats | None = None  # while a parallel group's tasks run
 
     def execute(self) -> Outcome:
         """Replay the history and run the rest live; the outcome to commit as the run's verdict.
@@ -238,6 +269,13 @@ class WorkflowRun:
             return Outcome(status=Status.FAILED, error=f"UnknownWorkflowError: {exc}", error_kind="engine")
         # The claim loaded a short history along with its batch; a long one is loaded here.
         state = claim.state if claim.state is not None else self._store.load_state(claim.id)
+        if any(c.kind in _STARTS_CHILD and c.ok for c in state.commands):
+            # A child whose start is recorded but that has no row would leave this run waiting
+            # for it forever: the store starts it (see start_missing_children).
+            started = self._store.start_missing_children(claim.id, state)
+            if started:
+                parts.event(claim.id, f"started child workflow(s) recorded as started but missing: "
+                                      f"{', '.join(started)}", "children_started", None)
         if parts.stopping.up and not parts.activities.holds(claim.id):
             # (A workflow back from its async activities records what they did first.)
             raise WorkerStopping()
@@ -323,6 +361,8 @@ class WorkflowRun:
                 text = None
         elif rec.ok and (rec.kind == SlotKind.CHILD or rec.kind == SlotKind.CHILD_START):
             self._check_child(slot, rec)
+        elif rec.ok and rec.kind in _CHILD_ACTS:
+            self._check_child_open(rec)
         elif rec.kind == EVENT:
             text, size = encode_value(rec.value)
             if size > parts.max_payload:
@@ -351,6 +391,10 @@ class WorkflowRun:
                 began = time.perf_counter()
                 written = self._commit(claim, slot, rec, text, parallel_group, failure_tb)
                 metrics.slot_commit.observe(time.perf_counter() - began)
+        except ChildWorkflowClosedError as exc:
+            if rec.ok and rec.kind in _CHILD_ACTS and exc.child_id == child_act_target(rec.kind, rec.name, rec.value):
+                raise  # this slot's child finished before its commit: the core records the refusal
+            raise CommitFailed(exc) from exc  # another workflow's, committed in the same batch
         except Exception as exc:  # the store failed: not the workflow's outcome
             raise CommitFailed(exc) from exc
         if not written:
@@ -444,77 +488,90 @@ class WorkflowRun:
         """Run one attempt on a thread of its own and wait for it, at most until a limit passes.
 
         At `timeout` seconds after it started, or `heartbeat_timeout` seconds after its last
-        heartbeat, the attempt is abandoned: ActivityTimeout here (the Context retries under
-        its policy), its thread left to end on its own, and whatever it returns discarded.
-        Heartbeats are written to the store from this (the workflow's) thread, which owns
-        the connection: under a heartbeat timeout the store knows when the next is due, so
-        that another worker takes the workflow over if this process stops answering.
+        heartbeat, the attempt is abandoned (engine.attempt_watch): ActivityTimeout here (the
+        Context retries under its policy), and whatever it returns discarded.
+        Heartbeats are written to the store from the workflow's thread, which owns the
+        connection: under a heartbeat timeout the store knows when the next is due, so
+        that another worker takes the workflow over if this process stops answering. A
+        parallel task's attempt is watched on its task thread, which hands its heartbeats
+        to the workflow thread (GroupBeats).
         """
         watch = AttemptWatch()
         key = (slot, attempt)
         self._watches[key] = watch
-        own = threading.get_ident() == self._owner  # a parallel task's thread has no connection of its own
-        started = time.monotonic()
-        watch.beat_at = started
-        deadline = math.inf if timeout is None else started + timeout
+        own = threading.get_ident() == self._owner
+        group = None if own else self._group_beats
+
+        def on_beat(details: Any) -> None:
+            if group is not None:
+                group.post(slot, name, attempt, details)
+            elif own and heartbeat_timeout is not None:
+                self._write_beat(slot, name, attempt, details, heartbeat_timeout, beat=True)
+            elif own:
+                self._progress(slot, name, attempt, details)
+
         try:
             if heartbeat_timeout is not None and own:
                 self._write_beat(slot, name, attempt, None, heartbeat_timeout, beat=False)
-            threading.Thread(target=watch.run, args=(call,), name=f"replaylog-attempt-{slot}-{attempt}",
-                             daemon=True).start()
-            while True:
-                due = deadline if heartbeat_timeout is None else min(deadline, watch.beat_at + heartbeat_timeout)
-                watch.wake.wait(max(0.0, due - time.monotonic()))
-                watch.wake.clear()
-                if watch.fresh:
-                    watch.fresh = False
-                    if own and heartbeat_timeout is not None:
-                        self._write_beat(slot, name, attempt, watch.details, heartbeat_timeout, beat=True)
-                if watch.done:
-                    break
-                now = time.monotonic()
-                if now >= deadline:
-                    watch.abandoned = True
-                    raise ActivityTimeout(f"attempt {attempt} ran past its timeout of {timeout:g} s (start to close);"
-                                          " its result, if it comes, is discarded")
-                if heartbeat_timeout is not None and now >= watch.beat_at + heartbeat_timeout:
-                    watch.abandoned = True
-                    raise ActivityTimeout(f"attempt {attempt} sent no heartbeat for {heartbeat_timeout:g} s;"
-                                          " its result, if it comes, is discarded")
+            elif heartbeat_timeout is not None and group is not None:
+                group.watch(key, slot, name, watch, heartbeat_timeout)
+            return watch.outcome(call, slot, attempt, timeout, heartbeat_timeout, on_beat)
         finally:
             self._watches.pop(key, None)
+            # Nobody watches this attempt any more: no other worker may take the workflow for it.
             if heartbeat_timeout is not None and own:
-                # Nobody watches this attempt any more: no other worker may take the workflow for it.
                 self._write_beat(slot, name, attempt, watch.details if watch.fresh else None, None, beat=False)
-        if watch.error is not None:
-            raise watch.error
-        return watch.value
+            elif heartbeat_timeout is not None and group is not None:
+                group.unwatch(key)
 
     def heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
         """An attempt's heartbeat (from its own thread): note it for its watch, or write it, at most once a second."""
         watch = self._watches.get((slot, attempt))
         if watch is not None:
-            if watch.abandoned:
-                raise ActivityTimeout(f"attempt {attempt} of activity {name!r} was abandoned after a timeout: stop")
-            watch.beat(details)
+            watch.beat(name, attempt, details)
             return
         if threading.get_ident() != self._owner:
-            return  # a parallel task without a timeout: kept in memory for its next attempt only
+            group = self._group_beats
+            if group is not None:  # a parallel task without a timeout: the workflow thread writes it
+                group.post(slot, name, attempt, details)
+            return
+        self._progress(slot, name, attempt, details)
+
+    def _progress(self, slot: int, name: str, attempt: int, details: Any) -> None:
+        """Write a heartbeat nobody watches (it shows progress, carries details), at most once a second a slot."""
         now = time.monotonic()
         if now - self._beats.get(slot, -math.inf) >= BEAT_EVERY:
             self._beats[slot] = now
             self._write_beat(slot, name, attempt, details, None, beat=True)
 
     def _write_beat(self, slot: int, name: str, attempt: int, details: Any, heartbeat_timeout: float | None,
-                    *, beat: bool) -> None:
-        """Write a heartbeat (or, with beat=False, only when the next is due) to the store; lost lease: stop."""
+                    *, beat: bool, due: float | None = None) -> None:
+        """Write a heartbeat (or, with beat=False, only when the next is due) to the store; lost lease: stop.
+
+        The next is due `heartbeat_timeout` seconds from now, or at the wall time `due`, or never (None).
+        """
         text = None if details is None else encode_value(details)[0]
         if text is not None and len(text) > self._parts.max_payload:
             text = None  # over the cap: the last details that fit stay
         wall = _wall_clock()
         if not self._store.heartbeat(self._claim, slot, name, attempt, details=text, beat_at=wall if beat else None,
-                                     expires=None if heartbeat_timeout is None else wall + heartbeat_timeout):
+                                     expires=due if heartbeat_timeout is None else wall + heartbeat_timeout):
             raise LeaseLostError(self._claim.id)
+
+    def _flush_beats(self, beats: GroupBeats) -> None:
+        """Write what a parallel group's tasks handed over: the latest heartbeat, and when the next is due."""
+        latest, changed, due = beats.take()
+        if latest is not None and due is None and not changed and time.monotonic() - beats.written_at < BEAT_EVERY:
+            beats.keep(latest)  # progress only, no task watched: at most once a second
+            return
+        if latest is not None:
+            beats.subject = latest[:3]
+        elif not changed or beats.subject is None:
+            return
+        slot, name, attempt = beats.subject
+        self._write_beat(slot, name, attempt, None if latest is None else latest[3], None, beat=latest is not None,
+                         due=due)
+        beats.written_at = time.monotonic()
 
     def _run_group(self, thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
         """Run a parallel group's live tasks on threads of their own, at most `max_concurrency` at once."""
@@ -522,14 +579,43 @@ class WorkflowRun:
         focus = self._parts.focus
         if me.focused and focus is not None:
             focus.activity(me)  # the task threads inherit this thread's CPUs: all of them
-        with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
-                                thread_name_prefix=f"replaylog-task-{me.index}") as pool:
-            for future in [pool.submit(thunk) for thunk in thunks]:
-                future.result()
+        beats = self._group_beats = GroupBeats()
+        try:
+            with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
+                                    thread_name_prefix=f"replaylog-task-{me.index}") as pool:
+                futures = [pool.submit(thunk) for thunk in thunks]
+                for future in futures:
+                    future.add_done_callback(lambda _: beats.wake.set())
+                # This thread owns the store connection: it writes the tasks' heartbeats until they end.
+                while not all(future.done() for future in futures):
+                    beats.wake.wait(BEAT_EVERY)
+                    beats.wake.clear()
+                    self._flush_beats(beats)
+                self._flush_beats(beats)
+                for future in futures:
+                    future.result()
+        finally:
+            self._group_beats = None
 
     def _store_mark(self, slot: int, name: str, attempts: int, started_at: float) -> None:
         """A mark on a store without local files: one write to the database."""
         self._store.mark_started(self._claim, slot, name, attempts, started_at)
+
+    def _check_child_open(self, rec: CommandRecord) -> None:
+        """Refuse a child handle's signal or cancel to a child that has finished, before it is recorded.
+
+        (The store checks again in the commit's transaction: a child that finishes in between
+        refuses the commit, and the refusal is recorded in its place.)
+        """
+        child_id = child_act_target(rec.kind, rec.name, rec.value)
+        try:
+            row = self._store.get_workflow(child_id)
+        except UnknownWorkflowIdError:
+            raise child_act_refused(rec.kind, rec.name, rec.value, "missing") from None
+        if row.parent != self._claim.id:
+            raise child_act_refused(rec.kind, rec.name, rec.value, "missing")
+        if row.status in FINISHED:
+            raise child_act_refused(rec.kind, rec.name, rec.value, row.status)
 
     def _check_child(self, slot: int, rec: CommandRecord) -> None:
         """Refuse a child workflow this app does not know, or whose id another workflow has, before it is recorded."""

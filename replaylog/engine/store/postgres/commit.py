@@ -20,6 +20,7 @@ from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT
 from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
@@ -92,11 +93,12 @@ def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, 
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
 
 
-def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> None:
+def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float, due_from: float) -> None:
     """Start the child workflow a parent's slot records, in the same transaction: never twice.
 
     The worker checks the id before it commits; a workflow of that id that is not this
-    parent's child (started meanwhile) refuses the whole commit.
+    parent's child (started meanwhile) refuses the whole commit. `due_from` is the wake clock's
+    time, which the child's deadline is counted from.
     """
     child_id = rec.value["id"]
     child_input = rec.value.get("input")
@@ -109,7 +111,7 @@ def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float) -> No
         if row is None or row[0] != claim.id:
             raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
     else:
-        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, now)
+        child_deadline(POSTGRES, conn, child_id, claim.id, rec.value, due_from)
 
 
 def _starts_child(rec: CommandRecord) -> bool:
@@ -124,6 +126,32 @@ _STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
 def _notifies(rec: CommandRecord) -> bool:
     """Whether committing `rec` is told to listeners: a child it starts or acts on, or an event a reader waits for."""
     return _starts_child(rec) or rec.kind == EVENT or rec.kind in CHILD_ACTS
+
+
+def _indexes(rec: CommandRecord) -> bool:
+    """Whether committing `rec` sets search attributes (engine.store.shared.attributes)."""
+    return rec.kind == ATTRIBUTES and bool(rec.ok)
+
+
+def _acts(rec: CommandRecord) -> bool:
+    """Whether committing `rec` writes more than its slot: told to listeners, or search attributes set."""
+    return _notifies(rec) or _indexes(rec)
+
+
+def _act(conn: Conn, claim: Claim, rec: CommandRecord, now: float, due_from: float, fresh: bool) -> None:
+    """What a written slot does besides itself, in its transaction: a child started or acted on, attributes set.
+
+    `due_from` is the wake clock's time (see _start_child); `fresh`: written by this statement,
+    not found committed by a retry after a lost answer (which did its act then).
+    """
+    if _starts_child(rec):
+        _start_child(conn, claim, rec, now, due_from)
+    elif not fresh:
+        return
+    elif rec.kind in CHILD_ACTS and rec.ok:
+        child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
+    elif _indexes(rec):
+        index_slot(POSTGRES, conn, claim.id, dumps(rec.value))
 
 
 def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]) -> bool:
@@ -208,7 +236,7 @@ class PGCommits(PGConnection, SeenCancels):
         parallel = parallel_group is not None
         statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
-        if not _notifies(rec):
+        if not _acts(rec):
             if parallel:
                 return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
                                                                 attempt, cancels), write=True)
@@ -231,18 +259,19 @@ class PGCommits(PGConnection, SeenCancels):
 
             return self._run(commit_slot, write=True)
 
-        def commit_child(conn: Conn, attempt: int) -> bool:
+        def commit_acting(conn: Conn, attempt: int) -> bool:
             with conn.transaction():
-                written = _written(conn.execute(statement, params), claim, slot, attempt, cancels)
+                cur = conn.execute(statement, params)
+                # A slot found committed by a retry after a lost answer (not written now) did its act then.
+                fresh = cur.rowcount == 1
+                written = _written(cur, claim, slot, attempt, cancels)
                 if written:
-                    if _starts_child(rec):
-                        _start_child(conn, claim, rec, now)
-                    elif rec.kind in CHILD_ACTS:
-                        child_act(POSTGRES, conn, claim.id, rec.kind, rec.name, rec.value, now)
-                    conn.execute(NOTIFY)  # a new pending workflow, or an event set
+                    _act(conn, claim, rec, now, self.wake_clock(), fresh)
+                    if _notifies(rec):
+                        conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
 
-        return self._run(commit_child, write=True)
+        return self._run(commit_acting, write=True)
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -252,10 +281,10 @@ class PGCommits(PGConnection, SeenCancels):
                   for r in records]
         cancels = self.cancels
 
-        # Only slots, none of which starts a child: nothing is read before the COMMIT, so
-        # BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
+        # Only slots, none of which acts (starts a child, sets search attributes): nothing is
+        # read before the COMMIT, so BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
         # (it was three: BEGIN, the pipelined slots, COMMIT).
-        slots_only = not finishes and not any(_notifies(r.record) for r in records)
+        slots_only = not finishes and not any(_acts(r.record) for r in records)
 
         def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
             if slots_only:
@@ -272,15 +301,18 @@ class PGCommits(PGConnection, SeenCancels):
                     cursors = [conn.execute(_PARALLEL if r.parallel else _SLOT, p)
                                for r, p in zip(records, params, strict=True)]
                     pipe.sync()
+                fresh = [c.rowcount == 1 for c in cursors]  # (as in commit_record's commit_acting)
                 written = [_written(c, r.claim, r.slot, attempt, cancels)
                            for c, r in zip(cursors, records, strict=True)]
                 children = [r for r, w in zip(records, written, strict=True) if w and _starts_child(r.record)]
                 for r in children:
-                    _start_child(conn, r.claim, r.record, now)
-                for r, w in zip(records, written, strict=True):
-                    if w and r.record.kind in CHILD_ACTS:
+                    _start_child(conn, r.claim, r.record, now, self.wake_clock())
+                for r, w, f in zip(records, written, fresh, strict=True):
+                    if w and f and r.record.kind in CHILD_ACTS and r.record.ok:
                         child_act(POSTGRES, conn, r.claim.id, r.record.kind, r.record.name, r.record.value, now)
                         children.append(r)  # (told to listeners below)
+                    elif w and f and _indexes(r.record):
+                        index_slot(POSTGRES, conn, r.claim.id, dumps(r.record.value))
                 finished = [_write_finish(conn, claim, outcome, now, attempt) for claim, outcome in finishes]
                 if finishes or children or any(r.record.kind == EVENT for r in records):
                     conn.execute(NOTIFY)

@@ -105,6 +105,8 @@ class PGDialect(Dialect):
     next_seq = "nextval(pg_get_serial_sequence('workflows', 'seq'))"
     # The expression of the GIN index of schema migration 4: whole words, no stemming (as SQLite's FTS5).
     error_match = "to_tsvector('simple', coalesce(workflows.error, '')) @@ plainto_tsquery('simple', ?)"
+    json_pairs = "jsonb_each_text(({})::jsonb)"
+    json_text = "{0}.value"
 
     def run(self, conn: Conn, sql: str, params: Sequence[Any] = ()) -> Rows:
         """Execute one statement."""

@@ -18,7 +18,7 @@ from replaylog.engine.marks import Mark
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
-from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key, unrecorded
 from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 
@@ -51,7 +51,8 @@ _DEAD = ("SELECT id, 3, 0::double precision FROM workflows WHERE status = 'runni
 # Running under a lease that stands, with an attempt whose heartbeat is past due: its worker stopped
 # answering (frozen, cut off). Taken over, the epoch fences that worker out (see the SQLite store).
 _BEATLESS = ("SELECT w.id, 4, i.heartbeat_expires FROM workflows w JOIN inflight i ON i.workflow_id = w.id"
-             " WHERE w.status = 'running' AND i.heartbeat_expires < %s AND i.slot >= w.slots"
+             " WHERE w.status = 'running' AND i.heartbeat_expires < %s"
+             f" AND {unrecorded('w', 'i.slot')}"
              " AND w.lease_expires >= %s{only} LIMIT %s FOR UPDATE OF w SKIP LOCKED")
 
 
@@ -153,22 +154,21 @@ class PGLeases(PGConnection):
                                               list[tuple[Any, ...]]]:
             with conn.pipeline():
                 history = self._send_histories(conn, short) if short else None
-                marks = conn.execute("SELECT workflow_id, slot, attempts, error, retry_at, details FROM inflight"
-                                     " WHERE workflow_id = ANY(%s)", (ids,))
+                marks = conn.execute("SELECT i.workflow_id, i.slot, i.attempts, i.error, i.retry_at, i.details"
+                                     " FROM inflight i JOIN workflows w ON w.id = i.workflow_id"
+                                     f" WHERE i.workflow_id = ANY(%s) AND {unrecorded('w', 'i.slot')}", (ids,))
             return (self._read_histories(short, *history) if history else {}), marks.fetchall()
 
         histories, marks = self._run(read)
         started = {wid: (int(slot), int(attempts), error, retry_at, loads(details))
                    for wid, slot, attempts, error, retry_at, details in marks}
         claims = []
-        for wid, workflow, epoch, input_text, slots, seq, cancel, _, _ in taken:
+        for wid, workflow, epoch, input_text, _, seq, cancel, _, _ in taken:
             inp, has_input = loads(input_text), input_text is not None
             logs = histories.get(wid)
             state = None if logs is None else WorkflowState(
                 input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
             slot, attempts, error, retry_at, details = started.get(wid, (None, 0, None, None, None))
-            if slot is not None and slot < slots:
-                slot, attempts, error, retry_at, details = None, 0, None, None, None  # recorded since
             claims.append(Claim(wid, workflow, owner, int(epoch), slot_key(int(seq)), inp, has_input, state,
                                 slot, attempts, cancel, error, retry_at, details))
         return claims

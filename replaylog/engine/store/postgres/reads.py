@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from replaylog.engine.store.postgres.connection import PGConnection
 from replaylog.engine.store.rows import InflightRow, loads
+from replaylog.engine.store.shared.keys import unrecorded
 from replaylog.engine.store.shared.reads import SharedReads
 
 
@@ -17,9 +18,10 @@ class PGReads(PGConnection, SharedReads):
         table alone answers.
         """
         row = self._query_one(
-            "SELECT w.slots, i.slot, i.name, i.attempts, i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at"
+            "SELECT i.slot, i.name, i.attempts, i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at"
             " FROM workflows w"
-            " JOIN inflight i ON i.workflow_id = w.id WHERE w.id = ?", (workflow_id,))
-        if row is None or row[1] < row[0]:
+            f" JOIN inflight i ON i.workflow_id = w.id WHERE w.id = ? AND {unrecorded('w', 'i.slot')}",
+            (workflow_id,))
+        if row is None:
             return None
-        return InflightRow(int(row[1]), row[2], int(row[3]), row[4], row[5], row[6], loads(row[7]), row[8])
+        return InflightRow(int(row[0]), row[1], int(row[2]), row[3], row[4], row[5], loads(row[6]), row[7])

@@ -60,6 +60,11 @@ class Dialect:
     # A workflow (of the `workflows` table) whose error holds every word of the `?` parameter
     # (`error_query` makes it from the operator's text): the backend's full-text search.
     error_match: ClassVar[str] = ""
+    # A JSON object's members as a FROM item (formatted with the expression of its JSON text),
+    # one row per member with its `key`; and a member's value as text, NULL for a JSON null
+    # (formatted with the item's alias). The search-attribute index is made of these.
+    json_pairs: ClassVar[str] = ""
+    json_text: ClassVar[str] = ""
 
     def error_query(self, text: str) -> str:
         """The full-text parameter of `error_match` for an operator's words."""

@@ -23,6 +23,13 @@ def key_bounds(wf: str) -> tuple[str, str]:
     return f"({wf}.seq << {SLOT_BITS})", f"(({wf}.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1})"
 
 
+def unrecorded(wf: str, slot: str) -> str:
+    """SQL that is true while slot `slot` (an SQL expression) of the workflows row named `wf` has no
+    recorded outcome: past its last recorded slot, or a gap below it, where a task of a parallel group
+    still runs while a later task of the group is recorded. One seek in the commands' key."""
+    return f"NOT EXISTS (SELECT 1 FROM commands WHERE commands.slot_key = ({wf}.seq << {SLOT_BITS}) + {slot})"
+
+
 # For readers that join `workflows w` to `commands c`.
 FIRST_KEY, LAST_KEY = key_bounds("w")
 # A running workflow's `slots` column is rewritten at most about once a second: most slot

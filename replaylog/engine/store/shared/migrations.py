@@ -254,6 +254,37 @@ MIGRATIONS: list[Migration] = [
         # it runs: "cancel", "terminate" or "abandon"; NULL for every other workflow.
         AddColumn("workflows", "parent_close", "text"),
     )),
+    Migration(14, "search attributes written by the store's commits: the trigger on commands dropped", (
+        # The store writes search_attributes itself where it writes an `attributes` slot (a
+        # commit) or copies slots (fork, import): engine.store.shared.attributes. The trigger
+        # of migration 5 ran on every slot inserted, whatever its kind.
+        Sql(sqlite="DROP TRIGGER IF EXISTS commands_search_attributes",
+            postgres="DROP TRIGGER IF EXISTS commands_search_attributes ON replaylog.commands"),
+        Sql(sqlite="SELECT 1", postgres="DROP FUNCTION IF EXISTS replaylog.index_search_attributes()"),
+        # Made again from every workflow's `attributes` slots, of its current run and its earlier
+        # ones (later runs have higher seqs, so later slots): per key, the last value set, a null
+        # removing it. A row the slots do not name is kept.
+        Sql(sqlite="INSERT INTO search_attributes (workflow_id, key, value) SELECT t.workflow_id, t.key, t.value FROM"
+                   " (SELECT o.id AS workflow_id, j.key AS key, CASE j.type WHEN 'true' THEN 'true'"
+                   " WHEN 'false' THEN 'false' WHEN 'null' THEN NULL ELSE CAST(j.value AS TEXT) END AS value,"
+                   " ROW_NUMBER() OVER (PARTITION BY o.id, j.key ORDER BY c.slot_key DESC) AS latest"
+                   " FROM (SELECT id, seq FROM workflows UNION ALL SELECT workflow_id, seq FROM runs) o"
+                   f" JOIN commands c ON c.slot_key BETWEEN o.seq << {SLOT_BITS} AND ((o.seq + 1) << {SLOT_BITS}) - 1,"
+                   " json_each(c.value) j WHERE c.kind = 'attributes' AND c.ok) t"
+                   " WHERE t.latest = 1 AND t.value IS NOT NULL"
+                   " ON CONFLICT (workflow_id, key) DO UPDATE SET value = excluded.value",
+            postgres="INSERT INTO replaylog.search_attributes (workflow_id, key, value)"
+                     " SELECT t.workflow_id, t.key, t.value FROM"
+                     " (SELECT o.id AS workflow_id, j.key AS key, j.value AS value,"
+                     " ROW_NUMBER() OVER (PARTITION BY o.id, j.key ORDER BY c.slot_key DESC) AS latest"
+                     " FROM (SELECT id, seq FROM replaylog.workflows UNION ALL"
+                     " SELECT workflow_id, seq FROM replaylog.runs) o"
+                     f" JOIN replaylog.commands c ON c.slot_key BETWEEN o.seq << {SLOT_BITS}"
+                     f" AND ((o.seq + 1) << {SLOT_BITS}) - 1,"
+                     " jsonb_each_text(c.value::jsonb) j WHERE c.kind = 'attributes' AND c.ok) t"
+                     " WHERE t.latest = 1 AND t.value IS NOT NULL"
+                     " ON CONFLICT (workflow_id, key) DO UPDATE SET value = excluded.value"),
+    )),
 ]
 
 

@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from replaylog.engine.core import (
@@ -28,14 +28,19 @@ from replaylog.engine.core import (
     CHILD_CANCEL,
     CHILD_PREFIX,
     CHILD_SIGNAL,
+    CommandRecord,
     Outcome,
     RetryWait,
+    WorkflowState,
+    child_act_refused,
+    child_act_target,
     signal_name_refusal,
 )
 from replaylog.engine.errors import OperatorRefusedError, StoreError, UnknownWorkflowIdError, WorkflowClosedError
 from replaylog.engine.queues import DedupIdTakenError, Queue
 from replaylog.engine.queues import check_start as check_queue_options
-from replaylog.engine.store.rows import dumps
+from replaylog.engine.store.rows import dumps, loads
+from replaylog.engine.store.shared import attributes
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.shared.queues import check_start
@@ -214,7 +219,9 @@ def check_timeout(timeout: object, what: str) -> None:
 
 def child_deadline(sql: Dialect, conn: Any, child_id: str, parent_id: str, value: dict[str, Any], now: float) -> None:
     """A child just started: its own timeout's deadline, else its parent's remaining one (if any); and
-    what happens to it when its parent finishes first (ctx.start_workflow's parent_close)."""
+    what happens to it when its parent finishes first (ctx.start_workflow's parent_close).
+
+    `now` is on the store's wake clock (StoreBase.wake_clock), which deadlines are due by."""
     own = value.get("timeout")
     sql.run(conn, "UPDATE workflows SET deadline = COALESCE(?, (SELECT p.deadline FROM workflows p WHERE p.id = ?)),"
             " parent_close = ? WHERE id = ?",
@@ -223,21 +230,36 @@ def child_deadline(sql: Dialect, conn: Any, child_id: str, parent_id: str, value
 
 # The slot kinds whose commit acts on a child (besides starting one), in the same transaction.
 CHILD_ACTS = frozenset((CHILD_SIGNAL, CHILD_CANCEL))
+# The slot kinds whose commit starts a child (ctx.call_workflow, ctx.start_workflow).
+_STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
 
 
 def child_act(sql: Dialect, conn: Any, parent_id: str, kind: str, name: str, value: Any, now: float) -> None:
-    """A parent's recorded signal to, or cancel of, a child it started: done now, unless the child finished."""
-    child_id = str(value["id"]) if kind == CHILD_SIGNAL else name
+    """A parent's recorded signal to, or cancel of, a child it started: done now, in the slot's transaction.
+
+    A child that has finished (or is not this parent's) refuses the whole commit with
+    ChildWorkflowClosedError, so nothing is sent; the worker records the refusal in the
+    slot instead (it checks before committing too, so this only meets a child that
+    finished in between).
+    """
+    child_id = child_act_target(kind, name, value)
     row = sql.run(conn, "SELECT status, blocked_on, cancel_requested FROM workflows WHERE id = ? AND parent = ?"
                   f"{sql.lock}", (child_id, parent_id)).fetchone()
     if row is None or row[0] in FINISHED:
-        return
+        raise child_act_refused(kind, name, value, "missing" if row is None else str(row[0]))
     who = f"workflow {parent_id}"
     if kind == CHILD_SIGNAL:
         seq = append_signal(sql, conn, child_id, name, dumps(value.get("payload")), now, row[0], row[1])
         _audit(sql, conn, child_id, "signal", now, who, detail=f"{name} #{seq}")
     elif row[2] is None:
         _request_cancel(sql, conn, child_id, value, now, who, detail=f"by its parent, {parent_id}")
+
+
+def _recorded_children(commands: Sequence[CommandRecord], answered: Collection[str]) -> list[tuple[int, CommandRecord]]:
+    """(slot, record) of each child a history records as started (not refused) whose outcome is not in `answered`."""
+    return [(slot, c) for slot, c in enumerate(commands)
+            if c.ok and c.kind in _STARTS_CHILD and isinstance(c.value, dict) and "id" in c.value
+            and CHILD_PREFIX + str(c.value["id"]) not in answered]
 
 
 def close_children(sql: Dialect, conn: Any, parent_id: str, status: str, now: float) -> None:
@@ -385,7 +407,8 @@ class SharedOperatorWrites(StoreBase):
             if trace_context is not None:
                 sql.run(conn, "UPDATE workflows SET trace_context = ? WHERE id = ?", (trace_context, wid))
             if timeout is not None:
-                sql.run(conn, "UPDATE workflows SET deadline = ? WHERE id = ?", (now + timeout, wid))
+                # A deadline is a recorded wake time: due by the wake clock (see StoreBase.wake_clock).
+                sql.run(conn, "UPDATE workflows SET deadline = ? WHERE id = ?", (self.wake_clock() + timeout, wid))
             _audit(sql, conn, wid, "start", now, who,
                    detail=workflow if queue_name is None else f"{workflow} on queue {queue_name}")
 
@@ -427,7 +450,7 @@ class SharedOperatorWrites(StoreBase):
         unfinished, statuses = sql.in_list("status", UNFINISHED)
         due = [str(r[0]) for r in self._query(
             f"SELECT id FROM workflows WHERE deadline <= ? AND cancel_requested IS NULL AND {unfinished}"
-            " ORDER BY deadline LIMIT 100", (now, *statuses))]
+            " ORDER BY deadline LIMIT 100", (self.wake_clock(), *statuses))]
         if not due:
             return []
         who = actor()
@@ -444,6 +467,13 @@ class SharedOperatorWrites(StoreBase):
                 expired.append(wid)
         return expired
 
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of an unfinished workflow not yet asked to cancel (on the wake clock), or None."""
+        unfinished, statuses = self.dialect.in_list("status", UNFINISHED)
+        rows = self._query(f"SELECT deadline FROM workflows WHERE deadline IS NOT NULL AND cancel_requested IS NULL"
+                           f" AND {unfinished} ORDER BY deadline LIMIT 1", tuple(statuses))
+        return None if not rows else float(rows[0][0])
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> str:
         """Ask a pending, running or blocked workflow to cancel; return the status it had.
 
@@ -548,6 +578,7 @@ class SharedOperatorWrites(StoreBase):
                 " attempts, recorded_at, args, traceback, parallel, parallel_group FROM commands"
                 " WHERE slot_key BETWEEN ? AND ?",
                 (old, new, old, old + from_slot - 1))
+            attributes.rebuild(sql, conn, wid, new, new + from_slot - 1)
             sql.run(
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                 " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ? AND run IS NULL",
@@ -575,15 +606,6 @@ class SharedOperatorWrites(StoreBase):
         consumed = status != Status.PENDING
         signals = [(wid, s.seq, s.name, self.encode_payload(s.payload, f"the payload of signal {s.name!r}"),
                     consumed, at) for s, at in zip(doc.signals, doc.sent_at, strict=True)]
-        # The children an unfinished parent started and still waits for (no outcome signal in
-        # the export): a worker only starts a child when it records the child slot, and an
-        # imported slot is replayed, not recorded. A finished parent's children are not run again.
-        answered = {s.name for s in doc.signals if s.name.startswith(CHILD_PREFIX)}
-        children = [(str(c.value["id"]), c.name,
-                     None if c.value.get("input") is None else self.encode_payload(c.value["input"], "a child's input"))
-                    for c in doc.commands
-                    if status == Status.PENDING and c.kind == SlotKind.CHILD and c.ok and isinstance(c.value, dict)
-                    and "id" in c.value and CHILD_PREFIX + str(c.value["id"]) not in answered]
         now, who, sql = time.time(), actor(), self.dialect
 
         def write(conn: Any) -> None:
@@ -594,17 +616,83 @@ class SharedOperatorWrites(StoreBase):
                 forked_from=doc.forked_from, forked_slot=doc.forked_slot))
             sql.run_many(conn, "INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at,"
                          " args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(base + i, *c) for i, c in enumerate(commands)])
+            attributes.rebuild(sql, conn, wid, base, base + len(commands) - 1)
             sql.run_many(conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                          " VALUES (?, ?, ?, ?, ?, ?)", signals)
-            for child_id, name, child_input in children:
-                # As a worker's commit of the child slot would have: the parent waits for it.
-                if not sql.run(conn, "SELECT 1 FROM workflows WHERE id = ?", (child_id,)).fetchone():
-                    self._insert_workflow(conn, child_id, name, child_input, now)
-                    sql.run(conn, "UPDATE workflows SET parent = ? WHERE id = ?", (wid, child_id))
+            if status == Status.PENDING:
+                # A worker starts a child only when it records the child's slot, and an imported
+                # slot is replayed, not recorded. A finished parent's children are not run again.
+                self._start_recorded_children(conn, wid, doc.commands, {s.name for s in doc.signals}, now, who)
             _audit(sql, conn, wid, "import", now, who, detail=f"from an export of {doc.id}")
 
         self._operate(wid, "import", now, who, write, lambda _: None)
         return wid
+
+    def start_missing_children(self, parent_id: str, state: WorkflowState) -> list[str]:
+        """Start the children `state` (the parent's history) records as started that have no row; their ids.
+
+        A worker calls it as it resumes a parent: every child whose start the parent recorded
+        (ctx.call_workflow, ctx.start_workflow) and whose outcome has not reached it must
+        exist, or the parent would wait for it forever. A worker's commit of the start slot
+        inserts the child in the same transaction, so this finds nothing missing unless the
+        row was lost (a history written by an older replaylog, a restore, a hand edit); the
+        common case costs one read by primary key per unanswered child, nothing written.
+        """
+        answered = {s.name for s in state.signals if s.name.startswith(CHILD_PREFIX)}
+        wanted = [c for _, c in _recorded_children(state.commands, answered)]
+        if not wanted:
+            return []
+        found: set[str] = set()
+        for i in range(0, len(wanted), 500):
+            ids, params = self.dialect.in_list("id", [str(c.value["id"]) for c in wanted[i:i + 500]])
+            found.update(str(r[0]) for r in self._query(f"SELECT id FROM workflows WHERE {ids}", params))
+        if len(found) == len(wanted):
+            return []
+        now, who = time.time(), actor()
+        return self._operate(parent_id, "start", now, who, lambda conn: self._start_recorded_children(
+            conn, parent_id, state.commands, answered, now, who), lambda _: [])
+
+    def _start_recorded_children(self, conn: Any, parent_id: str, commands: Sequence[CommandRecord],
+                                 answered: Collection[str], now: float, who: str) -> list[str]:
+        """Insert, pending, each child `commands` record as started, not answered and with no row; their ids.
+
+        As the worker's commit of its start slot would have: its recorded input, its parent,
+        its deadline and parent-close policy; then the parent's later recorded signals to it
+        and cancels of it are applied, in slot order. A workflow that has the id already is
+        left as it is, but one with no parent (a child imported before its parent) is adopted:
+        its outcome, if it has finished, is delivered to the parent. Each child started here
+        has an audit row saying so.
+        """
+        sql = self.dialect
+        started: set[str] = set()
+        for slot, c in _recorded_children(commands, answered):
+            child_id = str(c.value["id"])
+            row = sql.run(conn, f"SELECT parent, status, result, error FROM workflows WHERE id = ?{sql.lock}",
+                          (child_id,)).fetchone()
+            if row is not None:
+                if row[0] is None:
+                    # The child imported on its own before its parent: it is adopted, keeping its
+                    # progress, and a finished one tells its parent its outcome now.
+                    sql.run(conn, "UPDATE workflows SET parent = ?, parent_close = ? WHERE id = ?",
+                            (parent_id, c.value.get("parent_close"), child_id))
+                    if row[1] in FINISHED:
+                        ok = row[1] == Status.COMPLETED
+                        tell_parent(sql, conn, child_id, {"ok": ok, "result": loads(row[2]) if ok else None,
+                                                          "error": None if ok else row[3]}, now)
+                continue
+            child_input = c.value.get("input")
+            self._insert_workflow(conn, child_id, c.name, None if child_input is None else self.encode_payload(
+                child_input, f"the input of child workflow {child_id!r}"), now)
+            sql.run(conn, "UPDATE workflows SET parent = ? WHERE id = ?", (parent_id, child_id))
+            child_deadline(sql, conn, child_id, parent_id, c.value, self.wake_clock())
+            _audit(sql, conn, child_id, "start", now, who,
+                   detail=f"{c.name}: recorded as started by {parent_id} at slot {slot}, which had no row of it")
+            started.add(child_id)
+        for c in commands:
+            if c.ok and c.kind in CHILD_ACTS and (c.kind != CHILD_SIGNAL or isinstance(c.value, dict)) and \
+                    child_act_target(c.kind, c.name, c.value) in started:
+                child_act(sql, conn, parent_id, c.kind, c.name, c.value, now)
+        return sorted(started)
 
     def answer_approval(self, workflow_id: str, *, approved: bool, by: str, note: str | None = None,
                         request: str | None = None) -> str:

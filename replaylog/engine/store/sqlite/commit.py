@@ -15,6 +15,7 @@ from typing import Any
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
@@ -181,6 +182,8 @@ class Commits(SQLiteConnection, SeenCancels):
                 text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
             if args is None:
                 self._cur.execute(_INSERT_OK, (row_key, kind, name, text, attempts, now))
+                if kind == ATTRIBUTES:
+                    index_slot(SQLITE, self._conn, key, text)
             elif attempts == 1 and kind == _ACTIVITY:
                 self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
             else:
@@ -189,9 +192,14 @@ class Commits(SQLiteConnection, SeenCancels):
                     self._start_child(claim, name, value, now)
                 elif kind in CHILD_ACTS:
                     child_act(SQLITE, self._conn, claim.id, kind, name, value, now)
+                elif kind == ATTRIBUTES:
+                    index_slot(SQLITE, self._conn, key, text)
         else:
-            self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), dumps(value) if ok else None,
-                                                error, attempts, now, args, traceback))
+            text = dumps(value) if ok else None
+            self._cur.execute(_INSERT_COMMAND, (row_key, kind, name, int(ok), text, error, attempts, now, args,
+                                                traceback))
+            if text is not None and kind == ATTRIBUTES:
+                index_slot(SQLITE, self._conn, key, text)
         return True
 
     def _start_child(self, claim: Claim, workflow: str, value: dict[str, Any], now: float) -> None:
@@ -213,7 +221,7 @@ class Commits(SQLiteConnection, SeenCancels):
             if row is None or row[0] != claim.id:
                 raise DuplicateWorkflowIdError(f"a workflow with id {child_id!r} already exists")
         else:
-            child_deadline(SQLITE, self._conn, child_id, claim.id, value, now)
+            child_deadline(SQLITE, self._conn, child_id, claim.id, value, self.wake_clock())
 
     def _write_parallel(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
                         text: str | None, traceback: str | None, group: int) -> bool:
@@ -251,7 +259,11 @@ class Commits(SQLiteConnection, SeenCancels):
             (claim.base + slot, kind, name, int(ok), text if ok else None, error, attempts, now, args, traceback,
              group),
         )
-        return cur.rowcount == 1
+        if cur.rowcount != 1:
+            return False
+        if ok and kind == ATTRIBUTES and text is not None:
+            index_slot(SQLITE, self._conn, key, text)
+        return True
 
     @staticmethod
     def _write_finish(conn: sqlite3.Connection, claim: Claim, outcome: Outcome, now: float) -> bool:

@@ -89,6 +89,10 @@ class SQLiteDialect(Dialect):
     unindexed = "+{}"
     # The FTS5 table of errors is keyed by workflows.seq (schema migration 4).
     error_match = "workflows.seq IN (SELECT rowid FROM workflows_fts WHERE workflows_fts MATCH ?)"
+    # json_each gives a JSON true or false as 1 or 0: spelled as JSON spells them.
+    json_pairs = "json_each({})"
+    json_text = ("CASE {0}.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' WHEN 'null' THEN NULL"
+                 " ELSE CAST({0}.value AS TEXT) END")
 
     def error_query(self, text: str) -> str:
         """Each word quoted as an FTS5 string: every word must occur, and no word is FTS5 syntax."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from replaylog.engine.marks import Mark, read_marks
 from replaylog.engine.store.rows import Claim, InflightRow, loads
-from replaylog.engine.store.shared.keys import SLOTS_NOW
+from replaylog.engine.store.shared.keys import SLOTS_NOW, unrecorded
 from replaylog.engine.store.shared.operations import HEARTBEAT
 from replaylog.engine.store.sqlite.connection import SQLiteConnection
 
@@ -39,16 +39,17 @@ class InflightMarks(SQLiteConnection):
         """
         row = self._conn.execute(
             f"SELECT {SLOTS_NOW}, workflows.lease_owner, workflows.lease_epoch, i.slot, i.name, i.attempts,"
-            " i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at FROM workflows"
-            " LEFT JOIN inflight i ON i.workflow_id = workflows.id"
+            f" i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at, {unrecorded('workflows', 'i.slot')}"
+            " FROM workflows LEFT JOIN inflight i ON i.workflow_id = workflows.id"
             " WHERE workflows.id = ?",
             (workflow_id,),
         ).fetchone()
         if row is None:
             return None
         slots, lease = row[0], (row[1], row[2])
+        # (A task of a parallel group may run below the last recorded slot: its slot is unrecorded.)
         best = (InflightRow(row[3], row[4], row[5], row[6], row[7], row[8], loads(row[9]), row[10])
-                if row[3] is not None and row[3] >= slots else None)
+                if row[3] is not None and row[11] else None)
         for m in read_marks(self.path, workflow_id):
             # A file's mark counts while the lease it was written under is the workflow's
             # lease (a taken-over workflow's old marks are in the table by then).
@@ -61,14 +62,16 @@ class InflightMarks(SQLiteConnection):
 
     @staticmethod
     def _inflight_of(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-        """The folded in-flight (slot, attempts, error, retry_at, details) of many workflows, by id."""
+        """The folded in-flight (slot, attempts, error, retry_at, details) of many workflows, by id (those
+        whose slot has no recorded outcome)."""
         out: dict[str, tuple[Any, ...]] = {}
         for i in range(0, len(ids), IN_CHUNK):
             chunk = ids[i:i + IN_CHUNK]
             marks = ", ".join("?" * len(chunk))
             for wid, slot, attempts, error, retry_at, details in conn.execute(
-                "SELECT workflow_id, slot, attempts, error, retry_at, details FROM inflight"
-                f" WHERE workflow_id IN ({marks})", chunk,
+                "SELECT i.workflow_id, i.slot, i.attempts, i.error, i.retry_at, i.details FROM inflight i"
+                f" JOIN workflows w ON w.id = i.workflow_id WHERE i.workflow_id IN ({marks})"
+                f" AND {unrecorded('w', 'i.slot')}", chunk,
             ):
                 out[wid] = (slot, attempts, error, retry_at, loads(details))
         return out

@@ -14,7 +14,14 @@ from collections.abc import Collection, Sequence
 from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
 from replaylog.engine.marks import Mark, board_path, read_board
 from replaylog.engine.store.rows import Claim, loads
-from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, FIRST_KEY, LAST_KEY, SLOTS_NOW, slot_key
+from replaylog.engine.store.shared.keys import (
+    CLAIM_LOAD_SLOTS,
+    FIRST_KEY,
+    LAST_KEY,
+    SLOTS_NOW,
+    slot_key,
+    unrecorded,
+)
 from replaylog.engine.store.shared.operations import BEATLESS, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 from replaylog.engine.store.sqlite.connection import SQLITE
@@ -105,7 +112,8 @@ class Leases(InflightMarks):
                 taken_ids = {wid for wid, _ in rows}
                 beatless = [(wid, prev) for wid, prev in conn.execute(
                     f"SELECT workflows.id, workflows.lease_owner FROM workflows{_BEATLESS_JOIN}"
-                    f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ? AND i.slot >= {SLOTS_NOW}"
+                    f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ?"
+                    f" AND {unrecorded('workflows', 'i.slot')}"
                     f" AND workflows.lease_expires >= ?{only} LIMIT ?",
                     (now, now, *named, limit)).fetchall() if wid not in taken_ids][:limit - len(rows)]
                 rows += beatless
@@ -138,8 +146,6 @@ class Leases(InflightMarks):
                 state = None if logs is None else WorkflowState(
                     input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
                 slot, attempts, error, retry_at, details = started.get(wid, (None, 0, None, None, None))
-                if slot is not None and slot < row[3]:
-                    slot, attempts, error, retry_at, details = None, 0, None, None, None  # recorded since
                 claims.append(
                     Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state, slot, attempts,
                           row[5], error, retry_at, details))
