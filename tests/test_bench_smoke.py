@@ -109,7 +109,9 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
     assert pg["status"] in ("ok", "skipped"), pg
     if pg["status"] == "ok":
         for key, field in (("single", "ratio_vs_floor"), ("group", "ratio_vs_floor"), ("short", "workflows_per_s_4p"),
-                           ("signal", "p99_ms")):
+                           ("signal", "p99_ms"), ("single", "worker_cpu_us_per_slot"),
+                           ("single", "server_cpu_us_per_slot"), ("group", "worker_cpu_us_per_slot"),
+                           ("group", "server_cpu_us_per_slot")):
             assert field in pg[key], (key, field)
     peer = m["peer"]
     assert peer["status"] in ("ok", "skipped"), peer
