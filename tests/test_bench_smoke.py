@@ -169,6 +169,8 @@ def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> 
     figures = json.loads(out.read_text())
     assert figures["slots"] == 100
     assert 10_000 < figures["floor"] < min(figures["engine"], figures["engine-no-marks"]), figures
+    # The core row: the Context alone, a part of what the engine does a slot.
+    assert 0 < figures["core"] < figures["engine-no-marks"], figures
     assert "engine / floor" in proc.stdout
     # The resume row: loading and replaying histories of 500 and 1,500 slots, each a positive cost a slot.
     assert figures["resume_slots"] == 500 and figures["resume-load"] > 0 and figures["resume-replay"] > 0, figures
