@@ -15,9 +15,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from fault_harness import integrity, read_jsonl, report
 
-from conftest import ROOT, cli_env, run_cli
+from conftest import ROOT, cli_env, run_cli, wait_for
 from replaylog.engine.errors import WorkflowClosedError
 from replaylog.engine.store import open_store
 
@@ -59,11 +60,22 @@ def _statuses(db: Path | str) -> Counter[str]:
         return Counter(s.status_counts())
 
 
-def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_path: Path, db: Path | str) -> None:
+def _recorded_deadline(db: Path | str, wid: str) -> float | None:
+    """The deadline the workflow's first wait recorded (its first slot), None before it is reached.
+
+    Read from history rather than the row's wake_at: wake_at is cleared while the workflow is
+    claimed and after its deadline fired, while the recorded deadline stays.
+    """
+    with open_store(db, readonly=True) as store:
+        commands = store.list_commands(wid)
+    return float(commands[0].value) if commands and commands[0].kind == "deadline" else None
+
+
+def _timers_under_kills(tmp_path: Path, db: Path | str, workflows: int) -> None:
     rng = random.Random(16)
     with open_store(db) as store:
         plans = {store.start_workflow("naps", [round(rng.uniform(0.1, 1.2), 3) for _ in range(3)]): None
-                 for _ in range(40)}
+                 for _ in range(workflows)}
     pool = Workers(db, tmp_path, 2)
     try:
         deadline = time.monotonic() + 240
@@ -94,21 +106,33 @@ def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_pat
                                   "median_late_s": round(sorted(late)[len(late) // 2], 3)})
 
 
-def test_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(tmp_path: Path,
-                                                                                db: Path | str) -> None:
+def test_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_path: Path, db: Path | str) -> None:
+    """12 workflows of three timers each under kills (`make soak`: 40)."""
+    _timers_under_kills(tmp_path, db, 12)
+
+
+@pytest.mark.soak
+def test_soak_every_timer_fires_once_and_never_early_while_workers_are_killed(tmp_path: Path,
+                                                                              db: Path | str) -> None:
+    """The soak variant (make soak): 40 workflows of three timers each."""
+    _timers_under_kills(tmp_path, db, 40)
+
+
+def _race(tmp_path: Path, db: Path | str, workflows: int) -> None:
     rng = random.Random(61)
     with open_store(db) as store:
-        wids = [store.start_workflow("race", round(rng.uniform(0.5, 1.5), 3)) for _ in range(60)]
+        wids = [store.start_workflow("race", round(rng.uniform(0.5, 1.5), 3)) for _ in range(workflows)]
     pool = Workers(db, tmp_path, 2)
     try:
+        # Every wait has recorded its deadline. On a loaded machine some have passed by now: their
+        # first signal lands after the deadline, which is one of the two sides of the race.
+        assert wait_for(lambda: all(_recorded_deadline(db, w) is not None for w in wids), timeout=240), \
+            "a wait with a deadline was never reached"
+        deadlines = {w: _recorded_deadline(db, w) or 0.0 for w in wids}
         with open_store(db) as store:
-            deadline = time.monotonic() + 120
-            while any(store.get_workflow(w).wake_at is None for w in wids):  # every wait has its deadline
-                assert time.monotonic() < deadline, "the waits never blocked"
-                time.sleep(0.05)
             # The first signal lands close to the deadline, before or after it; the second later.
-            sends = sorted([(store.get_workflow(w).wake_at + rng.uniform(-0.3, 0.3), w, "first") for w in wids]
-                           + [(store.get_workflow(w).wake_at + rng.uniform(0.5, 1.0), w, "second") for w in wids],
+            sends = sorted([(deadlines[w] + rng.uniform(-0.3, 0.3), w, "first") for w in wids]
+                           + [(deadlines[w] + rng.uniform(0.5, 1.0), w, "second") for w in wids],
                            key=lambda s: s[0])
             refused: set[str] = set()
             next_kill = time.time() + rng.uniform(0.2, 0.6)
@@ -152,3 +176,16 @@ def test_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(
     report("timeout_signal_race", {"workflows": len(wids), "kills": pool.kills, **outcomes})
     done = run_cli(db, "worker", "--app", APP, "--until-idle", "--quiet", env=cli_env())
     assert done.returncode == 0, done.stderr
+
+
+def test_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(tmp_path: Path,
+                                                                                db: Path | str) -> None:
+    """20 races under kills (`make soak`: 60)."""
+    _race(tmp_path, db, 20)
+
+
+@pytest.mark.soak
+def test_soak_a_timeout_and_a_signal_that_race_lose_no_signal_and_consume_none_twice(tmp_path: Path,
+                                                                                     db: Path | str) -> None:
+    """The soak variant (make soak): 60 races under kills."""
+    _race(tmp_path, db, 60)

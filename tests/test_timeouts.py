@@ -7,9 +7,11 @@ in-process worker for the local limits, and with worker processes (SIGSTOP) for 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import timeout_app
 from fault_harness import app_worker, read_jsonl
 
 from conftest import cli_env, run_cli, start_worker, wait_for
-from replaylog import Context, WorkflowState, activity, current_activity, run
+from replaylog import Context, RetryPolicy, WorkflowState, activity, current_activity, run
 from replaylog.engine.store import Store, open_store
 from replaylog.engine.worker import Worker
 
@@ -244,3 +246,56 @@ def test_a_parallel_tasks_heartbeats_are_stored_and_a_frozen_worker_is_taken_ove
         assert attempts == {"pulse": 2, "refund": 1}
         assert result[1] == "refunded b"
         assert isinstance(result[0]["resumed_from"], dict) and result[0]["resumed_from"]["i"] >= 3
+
+
+# ------------------------------------------------------------------ the in-memory runner's limits
+
+_NEVER = threading.Event()  # what a hung attempt waits on (set by no one; each waits 30 s at most)
+
+
+@activity
+def hangs_first() -> str:
+    """The first attempt hangs; later ones answer at once."""
+    if current_activity().attempt == 1:
+        _NEVER.wait(30)
+        return "late"
+    return "fresh"
+
+
+@activity
+async def hangs_first_async() -> str:
+    """hangs_first, awaiting."""
+    if current_activity().attempt == 1:
+        await asyncio.sleep(30)
+        return "late"
+    return "fresh"
+
+
+@pytest.mark.parametrize("hangs", [hangs_first, hangs_first_async], ids=["sync", "async"])
+def test_the_in_memory_runner_retries_an_attempt_past_its_timeout(hangs: Any) -> None:
+    def wf(ctx: Context) -> str:
+        value: str = ctx.call_activity(hangs, timeout=1.0, retry=RetryPolicy(max_attempts=2, initial=0.01))
+        return value
+
+    result = run(wf, WorkflowState(has_input=False), clock=lambda: 0.0)
+    assert result.outcome.result == "fresh"
+    (rec,) = result.state.commands
+    assert (rec.attempts, rec.ok) == (2, True)
+
+
+def test_the_in_memory_runner_retries_a_silent_attempt_with_its_last_heartbeat() -> None:
+    @activity
+    def goes_quiet() -> Any:
+        info = current_activity()
+        if info.attempt == 1:
+            info.heartbeat({"rows": 5})
+            _NEVER.wait(30)
+            return "late"
+        return {"resumed_from": info.heartbeat_details}
+
+    def wf(ctx: Context) -> Any:
+        return ctx.call_activity(goes_quiet, heartbeat_timeout=0.5, retry=RetryPolicy(max_attempts=2, initial=0.01))
+
+    result = run(wf, WorkflowState(has_input=False), clock=lambda: 0.0)
+    assert result.outcome.result == {"resumed_from": {"rows": 5}}
+    assert result.state.commands[0].attempts == 2

@@ -140,13 +140,15 @@ def test_signal_from_another_process_wakes_a_blocked_workflow(db: Path | str, tm
     wid = run_cli(db, "start", "waits", "--app", APP, env=env).stdout.strip()
     worker = start_worker(db, "--app", APP, env=env)
     try:
-        assert wait_for(lambda: statuses(db)[wid] == "blocked", timeout=60)
+        # Generous deadlines (wait_for's default): a worker's start and its wake-up on a loaded
+        # machine take seconds, and only the states matter here.
+        assert wait_for(lambda: statuses(db)[wid] == "blocked"), statuses(db)
         sent = run_cli(db, "signal", wid, "go", '"now"', env=env)
         assert sent.returncode == 0, sent.stderr
-        assert wait_for(lambda: statuses(db)[wid] == "completed", timeout=60), statuses(db)
+        assert wait_for(lambda: statuses(db)[wid] == "completed"), statuses(db)
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=30)
+        worker.wait(timeout=120)
     shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
     assert shown["result"] == "now" and shown["signals"][0]["consumed"] is True
 

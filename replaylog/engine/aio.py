@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from replaylog.engine import thread_guard
-from replaylog.engine.errors import ActivityError, AsyncWorkflowError, ParallelError
+from replaylog.engine.errors import ActivityError, ActivityTimeout, AsyncWorkflowError, ParallelError
 
 if TYPE_CHECKING:
     from replaylog.engine.core import ChildHandle, Context, Task
@@ -439,13 +439,28 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return asyncio.iscoroutinefunction(fn)
 
 
+async def _within(coro: Coroutine[Any, Any, Any], timeout: float, attempt: int) -> Any:
+    """Await `coro` for at most `timeout` seconds; ActivityTimeout (not its own TimeoutError) if cancelled then."""
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except TimeoutError as exc:
+        if isinstance(exc.__cause__, asyncio.CancelledError):  # wait_for's own: the coroutine was cancelled
+            raise ActivityTimeout(f"attempt {attempt} ran past its timeout of {timeout:g} s (start to close);"
+                                  " it was cancelled") from None
+        raise
+
+
 def run_coroutine(coro: Coroutine[Any, Any, Any], _slot: int = 0, _attempt: int = 1,
                   _timeout: float | None = None, _hold: bool = False) -> Any:
     """Await an async activity's coroutine where no worker owns a loop (the in-memory runner).
 
     On a loop made for the call; from a thread that already runs a loop (an application's),
-    on a thread of its own, since a loop cannot be entered twice.
+    on a thread of its own, since a loop cannot be entered twice. With a `_timeout` (the
+    activity's, start to close) the coroutine is cancelled when it passes, and the attempt
+    fails with ActivityTimeout.
     """
+    if _timeout is not None:
+        coro = _within(coro, _timeout, _attempt)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -21,6 +21,7 @@ from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overlo
 
 from replaylog.engine import aio as _aio
 from replaylog.engine import thread_guard
+from replaylog.engine.attempt_watch import LocalTimed
 from replaylog.engine.errors import (
     ActivityError,
     ActivityTimeout,
@@ -697,10 +698,11 @@ class ParallelHooks:
 
 
 class TimedHooks(Protocol):
-    """How a Context runs an attempt under a timeout or a heartbeat timeout: the worker's threads and clock.
+    """How a Context runs an attempt under a timeout or a heartbeat timeout: on a thread of its own, watched.
 
-    Without hooks (the in-memory runner) timeouts are not enforced and heartbeats only keep
-    their details for the next attempt.
+    The worker's (engine.worker.run) also write heartbeats to the store; the in-memory runner's
+    (engine.attempt_watch.LocalTimed) write nothing. Without hooks timeouts are not enforced and
+    heartbeats only keep their details for the next attempt.
     """
 
     def run_attempt(self, call: Callable[[], Any], slot: int, name: str, attempt: int, timeout: float | None,
@@ -1266,7 +1268,7 @@ class Context:
             return copied.run(body)
 
         if self._timed is None:
-            return call()  # the in-memory runner: no clock of its own to enforce a limit with
+            return call()  # no hooks: neither limit is enforced
         return self._timed.run_attempt(call, slot, name, attempt, *limits)
 
     def _heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
@@ -2041,9 +2043,13 @@ def run(
 ) -> RunResult:
     """The pure in-memory runner: run a workflow against `state` and return the new state.
 
-    `retry` is the app's default retry policy; every wait between attempts is `sleep`.
+    `retry` is the app's default retry policy; every wait between attempts is `sleep`. An
+    activity's `timeout` and `heartbeat_timeout` are enforced as a worker enforces them: such
+    an attempt runs on a thread of its own and is measured in real time (engine.attempt_watch),
+    whatever `clock` says, since they bound how long the activity's own code runs.
     """
-    ctx = Context(state, workflow_id=workflow_id, activities=activities, clock=clock, sleep=sleep, retry=retry)
+    ctx = Context(state, workflow_id=workflow_id, activities=activities, clock=clock, sleep=sleep, retry=retry,
+                  timed=LocalTimed())
     outcome = execute(fn, ctx, state)
     new_state = replace(state, commands=state.commands + tuple(ctx.new_commands))
     return RunResult(outcome, new_state, ctx)

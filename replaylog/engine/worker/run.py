@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from replaylog.engine.app import Registry
+from replaylog.engine.attempt_watch import AttemptWatch
 from replaylog.engine.core import (
     EVENT,
     Attempts,
@@ -32,7 +33,6 @@ from replaylog.engine.core import (
 from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.errors import (
     ActivityError,
-    ActivityTimeout,
     ChildWorkflowClosedError,
     DuplicateWorkflowIdError,
     LeaseLostError,
@@ -97,39 +97,6 @@ class StopFlag(threading.Event):
 # Heartbeats of an attempt without a heartbeat timeout are written at most this often (seconds):
 # they only show progress and carry details to the next attempt; nobody is waiting on them.
 BEAT_EVERY = 1.0
-
-
-class AttemptWatch:
-    """An attempt running on a thread of its own under a timeout, as its workflow thread watches it."""
-
-    __slots__ = ("abandoned", "beat_at", "details", "done", "error", "fresh", "value", "wake")
-
-    def __init__(self) -> None:
-        self.wake = threading.Event()  # set when the attempt ends or beats
-        self.done = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.beat_at = 0.0  # time.monotonic() of the start, then of the latest heartbeat
-        self.details: Any = None
-        self.fresh = False  # a heartbeat the workflow thread has not written yet
-        self.abandoned = False  # timed out: its result is discarded, its next heartbeat raises
-
-    def run(self, call: Callable[[], Any]) -> None:
-        """The attempt's thread: run it, keep its value or error, wake the watcher."""
-        try:
-            self.value = call()
-        except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread (or dropped if abandoned)
-            self.error = exc
-        finally:
-            self.done = True
-            self.wake.set()
-
-    def beat(self, details: Any) -> None:
-        """A heartbeat from the attempt's thread."""
-        self.beat_at = time.monotonic()
-        self.details = details
-        self.fresh = True
-        self.wake.set()
 
 
 class GroupBeats:
@@ -521,8 +488,8 @@ class WorkflowRun:
         """Run one attempt on a thread of its own and wait for it, at most until a limit passes.
 
         At `timeout` seconds after it started, or `heartbeat_timeout` seconds after its last
-        heartbeat, the attempt is abandoned: ActivityTimeout here (the Context retries under
-        its policy), its thread left to end on its own, and whatever it returns discarded.
+        heartbeat, the attempt is abandoned (engine.attempt_watch): ActivityTimeout here (the
+        Context retries under its policy), and whatever it returns discarded.
         Heartbeats are written to the store from the workflow's thread, which owns the
         connection: under a heartbeat timeout the store knows when the next is due, so
         that another worker takes the workflow over if this process stops answering. A
@@ -534,39 +501,21 @@ class WorkflowRun:
         self._watches[key] = watch
         own = threading.get_ident() == self._owner
         group = None if own else self._group_beats
-        started = time.monotonic()
-        watch.beat_at = started
-        deadline = math.inf if timeout is None else started + timeout
+
+        def on_beat(details: Any) -> None:
+            if group is not None:
+                group.post(slot, name, attempt, details)
+            elif own and heartbeat_timeout is not None:
+                self._write_beat(slot, name, attempt, details, heartbeat_timeout, beat=True)
+            elif own:
+                self._progress(slot, name, attempt, details)
+
         try:
             if heartbeat_timeout is not None and own:
                 self._write_beat(slot, name, attempt, None, heartbeat_timeout, beat=False)
             elif heartbeat_timeout is not None and group is not None:
                 group.watch(key, slot, name, watch, heartbeat_timeout)
-            threading.Thread(target=watch.run, args=(call,), name=f"replaylog-attempt-{slot}-{attempt}",
-                             daemon=True).start()
-            while True:
-                due = deadline if heartbeat_timeout is None else min(deadline, watch.beat_at + heartbeat_timeout)
-                watch.wake.wait(max(0.0, due - time.monotonic()))
-                watch.wake.clear()
-                if watch.fresh:
-                    watch.fresh = False
-                    if group is not None:
-                        group.post(slot, name, attempt, watch.details)
-                    elif own and heartbeat_timeout is not None:
-                        self._write_beat(slot, name, attempt, watch.details, heartbeat_timeout, beat=True)
-                    elif own:
-                        self._progress(slot, name, attempt, watch.details)
-                if watch.done:
-                    break
-                now = time.monotonic()
-                if now >= deadline:
-                    watch.abandoned = True
-                    raise ActivityTimeout(f"attempt {attempt} ran past its timeout of {timeout:g} s (start to close);"
-                                          " its result, if it comes, is discarded")
-                if heartbeat_timeout is not None and now >= watch.beat_at + heartbeat_timeout:
-                    watch.abandoned = True
-                    raise ActivityTimeout(f"attempt {attempt} sent no heartbeat for {heartbeat_timeout:g} s;"
-                                          " its result, if it comes, is discarded")
+            return watch.outcome(call, slot, attempt, timeout, heartbeat_timeout, on_beat)
         finally:
             self._watches.pop(key, None)
             # Nobody watches this attempt any more: no other worker may take the workflow for it.
@@ -574,17 +523,12 @@ class WorkflowRun:
                 self._write_beat(slot, name, attempt, watch.details if watch.fresh else None, None, beat=False)
             elif heartbeat_timeout is not None and group is not None:
                 group.unwatch(key)
-        if watch.error is not None:
-            raise watch.error
-        return watch.value
 
     def heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
         """An attempt's heartbeat (from its own thread): note it for its watch, or write it, at most once a second."""
         watch = self._watches.get((slot, attempt))
         if watch is not None:
-            if watch.abandoned:
-                raise ActivityTimeout(f"attempt {attempt} of activity {name!r} was abandoned after a timeout: stop")
-            watch.beat(details)
+            watch.beat(name, attempt, details)
             return
         if threading.get_ident() != self._owner:
             group = self._group_beats

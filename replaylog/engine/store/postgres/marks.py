@@ -36,7 +36,13 @@ _MARKS = (
     # Lasts until the end of this statement's implicit transaction: no wait for the flush.
     " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL"
     " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
-    " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL, error = NULL"
+    " attempts = excluded.attempts, started_at = excluded.started_at,"
+    # A new attempt ends the last one's retry wait and error. The mark of the attempt that failed
+    # may arrive after the verdict that kept its wait (marks are sent without waiting): it keeps it.
+    " retry_at = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
+    " THEN inflight.retry_at END,"
+    " error = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
+    " THEN inflight.error END"
 )
 _MARKS_PSYCOPG = _MARKS.replace("$1", "%s")
 
