@@ -32,21 +32,22 @@ def warm(conn: sqlite3.Connection, rows: int = WARM_COMMITS) -> None:
         commit_row(conn, i)
 
 
-def open_floor(path: Path, *, any_thread: bool = False) -> sqlite3.Connection:
-    """A fresh floor database at `path` (WAL, synchronous=FULL), warmed; `any_thread` to use it from another."""
+def open_floor(path: Path, *, any_thread: bool = False, warm_rows: int = WARM_COMMITS) -> sqlite3.Connection:
+    """A fresh floor database at `path` (WAL, synchronous=FULL), warmed by `warm_rows` commits;
+    `any_thread` to use it from another."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=not any_thread)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("CREATE TABLE floor (id INTEGER PRIMARY KEY, wf TEXT NOT NULL, value TEXT NOT NULL)")
-    warm(conn)
+    warm(conn, warm_rows)
     return conn
 
 
-def floor_rate(path: Path, rows: int) -> float:
-    """Commit `rows` one-row transactions to a fresh, warmed database at `path`; return commits/s."""
-    conn = open_floor(path)
+def floor_rate(path: Path, rows: int, warm_rows: int = WARM_COMMITS) -> float:
+    """Commit `rows` one-row transactions to a fresh database at `path` warmed by `warm_rows`; return commits/s."""
+    conn = open_floor(path, warm_rows=warm_rows)
     try:
         start = time.perf_counter()
         for i in range(rows):

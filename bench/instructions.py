@@ -13,6 +13,10 @@ commits); the difference divided by 2N leaves out start-up and imports. Only use
 instructions are counted: system calls (fsync, file locks) are not, and neither is the
 disk.
 
+The core row is the Context alone (`Context.call_activity` live, each outcome handed to a
+`record` that does nothing): the part of a slot that is the engine's core, without the
+worker, the committer or the store (docs/performance.md, "The cost of a slot, by stage").
+
 The resume row is counted the same way on histories of 5N and 15N slots (10,000 and
 30,000 by default, built first outside valgrind): loading a history (`load_state`, what a
 worker does after a claim) and replaying it in the core up to the wait it blocked on.
@@ -30,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-KINDS = ("floor", "engine", "engine-no-marks")
+KINDS = ("floor", "engine", "engine-no-marks", "core")
 # Loading a history, and loading then replaying it (the replay is their difference).
 RESUME_KINDS = ("resume-load", "resume-load-replay")
 # The resume row's histories are this many times N slots long (and three times that).
@@ -76,6 +80,27 @@ def _resume_child(kind: str, n: int, workdir: Path) -> None:
             raise SystemExit(f"the replay ended {outcome.status} after {ctx.replayed_commands} slots")
 
 
+def _core_child(n: int) -> None:
+    """The Context alone: the workflow's `n` live activity slots, each outcome recorded nowhere."""
+    import time
+
+    from bench.replaylog_runs import REGISTRY
+    from replaylog.engine.core import CommandRecord, Context, WorkflowState, execute
+
+    def record(slot: int, rec: CommandRecord) -> None:
+        pass
+
+    def on_start(slot: int, name: str, attempt: int) -> None:
+        pass
+
+    state = WorkflowState(input=n)
+    ctx = Context(state, workflow_id="core", activities=REGISTRY.activities, clock=time.time, record=record,
+                  on_start=on_start)
+    outcome = execute(REGISTRY.workflow("chain"), ctx, state)
+    if outcome.status != "completed" or ctx.executed_commands != n:
+        raise SystemExit(f"the core run ended {outcome.status} after {ctx.executed_commands} slots")
+
+
 def _child(kind: str, n: int, workdir: Path) -> None:
     """Run `n` slots (or floor commits) of `kind` in this process: what valgrind counts."""
     from bench.floor import commit_row, open_floor
@@ -85,6 +110,9 @@ def _child(kind: str, n: int, workdir: Path) -> None:
 
     if kind in RESUME_KINDS:
         _resume_child(kind, n, workdir)
+        return
+    if kind == "core":
+        _core_child(n)
         return
     if kind == "floor":
         conn = open_floor(fresh_db(workdir, "floor"))
@@ -159,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--slots must be at least 1")
     figures = measure(args.slots)
     for kind in KINDS:
-        what = "a commit" if kind == "floor" else "a slot"
+        what = "a commit" if kind == "floor" else "a slot (the Context alone)" if kind == "core" else "a slot"
         print(f"{kind:16s} {figures[kind]:>8,} instructions {what}")
     print(f"engine / floor   {figures['engine_vs_floor']:>8}")
     resume = figures["resume_slots"]

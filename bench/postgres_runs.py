@@ -14,7 +14,9 @@ its smaller `peer_*` sizes (rates compare).
 
 from __future__ import annotations
 
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -86,17 +88,55 @@ def _run(url: str, concurrency: int = 64) -> float:
     return _run_worker(Worker(url, REGISTRY, concurrency=concurrency))
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_cpu(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds of a process from /proc (with its reaped children's, if asked)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / _TICK
+
+
+def server_cpu(server: PGServer) -> float:
+    """CPU seconds the server has used so far: its postmaster with the backends it reaped, and the live ones."""
+    postmaster = int((server.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    total = _stat_cpu(postmaster, children=True)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile (then counted with the postmaster's reaped children)
+            if int(fields[1]) == postmaster:
+                total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
+
+
+def _with_cpu(server: PGServer, slots: int, out: dict[str, Any], workload: Any) -> Any:
+    """Run `workload()` (an in-process worker) and add the CPU a slot cost, in µs, to `out`: this
+    process's (the worker's threads: user + system, resource.getrusage) and the server's."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    served = server_cpu(server)
+    result = workload()
+    now = resource.getrusage(resource.RUSAGE_SELF)
+    out["worker_cpu_us_per_slot"] = (now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime) / slots * 1e6
+    out["server_cpu_us_per_slot"] = (server_cpu(server) - served) / slots * 1e6
+    return result
+
+
 def single(server: PGServer, sizes: Sizes) -> dict[str, Any]:
     """One workflow of `single_slots` trivial activities, in-process worker."""
     n = sizes.single_slots
     url = server.fresh_database("single")
     with open_store(url) as store:
         store.start_workflow("chain", n)
-    before, after, wall = _floor_around(url, min(n, 2_000), lambda: _run(url))
+    cpu: dict[str, Any] = {}
+    before, after, wall = _floor_around(url, min(n, 2_000), lambda: _with_cpu(server, n, cpu, lambda: _run(url)))
     floor = (before + after) / 2
     rate = n / wall
     out = {"slots": n, "slots_per_s": rate, "floor_tx_per_s": floor, "floor_before_after": [before, after],
-           "ratio_vs_floor": rate / floor, "target": ">= 0.8 of floor", "met": rate / floor >= 0.8}
+           "ratio_vs_floor": rate / floor, **cpu, "target": ">= 0.8 of floor", "met": rate / floor >= 0.8}
     _versus(out, _peer("single", server, sizes.peer_single_slots))
     return out
 
@@ -109,11 +149,13 @@ def group(server: PGServer, sizes: Sizes) -> dict[str, Any]:
         for _ in range(n):
             store.start_workflow("chain", slots)
     worker = Worker(url, REGISTRY, concurrency=64)
-    before, after, wall = _floor_around(url, min(2_000, n * slots), lambda: _run_worker(worker))
+    cpu: dict[str, Any] = {}
+    before, after, wall = _floor_around(url, min(2_000, n * slots),
+                                        lambda: _with_cpu(server, n * slots, cpu, lambda: _run_worker(worker)))
     floor = (before + after) / 2
     rate = n * slots / wall
     out = {"workflows": n, "slots_each": slots, "slots_per_s": rate, "floor_tx_per_s": floor,
-           "floor_before_after": [before, after], "ratio_vs_floor": rate / floor,
+           "floor_before_after": [before, after], "ratio_vs_floor": rate / floor, **cpu,
            "outcomes_per_commit": worker.committer.commits / max(1, worker.committer.batches),
            "target": ">= 3x floor", "met": rate / floor >= 3}
     _versus(out, _peer("group", server, sizes.peer_group_workflows, sizes.peer_group_slots))

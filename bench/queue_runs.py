@@ -19,7 +19,6 @@ from replaylog.engine.store import open_store
 
 # The claim workload's queue: limits that never stop a claim, so only the admission's reads are paid.
 _CLAIM_QUEUE = Queue("claims", concurrency=1_000_000, rate_limit=(1_000_000_000, 60.0))
-_ROUNDS = 3
 
 
 def _claim_ms(db: Path, n: int, queue: Queue | None) -> tuple[float, float]:
@@ -48,7 +47,7 @@ def claim_cost(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     """A claim of a queued workflow against a claim of an unqueued one, in alternating rounds."""
     n = sizes.queue_claims
     plain, queued = [], []
-    for i in range(_ROUNDS):
+    for i in range(sizes.queue_rounds):
         plain.append(_claim_ms(fresh_db(workdir, f"claim-plain-{i}"), n, None))
         queued.append(_claim_ms(fresh_db(workdir, f"claim-queued-{i}"), n, _CLAIM_QUEUE))
     unqueued_ms, queued_ms = (statistics.median(w for w, _ in plain), statistics.median(w for w, _ in queued))
@@ -78,7 +77,7 @@ def short_queued(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     """
     n, slots = sizes.short_workflows, sizes.short_slots
     ratios, plain, queued = [], [], []
-    for i in range(_ROUNDS):
+    for i in range(sizes.queue_rounds):
         order: list[Queue | None] = [None, SHORT_QUEUE] if i % 2 == 0 else [SHORT_QUEUE, None]
         rates = {q is not None: _short_rate(fresh_db(workdir, f"short-{i}-{q is not None}"), n, slots, q)
                  for q in order}

@@ -59,9 +59,9 @@ class _InterleavedFloor:
     the floor's time is subtracted from the engine's wall time.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, warm_rows: int = WARM_COMMITS) -> None:
         # Used from the workflow's thread, which is not the one opening it.
-        self.conn = open_floor(path, any_thread=True)
+        self.conn = open_floor(path, any_thread=True, warm_rows=warm_rows)
         self.seconds = 0.0
         self.rows = 0
 
@@ -75,7 +75,7 @@ class _InterleavedFloor:
         self.conn.close()
 
 
-def _warm_engine(db: Path, track_inflight: bool = True) -> sqlite3.Connection:
+def _warm_engine(db: Path, track_inflight: bool = True, warm_rows: int = WARM_COMMITS) -> sqlite3.Connection:
     """Grow the engine database's WAL past its first checkpoint, as the floor's is; keep it.
 
     Untimed, like the floor's warm-up: a workflow of as many slots as the floor has
@@ -86,18 +86,18 @@ def _warm_engine(db: Path, track_inflight: bool = True) -> sqlite3.Connection:
     """
     keeper = sqlite3.connect(db, isolation_level=None)
     with open_store(db) as store:
-        store.start_workflow("chain", WARM_COMMITS)
+        store.start_workflow("chain", warm_rows)
     keeper.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the WAL: it now outlives the worker
     Worker(db, REGISTRY, track_inflight=track_inflight).run(until_idle=True)
     return keeper
 
 
-def _single_round(workdir: Path, n: int, name: str, track_inflight: bool) -> dict[str, Any]:
+def _single_round(workdir: Path, n: int, name: str, track_inflight: bool, warm_rows: int) -> dict[str, Any]:
     db = fresh_db(workdir, name)
-    keeper = _warm_engine(db, track_inflight)
+    keeper = _warm_engine(db, track_inflight, warm_rows)
     with open_store(db) as store:
         store.start_workflow("chain", n)
-    floor = _InterleavedFloor(fresh_db(workdir, "floor"))
+    floor = _InterleavedFloor(fresh_db(workdir, "floor"), warm_rows)
     bench.app.HOOK = floor
     try:
         worker = Worker(db, REGISTRY, track_inflight=track_inflight)
@@ -122,8 +122,8 @@ def single(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     without them (`--no-inflight`) is reported beside it.
     """
     n = sizes.single_slots
-    rounds = [_single_round(workdir, n, f"single-{r}", True) for r in range(sizes.single_rounds)]
-    bare = _single_round(workdir, n, "single-bare", False)
+    rounds = [_single_round(workdir, n, f"single-{r}", True, sizes.warm_commits) for r in range(sizes.single_rounds)]
+    bare = _single_round(workdir, n, "single-bare", False, sizes.warm_commits)
     ratio = statistics.median(r["ratio"] for r in rounds)
     return {
         "slots": n, "rounds": rounds, "slots_per_s": statistics.median(r["slots_per_s"] for r in rounds),
@@ -144,8 +144,8 @@ def group(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     the figure (the disk's rate drifts between rounds).
     """
     w, n = sizes.group_workflows, sizes.group_slots
-    floor_rows = max(1000, min(3000, w * n))
-    before = floor_rate(fresh_db(workdir, "floor"), floor_rows)
+    floor_rows = max(sizes.floor_min_rows, min(3000, w * n))
+    before = floor_rate(fresh_db(workdir, "floor"), floor_rows, sizes.warm_commits)
     rounds = []
     for r in range(sizes.group_rounds):
         # Each round runs twice on the same floor weather: with CpuFocus (replaylog.engine.cpu_focus)
@@ -153,7 +153,7 @@ def group(workdir: Path, sizes: Sizes) -> dict[str, Any]:
         runs: dict[bool, tuple[float, Worker]] = {}
         for focus in (True, False):
             db = fresh_db(workdir, f"group-{r}-{'focus' if focus else 'plain'}")
-            keeper = _warm_engine(db)
+            keeper = _warm_engine(db, warm_rows=sizes.warm_commits)
             with open_store(db) as store:
                 for _ in range(w):
                     store.start_workflow("chain", n)
@@ -163,7 +163,7 @@ def group(workdir: Path, sizes: Sizes) -> dict[str, Any]:
                 keeper.close()
             if runs[focus][1].completed != w:
                 raise RuntimeError(f"{runs[focus][1].completed} of {w} workflows completed")
-        after = floor_rate(fresh_db(workdir, "floor"), floor_rows)
+        after = floor_rate(fresh_db(workdir, "floor"), floor_rows, sizes.warm_commits)
         floor = (before + after) / 2
         wall, worker = runs[True]
         rate = w * n / wall

@@ -24,7 +24,6 @@ from bench.sizes import Sizes
 from replaylog.engine.retention import PruneReport, prune, store_batches
 from replaylog.engine.store import open_store, slot_key
 
-_ROUNDS = 6
 _AGE = 40 * 86400.0  # how long ago the seeded workflows finished
 
 
@@ -93,7 +92,7 @@ def retention(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     pruned_count, prune_s, overlapped = 0, 0.0, True
     seeded = fresh_db(workdir, "prune-seeded")
     _seed(seeded, n, sizes.prune_slots, live, live_slots)
-    for i in range(_ROUNDS):
+    for i in range(sizes.prune_rounds):
         rates: dict[bool, float] = {}
         for pruning in ([True, False] if i % 2 == 0 else [False, True]):
             db = fresh_db(workdir, f"prune-{i}-{pruning}")

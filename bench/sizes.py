@@ -49,6 +49,15 @@ class Sizes:
     prune_live_slots: int = 1_000
     tracing_slots: int = 1_000
     tracing_rounds: int = 21
+    # Untimed commits that grow a new database's WAL past its first checkpoint before a
+    # floor or an engine run is timed (bench.floor.WARM_COMMITS), and the fewest rows a
+    # group run's floor is timed on.
+    warm_commits: int = 1_200
+    floor_min_rows: int = 1_000
+    # Alternated rounds of the queue row (claims, short workflows) and of the prune row
+    # (the first prunes to its end, the others are stopped when the live work ends).
+    queue_rounds: int = 3
+    prune_rounds: int = 6
 
     def to_dict(self) -> dict[str, Any]:
         """The sizes as a plain dict for the JSON report."""
@@ -64,5 +73,6 @@ SMOKE = Sizes(
     peer_signal_samples=3, peer_short_workflows=10, timer_count=20, timer_spread_s=1.0, sleepers=200,
     sleepers_idle_s=1.0, wake_samples=5, async_workflows=40, async_activity_s=0.2, async_slots=200, async_rounds=1,
     queue_claims=20, prune_finished=2_000, prune_slots=3, prune_live_workflows=4, prune_live_slots=30,
-    tracing_slots=30, tracing_rounds=3,
+    tracing_slots=30, tracing_rounds=3, warm_commits=20, floor_min_rows=50,
+    queue_rounds=1, prune_rounds=2,
 )

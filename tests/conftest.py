@@ -233,8 +233,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", default=False, help="run the long soak tests (make soak)")
 
 
+# Files with tests of 10 s or more (fault storms, whole documents, the bench smoke run,
+# browsers, a wheel build). They run first: with `pytest -n 2` a long test handed out last
+# keeps one process busy while the other has nothing left to do.
+SLOW_FIRST = frozenset({
+    "test_bench_smoke.py", "test_fault_killstorm.py", "test_fault_timers.py", "test_fault_signals.py",
+    "test_fault_contention.py", "test_docs_examples.py", "test_console_browser.py", "test_fault_badinput.py",
+    "test_packaging.py", "test_console_serve.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip soak-marked tests unless --soak was given, so a default run stays short."""
+    """Put the slow files first (SLOW_FIRST, order otherwise kept); skip soak-marked tests unless
+    --soak was given, so a default run stays short."""
+    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: False (slow) first
     if config.getoption("--soak"):
         return
     skip = pytest.mark.skip(reason="soak test: run with --soak (make soak)")

@@ -109,7 +109,9 @@ def test_smoke_run_writes_every_measurement(tmp_path: Path) -> None:
     assert pg["status"] in ("ok", "skipped"), pg
     if pg["status"] == "ok":
         for key, field in (("single", "ratio_vs_floor"), ("group", "ratio_vs_floor"), ("short", "workflows_per_s_4p"),
-                           ("signal", "p99_ms")):
+                           ("signal", "p99_ms"), ("single", "worker_cpu_us_per_slot"),
+                           ("single", "server_cpu_us_per_slot"), ("group", "worker_cpu_us_per_slot"),
+                           ("group", "server_cpu_us_per_slot")):
             assert field in pg[key], (key, field)
     peer = m["peer"]
     assert peer["status"] in ("ok", "skipped"), peer
@@ -167,6 +169,8 @@ def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> 
     figures = json.loads(out.read_text())
     assert figures["slots"] == 100
     assert 10_000 < figures["floor"] < min(figures["engine"], figures["engine-no-marks"]), figures
+    # The core row: the Context alone, a part of what the engine does a slot.
+    assert 0 < figures["core"] < figures["engine-no-marks"], figures
     assert "engine / floor" in proc.stdout
     # The resume row: loading and replaying histories of 500 and 1,500 slots, each a positive cost a slot.
     assert figures["resume_slots"] == 500 and figures["resume-load"] > 0 and figures["resume-replay"] > 0, figures

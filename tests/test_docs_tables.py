@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +11,7 @@ import click
 import pytest
 
 from bench.report import markdown as bench_markdown
+from conftest import run_cli
 from replaylog import Client, Queue
 from replaylog.cli import cli
 from replaylog.console import keys
@@ -79,12 +77,11 @@ def test_cli_doc_names_every_command_and_option() -> None:
 def test_cli_doc_json_shapes_are_what_the_commands_print(tmp_path: Path) -> None:
     """The keys of list --json, show --json, check --json, export and stats --json in docs/cli.md are the keys the
     commands print."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYLOG_")}
-    env["REPLAYLOG_DB"] = str(tmp_path / "replaylog.db")
+    db = tmp_path / "replaylog.db"
 
     def cmd(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "replaylog", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+        # In this process but for the worker (conftest.run_cli): the shapes, not the process, are checked.
+        done = run_cli(db, *args)
         assert done.returncode == 0, done.stderr
         return done.stdout
 

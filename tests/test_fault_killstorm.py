@@ -161,10 +161,11 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
 
 
 def test_kill_storm_loses_nothing_and_reruns_only_what_was_in_flight(tmp_path: Path) -> None:
-    """At least 30 SIGKILLs at random points (`make soak` makes 1,000)."""
-    figures = kill_storm(tmp_path, kills_wanted=30, time_limit=600,
+    """At least 16 SIGKILLs at random points, half of them while the victim runs activities
+    (`make soak` makes 1,000)."""
+    figures = kill_storm(tmp_path, kills_wanted=16, time_limit=600,
                          seed=int(os.environ.get("FAULT_SEED", "4")))
-    assert figures["kills"] >= 30
+    assert figures["kills"] >= 16
     report("kill_storm", figures)
 
 

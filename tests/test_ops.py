@@ -382,7 +382,10 @@ def test_operator_actions_refuse_bad_input_in_one_line_and_write_nothing(ops: Cl
     refused(ops("import", str(exported)), "'done' already exists")
     cases = {"malformed.json": "{not json", "other.json": json.dumps({"format": "something-else", "version": 1}),
              "newer.json": json.dumps({**json.loads(exported.read_text()), "version": 99}),
-             "list.json": "[]", "badslot.json": json.dumps({**json.loads(exported.read_text()), "slots": [{}]})}
+             "list.json": "[]", "badslot.json": json.dumps({**json.loads(exported.read_text()), "slots": [{}]}),
+             "badattributes.json": json.dumps({**json.loads(exported.read_text()), "slots": [
+                 {"slot": 0, "kind": "attributes", "name": "k", "ok": True, "value": "c-42", "attempts": 1,
+                  "recorded_at": 0}]})}
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
     refused(ops("import", str(tmp_path / "malformed.json")), "invalid JSON")
@@ -390,6 +393,8 @@ def test_operator_actions_refuse_bad_input_in_one_line_and_write_nothing(ops: Cl
     refused(ops("import", str(tmp_path / "newer.json")), "version 99 is not supported")
     refused(ops("import", str(tmp_path / "list.json")), "not a replaylog history document")
     refused(ops("import", str(tmp_path / "badslot.json"), "--id", "x"), "slot 0 is malformed")
+    refused(ops("import", str(tmp_path / "badattributes.json"), "--id", "x"),
+            "slot 0 is malformed: the value of an attributes slot is an object of search attributes")
     refused(ops("import", str(tmp_path / "missing.json")), "cannot read")
     refused(ops("check", "--history", str(tmp_path / "other.json")), "not a replaylog history document")
     assert snapshot(db) == before

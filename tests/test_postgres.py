@@ -23,6 +23,7 @@ from replaylog.console.paged_table import PagedTable
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import ReadOnlyError, SchemaVersionError, StoreError
 from replaylog.engine.store import PendingRecord, open_store, redact_url
+from replaylog.engine.store.postgres import connection as pg_connection
 from replaylog.engine.store.shared.migrations import latest
 
 
@@ -131,6 +132,24 @@ def test_a_notification_changes_the_change_token_of_another_connection(pg_url: s
         assert wait_for(lambda: watcher.data_version() != seen, timeout=120)
         seen = watcher.data_version()
         writer.send_signal(wid, "go", 1)
+        assert wait_for(lambda: watcher.data_version() != seen, timeout=120)
+
+
+def test_closing_a_store_ends_its_change_listener_without_waiting_for_a_notification(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The listening thread's own look at the closing flag is put off for an hour: only close()
+    # can end its wait (a client's close, a command's exit, used to wait out a poll).
+    monkeypatch.setattr(pg_connection, "LISTEN_IDLE", 3600.0)
+    store = open_store(pg_url)
+    store.data_version()  # starts the listener
+    listener = store._listener  # type: ignore[attr-defined]
+    assert listener is not None and listener.is_alive()
+    store.close()
+    listener.join(120)
+    assert not listener.is_alive()
+    with open_store(pg_url) as watcher, open_store(pg_url) as writer:  # a new store still hears changes
+        seen = watcher.data_version()
+        writer.start_workflow("wf", 1)
         assert wait_for(lambda: watcher.data_version() != seen, timeout=120)
 
 

@@ -1024,12 +1024,21 @@ class Context:
             TypeError: both `retry` and `max_retries` are given, or `retry` is no RetryPolicy
                 (nothing is recorded). ValueError: a timeout is not a positive number of seconds.
         """
+        # The commonest call (an @activity function, no options) is spelled out below without
+        # the three helper calls it would make (registered_name, _policy, _limits), on every
+        # slot, live or replayed: ~1,400 CPU instructions a slot fewer (bench.instructions'
+        # core row, 17,900 -> 16,400; its resume replay, 11,000 -> 9,500).
         if isinstance(fn_or_name, str):
             name, fn = fn_or_name, self._activities.get(fn_or_name)
         else:
-            name, fn = registered_name(fn_or_name), fn_or_name
-        attempts, policy = self._policy(fn, max_retries, retry, "call_activity")
-        limits = _limits(timeout, heartbeat_timeout, "call_activity")
+            name, fn = getattr(fn_or_name, "_replaylog_name", None) or fn_or_name.__name__, fn_or_name
+        if retry is None and max_retries is None:
+            policy = (_POLICIES.get(fn) if fn is not None else None) or self._default_retry
+            attempts = 3 if policy is None else policy.max_attempts
+        else:
+            attempts, policy = self._policy(fn, max_retries, retry, "call_activity")
+        limits = None if timeout is None and heartbeat_timeout is None else _limits(
+            timeout, heartbeat_timeout, "call_activity")
         slot = self._cmd_index
         self._cmd_index = slot + 1
         checked = fn not in _UNCHECKED

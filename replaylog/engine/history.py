@@ -11,7 +11,7 @@ from typing import Any, get_args
 
 from replaylog.engine.core import CommandRecord, ErrorKind, SignalRecord, WorkflowState
 from replaylog.engine.errors import HistoryFormatError
-from replaylog.engine.vocab import is_kind, is_status
+from replaylog.engine.vocab import SlotKind, is_kind, is_status
 
 FORMAT = "replaylog-history"
 VERSION = 1
@@ -84,6 +84,9 @@ def parse_document(data: Any, where: str) -> HistoryDocument:
               and type(c.get("attempts")) is int and isinstance(c.get("recorded_at"), (int, float))
               and (c.get("error") is None or isinstance(c.get("error"), str))
               and (c.get("args") is None or isinstance(c.get("args"), str)), where, f"{at} is malformed")
+        # The store indexes each key of a recorded attributes slot (engine.store.shared.attributes).
+        _need(c["kind"] != SlotKind.ATTRIBUTES or not c["ok"] or isinstance(c.get("value"), dict), where,
+              f"{at} is malformed: the value of an attributes slot is an object of search attributes")
         # "args": the argument guard's key (absent in documents written before it: no check on replay).
         commands.append(CommandRecord(c["kind"], c["name"], c["ok"], c.get("value"), c.get("error"), c["attempts"],
                                       c.get("args")))

@@ -14,6 +14,8 @@ NOTIFYs (a start, a signal, a verdict, a release); a thread counts the notificat
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -44,6 +46,9 @@ NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
 RECONNECT_FOR = 60.0
 BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 2.0
+# The listening thread waits on its connection's socket and on a pipe that close() writes to,
+# so a close never waits out a poll; it also looks at the closing flag this often (seconds).
+LISTEN_IDLE = 5.0
 # Faults after which the same work is simply tried again: the transaction was rolled back.
 _RETRY_IN_PLACE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
@@ -150,6 +155,8 @@ class PGConnection(StoreBase):
         self._listener: threading.Thread | None = None
         self._wakers: list[Callable[[], None]] = []
         self._closing = threading.Event()
+        # The pipe close() writes to, to end the listening thread's wait at once (made with the thread).
+        self._stop_pipe: tuple[int, int] | None = None
         # A write sent without waiting for its answer (`_send_unanswered`): how to make it again
         # if the answer, read before the connection's next use, says it failed.
         self._unanswered: Callable[[Conn, int], Any] | None = None
@@ -206,8 +213,13 @@ class PGConnection(StoreBase):
         # (An unanswered write is not waited for: the server runs it before it reads the
         # connection's end.)
         self._conn.close()
-        if self._listener is not None:
+        if self._listener is not None and self._stop_pipe is not None:
+            os.write(self._stop_pipe[1], b"x")
             self._listener.join(timeout=2)
+            if not self._listener.is_alive():  # else it may still select on the pipe: leave it open
+                for fd in self._stop_pipe:
+                    os.close(fd)
+                self._stop_pipe = None
 
     def open_marks(self, owner: str, records: int) -> MarkBoard | None:
         """None: hosts share no files; marks are rows, written through `mark_started`."""
@@ -414,8 +426,9 @@ class PGConnection(StoreBase):
         """
         if self._listener is None:
             ready = threading.Event()
-            self._listener = threading.Thread(target=self._listen, args=(ready,), name="replaylog-pg-listen",
-                                              daemon=True)
+            self._stop_pipe = os.pipe()
+            self._listener = threading.Thread(target=self._listen, args=(ready, self._stop_pipe[0]),
+                                              name="replaylog-pg-listen", daemon=True)
             self._listener.start()
             ready.wait(5)
         return self._version
@@ -427,7 +440,7 @@ class PGConnection(StoreBase):
         self.data_version()  # start listening
         return True
 
-    def _listen(self, ready: threading.Event) -> None:
+    def _listen(self, ready: threading.Event, stop: int) -> None:
         backoff = BACKOFF_FIRST
         while not self._closing.is_set():
             try:
@@ -436,8 +449,14 @@ class PGConnection(StoreBase):
                     self._version += 1  # anything may have changed while nobody listened
                     ready.set()
                     backoff = BACKOFF_FIRST
+                    # poll, not select: a busy worker's descriptors may be numbered past select's 1,024.
+                    waiting = select.poll()
+                    waiting.register(conn.fileno(), select.POLLIN)
+                    waiting.register(stop, select.POLLIN)
                     while not self._closing.is_set():
-                        for _ in conn.notifies(timeout=0.2):
+                        if not any(fd == conn.fileno() for fd, _ in waiting.poll(LISTEN_IDLE * 1000)):
+                            continue  # close() wrote to the pipe (the loop ends), or nothing came
+                        for _ in conn.notifies(timeout=0):
                             self._version += 1
                             for wake in self._wakers:
                                 wake()
