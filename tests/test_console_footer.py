@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from console_helpers import async_test, make_app, settle
+from console_helpers import async_test, make_app, settle, wait_until
 from console_seed import ROLES
 from textual.pilot import Pilot
 from textual.widgets._footer import FooterKey
@@ -60,3 +60,27 @@ async def test_a_footer_whose_keys_fit_stays_one_line_as_textuals_own(console_db
         bound, whole = footer_keys(pilot)
         assert sorted(whole) == bound
         assert footer.region.height == 1 and not footer.compact and not footer.has_class("-wrapped")
+
+
+@async_test
+async def test_a_narrow_footer_keeps_every_key_whole_after_its_keys_are_composed_again(console_db: Path) -> None:
+    # A screen's bindings changing recomposes the footer: fresh keys in the stock order, with no
+    # resize after them. The grid must be measured in the order it shows the keys (help first),
+    # or a column is too wide and the last key of the first line is cut at the right edge.
+    app = make_app(console_db)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        for width in (64, 100, 58, 72, 64):
+            await pilot.resize_terminal(width, 30)
+            await settle(pilot)
+            footer = app.screen.query_one(KeyFooter)
+            bound, whole = footer_keys(pilot)
+            assert sorted(whole) == bound, (width, "after a resize", set(bound) - set(whole))
+            old = set(footer.query(FooterKey))
+            app.screen.refresh_bindings()
+            assert await wait_until(pilot, lambda f=footer, o=old: not o & set(f.query(FooterKey))), width
+            await settle(pilot)
+            bound, whole = footer_keys(pilot)
+            assert sorted(whole) == bound, (width, "after a recompose", set(bound) - set(whole))
+            assert footer.has_class("-wrapped") == (width < 100), width
+            assert whole[0] == "question_mark" or width >= 100, width

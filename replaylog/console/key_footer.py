@@ -11,6 +11,8 @@ is on screen and can be clicked (or tapped, in a browser).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual import events
 from textual.app import ComposeResult
 from textual.widget import Widget
@@ -45,9 +47,12 @@ class KeyFooter(Footer):
     }
     """
 
+    # The keys of the last compose, in the stock footer's order (for `_fit`).
+    _stock: tuple[Widget, ...] = ()
+
     def compose(self) -> ComposeResult:
         """The stock footer's keys (remembered in their order, for `_fit`)."""
-        self._stock: list[Widget] = list(super().compose())
+        self._stock = tuple(super().compose())
         yield from self._stock
 
     def on_resize(self, _event: events.Resize) -> None:
@@ -60,31 +65,47 @@ class KeyFooter(Footer):
         self._fit()
 
     def _fit(self) -> None:
-        keys = [w for w in self.children if isinstance(w, FooterKey)]
+        # The columns are measured on the keys in the order the grid will show them (the help
+        # key first), never in the order they happen to have now: after a recompose that is the
+        # stock order, whose columns differ, and no later resize may come to correct them.
         width = self.size.width
-        if not keys or not width:
+        stock = [w for w in self._stock if w.parent is self]
+        if not width or not any(isinstance(w, FooterKey) for w in stock):
             return
-        texts = [len(k.key_display) + (1 + len(k.description) if k.description else 0) for k in keys]
-        one_line = sum(t + _NORMAL_PADDING * bool(k.description) + _PALETTE_EDGES * k.has_class("-command-palette")
-                       for k, t in zip(keys, texts, strict=True))
-        if one_line <= width:
+        if _one_line(stock) <= width:
             self.compact = False
             self.remove_class("-wrapped")
-            self._order(self._stock)
+            self._order(stock)
             return
-        # As many columns as fit (each as wide as its widest key), filled row by row.
-        columns = next((n for n in range(len(texts), 1, -1)
-                        if sum(max(texts[i::n]) for i in range(n)) + _GUTTER * (n - 1) <= width), 1)
+        wrapped = sorted(stock, key=lambda w: not _is_help(w))
         self.compact = True
         self.add_class("-wrapped")
-        self.styles.grid_size_columns = columns
-        self._order(sorted(self._stock, key=lambda w: not _is_help(w)))
+        self.styles.grid_size_columns = _columns(wrapped, width)
+        self._order(wrapped)
 
-    def _order(self, widgets: list[Widget]) -> None:
+    def _order(self, widgets: Sequence[Widget]) -> None:
         """Put the keys in this order (the grid fills its lines in it)."""
         for index, widget in enumerate(w for w in widgets if w.parent is self):
             if self.children[index] is not widget:
                 self.move_child(widget, before=index)
+
+
+def _text(key: FooterKey) -> int:
+    """The cells of a key's text ("k desc"), without padding."""
+    return len(key.key_display) + (1 + len(key.description) if key.description else 0)
+
+
+def _one_line(widgets: Sequence[Widget]) -> int:
+    """The cells the keys take on one line, as the stock (not compact) footer draws them."""
+    return sum(_text(k) + _NORMAL_PADDING * bool(k.description) + _PALETTE_EDGES * k.has_class("-command-palette")
+               for k in widgets if isinstance(k, FooterKey))
+
+
+def _columns(widgets: list[Widget], width: int) -> int:
+    """As many grid columns as fit in width (each as wide as its widest key), filled row by row in this order."""
+    texts = [_text(k) for k in widgets if isinstance(k, FooterKey)]
+    return next((n for n in range(len(texts), 1, -1)
+                 if sum(max(texts[i::n]) for i in range(n)) + _GUTTER * (n - 1) <= width), 1)
 
 
 def _is_help(widget: Widget) -> bool:
