@@ -96,3 +96,9 @@ def late_signal(ctx: Context) -> None:
     child = ctx.start_workflow(quick)
     child.result()
     child.signal("go", 1)
+
+
+@workflow
+def caller(ctx: Context, given: str | None) -> Any:
+    """Call a tally child of one "go" (under the id `given`, else the derived one) and wait for it."""
+    return ctx.call_workflow(tally, 1, id=given)

@@ -32,6 +32,7 @@ from replaylog.engine.core import (
     Outcome,
     RetryWait,
     WorkflowState,
+    args_key,
     child_act_refused,
     child_act_target,
     signal_name_refusal,
@@ -44,6 +45,7 @@ from replaylog.engine.store.shared import attributes
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
 from replaylog.engine.store.shared.queues import check_start
+from replaylog.engine.store.shared.reads import load_commands
 from replaylog.engine.text import utc
 from replaylog.engine.vocab import FINISHED, UNFINISHED, SlotKind, Status, Wait
 
@@ -556,6 +558,9 @@ class SharedOperatorWrites(StoreBase):
 
         From slot `from_slot` its code runs live (under its own id, so with new
         idempotency keys). The original is untouched. Returns the new id.
+
+        A child the copied slots start whose outcome is not among the copied signals is
+        the fork's own (see `_fork_children`): the original's child reports to the original.
         """
         wid = new_id or new_workflow_id()
         _check_id(wid)
@@ -583,6 +588,7 @@ class SharedOperatorWrites(StoreBase):
                 conn, "INSERT INTO signals (workflow_id, seq, name, payload, consumed, sent_at)"
                 " SELECT ?, seq, name, payload, false, sent_at FROM signals WHERE workflow_id = ? AND run IS NULL",
                 (wid, workflow_id))
+            self._fork_children(conn, workflow_id, wid, new, now, who)
             _audit(sql, conn, wid, "fork", now, who, detail=f"from {workflow_id} at slot {from_slot}")
 
         self._operate(wid, "fork", now, who, fork, lambda _: None)
@@ -652,8 +658,57 @@ class SharedOperatorWrites(StoreBase):
         return self._operate(parent_id, "start", now, who, lambda conn: self._start_recorded_children(
             conn, parent_id, state.commands, answered, now, who), lambda _: [])
 
+    def _fork_children(self, conn: Any, source: str, wid: str, base: int, now: float, who: str) -> None:
+        """Give a fork, in its own transaction, its own child for each copied child start still unanswered.
+
+        The copied start slot holds the original's child id (`source`.slot), and that child
+        tells only the original its outcome: a fork replaying the slot would wait for it
+        forever. Its code, run live at that slot, would have derived `wid`.slot, so that is
+        the id written into the fork's slot (and into the copied signals to and cancels of
+        that child), and the child is started as the worker's commit would have: its recorded
+        input, deadline and parent-close policy, then those signals and cancels. Replay reads
+        the id from the slot, so the fork stays deterministic; the original's child is not
+        touched. A child the code gave its own id cannot be had twice: the fork is refused.
+        """
+        sql = self.dialect
+        commands = load_commands(sql, conn, base)
+        answered = {str(r[0]) for r in sql.run(conn, "SELECT name FROM signals WHERE workflow_id = ?", (wid,))}
+        renamed: dict[str, str] = {}
+        for slot, c in _recorded_children(commands, answered):
+            old, mine = str(c.value["id"]), f"{wid}.{slot}"
+            if old != f"{source}.{slot}":
+                raise OperatorRefusedError(
+                    f"slot {slot} of {source!r} started child workflow {old!r} under an id its code gave, and its"
+                    f" result has not arrived: a fork can neither wait for it (it reports to {source!r}) nor start"
+                    f" a second {old!r}; fork from slot {slot} or earlier, or once it has finished")
+            if sql.run(conn, "SELECT 1 FROM workflows WHERE id = ?", (mine,)).fetchone():
+                raise OperatorRefusedError(f"the fork's child at slot {slot} would be {mine!r}, and a workflow has"
+                                           " that id already: fork under another id")
+            renamed[old] = mine
+        if not renamed:
+            return
+        rewritten = list(commands)
+        for slot, c in enumerate(commands):
+            if not c.ok:
+                continue
+            if (c.kind in _STARTS_CHILD or c.kind == CHILD_SIGNAL) and isinstance(c.value, dict) and \
+                    str(c.value.get("id")) in renamed:
+                mine = renamed[str(c.value["id"])]
+                c = c._replace(value={**c.value, "id": mine},
+                               args=args_key((mine,), {}) if c.kind == CHILD_SIGNAL else c.args)
+            elif c.kind == CHILD_CANCEL and c.name in renamed:
+                c = c._replace(name=renamed[c.name])
+            else:
+                continue
+            rewritten[slot] = c
+            sql.run(conn, "UPDATE commands SET name = ?, value = ?, args = ? WHERE slot_key = ?",
+                    (c.name, dumps(c.value), c.args, base + slot))
+        self._start_recorded_children(conn, wid, rewritten, answered, now, who,
+                                      lambda slot: f"its own child, for the copy of slot {slot} of {source}")
+
     def _start_recorded_children(self, conn: Any, parent_id: str, commands: Sequence[CommandRecord],
-                                 answered: Collection[str], now: float, who: str) -> list[str]:
+                                 answered: Collection[str], now: float, who: str,
+                                 why: Callable[[int], str] | None = None) -> list[str]:
         """Insert, pending, each child `commands` record as started, not answered and with no row; their ids.
 
         As the worker's commit of its start slot would have: its recorded input, its parent,
@@ -661,7 +716,7 @@ class SharedOperatorWrites(StoreBase):
         and cancels of it are applied, in slot order. A workflow that has the id already is
         left as it is, but one with no parent (a child imported before its parent) is adopted:
         its outcome, if it has finished, is delivered to the parent. Each child started here
-        has an audit row saying so.
+        has an audit row saying so (`why(slot)`, by default that its row was missing).
         """
         sql = self.dialect
         started: set[str] = set()
@@ -685,8 +740,9 @@ class SharedOperatorWrites(StoreBase):
                 child_input, f"the input of child workflow {child_id!r}"), now)
             sql.run(conn, "UPDATE workflows SET parent = ? WHERE id = ?", (parent_id, child_id))
             child_deadline(sql, conn, child_id, parent_id, c.value, self.wake_clock())
-            _audit(sql, conn, child_id, "start", now, who,
-                   detail=f"{c.name}: recorded as started by {parent_id} at slot {slot}, which had no row of it")
+            reason = f"recorded as started by {parent_id} at slot {slot}, which had no row of it" if why is None \
+                else f"started by {parent_id}: {why(slot)}"
+            _audit(sql, conn, child_id, "start", now, who, detail=f"{c.name}: {reason}")
             started.add(child_id)
         for c in commands:
             if c.ok and c.kind in CHILD_ACTS and (c.kind != CHILD_SIGNAL or isinstance(c.value, dict)) and \
