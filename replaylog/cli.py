@@ -20,10 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, cast
 
 import click
-from rich import box
-from rich.console import Console, Group
-from rich.table import Table
-from rich.text import Text
 
 from replaylog.client import (
     BULK_PAST,
@@ -36,7 +32,6 @@ from replaylog.client import (
     WorkflowView,
     resolve_db,
 )
-from replaylog.console.format import clock_read, status_text, worker_error_line
 from replaylog.engine.app import AppImportError, Registry, load_app, resolve_app_spec
 from replaylog.engine.check import judge
 from replaylog.engine.core import DEFAULT_MAX_SLOTS, HISTORY_WARN
@@ -71,7 +66,15 @@ from replaylog.engine.vocab import FINISHED, UNFINISHED, SlotKind, Status, kind_
 from replaylog.engine.workflow_log import WORKFLOW_LOGGER
 
 if TYPE_CHECKING:
+    from rich.console import Console, Group
+    from rich.table import Table
+    from rich.text import Text
+
     from replaylog.console.app import ReplaylogConsole
+
+# rich (and `console.format`, which styles with it) is imported in the functions that
+# print with it, not here: `replaylog --help` and the commands that print no table or
+# styled text skip its import (~35 ms of `import replaylog.cli` under -X importtime).
 
 
 class CLIError(click.ClickException):
@@ -671,6 +674,8 @@ def _when(ts: float | None, *, short: bool = False) -> str:
 
 def _clock_value(value: Any) -> str:
     """A recorded `now` slot as a UTC time; anything that is not a plausible time as its JSON."""
+    from replaylog.console.format import clock_read
+
     return clock_read(value) or preview(value, 40)
 
 
@@ -681,6 +686,8 @@ _PIPED_WIDTH = 10_000
 
 def _console(stderr: bool = False) -> Console:
     """A rich console: a terminal's width, else one that never wraps (nor pads to its width)."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
         return Console(stderr=stderr)
@@ -700,11 +707,15 @@ def _print(*renderables: Any) -> None:
 
 def _t(value: Any) -> Text:
     """A table cell that is always text, never markup."""
+    from rich.text import Text
+
     return Text(printable("" if value is None else str(value), oneline=True))
 
 
 def _head() -> Table:
     """The two-column grid of facts atop `show`."""
+    from rich.table import Table
+
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
@@ -724,6 +735,8 @@ def _long_history(slots: int) -> str:
 
 def _show_earlier_run(view: WorkflowView) -> None:
     """`show ID --run N` of an earlier run: its input, its end, its slots and the signals it consumed."""
+    from rich.text import Text
+
     head = _head()
     head.add_row("id", _t(view.info.id))
     head.add_row("workflow", _t(view.info.workflow))
@@ -813,6 +826,10 @@ def _filter_fields(where: WorkflowFilter) -> dict[str, Any]:
 def list_cmd(ctx: click.Context, settings: Settings, as_json: bool, limit: int | None, awaiting: str | None,
              tree: bool) -> None:
     """List workflows, most recently updated first, of every filter given (docs/cli.md, "Filters")."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     where = _filter_given(ctx)
     if limit is None:
         limit = 0 if as_json else 200
@@ -947,10 +964,14 @@ def _blocked_text(blocked_on: str | None, wake_at: float | None, now: float,
 
 
 def _waits(waiting: str | None) -> Text:
+    from rich.text import Text
+
     return Text(printable(waiting or "", oneline=True), style="yellow")
 
 
 def _status(status: str, waiting: str | None = None) -> Text:
+    from replaylog.console.format import status_text
+
     shown = status_text(status)  # styled as the console styles it
     if waiting:
         shown.append(printable(f" — {waiting}", oneline=True), style="yellow")
@@ -966,6 +987,10 @@ def _status(status: str, waiting: str | None = None) -> Text:
 @pass_settings
 def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -> None:
     """Show a workflow: status, input, result or error, every slot, every signal (of its latest run)."""
+    from rich.text import Text
+
+    from replaylog.console.format import worker_error_line
+
     with settings.client(readonly=True) as client:
         handle = client.get_handle(workflow_id)
         if as_json:
@@ -1054,11 +1079,17 @@ def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -
 
 def _traceback(title: str, text: str) -> list[Group]:
     """A failure's traceback as `show` prints it: a title, then its lines (control characters made visible)."""
+    from rich.console import Group
+    from rich.text import Text
+
     return [Group(Text(printable(title, oneline=True), style="bold"), Text(printable(text), style="red"), Text(""))]
 
 
 def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]], wide: str | None = None) -> Table:
     """One of show's tables: `wide` is the column that takes what is left; the short ones never wrap."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for col in columns:
         if wide is None:
@@ -1072,6 +1103,8 @@ def _listing(title: str, columns: tuple[str, ...], rows: list[tuple[Text, ...]],
 
 def _slot_rows(slots: list[Slot]) -> list[tuple[Text, ...]]:
     """show's slot rows: each ctx.parallel group opens with a line of its own, its tasks marked ‖."""
+    from rich.text import Text
+
     last = {c.parallel_group: c.slot for c in slots}  # each group's last recorded slot
     rows: list[tuple[Text, ...]] = []
     group = None
@@ -1172,6 +1205,7 @@ def _check_histories(files: list[str], registry: Registry) -> None:
 
 def _check_all(client: Client) -> None:
     from rich.progress import Progress
+    from rich.text import Text
 
     ids = client.matching(client.filter(status=UNFINISHED))  # oldest first
     failures: list[tuple[str, str]] = []
@@ -1455,6 +1489,10 @@ def schedule_add(settings: Settings, name: str, cron_expr: str, workflow_name: s
 @pass_settings
 def schedule_list(settings: Settings, as_json: bool) -> None:
     """List the schedules with their next run."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     with settings.client(readonly=True) as client:
         rows = client.schedules()
     if as_json:

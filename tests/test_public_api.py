@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from importlib.metadata import entry_points
 
 import pytest
@@ -80,6 +82,53 @@ def test_every_public_name_and_its_public_members_have_docstrings(name: str) -> 
             if member.startswith("_") or not (inspect.isfunction(value) or isinstance(value, property)):
                 continue
             assert (value.__doc__ or "").strip(), f"replaylog.{name}.{member} has no docstring"
+
+
+def _loaded_after(code: str, modules: list[str]) -> list[str]:
+    """Which of `modules` a fresh interpreter has loaded after running `code`."""
+    probe = f"import sys\n{code}\nprint(' '.join(m for m in {modules!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+# The design: asyncio and the worker's machinery load only when an async name, `Worker`, or
+# async workflow code is used, so `import replaylog` and every `replaylog` command (which
+# runs the package's __init__ first) start faster. Each check fails if an eager import of
+# them comes back, in replaylog/__init__.py, the engine core, or the command line.
+def test_importing_replaylog_loads_neither_asyncio_nor_the_worker() -> None:
+    heavy = ["asyncio", "replaylog.async_client", "replaylog.engine.aio", "replaylog.worker",
+             "replaylog.engine.worker"]
+    assert _loaded_after("import replaylog", heavy) == []
+    assert _loaded_after("from replaylog import Client, Context, workflow", heavy) == []
+
+
+def test_the_command_line_and_a_sync_workflow_run_without_asyncio() -> None:
+    code = (
+        "import replaylog.cli\n"
+        "from replaylog import Context, WorkflowState, activity, run, workflow\n"
+        "@activity\n"
+        "def greet(name: str) -> str:\n"
+        "    return 'hi ' + name\n"
+        "@workflow\n"
+        "def hello(ctx: Context) -> str:\n"
+        "    return ctx.call_activity(greet, 'ann')\n"
+        "result = run(hello, WorkflowState(has_input=False), clock=lambda: 0.0,\n"
+        "             activities={'greet': greet})\n"
+        "assert result.outcome.result == 'hi ann', result"
+    )
+    assert _loaded_after(code, ["asyncio"]) == []
+
+
+def test_lazily_loaded_public_names_are_the_modules_own() -> None:
+    from replaylog.async_client import AsyncClient
+    from replaylog.engine.aio import AsyncContext
+    from replaylog.worker import AsyncWorker, Worker
+
+    assert (replaylog.AsyncClient, replaylog.AsyncContext) == (AsyncClient, AsyncContext)
+    assert replaylog.Worker is Worker is AsyncWorker is replaylog.AsyncWorker
+    assert set(replaylog.__all__) <= set(dir(replaylog))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        getattr(replaylog, "Nope")  # noqa: B009
 
 
 def test_every_public_error_has_the_one_root() -> None:

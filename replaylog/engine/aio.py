@@ -434,11 +434,6 @@ class AsyncChildHandle:
         await self._loop.issue(lambda: handle.cancel(reason))
 
 
-def is_async(fn: Callable[..., Any]) -> bool:
-    """Whether a workflow or activity function is `async def` (a coroutine function)."""
-    return asyncio.iscoroutinefunction(fn)
-
-
 async def _within(coro: Coroutine[Any, Any, Any], timeout: float, attempt: int) -> Any:
     """Await `coro` for at most `timeout` seconds; ActivityTimeout (not its own TimeoutError) if cancelled then."""
     try:

@@ -9,17 +9,18 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
+import inspect
 import json
 import math
 import random
+import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import CoroutineType
 from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overload
 
-from replaylog.engine import aio as _aio
 from replaylog.engine import thread_guard
 from replaylog.engine.attempt_watch import LocalTimed
 from replaylog.engine.errors import (
@@ -41,6 +42,30 @@ from replaylog.engine.retry import DURABLE_AFTER, RetryPolicy
 from replaylog.engine.tracebacks import user_traceback
 from replaylog.engine.vocab import SlotKind, Status, Wait, status_info
 from replaylog.engine.workflow_log import WorkflowLog
+
+# `replaylog.engine.aio` (the loop async workflows run on) imports asyncio, about a seventh
+# of `import replaylog.cli` (~40 ms of ~275 ms under -X importtime): the core reaches for it
+# only once a workflow or activity is `async def`, so sync-only programs, the command line
+# and worker subprocesses of sync apps never load asyncio.
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether a workflow or activity function is `async def` (a coroutine function).
+
+    The answer of `asyncio.iscoroutinefunction`, which adds to `inspect`'s a marker that only
+    asyncio's own objects carry: with asyncio not yet imported no object can carry it.
+    """
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return inspect.iscoroutinefunction(fn)
+    return bool(asyncio.iscoroutinefunction(fn))
+
+
+def _await_here(coro: Coroutine[Any, Any, Any], *args: Any) -> Any:
+    """The default `run_coroutine`: `aio.run_coroutine`, imported at the first async activity."""
+    from replaylog.engine import aio
+
+    return aio.run_coroutine(coro, *args)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -838,7 +863,7 @@ class Context:
         run_coroutine: Callable[..., Any] | None = None,
         max_slots: int | None = None,
     ) -> None:
-        self._run_coroutine = run_coroutine or _aio.run_coroutine
+        self._run_coroutine = run_coroutine or _await_here
         self._max_slots = max_slots
         self._slot_cap = max_slots if max_slots is not None else math.inf  # one comparison per live slot
         self._commands: Sequence[CommandRecord] = state.commands
@@ -1164,7 +1189,7 @@ class Context:
                     value = self._timed_attempt(fn, args, kwargs, slot, name, attempt, limits)
                 else:
                     value = fn(*args, **kwargs) if kwargs else fn(*args)
-                    if type(value) is CoroutineType and _aio.is_async(fn):
+                    if type(value) is CoroutineType and is_async(fn):
                         # Its task runs in a copy of this context: current_activity() reads the attempt there.
                         token = _task_running.set((slot, name, attempt))
                         try:
@@ -1244,7 +1269,7 @@ class Context:
         """One attempt under a timeout or a heartbeat timeout: on its own thread, through the hooks."""
 
         timeout, heartbeat_timeout = limits
-        if self._timed is not None and heartbeat_timeout is None and _aio.is_async(fn):
+        if self._timed is not None and heartbeat_timeout is None and is_async(fn):
             # An async attempt needs no thread to be timed: its task is awaited under the timeout
             # on the worker's loop, and cancelled (CancelledError at its current await) when it passes.
             token = _task_running.set((slot, name, attempt))
@@ -1256,7 +1281,7 @@ class Context:
         def body() -> Any:
             _task_running.set((slot, name, attempt))  # current_activity() on the attempt's own thread
             value = fn(*args, **kwargs)
-            if type(value) is CoroutineType and _aio.is_async(fn):
+            if type(value) is CoroutineType and is_async(fn):
                 # Under a heartbeat timeout the attempt's thread waits for the task (hold): its
                 # heartbeats are watched from there, as a sync attempt's are.
                 value = self._run_coroutine(value, slot, attempt, None, True)
@@ -1947,7 +1972,7 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
     workflow code caught it: the run was interrupted, it did not fail.
     """
     token = _current_context.set(ctx)  # for current_activity()
-    guarded = thread_guard.enter(registered_name(fn), _aio.is_async(fn), ctx)  # workflow code starts no thread
+    guarded = thread_guard.enter(registered_name(fn), is_async(fn), ctx)  # workflow code starts no thread
     try:
         outcome = _classify(fn, ctx, state)
     finally:
@@ -1961,8 +1986,10 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
 @thread_guard.calls_workflow_code
 def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
     try:
-        if _aio.is_async(fn):
-            result = _aio.drive(fn, ctx, (state.input,) if state.has_input else ())
+        if is_async(fn):
+            from replaylog.engine import aio
+
+            result = aio.drive(fn, ctx, (state.input,) if state.has_input else ())
         else:
             result = fn(ctx, state.input) if state.has_input else fn(ctx)
     except WorkflowBlocked as blocked:

@@ -21,16 +21,22 @@ extra thread.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replaylog.engine.core import RunSuspended
 from replaylog.engine.errors import ActivityTimeout, LeaseLostError
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio is imported where the loop starts and on it, not at the top: a worker whose app has
+# no `async def` activity never starts this loop, and skips asyncio's ~40 ms import
+# (-X importtime) in every worker process.
 
 
 class _TimedOut(Exception):
@@ -38,6 +44,8 @@ class _TimedOut(Exception):
 
 
 async def _within(coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+    import asyncio
+
     try:
         return await asyncio.wait_for(coro, timeout)
     except TimeoutError as exc:
@@ -80,6 +88,8 @@ class ActivityLoop:
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
+                import asyncio
+
                 loop = asyncio.new_event_loop()
                 ready = threading.Event()
 
@@ -160,6 +170,8 @@ class ActivityLoop:
         if timeout is not None:
             coro = _within(coro, timeout)
         if hold:
+            import asyncio
+
             future = asyncio.run_coroutine_threadsafe(self._held(workflow_id, coro, context), loop)
             try:
                 return future.result()
@@ -172,6 +184,8 @@ class ActivityLoop:
 
     async def _held(self, workflow_id: str, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
         """On the loop: a held attempt's task, cancellable by `cancel` as the others are."""
+        import asyncio
+
         task = asyncio.get_running_loop().create_task(coro, context=context)
         with self._lock:
             self._tasks.setdefault(workflow_id, set()).add(task)
@@ -187,6 +201,8 @@ class ActivityLoop:
     def _start(self, workflow_id: str, coro: Coroutine[Any, Any, Any], key: tuple[int, int],
                context: contextvars.Context) -> None:
         """On the loop: the task, and what happens when it is done."""
+        import asyncio
+
         task = asyncio.get_running_loop().create_task(coro, context=context)
         with self._lock:
             self._tasks.setdefault(workflow_id, set()).add(task)
@@ -250,6 +266,7 @@ class ActivityLoop:
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
+        import asyncio
 
         async def cancel_left() -> None:
             # Attempts abandoned under a heartbeat timeout may still run: they end with the worker.
