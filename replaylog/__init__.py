@@ -84,14 +84,16 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """A lazily loaded public name (`_LAZY`), imported on first access and kept."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from type checkers: they keep refusing a misspelt name
+
+    def __getattr__(name: str) -> Any:
+        """A lazily loaded public name (`_LAZY`), imported on first access and kept."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:
