@@ -1176,3 +1176,16 @@ async def test_a_queued_workflow_shows_its_queue_and_place_in_line_in_the_list_a
         screen = await open_workflow(pilot, second.id)
         summary = rendered(screen.query_one("#summary", Static))
         assert "queue" in summary and "reports · priority 2 · 2nd in line · dedup id [red]not markup[/red]" in summary
+
+
+@async_test
+async def test_a_change_seen_while_the_console_closes_is_dropped_not_raised(console_db: Path) -> None:
+    # The store's change watcher (on PostgreSQL a LISTEN thread) can post a change after the
+    # app has popped its last screen on the way out; the handler must not ask for a screen then.
+    app = make_app(console_db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        seen = app.changes_seen
+    assert not app.screen_stack
+    app.on_replaylog_console_database_changed(ReplaylogConsole.DatabaseChanged())
+    assert app.changes_seen == seen + 1

@@ -181,10 +181,13 @@ class ReplaylogConsole(App[None]):
     def on_replaylog_console_database_changed(self, _message: DatabaseChanged) -> None:
         """Tell the screens; the one in view re-queries, the others re-query when shown again."""
         self.changes_seen += 1
-        top = self.screen
-        for screen in self.screen_stack:
+        stack = self.screen_stack
+        if not stack:  # the app is closing and its screens are gone: nobody is left to tell
+            return
+        top = stack[-1]
+        for screen in stack:
             if isinstance(screen, LiveScreen):
-                visible = screen is top or (top.is_modal and screen is self.screen_stack[-2])
+                visible = screen is top or (top.is_modal and screen is stack[-2])
                 screen.database_changed(visible=visible)
 
     @property
