@@ -58,6 +58,7 @@ from replaylog.engine.store import (
     ReaderStore,
     RunRow,
     ScheduleRow,
+    SignalRow,
     Store,
     StoreStats,
     WorkflowFilter,
@@ -360,6 +361,11 @@ def command_json(c: CommandRow) -> dict[str, Any]:
             "parallel_group": c.parallel_group}
 
 
+def signal_json(s: SignalRow) -> dict[str, Any]:
+    """One signal as `show --json` gives it."""
+    return {"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed, "sent_at": s.sent_at}
+
+
 def runs_json(runs: list[RunRow]) -> list[dict[str, Any]]:
     """A workflow's runs as `show --json` gives them."""
     return [{"run": r.run, "slots": r.slots, "ended_at": r.ended_at, "current": r.current} for r in runs]
@@ -388,10 +394,7 @@ def workflow_details(store: ReaderStore, row: WorkflowRow, runs: list[RunRow] | 
         "approval": store.pending_approval(row.id),
         **store.family(row.id),
         "commands": [command_json(c) for c in store.list_commands(row.id)],
-        "signals": [
-            {"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed, "sent_at": s.sent_at}
-            for s in store.list_signals(row.id)
-        ],
+        "signals": [signal_json(s) for s in store.list_signals(row.id)],
         "inflight": None if inflight is None else {
             "slot": inflight.slot, "name": inflight.name, "attempts": inflight.attempts,
             "started_at": inflight.started_at, "error": inflight.error, "retry_at": inflight.retry_at,
@@ -415,8 +418,7 @@ def earlier_run_details(store: ReaderStore, row: WorkflowRow, runs: list[RunRow]
         "input": None if this.input_text is None else json.loads(this.input_text), "has_input": this.input_text
         is not None, "slots": this.slots, "ended_at": this.ended_at, "runs": runs_json(runs),
         "commands": [command_json(c) for c in commands],
-        "signals": [{"seq": s.seq, "name": s.name, "payload": s.payload, "consumed": s.consumed,
-                     "sent_at": s.sent_at} for s in store.list_signals(row.id, run=run)],
+        "signals": [signal_json(s) for s in store.list_signals(row.id, run=run)],
     }
 
 
@@ -1089,7 +1091,15 @@ class WorkflowHandle(Generic[R]):
         end, and the signals it consumed); the latest run's number gives the latest's object.
         OperatorRefusedError names the runs kept when the workflow has no run `run`.
         """
-        return self.view(run).details
+        return self._client._call(lambda store: self._read_details(store, run)[2])
+
+    def _read_details(self, store: Store, run: int | None) -> tuple[WorkflowRow, list[RunRow], dict[str, Any]]:
+        """The workflow's row, its runs, and the `show --json` object of run `run` (None: the latest)."""
+        row = store.get_workflow(self._id)
+        runs = store.list_runs(self._id)
+        if run is not None and run != runs[-1].run:
+            return row, runs, earlier_run_details(store, row, runs, run)
+        return row, runs, workflow_details(store, row, runs)
 
     def view(self, run: int | None = None) -> WorkflowView:
         """One run of the workflow (the latest, else `run`), read in one go: what `replaylog show` prints.
@@ -1099,12 +1109,7 @@ class WorkflowHandle(Generic[R]):
         """
 
         def read(store: Store) -> WorkflowView:
-            row = store.get_workflow(self._id)
-            runs = store.list_runs(self._id)
-            if run is not None and run != runs[-1].run:
-                data = earlier_run_details(store, row, runs, run)
-            else:
-                data = workflow_details(store, row, runs)
+            row, runs, data = self._read_details(store, run)
             typed = [RunInfo.from_row(r) for r in runs]
             return WorkflowView(WorkflowInfo.from_row(row), next(r for r in typed if r.run == data["run"]), typed,
                                 [Slot(**c) for c in data["commands"]], [SignalInfo(**s) for s in data["signals"]],

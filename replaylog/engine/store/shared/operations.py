@@ -642,7 +642,7 @@ class SharedOperatorWrites(StoreBase):
         exist, or the parent would wait for it forever. A worker's commit of the start slot
         inserts the child in the same transaction, so this finds nothing missing unless the
         row was lost (a history written by an older replaylog, a restore, a hand edit); the
-        common case costs one read by primary key per unanswered child, nothing written.
+        common case costs one read of the unanswered children's ids (by primary key), nothing written.
         """
         answered = {s.name for s in state.signals if s.name.startswith(CHILD_PREFIX)}
         wanted = [c for _, c in _recorded_children(state.commands, answered)]
