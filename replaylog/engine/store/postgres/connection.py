@@ -276,8 +276,8 @@ class PGConnection(StoreBase):
 
     # -- writes that do not wait for their answer
 
-    def _send_unanswered(self, name: str, statement: str, params: Sequence[str], redo: Callable[[Conn, int], Any]
-                         ) -> None:
+    def _send_unanswered(self, name: str, statement: str, params: Sequence[bytes | None],
+                         redo: Callable[[Conn, int], Any]) -> None:
         """Send one autocommit statement and go on without waiting for its answer.
 
         Trick "unanswered marks" (the one user is engine.store.postgres.marks): the
@@ -294,7 +294,8 @@ class PGConnection(StoreBase):
         server runs a statement it was sent whether or not the client still listens.
 
         `statement` is prepared once per connection under `name` (PREPARE); `params` are
-        its parameters as text.
+        its parameters as text. The statement is a few hundred bytes: libpq hands it to the
+        kernel at once (a flush that has more to write waits until it could).
         """
         if self.readonly:
             raise ReadOnlyError(f"database {self.where} is open read-only")
@@ -304,8 +305,9 @@ class PGConnection(StoreBase):
         try:
             self._prepare(conn, name, statement)
             pgconn = conn.pgconn
-            pgconn.send_query_prepared(name.encode(), [p.encode() for p in params])
-            conn.wait(send(pgconn))
+            pgconn.send_query_prepared(name.encode(), params)
+            if pgconn.flush():
+                conn.wait(send(pgconn))
         except (psycopg.OperationalError, psycopg.InterfaceError):
             # Not sent (a broken connection, say): the ordinary way, with its retries.
             self._run(redo, write=True)
@@ -448,6 +450,8 @@ class PGConnection(StoreBase):
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._version += 1  # anything may have changed while nobody listened
                     ready.set()
+                    for wake in self._wakers:  # (the worker's loop sleeps until told, or its next timed look)
+                        wake()
                     backoff = BACKOFF_FIRST
                     # poll, not select: a busy worker's descriptors may be numbered past select's 1,024.
                     waiting = select.poll()
