@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from psycopg.pq.abc import PGresult
+
 from replaylog.engine.core import EVENT, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
@@ -184,6 +186,23 @@ def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[s
     return True
 
 
+def _raw_written(conn: Conn, result: PGresult, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]
+                 ) -> bool:
+    """Whether the `_SLOT_RAW` statement that gave `result` wrote the slot; note a cancel its fence came upon."""
+    row: tuple[str | None] | None = None
+    if result.ntuples == 1:
+        found = result.get_value(0, 0)
+        row = (None if found is None else found.decode(),)
+    elif attempt:
+        # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
+        row = conn.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        cancels[claim.id] = row[0]
+    return True
+
+
 def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
     status = str(outcome.status)  # plain text; may become pending below
     if status == Status.CONTINUED:
@@ -253,22 +272,9 @@ class PGCommits(PGConnection, SeenCancels):
         if parallel_group is None and (rec.kind not in _MAY_ACT or not _acts(rec)):
             raw = _slot_text(claim, slot, rec, text, now, ttl, traceback)
 
-            def commit_slot(conn: Conn, attempt: int) -> bool:
-                result = self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw)
-                row = None
-                if result.ntuples == 1:
-                    found = result.get_value(0, 0)
-                    row = (None if found is None else found.decode(),)
-                elif attempt:
-                    # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
-                    row = conn.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
-                if row is None:
-                    return False
-                if row[0] is not None:
-                    cancels[claim.id] = row[0]
-                return True
-
-            return self._run(commit_slot, write=True)
+            return self._run(lambda conn, attempt: _raw_written(
+                conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw), claim, slot, attempt, cancels),
+                write=True)
 
         params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
         statement = _SLOT if parallel_group is None else _PARALLEL
@@ -294,14 +300,27 @@ class PGCommits(PGConnection, SeenCancels):
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
         now = time.time()
-        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
-                  for r in records]
         cancels = self.cancels
 
         # Only slots, none of which acts (starts a child, sets search attributes): nothing is
-        # read before the COMMIT, so BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
-        # (it was three: BEGIN, the pipelined slots, COMMIT).
+        # read before the COMMIT, so the batch goes out in one pipeline, one round trip and one
+        # transaction: to libpq directly (PGConnection._pipeline_raw), or through psycopg with a
+        # parallel group's tasks among them.
         slots_only = not finishes and not any(_acts(r.record) for r in records)
+
+        if slots_only and records and all(r.parallel_group is None for r in records):
+            raws = [_slot_text(r.claim, r.slot, r.record, r.text, now, ttl, r.traceback) for r in records]
+
+            def commit_slots(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
+                results = self._pipeline_raw(conn, "replaylog_slot", _SLOT_RAW, raws)
+                # (After a lost answer, a refused slot is looked for as our own row.)
+                return [_raw_written(conn, res, r.claim, r.slot, attempt, cancels)
+                        for res, r in zip(results, records, strict=True)], []
+
+            return self._run(commit_slots, write=True)
+
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
+                  for r in records]
 
         def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
             if slots_only:

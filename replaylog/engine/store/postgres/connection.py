@@ -347,6 +347,44 @@ class PGConnection(StoreBase):
             self._prepared.discard(name)
         raise AssertionError("unreachable")  # the second pass returns or raises
 
+    def _pipeline_raw(self, conn: Conn, name: str, statement: str, params: Sequence[Sequence[bytes | None]]
+                      ) -> list[pq.abc.PGresult]:
+        """Run `statement` (prepared as `name`) once per row of text `params`, all in one transaction.
+
+        Trick "raw group commit" (the one user is engine.store.postgres.commit, a batch of
+        slots): libpq's pipeline mode, past psycopg's cursors, sends the batch at once and
+        ends it with one Sync, which commits every statement sent before it in one implicit
+        transaction (one WAL flush); then the answers are read, one result a statement. A
+        failed statement aborts the ones after it and the transaction; the first error is
+        raised once the Sync was read (the connection is idle again). As in `_execute_raw`,
+        a statement psycopg deallocated is prepared again and the batch sent once more.
+        """
+        pgconn = conn.pgconn
+        for again in (False, True):
+            self._prepare(conn, name, statement)
+            pgconn.enter_pipeline_mode()
+            try:
+                for row in params:
+                    pgconn.send_query_prepared(name.encode(), row)
+                pgconn.pipeline_sync()
+                conn.wait(send(pgconn))
+                results = [conn.wait(fetch_many(pgconn))[-1] for _ in params]
+                conn.wait(fetch_many(pgconn))  # the Sync's
+            finally:
+                if not conn.closed and not conn.broken:
+                    try:
+                        pgconn.exit_pipeline_mode()
+                    except psycopg.Error:  # answers left unread after a fault: the connection is not reused
+                        conn.close()
+            failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
+            if failed is None:
+                return results
+            error = pg_errors.error_from_result(failed, encoding=conn.info.encoding)
+            if again or not isinstance(error, pg_errors.InvalidSqlStatementName):
+                raise error
+            self._prepared.discard(name)
+        raise AssertionError("unreachable")  # the second pass returns or raises
+
     def _prepare(self, conn: Conn, name: str, statement: str) -> None:
         """PREPARE `statement` as `name` on `conn`, once per connection."""
         if self._prepared_on is not conn:
