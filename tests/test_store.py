@@ -23,7 +23,7 @@ from replaylog.engine.errors import (
     WorkflowClosedError,
 )
 from replaylog.engine.store import Claim, PendingRecord, Store, database_path, open_store
-from replaylog.engine.store.rows import loads
+from replaylog.engine.store.rows import loads, loads_many
 from replaylog.engine.store.shared.migrations import latest
 
 
@@ -150,6 +150,24 @@ def test_stored_values_read_back_exactly_as_json_reads_them() -> None:
     for text in _REFUSED_TEXTS:
         with pytest.raises(json.JSONDecodeError) as ours:
             loads(text)
+        with pytest.raises(json.JSONDecodeError) as theirs:
+            json.loads(text)
+        assert str(ours.value) == str(theirs.value), text
+
+
+def test_a_history_of_values_reads_back_as_each_reads_alone() -> None:
+    ints = ["0", "7", "-5", "123456789012345678901234567890", "-0"]
+    for texts in (ints, _STORED_TEXTS, ["1", "2", "01"], ["1", " 2"], ["1", "2.0"], ["1", "\u0661"], ["1", "+1"]):
+        if any(t in _REFUSED_TEXTS for t in texts):
+            with pytest.raises(json.JSONDecodeError):
+                loads_many(texts)
+            continue
+        got = loads_many(texts)
+        expected = [json.loads(t) for t in texts]
+        assert got == expected and list(map(type, got)) == list(map(type, expected)), texts
+    for text in _REFUSED_TEXTS:
+        with pytest.raises(json.JSONDecodeError) as ours:
+            loads_many(["1", text])
         with pytest.raises(json.JSONDecodeError) as theirs:
             json.loads(text)
         assert str(ours.value) == str(theirs.value), text

@@ -7,10 +7,12 @@ the few words that differ). What operators look at: the console, `list`, `show`,
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from replaylog.engine.core import (
@@ -38,6 +40,7 @@ from replaylog.engine.store.rows import (
     WorkflowRow,
     WorkflowSummary,
     loads,
+    loads_many,
 )
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, slot_key
@@ -93,6 +96,10 @@ def _summary(r: Sequence[Any]) -> WorkflowSummary:
                            None if r[11] is None else int(r[11]))
 
 
+# A CommandRecord from a tuple of its seven fields (engine.core.new_record), without a Python frame.
+_record_of = partial(new_record, CommandRecord)
+
+
 def _command_row(r: Sequence[Any]) -> CommandRow:
     return CommandRow(int(r[0]), r[1], r[2], bool(r[3]), loads(r[4]), r[5], r[6], r[7], r[8], bool(r[9]), r[10],
                       None if r[11] is None else int(r[11]))
@@ -118,21 +125,45 @@ def _named_groups(rows: list[CommandRow]) -> list[CommandRow]:
     return named
 
 
-def load_commands(dialect: Dialect, conn: Any, base: int) -> tuple[CommandRecord, ...]:
-    """The command records of the workflow whose keys start at `base`, in slot order."""
-    json_loads = loads
-    rec = CommandRecord
-    # Rows come back in key order, which is slot order; ORDER BY makes it explicit.
-    rows = dialect.run(conn, "SELECT slot_key, kind, name, ok, value, error, attempts, args FROM commands"
-                             " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key", (base, base + SLOT_LIMIT - 1)
-                       ).fetchall()
-    records = tuple(
-        new_record(rec, (kind, name, bool(ok), json_loads(value), error, attempts, args))
-        for _key, kind, name, ok, value, error, attempts, args in rows
-    )
-    if rows and rows[-1][0] - base + 1 != len(rows):
+def load_commands(dialect: Dialect, conn: Any, base: int, top: int | None = None) -> tuple[CommandRecord, ...]:
+    """The command records of the workflow whose keys start at `base`, in slot order.
+
+    `top`, if the caller read it in the same snapshot: the workflow's last key (None if it has no slot).
+    """
+    # The cyclic collector is paused while a history's rows and records are built: they are
+    # acyclic tuples, and the collections their allocations set off only walked them (and
+    # whatever else is alive). Only a collector this call paused is started again.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _load_commands(dialect, conn, base, top)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _load_commands(dialect: Dialect, conn: Any, base: int, top: int | None) -> tuple[CommandRecord, ...]:
+    last = base + SLOT_LIMIT - 1
+    # Rows come back in key order, which is slot order; ORDER BY makes it explicit. A NULL
+    # value (a failure's) is read as the JSON null it means, so every value is JSON text.
+    rows = dialect.run(conn, "SELECT kind, name, ok, COALESCE(value, 'null'), error, attempts, args FROM commands"
+                             " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key", (base, last)).fetchall()
+    if not rows:
+        return ()
+    # Built column by column, every step a C loop (zip, map), no Python frame per slot: a
+    # history's columns, its values decoded together, zipped back into records.
+    kinds, names, oks, values, errors, attempts, args = zip(*rows, strict=True)
+    records = tuple(map(_record_of, zip(kinds, names, map(bool, oks), loads_many(values), errors, attempts, args,
+                                        strict=True)))
+    if top is None:
+        top = dialect.run(conn, "SELECT MAX(slot_key) FROM commands WHERE slot_key BETWEEN ? AND ?", (base, last)
+                          ).fetchone()[0]
+    if int(top) - base + 1 != len(records):
         # A parallel group the worker died in the middle of left a gap (engine.core.HOLE).
-        return fill_holes([(int(row[0]) - base, r) for row, r in zip(rows, records, strict=True)])
+        keys = dialect.run(conn, "SELECT slot_key FROM commands WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key",
+                           (base, last)).fetchall()
+        return fill_holes([(int(key) - base, r) for (key,), r in zip(keys, records, strict=True)])
     return records
 
 
@@ -427,10 +458,13 @@ class SharedReads(StoreBase):
         dialect = self.dialect
 
         def load(conn: Any) -> WorkflowState:
-            wf = dialect.run(conn, "SELECT input, seq FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+            # The workflow's last key beside its row, for load_commands' check for gaps.
+            wf = dialect.run(conn, f"SELECT w.input, w.seq, (SELECT MAX(c.slot_key) FROM commands c WHERE c.slot_key"
+                             f" BETWEEN {FIRST_KEY} AND {LAST_KEY}) FROM workflows w WHERE w.id = ?",
+                             (workflow_id,)).fetchone()
             if wf is None:
                 raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
-            commands = load_commands(dialect, conn, slot_key(int(wf[1])))
+            commands = load_commands(dialect, conn, slot_key(int(wf[1])), wf[2])
             signals = tuple(
                 SignalRecord(int(seq), name, loads(payload))
                 for seq, name, payload in dialect.run(
