@@ -1059,7 +1059,7 @@ class Context:
             name, fn = getattr(fn_or_name, "_replaylog_name", None) or fn_or_name.__name__, fn_or_name
         slot = self._cmd_index
         # A replayed slot of the commonest call: the guard's comparisons inline, no policy looked
-        # up (only a live attempt uses it): ~1,500 instructions a slot replayed fewer
+        # up (only a live attempt uses it): ~1,700 instructions a slot replayed fewer
         # (bench.instructions' resume replay). Anything else (a divergence, a cancel, a dry run,
         # options to check) takes the full path below.
         if (slot < self._history_len and self.fatal is None and not self._dry_run and retry is None
