@@ -25,17 +25,18 @@ from typing import Any, ClassVar
 
 from replaylog.engine.store.postgres.connection import Conn, PGConnection
 
-# The marks of one batch as a JSON array of objects; the lease fence is the join. One
-# mark per workflow (a batch keeps a workflow's latest: ON CONFLICT cannot touch a row twice).
+# The marks of one batch as a JSON array of objects; the lease fence is the join. One mark
+# per lane of a workflow (a batch keeps a lane's latest: ON CONFLICT cannot touch a row twice);
+# a mark without a lane is lane 0's, the workflow's own thread.
 _MARKS = (
-    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
-    " SELECT w.id, m.slot, m.name, m.attempts, m.started_at"
-    " FROM jsonb_to_recordset($1::jsonb) AS m(id text, slot bigint, name text, attempts int,"
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
+    " SELECT w.id, COALESCE(m.lane, 0), m.slot, m.name, m.attempts, m.started_at"
+    " FROM jsonb_to_recordset($1::jsonb) AS m(id text, lane bigint, slot bigint, name text, attempts int,"
     " started_at double precision, owner text, epoch bigint)"
     " JOIN workflows w ON w.id = m.id AND w.lease_owner = m.owner AND w.lease_epoch = m.epoch"
     # Lasts until the end of this statement's implicit transaction: no wait for the flush.
     " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL"
-    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    " ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
     " attempts = excluded.attempts, started_at = excluded.started_at,"
     # A new attempt ends the last one's retry wait and error. The mark of the attempt that failed
     # may arrive after the verdict that kept its wait (marks are sent without waiting): it keeps it.
@@ -147,7 +148,7 @@ class MarkSender:
                     self._state.notify_all()  # only `release` waits on it
 
     def _send(self, batch: list[Mark]) -> None:
-        latest = {m["id"]: m for m in batch}  # one per workflow: its latest
+        latest = {(m["id"], m.get("lane")): m for m in batch}  # one per lane of a workflow: its latest
         text = json.dumps(list(latest.values()))
 
         def redo(conn: Conn, _: int) -> None:  # the ordinary way: after a failed or unsent batch
