@@ -537,6 +537,45 @@ def test_a_start_mark_whose_connection_broke_is_made_again_when_the_next_goes_ou
         assert row is not None and (row.slot, row.name, row.attempts) == (0, "a", 2)
 
 
+def test_a_start_mark_under_a_lease_taken_over_is_refused_after_the_new_lease_marked(pg_url: str) -> None:
+    # A lone mark goes out with its claim's id, owner and epoch encoded once per lease
+    # (engine.store.postgres.text): the old lease's mark, sent after the new lease's from the
+    # same process, must still be fenced out by its own epoch.
+    with open_store(pg_url) as s, open_store(pg_url) as other:
+        s.start_workflow("wf", 1, workflow_id="x")
+        s.start_workflow("wf", 1, workflow_id="y")
+        (old,) = s.claim("w1", ttl=0.0, limit=1)  # x (the oldest), lapsed at once
+        s.mark_started(old, 0, "old", 1, time.time())
+        claims = {c.id: c for c in s.claim("w2", ttl=60, limit=2)}  # y pending, x lapsed
+        new, y = claims["x"], claims["y"]
+        assert new.epoch == old.epoch + 1
+        s.mark_started(new, 0, "new", 2, time.time())
+        s.mark_started(old, 0, "stale", 3, time.time())
+        s.mark_started(y, 0, "after", 1, time.time())  # sent after the stale one, on the same connection
+        assert wait_for(lambda: other.inflight("y") is not None, timeout=120)
+        row = other.inflight("x")
+        assert row is not None and (row.name, row.attempts) == ("new", 2)
+
+
+def test_a_group_commit_with_a_slot_the_server_refuses_writes_none_of_its_slots_and_the_store_goes_on(
+        pg_url: str) -> None:
+    # A batch of slots is one pipeline ending in one Sync, one transaction: a statement the
+    # server refuses (an attempts count past its int column) aborts the others, the error is
+    # raised once the pipeline's answers were read, and the connection serves the next commit.
+    with open_store(pg_url) as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+        s.start_workflow("wf", 1, workflow_id="y")
+        claims = {c.id: c for c in s.claim("w1", ttl=60, limit=2)}
+        good = PendingRecord(claims["x"], 0, CommandRecord("activity", "a", True, 1, None, 1, None))
+        bad = PendingRecord(claims["y"], 0, CommandRecord("activity", "b", True, 2, None, 2**40, None))
+        with pytest.raises(StoreError, match="out of range"):
+            s.commit_batch([good, bad], ttl=60)
+        assert s.list_commands("x") == [] and s.list_commands("y") == []
+        fixed = PendingRecord(claims["y"], 0, CommandRecord("activity", "b", True, 2, None, 2, None))
+        assert s.commit_batch([good, fixed], ttl=60)[0] == [True, True]
+        assert [c.name for c in s.list_commands("x")] == ["a"] and [c.name for c in s.list_commands("y")] == ["b"]
+
+
 def test_start_marks_of_many_threads_share_batches_and_each_workflow_keeps_its_latest(pg_url: str) -> None:
     # The workflow threads of a process share one mark sender: marks queued while a batch
     # is sent go out together, in one statement; two of one workflow in a batch (a parallel

@@ -288,6 +288,70 @@ def test_a_takeover_from_another_connection_fences_out_the_old_lease(store_url: 
         theirs.close()
 
 
+def test_an_operator_on_another_connection_fences_out_the_next_slot(store_url: str) -> None:
+    worker, operator = open_store(store_url), open_store(store_url)
+    try:
+        worker.start_workflow("wf", None, workflow_id="x")
+        claim = claim_one(worker)
+        for slot in range(3):
+            assert worker.commit_record(claim, slot, rec("a"), ttl=30)
+        assert operator.terminate_workflow("x", "enough") == "running"
+        assert not worker.commit_record(claim, 3, rec("late"), ttl=30)
+        assert [c.slot for c in operator.list_commands("x")] == [0, 1, 2]
+    finally:
+        worker.close()
+        operator.close()
+
+
+def test_slots_after_a_cancel_request_was_seen_are_still_written_under_the_lease(store_url: str) -> None:
+    # A cancelled workflow may go on recording (its clean-up), with the request still on its row.
+    worker, operator = open_store(store_url), open_store(store_url)
+    try:
+        worker.start_workflow("wf", None, workflow_id="x")
+        claim = claim_one(worker)
+        assert worker.commit_record(claim, 0, rec("a"), ttl=30)
+        operator.cancel_workflow("x", "enough")
+        assert worker.commit_record(claim, 1, rec("a"), ttl=30)
+        assert worker.cancels.pop("x") == "enough"
+        for slot in range(2, 5):
+            assert worker.commit_record(claim, slot, rec("cleanup"), ttl=30)
+        assert [c.slot for c in operator.list_commands("x")] == [0, 1, 2, 3, 4]
+    finally:
+        worker.close()
+        operator.close()
+
+
+def test_a_lone_slot_is_one_statement_committed_by_itself(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # After the slot that fences the workflow's row, each slot is one guarded INSERT in
+    # autocommit mode (engine.store.sqlite.commit): its own transaction, with no BEGIN,
+    # PRAGMA or COMMIT around it. The clock stands still: no once-a-second restamp.
+    from replaylog.engine.store.sqlite import commit
+
+    class Frozen:
+        @staticmethod
+        def time() -> float:
+            return 1_000_000.0
+
+    monkeypatch.setattr(commit, "time", Frozen)
+    writer = open_store(db_path)
+    reader = open_store(db_path, readonly=True)
+    try:
+        writer.start_workflow("wf", None, workflow_id="x")
+        claim = claim_one(writer)
+        assert writer.commit_record(claim, 0, rec("a", 0), ttl=30)
+        statements: list[str] = []
+        writer._conn.set_trace_callback(statements.append)
+        for slot in range(1, 4):
+            assert writer.commit_record(claim, slot, CommandRecord("activity", "a", True, slot, args="[1]"), ttl=30)
+            assert not writer._conn.in_transaction
+            assert [c.slot for c in reader.list_commands("x")][-1] == slot  # committed when it returned
+        writer._conn.set_trace_callback(None)
+        assert [s.split()[0] for s in statements] == ["INSERT"] * 3
+    finally:
+        writer.close()
+        reader.close()
+
+
 # -- open_store: the one place a store is built
 
 

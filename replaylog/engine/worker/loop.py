@@ -302,7 +302,7 @@ class Worker:
 
     def _loop(self, store: WorkerStore, until_idle: bool) -> None:
         # A store that is told of changes (PostgreSQL's LISTEN) ends the idle wait at once.
-        store.wake_on_change(self._wake.set)
+        told = store.wake_on_change(self._wake.set)
         last_version = -1
         next_lapse_check = 0.0
         next_renew = time.monotonic() + self.ttl / 3
@@ -386,8 +386,28 @@ class Worker:
             # version: looking every 2 ms then is mostly work for nothing, and each look
             # takes the GIL from the workflow threads (it cost a lone workflow ~4% of its
             # slots). A run that ends sets _wake, so a finished slot is refilled at once.
-            self._wake.wait(self.poll if not self._active else max(self.poll, BUSY_POLL))
+            wait = self.poll if not self._active else max(self.poll, BUSY_POLL)
+            if told and last_version != -1:
+                wait = max(wait, self._quiet_wait(now, next_renew, next_expiry, next_schedule, next_wake))
+            self._wake.wait(wait)
             self._wake.clear()
+
+    def _quiet_wait(self, now: float, next_renew: float, next_expiry: float, next_schedule: float,
+                    next_wake: float | None) -> float:
+        """How long the loop may sleep on a store that wakes it on every change (PostgreSQL's LISTEN).
+
+        Starts, signals, verdicts and hand-backs wake it, and so do a run's end and stop(): it
+        sleeps until its next timed look (lapsed leases, renewals, timeouts, schedules, the next
+        wake time), at most LAPSE_CHECK. Polling every few milliseconds there looked for what
+        the notification already says: ~100-500 passes a second, each a GIL hand-off, cost a
+        lone workflow's worker ~15 ms of CPU a second (2 vCPUs) and an idle worker as much.
+        A stop asked from a signal handler (request_stop) is seen within LAPSE_CHECK.
+        """
+        clock = self.clock()
+        wait = min(LAPSE_CHECK, next_renew - now, next_expiry - now, next_schedule - clock)
+        if next_wake is not None:
+            wait = min(wait, next_wake - clock)
+        return wait
 
     def _schedules(self, store: WorkerStore) -> tuple[float, bool]:
         """Start the workflows of due schedule ticks (any worker may: each tick starts once).

@@ -15,10 +15,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from psycopg.pq.abc import PGresult
+
 from replaylog.engine.core import EVENT, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import code_ended
+from replaylog.engine.store.postgres.text import claim_text
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
@@ -55,28 +58,45 @@ _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_ke
          " AND w.lease_owner = %s AND w.lease_epoch = %s")
 
 
-def _numbered(statement: str, types: Sequence[str]) -> str:
-    """`statement` with its `%s` placeholders numbered and typed ($1::bigint, ...), for PREPARE."""
+def _numbered(statement: str, refs: Sequence[tuple[int, str]]) -> str:
+    """`statement` with its `%s` placeholders numbered and typed for PREPARE: the i-th becomes
+    `$n::type` for `refs[i] = (n, type)` (one parameter may stand in several places)."""
     parts = statement.split("%s")
-    assert len(parts) == len(types) + 1
-    return "".join(part + (f"${i}::{types[i - 1]}" if i <= len(types) else "")
-                   for i, part in enumerate(parts, 1))
+    assert len(parts) == len(refs) + 1
+    return "".join(part + (f"${refs[i][0]}::{refs[i][1]}" if i < len(refs) else "") for i, part in enumerate(parts))
 
 
-# `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as text.
-_SLOT_RAW = _numbered(_SLOT, ("bigint", "float8", "float8", "float8", "text", "text", "bigint", "bigint", "bigint",
-                              "text", "text", "boolean", "text", "text", "int", "float8", "text", "text"))
+# `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as
+# text, and each value sent once: the slot ($1), the time ($3), and the claim's id, owner
+# and epoch ($4-$6), encoded once per claim (postgres.text.claim_text).
+_SLOT_RAW = _numbered(_SLOT, (
+    (1, "bigint"), (2, "float8"), (3, "float8"), (3, "float8"), (4, "text"), (5, "text"), (6, "bigint"),
+    (1, "bigint"), (7, "bigint"), (8, "text"), (9, "text"), (10, "boolean"), (11, "text"), (12, "text"),
+    (13, "int"), (3, "float8"), (14, "text"), (15, "text")))
+# The kinds whose commit may do more than write its slot (`_acts`): any other takes the raw path at once.
+_MAY_ACT = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value, EVENT, ATTRIBUTES, *CHILD_ACTS))
 
 
-def _as_text(value: object) -> bytes | None:
-    """A parameter of `_SLOT_RAW` as PostgreSQL reads it in text."""
-    if value is None:
+def _stored(rec: CommandRecord, text: str | None) -> str | None:
+    """The value column of `rec`: its JSON text (`text` if the caller encoded it already); None for a failure."""
+    if not rec.ok:
         return None
-    if value is True or value is False:
-        return b"t" if value else b"f"
-    if type(value) is float:
-        return float.__repr__(value).encode()  # the shortest text that reads back as this float
-    return str(value).encode()
+    return dumps(rec.value) if text is None or rec.error is not None else text
+
+
+def _slot_text(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float, ttl: float,
+               traceback: str | None) -> list[bytes | None]:
+    """The parameters of `_SLOT_RAW`, as text."""
+    if slot >= SLOT_LIMIT:  # its key would be the next workflow's
+        raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
+    wid, owner, epoch = claim_text(claim)
+    stored = _stored(rec, text)
+    error, args = rec.error, rec.args
+    return [b"%d" % slot, b"%r" % (now + ttl), b"%r" % now, wid, owner, epoch, b"%d" % (claim.base + slot),
+            rec.kind.encode(), rec.name.encode(), b"t" if rec.ok else b"f",
+            None if stored is None else stored.encode(), None if error is None else error.encode(),
+            b"%d" % rec.attempts, None if args is None else args.encode(),
+            None if traceback is None else traceback.encode()]
 
 
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
@@ -85,9 +105,8 @@ def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, 
     `parallel_group`); `traceback` a failure's."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
-    kind, name, ok, value, error, attempts, args = rec
-    stored = dumps(value) if ok and (text is None or error is not None) else text if ok else None
-    row = (claim.base + slot, kind, name, bool(ok), stored, error, attempts, now, args, traceback)
+    kind, name, ok, _, error, attempts, args = rec
+    row = (claim.base + slot, kind, name, bool(ok), _stored(rec, text), error, attempts, now, args, traceback)
     if parallel_group is not None:
         return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row, parallel_group)
     return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
@@ -167,6 +186,23 @@ def _written(cur: Cursor, claim: Claim, slot: int, attempt: int, cancels: dict[s
     return True
 
 
+def _raw_written(conn: Conn, result: PGresult, claim: Claim, slot: int, attempt: int, cancels: dict[str, str]
+                 ) -> bool:
+    """Whether the `_SLOT_RAW` statement that gave `result` wrote the slot; note a cancel its fence came upon."""
+    row: tuple[str | None] | None = None
+    if result.ntuples == 1:
+        found = result.get_value(0, 0)
+        row = (None if found is None else found.decode(),)
+    elif attempt:
+        # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
+        row = conn.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
+    if row is None:
+        return False
+    if row[0] is not None:
+        cancels[claim.id] = row[0]
+    return True
+
+
 def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attempt: int) -> bool:
     status = str(outcome.status)  # plain text; may become pending below
     if status == Status.CONTINUED:
@@ -232,32 +268,19 @@ class PGCommits(PGConnection, SeenCancels):
         child in the same transaction.
         """
         now = time.time()
-        params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
-        parallel = parallel_group is not None
-        statement = _PARALLEL if parallel else _SLOT
         cancels = self.cancels
+        if parallel_group is None and (rec.kind not in _MAY_ACT or not _acts(rec)):
+            raw = _slot_text(claim, slot, rec, text, now, ttl, traceback)
+
+            return self._run(lambda conn, attempt: _raw_written(
+                conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw), claim, slot, attempt, cancels),
+                write=True)
+
+        params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
+        statement = _SLOT if parallel_group is None else _PARALLEL
         if not _acts(rec):
-            if parallel:
-                return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
-                                                                attempt, cancels), write=True)
-            raw = [_as_text(p) for p in params]
-
-            def commit_slot(conn: Conn, attempt: int) -> bool:
-                result = self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw)
-                row = None
-                if result.ntuples == 1:
-                    found = result.get_value(0, 0)
-                    row = (None if found is None else found.decode(),)
-                elif attempt:
-                    # Refused: the lease is gone, or (after a lost answer) this very slot was committed.
-                    row = conn.execute(_MINE, (claim.base + slot, claim.id, claim.owner, claim.epoch)).fetchone()
-                if row is None:
-                    return False
-                if row[0] is not None:
-                    cancels[claim.id] = row[0]
-                return True
-
-            return self._run(commit_slot, write=True)
+            return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
+                                                            attempt, cancels), write=True)
 
         def commit_acting(conn: Conn, attempt: int) -> bool:
             with conn.transaction():
@@ -277,14 +300,27 @@ class PGCommits(PGConnection, SeenCancels):
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit."""
         now = time.time()
-        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
-                  for r in records]
         cancels = self.cancels
 
         # Only slots, none of which acts (starts a child, sets search attributes): nothing is
-        # read before the COMMIT, so BEGIN, the slots and COMMIT go out in one pipeline: one round trip for the batch
-        # (it was three: BEGIN, the pipelined slots, COMMIT).
+        # read before the COMMIT, so the batch goes out in one pipeline, one round trip and one
+        # transaction: to libpq directly (PGConnection._pipeline_raw), or through psycopg with a
+        # parallel group's tasks among them.
         slots_only = not finishes and not any(_acts(r.record) for r in records)
+
+        if slots_only and records and all(r.parallel_group is None for r in records):
+            raws = [_slot_text(r.claim, r.slot, r.record, r.text, now, ttl, r.traceback) for r in records]
+
+            def commit_slots(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
+                results = self._pipeline_raw(conn, "replaylog_slot", _SLOT_RAW, raws)
+                # (After a lost answer, a refused slot is looked for as our own row.)
+                return [_raw_written(conn, res, r.claim, r.slot, attempt, cancels)
+                        for res, r in zip(results, records, strict=True)], []
+
+            return self._run(commit_slots, write=True)
+
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
+                  for r in records]
 
         def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
             if slots_only:

@@ -276,8 +276,8 @@ class PGConnection(StoreBase):
 
     # -- writes that do not wait for their answer
 
-    def _send_unanswered(self, name: str, statement: str, params: Sequence[str], redo: Callable[[Conn, int], Any]
-                         ) -> None:
+    def _send_unanswered(self, name: str, statement: str, params: Sequence[bytes | None],
+                         redo: Callable[[Conn, int], Any]) -> None:
         """Send one autocommit statement and go on without waiting for its answer.
 
         Trick "unanswered marks" (the one user is engine.store.postgres.marks): the
@@ -294,7 +294,8 @@ class PGConnection(StoreBase):
         server runs a statement it was sent whether or not the client still listens.
 
         `statement` is prepared once per connection under `name` (PREPARE); `params` are
-        its parameters as text.
+        its parameters as text. The statement is a few hundred bytes: libpq hands it to the
+        kernel at once (a flush that has more to write waits until it could).
         """
         if self.readonly:
             raise ReadOnlyError(f"database {self.where} is open read-only")
@@ -304,8 +305,9 @@ class PGConnection(StoreBase):
         try:
             self._prepare(conn, name, statement)
             pgconn = conn.pgconn
-            pgconn.send_query_prepared(name.encode(), [p.encode() for p in params])
-            conn.wait(send(pgconn))
+            pgconn.send_query_prepared(name.encode(), params)
+            if pgconn.flush():
+                conn.wait(send(pgconn))
         except (psycopg.OperationalError, psycopg.InterfaceError):
             # Not sent (a broken connection, say): the ordinary way, with its retries.
             self._run(redo, write=True)
@@ -341,6 +343,44 @@ class PGConnection(StoreBase):
             error = pg_errors.error_from_result(result, encoding=conn.info.encoding)
             if again or not isinstance(error, pg_errors.InvalidSqlStatementName) \
                     or pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                raise error
+            self._prepared.discard(name)
+        raise AssertionError("unreachable")  # the second pass returns or raises
+
+    def _pipeline_raw(self, conn: Conn, name: str, statement: str, params: Sequence[Sequence[bytes | None]]
+                      ) -> list[pq.abc.PGresult]:
+        """Run `statement` (prepared as `name`) once per row of text `params`, all in one transaction.
+
+        Trick "raw group commit" (the one user is engine.store.postgres.commit, a batch of
+        slots): libpq's pipeline mode, past psycopg's cursors, sends the batch at once and
+        ends it with one Sync, which commits every statement sent before it in one implicit
+        transaction (one WAL flush); then the answers are read, one result a statement. A
+        failed statement aborts the ones after it and the transaction; the first error is
+        raised once the Sync was read (the connection is idle again). As in `_execute_raw`,
+        a statement psycopg deallocated is prepared again and the batch sent once more.
+        """
+        pgconn = conn.pgconn
+        for again in (False, True):
+            self._prepare(conn, name, statement)
+            pgconn.enter_pipeline_mode()
+            try:
+                for row in params:
+                    pgconn.send_query_prepared(name.encode(), row)
+                pgconn.pipeline_sync()
+                conn.wait(send(pgconn))
+                results = [conn.wait(fetch_many(pgconn))[-1] for _ in params]
+                conn.wait(fetch_many(pgconn))  # the Sync's
+            finally:
+                if not conn.closed and not conn.broken:
+                    try:
+                        pgconn.exit_pipeline_mode()
+                    except psycopg.Error:  # answers left unread after a fault: the connection is not reused
+                        conn.close()
+            failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
+            if failed is None:
+                return results
+            error = pg_errors.error_from_result(failed, encoding=conn.info.encoding)
+            if again or not isinstance(error, pg_errors.InvalidSqlStatementName):
                 raise error
             self._prepared.discard(name)
         raise AssertionError("unreachable")  # the second pass returns or raises
@@ -448,6 +488,8 @@ class PGConnection(StoreBase):
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._version += 1  # anything may have changed while nobody listened
                     ready.set()
+                    for wake in self._wakers:  # (the worker's loop sleeps until told, or its next timed look)
+                        wake()
                     backoff = BACKOFF_FIRST
                     # poll, not select: a busy worker's descriptors may be numbered past select's 1,024.
                     waiting = select.poll()

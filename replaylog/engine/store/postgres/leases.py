@@ -343,11 +343,7 @@ class PGLeases(PGConnection):
         sender: MarkSender | None = self.__dict__.get("_mark_sender")
         if sender is None:
             sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
-        mark = {"id": claim.id, "slot": slot, "name": name, "attempts": attempts, "started_at": started_at,
-                "owner": claim.owner, "epoch": claim.epoch}
-        if lane:
-            mark["lane"] = lane  # (absent: lane 0, the workflow's own thread)
-        sender.mark(mark)
+        sender.mark((claim, slot, name, attempts, started_at, lane))
 
     def heartbeat(self, claim: Claim, slot: int, name: str, attempts: int, *, details: str | None,
                   beat_at: float | None, expires: float | None, lane: int = 0) -> bool:

@@ -21,21 +21,17 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from replaylog.engine.store.postgres.connection import Conn, PGConnection
+from replaylog.engine.store.postgres.text import claim_text
+from replaylog.engine.store.rows import Claim
 
-# The marks of one batch as a JSON array of objects; the lease fence is the join. One mark
-# per lane of a workflow (a batch keeps a lane's latest: ON CONFLICT cannot touch a row twice);
-# a mark without a lane is lane 0's, the workflow's own thread.
-_MARKS = (
-    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
-    " SELECT w.id, COALESCE(m.lane, 0), m.slot, m.name, m.attempts, m.started_at"
-    " FROM jsonb_to_recordset($1::jsonb) AS m(id text, lane bigint, slot bigint, name text, attempts int,"
-    " started_at double precision, owner text, epoch bigint)"
-    " JOIN workflows w ON w.id = m.id AND w.lease_owner = m.owner AND w.lease_epoch = m.epoch"
+# What a mark does to the workflow's inflight row of its lane (0: the workflow's own thread; k: the
+# k-th task of the parallel group running): its latest mark.
+_UPSERT = (
     # Lasts until the end of this statement's implicit transaction: no wait for the flush.
-    " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL"
+    " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
     " ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
     " attempts = excluded.attempts, started_at = excluded.started_at,"
     # A new attempt ends the last one's retry wait and error. The mark of the attempt that failed
@@ -45,9 +41,37 @@ _MARKS = (
     " error = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
     " THEN inflight.error END"
 )
+# The marks of one batch as a JSON array of objects; the lease fence is the join. One mark per
+# lane of a workflow (a batch keeps a lane's latest: ON CONFLICT cannot touch a row twice); a
+# mark without a lane is lane 0's.
+_MARKS = (
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
+    " SELECT w.id, COALESCE(m.lane, 0), m.slot, m.name, m.attempts, m.started_at"
+    " FROM jsonb_to_recordset($1::jsonb) AS m(id text, lane bigint, slot bigint, name text, attempts int,"
+    " started_at double precision, owner text, epoch bigint)"
+    " JOIN workflows w ON w.id = m.id AND w.lease_owner = m.owner AND w.lease_epoch = m.epoch"
+    " WHERE TRUE" + _UPSERT
+)
 _MARKS_PSYCOPG = _MARKS.replace("$1", "%s")
+# A batch of one mark (a lone workflow's, always): its values as parameters, the claim's
+# encoded once per claim (postgres.text), and no JSON to build, send and take apart.
+_MARK = (
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
+    " SELECT id, $8::bigint, $2::bigint, $3::text, $4::int, $5::float8 FROM workflows"
+    " WHERE id = $1::text AND lease_owner = $6::text AND lease_epoch = $7::bigint" + _UPSERT
+)
 
-Mark = dict[str, Any]
+# A start mark: the claim it is made under, the slot, the activity's name, its attempt, when it
+# started, its lane.
+Mark = tuple[Claim, int, str, int, float, int]
+
+
+def _json(batch: list[Mark]) -> str:
+    """The marks of `batch` as `_MARKS` reads them: one per lane of a workflow, its latest."""
+    latest = {(m[0].id, m[5]): m for m in batch}
+    return json.dumps([{"id": c.id, "lane": lane, "slot": slot, "name": name, "attempts": attempts,
+                        "started_at": started_at, "owner": c.owner, "epoch": c.epoch}
+                       for c, slot, name, attempts, started_at, lane in latest.values()])
 
 
 class _Waiter:
@@ -67,6 +91,8 @@ class MarkSender:
 
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _shared: ClassVar[dict[str, MarkSender]] = {}
+    _sending: bool  # a batch is being sent (its thread sends the next, or clears this)
+    _closing: bool  # `release` waits for the batch in flight
 
     @classmethod
     def shared(cls, url: str) -> MarkSender:
@@ -87,6 +113,7 @@ class MarkSender:
             MarkSender._shared.pop(self._url, None)
         with self._state:
             while self._sending:
+                self._closing = True
                 self._state.wait()
         self._conn.close()
 
@@ -94,7 +121,11 @@ class MarkSender:
         self._url = url
         self._users = 0
         self._conn = PGConnection(url)
-        self._state = threading.Condition(threading.Lock())
+        # Taken with bare acquire/release on the per-mark path (a `with` on a Condition is two
+        # Python-level calls more); the Condition is only waited on by `release`.
+        self._mutex = threading.Lock()
+        self._state = threading.Condition(self._mutex)
+        self._closing = False
         # Marks waiting to be sent, each with the lock its thread waits on (None: the
         # sending thread's own) and whether that thread is to send next.
         self._queue: list[tuple[Mark, _Waiter | None]] = []
@@ -107,25 +138,26 @@ class MarkSender:
         sent or when it is to send the next batch (a notify_all woke every workflow thread
         per batch, and each woken thread waited for the GIL: ~2 ms per mark).
         """
-        with self._state:
-            if self._sending:
-                waiter = _Waiter()
-                self._queue.append((mark, waiter))
-            else:
-                self._sending = True
-                self._queue.append((mark, None))
-                waiter = None
-        if waiter is not None:
-            waiter.done.acquire()  # released once sent (or failed), or when this thread is to send
-            if waiter.error is not None:
-                raise waiter.error
-            if not waiter.lead:
-                return
-        self._lead()
-
-    def _lead(self) -> None:
-        with self._state:
+        mutex = self._mutex
+        mutex.acquire()
+        if not self._sending:  # nothing in flight: this thread sends its own mark at once
+            self._sending = True
+            mutex.release()
+            self._lead([(mark, None)])
+            return
+        waiter = _Waiter()
+        self._queue.append((mark, waiter))
+        mutex.release()
+        waiter.done.acquire()  # released once sent (or failed), or when this thread is to send
+        if waiter.error is not None:
+            raise waiter.error
+        if waiter.lead:
+            mutex.acquire()
             batch, self._queue = self._queue, []
+            mutex.release()
+            self._lead(batch)
+
+    def _lead(self, batch: list[tuple[Mark, _Waiter | None]]) -> None:
         failed: BaseException | None = None
         try:
             self._send([m for m, _ in batch])
@@ -137,21 +169,31 @@ class MarkSender:
                 if w is not None:
                     w.error = failed
                     w.done.release()
-            with self._state:
-                if self._queue:  # queued during the send: the first of them sends next
-                    nxt = self._queue[0][1]
-                    assert nxt is not None
-                    nxt.lead = True
-                    nxt.done.release()
-                else:
-                    self._sending = False
+            mutex = self._mutex
+            mutex.acquire()
+            if self._queue:  # queued during the send: the first of them sends next
+                nxt = self._queue[0][1]
+                assert nxt is not None
+                nxt.lead = True
+                nxt.done.release()
+            else:
+                self._sending = False
+                if self._closing:
                     self._state.notify_all()  # only `release` waits on it
+            mutex.release()
 
     def _send(self, batch: list[Mark]) -> None:
-        latest = {(m["id"], m.get("lane")): m for m in batch}  # one per lane of a workflow: its latest
-        text = json.dumps(list(latest.values()))
+        if len(batch) == 1:
+            claim, slot, name, attempts, started_at, lane = batch[0]
+            wid, owner, epoch = claim_text(claim)
+            self._conn._send_unanswered("replaylog_mark", _MARK, (
+                wid, b"%d" % slot, name.encode(), b"%d" % attempts, b"%r" % started_at, owner, epoch,
+                b"%d" % lane if lane else b"0"),
+                lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json(batch),)))
+            return
+        text = _json(batch)
 
         def redo(conn: Conn, _: int) -> None:  # the ordinary way: after a failed or unsent batch
             conn.execute(_MARKS_PSYCOPG, (text,))
 
-        self._conn._send_unanswered("replaylog_marks", _MARKS, (text,), redo)
+        self._conn._send_unanswered("replaylog_marks", _MARKS, (text.encode(),), redo)

@@ -18,13 +18,14 @@ FAST = -2  # nothing could have changed since this connection's last slot: write
 class _Written:
     """A workflow's last slot written by this connection: under which lease and data_version."""
 
-    __slots__ = ("column", "epoch", "next_slot", "version")
+    __slots__ = ("column", "epoch", "next_slot", "row", "version")
 
-    def __init__(self, epoch: int, version: int, next_slot: int, column: int) -> None:
+    def __init__(self, epoch: int, version: int, next_slot: int, column: int, row: int) -> None:
         self.epoch = epoch
         self.version = version  # this connection's PRAGMA data_version at that commit
         self.next_slot = next_slot
         self.column = column  # the workflow row's `slots` column as this connection last wrote it
+        self.row = row  # the workflow row's rowid then (a guarded slot statement finds the row by it)
 
 
 class CommitFence:
@@ -43,6 +44,10 @@ class CommitFence:
 
     A connection's own writes do not change its data_version: anything else it writes
     (a claim, a release) and any failed commit must `clear()` the fence.
+
+    A lone slot (engine.store.sqlite.commit, `Commits.commit_record`) does without the
+    transaction and data_version: `guard` gives what its one autocommit statement checks on
+    the workflow's row, the same owner, epoch and count the fenced UPDATE checks.
     """
 
     __slots__ = ("_stamped", "_written")
@@ -68,6 +73,19 @@ class CommitFence:
             return w.column
         return slot  # a claim sets the column to the true count
 
+    def guard(self, claim: Claim, slot: int, now: float) -> _Written | None:
+        """What this connection knows of the workflow if `slot` is its next and no restamp is due, else None.
+
+        The caller writes the slot with one statement guarded by the row (owner, epoch,
+        `column`, and no cancel request) and advances `next_slot` if it was written;
+        None, or a row that refused, sends it to the fenced transaction, which decides.
+        """
+        w = self._written.get(claim.id)
+        if (w is not None and w.epoch == claim.epoch and w.next_slot == slot
+                and now - self._stamped.get(claim.id, 0.0) < UPDATED_AT_STEP):
+            return w
+        return None
+
     def restamp_due(self, workflow_id: str, now: float) -> bool:
         """Whether the workflow's updated_at is due to be rewritten (at most once a second)."""
         return now - self._stamped.get(workflow_id, 0.0) >= UPDATED_AT_STEP
@@ -79,9 +97,9 @@ class CommitFence:
             self._written.clear()
         self._stamped[workflow_id] = now
 
-    def note(self, claim: Claim, version: int, next_slot: int) -> None:
-        """Note that the workflow's row was fenced and rewritten with `slots = next_slot`."""
-        self._written[claim.id] = _Written(claim.epoch, version, next_slot, next_slot)
+    def note(self, claim: Claim, version: int, next_slot: int, row: int) -> None:
+        """Note that the workflow's row (rowid `row`) was fenced and rewritten with `slots = next_slot`."""
+        self._written[claim.id] = _Written(claim.epoch, version, next_slot, next_slot, row)
 
     def forget(self, workflow_id: str) -> None:
         """The workflow's row refused a slot (its lease is gone): know nothing of it."""
