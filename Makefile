@@ -31,9 +31,15 @@ lint: $(STAMP)
 # Compiled here once, each loads the package's bytecode; where PYTHONDONTWRITEBYTECODE is
 # set, Python writes no cache itself and every process compiles every module it imports
 # from source (1.6x the CPU of `import replaylog.cli`).
+# Four pytest workers on two cores: most tests spend much of their time waiting on a
+# worker subprocess, a commit's fsync or the PostgreSQL server, and two left the CPUs
+# idle for ~40% of the run. worksteal: an idle worker takes queued tests from a busy one,
+# so a long test at the end does not leave the others idle.
+PYTEST_WORKERS ?= 4
+
 test: lint
-	$(PY) -m compileall -q replaylog tests
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m compileall -q replaylog tests bench
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q
 
 soak: $(STAMP)
 	$(PY) -m pytest -q -m soak tests --soak
