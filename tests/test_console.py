@@ -410,6 +410,30 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
 
 
 @async_test
+async def test_every_task_of_a_parallel_group_in_flight_is_listed_with_its_own_attempts(db_path: Path) -> None:
+    with frozen_time(), open_store(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="crashed-group")
+        (claim,) = store.claim("otherhost:4194998:deadbeef", ttl=1)  # a worker that cannot be alive
+        store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "fetch_invoice", True, 700))], ttl=1)
+        # Its parallel group's two tasks (slots 1 and 2, lanes 1 and 2) were running, each in a record of its own.
+        board = MarkBoard(db_path, claim.owner, 4)
+        board.write(2, claim.id, claim.epoch, 1, "charge_card", 3, time.time(), lane=1)
+        board.write(3, claim.id, claim.epoch, 2, "notify", 1, time.time(), lane=2)
+        board.close(remove=False)
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow("crashed-group")
+        await settle(pilot)
+        summary = rendered(app.screen.query_one("#summary", Static))
+        assert "slot 1: activity charge_card started 3 time(s), no recorded outcome — possibly ran" in summary
+        assert "slot 2: activity notify started 1 time(s), no recorded outcome — possibly ran" in summary
+        slots = app.screen.query_one("#slot-table", PagedTable)
+        assert column(slots, "ok") == ["ok", "in flight", "in flight"]
+        assert column(slots, "attempts") == ["1", "3", "1"]
+
+
+@async_test
 async def test_the_last_worker_error_shows_with_when_the_workflow_runs_again(db_path: Path) -> None:
     # A run stopped by an error that is no outcome (here a KeyboardInterrupt) hands the
     # workflow back: the screen says why it is pending again and when a worker takes it.

@@ -66,7 +66,8 @@ DEFAULT_MAX_SUSPENDED = 10_000
 # on async activities: a thread's own record serves its next workflow, and moving the mark to a
 # spare record is a few stores, where keeping it in the database was a write transaction per
 # suspension (1,000 workflows awaiting a 1 s activity: 4.6 s against 3.5 s without marks, on a
-# loaded 2-core machine). With none spare, the mark goes to the database.
+# loaded 2-core machine). With none spare, the mark goes to the database. The tasks of parallel
+# groups borrow them too, one a running task (with none spare, the thread's own record).
 PARKED_MARKS = 1024
 # How often the idle loop looks at PRAGMA data_version: a read of shared memory, so a
 # few milliseconds costs nothing and a signal wakes its workflow in milliseconds.
@@ -261,7 +262,8 @@ class Worker:
             raise
         # Without a mark file (a server's store) each mark is a row, where every host sees it.
         self._parts = replace(self._parts, board=self._board,
-                              marks_in_store=self.track_inflight and self._board is None)
+                              marks_in_store=self.track_inflight and self._board is None,
+                              lend_mark=self._lend_mark, return_mark=self._return_mark)
         self.committer.start()
         pruner = None if self.retention is None else Pruner(self.path, self.retention, self._stopping)
         if pruner is not None:
@@ -589,7 +591,18 @@ class Worker:
             self._keep_mark(store, me)
             return
         me.inflight = False
-        board.write(index, mark.workflow_id, mark.epoch, mark.slot, mark.name, mark.attempts, mark.started_at)
+        board.write(index, mark.workflow_id, mark.epoch, mark.slot, mark.name, mark.attempts, mark.started_at,
+                    mark.lane)
+
+    def _lend_mark(self) -> int | None:
+        """A spare record of the mark file for a task of a parallel group (None: none is free)."""
+        with self._lock:
+            return self._spare_marks.pop() if self._spare_marks else None
+
+    def _return_mark(self, index: int) -> None:
+        """A spare record a parallel group's task is done with."""
+        with self._lock:
+            self._spare_marks.append(index)
 
     def _keep_mark(self, store: WorkerStore, me: PooledThread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.

@@ -156,27 +156,30 @@ def append_signal(sql: Dialect, conn: Any, workflow_id: str, name: str, text: st
 TIME_WAITS = frozenset(w.value for w in Wait)
 
 
-def keep_retry(sql: Dialect, conn: Any, workflow_id: str, wait: RetryWait, now: float) -> None:
-    """A verdict blocked on a retry: keep the activity's attempts, last error and next attempt's time.
+def keep_retry(sql: Dialect, conn: Any, workflow_id: str, waits: Sequence[RetryWait], now: float) -> None:
+    """A verdict blocked on a retry: keep each waiting activity's attempts, last error and next attempt's
+    time, in its lane (one, or the waiting tasks of a parallel group).
 
-    The run that wakes at `retry_at` reads them with its claim (Claim.inflight_*) and counts
-    its attempts on from there, whichever worker it is and whatever died in between.
+    The run that wakes at the earliest `retry_at` reads them with its claim (Claim.inflight) and
+    counts their attempts on from there, whichever worker it is and whatever died in between.
     """
-    sql.run(conn, "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, error, retry_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot,"
-            " name = excluded.name, attempts = excluded.attempts, started_at = excluded.started_at,"
-            " error = excluded.error, retry_at = excluded.retry_at",
-            (workflow_id, wait.slot, wait.name, wait.attempts, now, wait.error, wait.retry_at))
+    for wait in waits:
+        sql.run(conn, "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at, error, retry_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot,"
+                " name = excluded.name, attempts = excluded.attempts, started_at = excluded.started_at,"
+                " error = excluded.error, retry_at = excluded.retry_at",
+                (workflow_id, wait.lane, wait.slot, wait.name, wait.attempts, now, wait.error, wait.retry_at))
 
 
-# An attempt's heartbeat, fenced by the lease: its details (NULL keeps the slot's last ones), when it
-# beat (NULL keeps), and when the next is due (NULL: nobody watches). A beat means an attempt runs:
-# no retry wait is pending and no earlier attempt's error waits for its backoff. Parameters: slot,
-# name, attempts, now, details, beat_at, expires, id, owner, epoch.
+# An attempt's heartbeat in its lane, fenced by the lease: its details (NULL keeps the slot's last ones),
+# when it beat (NULL keeps), and when the next is due (NULL: nobody watches). A beat means an attempt
+# runs: no retry wait is pending and no earlier attempt's error waits for its backoff. Parameters:
+# lane, slot, name, attempts, now, details, beat_at, expires, id, owner, epoch.
 HEARTBEAT = (
-    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, details, heartbeat_at, heartbeat_expires)"
-    " SELECT id, ?, ?, ?, ?, ?, ?, ? FROM workflows WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
-    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at, details, heartbeat_at,"
+    " heartbeat_expires)"
+    " SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM workflows WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
+    " ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
     " attempts = excluded.attempts, retry_at = NULL, error = NULL,"
     " started_at = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
     " THEN inflight.started_at ELSE excluded.started_at END,"
