@@ -360,7 +360,7 @@ class Commits(SQLiteConnection, SeenCancels):
             return False
         if status_info(status).code_ended:
             code_ended(conn, claim.id, outcome, status, written[0], now)
-        if outcome.retry is not None:
+        if outcome.retry:
             keep_retry(SQLITE, conn, claim.id, outcome.retry, now)
         if consumed:
             conn.execute(
