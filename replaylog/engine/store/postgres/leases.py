@@ -8,6 +8,7 @@ by their pids, so a dead worker's workflows are taken over when their leases lap
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -21,6 +22,11 @@ from replaylog.engine.store.rows import Claim, loads
 from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key, unrecorded
 from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
+
+# Taken when a store first sends a mark: its workflow thread and its event loop's thread may
+# both send one first, and each taking a share of the sender would leave one share never
+# released (the sender's connection open after the store closed).
+_FIRST_MARK = threading.Lock()
 
 _MARK = (
     "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
@@ -342,7 +348,10 @@ class PGLeases(PGConnection):
             raise ReadOnlyError(f"database {self.where} is open read-only")
         sender: MarkSender | None = self.__dict__.get("_mark_sender")
         if sender is None:
-            sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
+            with _FIRST_MARK:
+                sender = self.__dict__.get("_mark_sender")
+                if sender is None:
+                    sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
         sender.mark((claim, slot, name, attempts, started_at, lane))
 
     def heartbeat(self, claim: Claim, slot: int, name: str, attempts: int, *, details: str | None,
