@@ -262,6 +262,9 @@ class WorkerStore(_Closable, Protocol):
     def start_missing_children(self, parent_id: str, state: WorkflowState) -> list[str]:
         """Start, pending, the children a parent's history records as started that have no row; their ids."""
 
+    def start_orphaned_children(self, names: Collection[str] | None = None) -> dict[str, list[str]]:
+        """Start the missing children of blocked parents (of `names`) that wait for a child with no row; by parent."""
+
     def heartbeat(self, claim: rows.Claim, slot: int, name: str, attempts: int, *, details: str | None,
                   beat_at: float | None, expires: float | None, lane: int = 0) -> bool:
         """Keep an attempt's heartbeat in its lane (details as JSON text, None: keep the last; when it beat,

@@ -74,6 +74,9 @@ PARKED_MARKS = 1024
 DEFAULT_POLL = 0.002
 # Leases lapse with time, not with a commit, so look for lapsed ones on a timer too.
 LAPSE_CHECK = 0.25
+# How often a worker looks for blocked parents waiting for a child that has no row (a lost row: a
+# restore, a hand edit), which nothing else would claim again: at its start, then this often.
+ORPHANS_CHECK = 60.0
 # How often a worker with workflows running looks for new work (seconds): a new start or
 # a signal waits at most this long, and the running workflows are not disturbed for it.
 BUSY_POLL = 0.01
@@ -309,6 +312,7 @@ class Worker:
         next_small_claim = 0.0
         next_schedule = 0.0  # on self.clock: when to look for due schedule ticks
         next_expiry = 0.0  # when to look for workflows past their timeout (client.start(timeout=...))
+        next_orphans = 0.0  # when to look for parents waiting for a child with no row
         dead: list[str] = []
         # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
         # store's wake index whenever we look, so the loop wakes at that time and never asks
@@ -363,6 +367,9 @@ class Worker:
                         self._launch(claim)
             if seek_wake:
                 next_wake = store.next_wake(self.names)
+            if now >= next_orphans:
+                next_orphans = now + ORPHANS_CHECK
+                self._start_orphaned_children(store)
             if now >= next_expiry:
                 next_expiry = now + LAPSE_CHECK
                 try:
@@ -391,6 +398,17 @@ class Worker:
                 wait = max(wait, self._quiet_wait(now, next_renew, next_expiry, next_schedule, next_wake))
             self._wake.wait(wait)
             self._wake.clear()
+
+    def _start_orphaned_children(self, store: WorkerStore) -> None:
+        """Start the lost children that blocked parents of this worker's names wait for (see ORPHANS_CHECK)."""
+        try:
+            started = store.start_orphaned_children(self.names)
+        except StoreBusyError as exc:
+            self._busy(exc)  # looked for again at the next check
+            return
+        for parent, children in started.items():
+            self._event(parent, f"started child workflow(s) it waits for that had no row: {', '.join(children)}",
+                        "children_started")
 
     def _quiet_wait(self, now: float, next_renew: float, next_expiry: float, next_schedule: float,
                     next_wake: float | None) -> float:

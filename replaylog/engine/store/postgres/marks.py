@@ -140,10 +140,13 @@ class MarkSender:
         """
         mutex = self._mutex
         mutex.acquire()
-        if not self._sending:  # nothing in flight: this thread sends its own mark at once
+        if not self._sending:  # nothing in flight: this thread sends its own mark at once, alone
             self._sending = True
             mutex.release()
-            self._lead([(mark, None)])
+            try:
+                self._send_one(mark)
+            finally:
+                self._hand_on()
             return
         waiter = _Waiter()
         self._queue.append((mark, waiter))
@@ -169,27 +172,34 @@ class MarkSender:
                 if w is not None:
                     w.error = failed
                     w.done.release()
-            mutex = self._mutex
-            mutex.acquire()
-            if self._queue:  # queued during the send: the first of them sends next
-                nxt = self._queue[0][1]
-                assert nxt is not None
-                nxt.lead = True
-                nxt.done.release()
-            else:
-                self._sending = False
-                if self._closing:
-                    self._state.notify_all()  # only `release` waits on it
-            mutex.release()
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """After a send: the first thread that queued a mark meanwhile sends next, or nobody is sending."""
+        mutex = self._mutex
+        mutex.acquire()
+        if self._queue:
+            nxt = self._queue[0][1]
+            assert nxt is not None
+            nxt.lead = True
+            nxt.done.release()
+        else:
+            self._sending = False
+            if self._closing:
+                self._state.notify_all()  # only `release` waits on it
+        mutex.release()
+
+    def _send_one(self, mark: Mark) -> None:
+        claim, slot, name, attempts, started_at, lane = mark
+        wid, owner, epoch = claim_text(claim)
+        self._conn._send_unanswered("replaylog_mark", _MARK, (
+            wid, b"%d" % slot, name.encode(), b"%d" % attempts, b"%r" % started_at, owner, epoch,
+            b"%d" % lane if lane else b"0"),
+            lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json([mark]),)))
 
     def _send(self, batch: list[Mark]) -> None:
         if len(batch) == 1:
-            claim, slot, name, attempts, started_at, lane = batch[0]
-            wid, owner, epoch = claim_text(claim)
-            self._conn._send_unanswered("replaylog_mark", _MARK, (
-                wid, b"%d" % slot, name.encode(), b"%d" % attempts, b"%r" % started_at, owner, epoch,
-                b"%d" % lane if lane else b"0"),
-                lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json(batch),)))
+            self._send_one(batch[0])
             return
         text = _json(batch)
 

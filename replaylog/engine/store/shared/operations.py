@@ -661,6 +661,42 @@ class SharedOperatorWrites(StoreBase):
         return self._operate(parent_id, "start", now, who, lambda conn: self._start_recorded_children(
             conn, parent_id, state.commands, answered, now, who), lambda _: [])
 
+    def start_orphaned_children(self, names: Collection[str] | None = None) -> dict[str, list[str]]:
+        """Start the missing children of blocked parents (of `names`, None: any) that wait for a child with no row.
+
+        Such a parent is claimed by nothing (it waits for its child's outcome, which no workflow
+        will send), so `start_missing_children` would never run for it: a worker calls this as
+        it starts and then now and again. The child is started as the worker's commit of its
+        start slot would have (`_start_recorded_children`, with an audit row saying so); the
+        parent stays blocked and hears from it as from any child. One read of the blocked
+        parents' waits (by status) when none is missing. Returns the children started, by parent.
+        """
+        sql = self.dialect
+        wait = f"status = 'blocked' AND SUBSTR(blocked_on, 1, {len(CHILD_PREFIX)}) = '{CHILD_PREFIX}'"
+        orphaned = (f" AND NOT EXISTS (SELECT 1 FROM workflows c"
+                    f" WHERE c.id = SUBSTR(workflows.blocked_on, {len(CHILD_PREFIX) + 1}))")
+        among, params = ("", []) if names is None else sql.in_list("workflow", list(names))
+        parents = [str(r[0]) for r in self._query(
+            f"SELECT id FROM workflows WHERE {wait}{orphaned}{' AND ' + among if among else ''}", params)]
+        started: dict[str, list[str]] = {}
+        for parent in parents:
+            now, who = time.time(), actor()
+
+            def start(conn: Any, parent: str = parent, now: float = now, who: str = who) -> list[str]:
+                row = sql.run(conn, f"SELECT seq FROM workflows WHERE id = ? AND {wait}{orphaned}{sql.lock}",
+                              (parent,)).fetchone()
+                if row is None:
+                    return []  # woken, or its child started, meanwhile
+                answered = {str(r[0]) for r in sql.run(
+                    conn, "SELECT name FROM signals WHERE workflow_id = ? AND run IS NULL", (parent,))}
+                return self._start_recorded_children(conn, parent, load_commands(sql, conn, slot_key(int(row[0]))),
+                                                     answered, now, who)
+
+            children = self._operate(parent, "start", now, who, start, lambda _: [])
+            if children:
+                started[parent] = children
+        return started
+
     def _fork_children(self, conn: Any, source: str, wid: str, base: int, now: float, who: str) -> None:
         """Give a fork, in its own transaction, its own child for each copied child start still unanswered.
 
