@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, column, make_app, on_screen, settle, wait_until
 from console_seed import ROLES, copy_db, frozen_time, seed_long_history
 from textual import events
 from textual.command import CommandList
@@ -271,7 +271,7 @@ async def test_a_failed_slot_and_the_failed_workflow_show_their_tracebacks(conso
         await pilot.press("1")  # the slots
         screen.query_one("#slot-table", PagedTable).move_cursor(row=0)
         await pilot.press("enter")  # slot 0, the activity that failed
-        assert await wait_until(pilot, lambda: isinstance(app.screen, SlotScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, SlotScreen))
         shown = rendered(app.screen.query_one("#slot-value Static", Static))
         assert 'traceback\nTraceback (most recent call last):\n  File "tests/console_workflows.py", line' in shown
         assert "in carrier_down" in shown and "replaylog/engine" not in shown
@@ -1013,7 +1013,7 @@ async def test_the_palette_goes_to_a_workflow_id(console_db: Path) -> None:
 
         assert await wait_until(pilot, lambda: any("Go to workflow ship-9" in hit for hit in offered()))
         await pilot.press("down", "enter")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, WorkflowScreen))
         assert app.screen.workflow_id == "ship-9"
 
 
