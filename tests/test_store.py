@@ -355,6 +355,27 @@ def test_a_slot_is_fenced_by_its_own_row_when_its_rowid_names_another(db_path: P
         operator.close()
 
 
+def test_a_batch_of_first_attempts_writes_the_fenced_ones_and_refuses_the_rest(store: Store) -> None:
+    for wid in ("a", "b", "c"):
+        store.start_workflow("wf", None, workflow_id=wid)
+    claims = {c.id: c for c in store.claim("w1", ttl=30, limit=3)}
+
+    def first(slot: int) -> CommandRecord:
+        return CommandRecord("activity", "tick", True, slot, None, 1, f"[{slot}]")
+
+    written, _ = store.commit_batch([
+        PendingRecord(claims["a"], 0, first(0)),
+        PendingRecord(claims["b"], 1, first(1)),  # not b's next slot: refused, never a gap
+        PendingRecord(claims["c"], 0, first(0), "0"),
+        PendingRecord(claims["a"], 1, first(1)),
+    ], ttl=30)
+    assert written == [True, False, True, True]
+    assert [(c.slot, c.value, c.args, c.attempts) for c in store.list_commands("a")] == [(0, 0, "[0]", 1),
+                                                                                       (1, 1, "[1]", 1)]
+    assert store.list_commands("b") == []
+    assert [(c.slot, c.value, c.args) for c in store.list_commands("c")] == [(0, 0, "[0]")]
+
+
 def test_a_lone_slot_is_one_statement_committed_by_itself(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # After the slot that fences the workflow's row, each slot is one guarded INSERT in
     # autocommit mode (engine.store.sqlite.commit): its own transaction, with no BEGIN,

@@ -152,6 +152,10 @@ def append_signal(sql: Dialect, conn: Any, workflow_id: str, name: str, text: st
     return int(seq_row[0])
 
 
+# The detail of an import's audit row, before the id the export was made of.
+IMPORTED_FROM = "from an export of "
+
+
 # The blocked-on words only time ends: no signal wakes them, whatever its name (engine.vocab.Wait).
 TIME_WAITS = frozenset(w.value for w in Wait)
 
@@ -632,7 +636,7 @@ class SharedOperatorWrites(StoreBase):
                 # A worker starts a child only when it records the child's slot, and an imported
                 # slot is replayed, not recorded. A finished parent's children are not run again.
                 self._start_recorded_children(conn, wid, doc.commands, {s.name for s in doc.signals}, now, who)
-            _audit(sql, conn, wid, "import", now, who, detail=f"from an export of {doc.id}")
+            _audit(sql, conn, wid, "import", now, who, detail=f"{IMPORTED_FROM}{doc.id}")
 
         self._operate(wid, "import", now, who, write, lambda _: None)
         return wid
@@ -712,10 +716,15 @@ class SharedOperatorWrites(StoreBase):
         sql = self.dialect
         commands = load_commands(sql, conn, base)
         answered = {str(r[0]) for r in sql.run(conn, "SELECT name FROM signals WHERE workflow_id = ?", (wid,))}
+        # The ids the source's code derived its children's from: its own, and, if it was imported under
+        # a new id, the one it had where it ran (its children's ids were derived from that there).
+        derived = {source} | {str(r[0])[len(IMPORTED_FROM):] for r in sql.run(
+            conn, "SELECT detail FROM audit WHERE workflow_id = ? AND action = 'import'", (source,))
+            if str(r[0]).startswith(IMPORTED_FROM)}
         renamed: dict[str, str] = {}
         for slot, c in _recorded_children(commands, answered):
             old, mine = str(c.value["id"]), f"{wid}.{slot}"
-            if old != f"{source}.{slot}":
+            if old not in {f"{d}.{slot}" for d in derived}:
                 raise OperatorRefusedError(
                     f"slot {slot} of {source!r} started child workflow {old!r} under an id its code gave, and its"
                     f" result has not arrived: a fork can neither wait for it (it reports to {source!r}) nor start"
