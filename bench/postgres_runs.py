@@ -34,23 +34,45 @@ from replaylog.engine.store import open_store
 from replaylog.engine.worker import Worker
 
 
-def floor_rate(url: str, rows: int) -> float:
-    """One-row autocommit INSERTs from psycopg; commits/s."""
+def floor_rate(url: str, rows: int, cpu: list[tuple[float, float]] | None = None,
+               server: PGServer | None = None) -> float:
+    """One-row autocommit INSERTs from psycopg; commits/s.
+
+    With `cpu` (and `server`): append the CPU a timed commit cost, in µs, this process's
+    (the floor's client: psycopg and libpq) and the server's.
+    """
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS floor (id bigserial PRIMARY KEY, wf text NOT NULL, value text)")
         for i in range(min(rows, 200)):  # warm: connection, plan cache, WAL segment
             conn.execute("INSERT INTO floor (wf, value) VALUES (%s, %s)", ("wf-0123456789abcdef", str(i)))
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        served = 0.0 if server is None else _server_cpu(server)[0]  # (its backend alive: counted live)
         start = time.perf_counter()
         for i in range(rows):
             conn.execute("INSERT INTO floor (wf, value) VALUES (%s, %s)", ("wf-0123456789abcdef", str(i)))
-        return rows / (time.perf_counter() - start)
+        rate = rows / (time.perf_counter() - start)
+        if cpu is not None and server is not None:
+            now = resource.getrusage(resource.RUSAGE_SELF)
+            client = now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime
+            cpu.append((client / rows * 1e6, (_server_cpu(server)[0] - served) / rows * 1e6))
+        return rate
 
 
-def _floor_around(url: str, rows: int, workload: Any) -> tuple[float, float, Any]:
-    """The floor before and after `workload()` (commits/s each) and its result."""
-    before = floor_rate(url, rows)
+def _floor_around(url: str, rows: int, workload: Any, server: PGServer | None = None,
+                  out: dict[str, Any] | None = None) -> tuple[float, float, Any]:
+    """The floor before and after `workload()` (commits/s each) and its result.
+
+    With `server` and `out`: the CPU a floor commit cost, the client's and the server's (µs,
+    the mean of before and after) go to `out`, beside the workload's CPU a slot.
+    """
+    cpu: list[tuple[float, float]] = []
+    before = floor_rate(url, rows, cpu, server)
     result = workload()
-    return before, floor_rate(url, rows), result
+    after = floor_rate(url, rows, cpu, server)
+    if out is not None and cpu:
+        out["floor_client_cpu_us_per_commit"] = sum(c for c, _ in cpu) / len(cpu)
+        out["floor_server_cpu_us_per_commit"] = sum(s for _, s in cpu) / len(cpu)
+    return before, after, result
 
 
 def _peer(role: str, server: PGServer, *args: int) -> dict[str, Any] | None:
@@ -118,17 +140,21 @@ def _server_cpu(server: PGServer) -> tuple[float, int]:
 
 
 def server_cpu(server: PGServer) -> float:
-    """CPU seconds the server has used so far, once no client is connected (waited for up to 5 s).
+    """CPU seconds the server has used so far, once no client is connected and the sum has settled.
 
-    A backend whose client just closed is counted once the postmaster has reaped it: read
-    before, its CPU was in neither sum, and a run's figure came out a fraction of the truth.
+    A backend whose client just closed is counted once the postmaster has reaped it; read
+    while backends were exiting, a run's figure came out a fraction of the truth (0.45 s
+    read at once against 0.65 s a tenth of a second later, with no client left). So this
+    waits (up to 5 s) until no client backend is left and two reads 50 ms apart agree.
     """
     deadline = time.monotonic() + 5
+    last = None
     while True:
         total, clients = _server_cpu(server)
-        if not clients or time.monotonic() >= deadline:
+        if (not clients and total == last) or time.monotonic() >= deadline:
             return total
-        time.sleep(0.02)
+        last = None if clients else total
+        time.sleep(0.05)
 
 
 def _with_cpu(server: PGServer, slots: int, out: dict[str, Any], workload: Any) -> Any:
@@ -150,7 +176,8 @@ def single(server: PGServer, sizes: Sizes) -> dict[str, Any]:
     with open_store(url) as store:
         store.start_workflow("chain", n)
     cpu: dict[str, Any] = {}
-    before, after, wall = _floor_around(url, min(n, 2_000), lambda: _with_cpu(server, n, cpu, lambda: _run(url)))
+    before, after, wall = _floor_around(url, min(n, 2_000), lambda: _with_cpu(server, n, cpu, lambda: _run(url)),
+                                        server, cpu)
     floor = (before + after) / 2
     rate = n / wall
     out = {"slots": n, "slots_per_s": rate, "floor_tx_per_s": floor, "floor_before_after": [before, after],
@@ -169,7 +196,8 @@ def group(server: PGServer, sizes: Sizes) -> dict[str, Any]:
     worker = Worker(url, REGISTRY, concurrency=64)
     cpu: dict[str, Any] = {}
     before, after, wall = _floor_around(url, min(2_000, n * slots),
-                                        lambda: _with_cpu(server, n * slots, cpu, lambda: _run_worker(worker)))
+                                        lambda: _with_cpu(server, n * slots, cpu, lambda: _run_worker(worker)),
+                                        server, cpu)
     floor = (before + after) / 2
     rate = n * slots / wall
     out = {"workflows": n, "slots_each": slots, "slots_per_s": rate, "floor_tx_per_s": floor,

@@ -1045,18 +1045,17 @@ def show(settings: Settings, workflow_id: str, as_json: bool, run: int | None) -
     if row.forked_from is not None:
         head.add_row("forked from", _t(f"{row.forked_from} at slot {row.forked_slot}"))
     head.add_row("updated", _t(_when(row.updated_at)))
-    if data["inflight"] and data["inflight"]["retry_at"] is not None and row.blocked_on == RETRY:
-        i = data["inflight"]
-        head.add_row("retry", Text(printable(retry_text(i["slot"], i["name"], i["attempts"], i["error"],
-                                                        i["retry_at"], time.time()), oneline=True), style="yellow"))
-    elif data["inflight"]:
-        i = data["inflight"]
-        head.add_row("in flight", Text(printable(
-            f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
-            " (it possibly ran)", oneline=True), style="yellow"))
-    if data["inflight"] and data["inflight"]["heartbeat_at"] is not None:
-        i = data["inflight"]
-        head.add_row("heartbeat", _t(heartbeat_text(i["heartbeat_at"], i["details"], time.time())))
+    # Every activity in flight: one, or each task of a parallel group, with its own attempts and heartbeat.
+    for i in data["inflight_tasks"]:
+        if i["retry_at"] is not None and row.blocked_on == RETRY:
+            head.add_row("retry", Text(printable(retry_text(i["slot"], i["name"], i["attempts"], i["error"],
+                                                            i["retry_at"], time.time()), oneline=True), style="yellow"))
+        else:
+            head.add_row("in flight", Text(printable(
+                f"slot {i['slot']} activity {i['name']} started {i['attempts']} time(s), no recorded outcome"
+                " (it possibly ran)", oneline=True), style="yellow"))
+        if i["heartbeat_at"] is not None:
+            head.add_row("heartbeat", _t(heartbeat_text(i["heartbeat_at"], i["details"], time.time())))
     shown: list[Any] = [head]
     if row.traceback:
         shown += _traceback("traceback", row.traceback)

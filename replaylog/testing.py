@@ -177,7 +177,12 @@ class WorkflowEnvironment:
                 if not times:
                     continue
                 wake_at = min(times)
-                with self._clock_lock:
+                # Looked again as the clock jumps, under the lock the client's calls count their
+                # waits with: a wait that ended during the looks above (the test went on to
+                # signal its workflow, say) must not see time jump after it.
+                with self._clock_lock, self.client._changed:  # the client's own lock, on purpose
+                    if not self.client.waiting:
+                        continue
                     ahead = wake_at - self.now()
                     if ahead > 0:
                         self._offset += ahead

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from in_process import like_a_process
 
 from replaylog.engine.store import Store, open_store
 
@@ -30,9 +31,11 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-# Commands that run in a process of their own even from run_cli: a worker (its signal
-# handlers, threads and exit are what its tests are about), the console and the demo (a
-# Textual app).
+# Commands that run in a process of their own even from run_cli: the console and the demo (a
+# Textual app), and a worker that keeps running (its signal handlers, threads and exit are what
+# its tests are about). `worker --until-idle` runs here (`run_cli_here`) unless it starts
+# processes or serves metrics: it is the commonest command of the suite, and most of its tests
+# are about what it records and says, not about the process.
 PROCESS_COMMANDS = frozenset({"worker", "console", "demo"})
 _GLOBAL_OPTIONS = frozenset({"--db", "--max-payload"})  # the group's options that take a value
 
@@ -48,16 +51,41 @@ def _command(args: tuple[str, ...]) -> str | None:
     return None
 
 
+def _option(args: tuple[str, ...], name: str) -> str | None:
+    """The value given to option `name` (`--name V` or `--name=V`), else None."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.partition("=")[2]
+    return None
+
+
+def needs_process(args: tuple[str, ...], env: dict[str, str] | None = None) -> bool:
+    """Whether `replaylog ARGS…` must run in a process of its own to behave as it does for a user.
+
+    A worker that runs until stopped, starts worker processes or serves metrics does; so does
+    a command given an import path (PYTHONPATH) this process does not have.
+    """
+    if env is not None and env.get("PYTHONPATH") != cli_env().get("PYTHONPATH"):
+        return True
+    command = _command(args)
+    if command != "worker":
+        return command in PROCESS_COMMANDS
+    return ("--until-idle" not in args or _option(args, "--processes") not in (None, "1")
+            or _option(args, "--metrics-port") is not None)
+
+
 def run_cli(db: Path | str, *args: str, input: str | bytes | None = None, timeout: float = 60,
             env: dict[str, str] | None = None, process: bool = False) -> subprocess.CompletedProcess[str]:
     """Run `replaylog --db DB ARGS…` and capture its exit code and output as text.
 
-    In this test process (`run_cli_here`) unless `process` is asked for or the command is
-    one of PROCESS_COMMANDS: a new interpreter costs ~0.5 s of imports on a quiet machine,
-    several seconds on a loaded one, and most tests are about what the command says and
-    writes, not about the process. `timeout` bounds only a process.
+    In this test process (`run_cli_here`) unless `process` is asked for or the command needs
+    one (`needs_process`): a new interpreter costs ~0.3 s of CPU for its imports on a quiet
+    machine, several seconds of wall time on a loaded one, and most tests are about what the
+    command says and writes, not about the process. `timeout` bounds only a process.
     """
-    if not process and _command(args) not in PROCESS_COMMANDS:
+    if not process and not needs_process(args, env):
         return run_cli_here(db, *args, input=input, env=env)
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
@@ -76,7 +104,9 @@ def run_cli_here(db: Path | str, *args: str, input: str | bytes | None = None,
     The same entry point, arguments, environment (exactly `env`, else `cli_env()`), working
     folder, stdin (`input`, else empty) and non-terminal stdout/stderr; the exit code from
     SystemExit; an exception that escapes main is a traceback on stderr and exit code 1, as
-    the interpreter would print it.
+    the interpreter would print it. What the command changes in this process is put back
+    (`like_a_process`): signal handlers, logging, imported app modules, CPU affinity; and
+    it may leave no thread running and no file or connection open.
     """
     import traceback
 
@@ -90,7 +120,10 @@ def run_cli_here(db: Path | str, *args: str, input: str | bytes | None = None,
     argv = ["--db", str(db), *args]
     cwd = os.getcwd()
     code: int = 0
-    with CliRunner().isolation(input=input, env=overrides) as (out, err, _mixed):
+    # A worker's threads, files and connections must all be gone when it returns; another
+    # command starts none, and the test's own threads may open some meanwhile.
+    here = like_a_process(" ".join(argv), check=_command(args) == "worker")
+    with CliRunner().isolation(input=input, env=overrides) as (out, err, _mixed), here:
         try:
             if cwd != str(ROOT):
                 os.chdir(ROOT)

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from console_seed import frozen_clock
+from textual.app import App
 from textual.pilot import Pilot
+from textual.screen import Screen
 from textual.widgets import DataTable
 
 from replaylog.console.app import ReplaylogConsole
@@ -45,6 +47,15 @@ async def wait_until(pilot: Pilot[Any], predicate: Any, timeout: float = 120.0) 
         await asyncio.sleep(0.02)
         await pilot.pause()
     return bool(predicate())
+
+
+def on_screen(app: App[Any], kind: type[Screen[Any]]) -> bool:
+    """The app shows a `kind` screen that has composed its widgets and run its on_mount.
+
+    `app.screen` is the new screen from the moment it is pushed, a little before its
+    widgets exist: a query made in between finds nothing (on a loaded machine, often).
+    """
+    return isinstance(app.screen, kind) and app.screen.is_mounted
 
 
 def column(table: DataTable[Any], key: str) -> list[str]:

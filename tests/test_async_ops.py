@@ -9,7 +9,7 @@ from typing import Any
 
 import async_app
 import pytest
-from console_helpers import SIZE, async_test, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, make_app, on_screen, settle, wait_until
 from test_console_agents import rendered
 from textual.widgets import Input, Static
 
@@ -86,7 +86,7 @@ async def test_the_console_shows_an_async_agent_and_answers_its_approval(db: Pat
         assert isinstance(screen, WorkflowScreen)
         assert "approval: issue_refund (request req-5)" in rendered(screen.query_one("#summary", Static))
         await pilot.press("a")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ApprovalDialog))
         app.screen.query_one("#approval-note", Input).value = "ok"
         await pilot.press("ctrl+y")
         assert await wait_until(pilot, lambda: not isinstance(app.screen, ApprovalDialog))

@@ -140,7 +140,9 @@ def test_smoke_run_writes_every_measurement(part: str, tmp_path: Path) -> None:
             for key, field in (("single", "ratio_vs_floor"), ("group", "ratio_vs_floor"),
                                ("short", "workflows_per_s_4p"), ("signal", "p99_ms"),
                                ("single", "worker_cpu_us_per_slot"), ("single", "server_cpu_us_per_slot"),
-                               ("group", "worker_cpu_us_per_slot"), ("group", "server_cpu_us_per_slot")):
+                               ("group", "worker_cpu_us_per_slot"), ("group", "server_cpu_us_per_slot"),
+                               ("single", "floor_client_cpu_us_per_commit"),
+                               ("single", "floor_server_cpu_us_per_commit")):
                 assert field in pg[key], (key, field)
             if peer_dbos.available():  # DBOS on the same PostgreSQL server, beside replaylog's figures
                 for key in ("single", "group"):

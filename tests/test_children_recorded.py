@@ -163,6 +163,26 @@ def test_a_worker_resuming_a_parent_starts_a_recorded_child_that_has_no_row_once
         f"nap: recorded as started by {wid} at slot 0, which had no row of it"]
 
 
+def test_a_blocked_parent_whose_child_has_no_row_gets_it_started_by_the_next_worker(
+        db: Path | str, store: Store) -> None:
+    # Nothing wakes such a parent (its child's outcome never comes): the worker looks for it itself.
+    wid = store.start_workflow("overlap", 3600)
+    child = f"{wid}.0"
+    with app_worker(db, spawn_app):
+        assert wait_for(lambda: _blocked_on(store, wid, f"child:{child}") and _blocked_on(store, child, "timer"))
+    _drop_workflow(store, child)
+    with app_worker(db, spawn_app):
+        assert wait_for(lambda: _children(store, wid) == [child] and _blocked_on(store, child, "timer"))
+        row = store.get_workflow(child)
+        assert (row.workflow, row.input, row.parent) == ("nap", 3600, wid)
+        assert _blocked_on(store, wid, f"child:{child}")  # it waits on, for the child it now has
+    assert [a.detail for a in store.list_audit(child) if a.action == "start"] == [
+        f"nap: recorded as started by {wid} at slot 0, which had no row of it"]
+    # Found again, it has its child: nothing is started twice.
+    assert store.start_orphaned_children() == {}
+    assert _children(store, wid) == [child]
+
+
 def test_a_parent_that_signals_or_cancels_a_finished_child_gets_a_recorded_refusal_it_can_catch(
         db: Path | str, store: Store) -> None:
     wid = store.start_workflow("late_words", has_input=False)

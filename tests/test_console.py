@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, column, make_app, on_screen, settle, wait_until
 from console_seed import ROLES, copy_db, frozen_time, seed_long_history
 from textual import events
 from textual.command import CommandList
@@ -271,7 +271,7 @@ async def test_a_failed_slot_and_the_failed_workflow_show_their_tracebacks(conso
         await pilot.press("1")  # the slots
         screen.query_one("#slot-table", PagedTable).move_cursor(row=0)
         await pilot.press("enter")  # slot 0, the activity that failed
-        assert await wait_until(pilot, lambda: isinstance(app.screen, SlotScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, SlotScreen))
         shown = rendered(app.screen.query_one("#slot-value Static", Static))
         assert 'traceback\nTraceback (most recent call last):\n  File "tests/console_workflows.py", line' in shown
         assert "in carrier_down" in shown and "replaylog/engine" not in shown
@@ -407,6 +407,30 @@ async def test_an_activity_started_without_an_outcome_is_marked_possibly_ran(db_
         slots = app.screen.query_one("#slot-table", PagedTable)
         assert column(slots, "ok") == ["ok", "in flight"]
         assert column(slots, "attempts")[-1] == "2"
+
+
+@async_test
+async def test_every_task_of_a_parallel_group_in_flight_is_listed_with_its_own_attempts(db_path: Path) -> None:
+    with frozen_time(), open_store(db_path) as store:
+        store.start_workflow("refund", 7, workflow_id="crashed-group")
+        (claim,) = store.claim("otherhost:4194998:deadbeef", ttl=1)  # a worker that cannot be alive
+        store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "fetch_invoice", True, 700))], ttl=1)
+        # Its parallel group's two tasks (slots 1 and 2, lanes 1 and 2) were running, each in a record of its own.
+        board = MarkBoard(db_path, claim.owner, 4)
+        board.write(2, claim.id, claim.epoch, 1, "charge_card", 3, time.time(), lane=1)
+        board.write(3, claim.id, claim.epoch, 2, "notify", 1, time.time(), lane=2)
+        board.close(remove=False)
+    app = make_app(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_workflow("crashed-group")
+        await settle(pilot)
+        summary = rendered(app.screen.query_one("#summary", Static))
+        assert "slot 1: activity charge_card started 3 time(s), no recorded outcome — possibly ran" in summary
+        assert "slot 2: activity notify started 1 time(s), no recorded outcome — possibly ran" in summary
+        slots = app.screen.query_one("#slot-table", PagedTable)
+        assert column(slots, "ok") == ["ok", "in flight", "in flight"]
+        assert column(slots, "attempts") == ["1", "3", "1"]
 
 
 @async_test
@@ -989,7 +1013,7 @@ async def test_the_palette_goes_to_a_workflow_id(console_db: Path) -> None:
 
         assert await wait_until(pilot, lambda: any("Go to workflow ship-9" in hit for hit in offered()))
         await pilot.press("down", "enter")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, WorkflowScreen))
         assert app.screen.workflow_id == "ship-9"
 
 

@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, column, make_app, on_screen, settle, wait_until
 from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Static
@@ -62,7 +62,7 @@ async def test_approve_answers_the_request_on_screen_with_a_note(db: Path | str)
         assert "approval: issue_refund (request req-4)" in rendered(screen.query_one("#summary", Static))
         assert screen.check_action("answer", ())
         await pilot.press("a")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ApprovalDialog))
         app.screen.query_one("#approval-note", Input).value = "looks right"
         await pilot.press("ctrl+y")
         assert await wait_until(pilot, lambda: not isinstance(app.screen, ApprovalDialog))
@@ -77,11 +77,11 @@ async def test_one_dialog_rejects_with_its_button_and_x_stays_cancel(db: Path | 
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_agent(pilot)
         await pilot.press("x")  # x is cancel (issue 17), also on a workflow waiting for an approval
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ActionDialog))
         await pilot.press("escape")
         assert await wait_until(pilot, lambda: app.screen is screen)
         await pilot.press("a")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ApprovalDialog))
         dialog = app.screen
         labels = [str(b.label) for b in dialog.query("#approval-buttons Button").results(Button)]
         assert labels[:2] == ["Approve  ctrl+y", "Reject  ctrl+r"]
@@ -101,7 +101,7 @@ async def test_a_stale_dialog_is_refused_in_place_when_the_request_was_answered_
     async with app.run_test(size=SIZE) as pilot:
         await open_agent(pilot)
         await pilot.press("a")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ApprovalDialog))
         dialog = app.screen
         with open_store(db) as store:  # somebody else answered first
             store.answer_approval(WID, approved=True, by="bob@elsewhere")
@@ -140,7 +140,7 @@ async def test_the_transcript_shows_calls_the_child_and_the_approval(db: Path | 
     async with app.run_test(size=SIZE) as pilot:
         await open_agent(pilot)
         await pilot.press("t")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, TranscriptScreen))
         body = app.screen.query_one("#transcript", Static)
         assert await wait_until(pilot, lambda: "issue_refund" in rendered(body))
         shown = rendered(body)
@@ -168,7 +168,7 @@ async def test_the_transcript_opens_each_of_two_groups_back_to_back_with_its_own
         app.open_workflow("groups-1")
         await settle(pilot)
         await pilot.press("t")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, TranscriptScreen))
         body = app.screen.query_one("#transcript", Static)
         assert await wait_until(pilot, lambda: '"c1"' in rendered(body))
         lines = [" ".join(line.split()) for line in rendered(body).splitlines() if line.strip()]
@@ -190,7 +190,7 @@ async def test_the_transcript_shows_a_long_approval_answer_whole(db: Path | str)
     async with app.run_test(size=(200, 50)) as pilot:
         await open_agent(pilot)
         await pilot.press("t")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, TranscriptScreen))
         body = app.screen.query_one("#transcript", Static)
         assert await wait_until(pilot, lambda: "issue_refund" in rendered(body))
         # As wide as it is drawn on this terminal: the answer wraps, it is not cut with "…".

@@ -88,7 +88,7 @@ def test_a_browser_sends_a_signal_and_answers_an_approval_and_the_store_has_both
         assert shot.stat().st_size > 10_000  # a drawn page, not a blank one
         page.locator(".xterm-screen").click()  # the terminal takes the keys
 
-        terminal.press("g", expect="Go to")
+        terminal.press("g", expect="Go to workflow id")  # the dialog: the footer says "Go to id"
         terminal.type("report-200")
         terminal.press("Enter", expect="1 Slots")
         terminal.press("s", expect="Send a signal to")
@@ -100,7 +100,7 @@ def test_a_browser_sends_a_signal_and_answers_an_approval_and_the_store_has_both
         terminal.press("Control+s", expect="Signal sent")
 
         terminal.press("Escape", expect="agent-991")  # back to the list
-        terminal.press("g", expect="Go to")
+        terminal.press("g", expect="Go to workflow id")  # the dialog: the footer says "Go to id"
         terminal.type("support-992")
         terminal.press("Enter", expect="1 Slots")
         terminal.press("a", expect="a note the workflow receives")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, column, make_app, on_screen, settle, wait_until
 from console_seed import ROLES
 from textual.pilot import Pilot
 from textual.widgets import Input, Static
@@ -58,7 +58,7 @@ async def test_terminate_of_marked_workflows_names_them_and_goes_on_past_a_refus
         assert screen.marked == {ROLES["completed"], ROLES["blocked"]}
         assert "2 marked" in rendered(screen.query_one("#pageinfo", Static))
         await pilot.press("T")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ActionDialog))
         dialog = app.screen
         assert isinstance(dialog, ActionDialog)
         said = rendered(dialog.query_one("#action-body", Static))
@@ -87,7 +87,7 @@ async def test_the_filter_box_takes_fields_and_a_bulk_action_takes_the_filtered_
         table = screen.query_one(PagedTable)
         assert await wait_until(pilot, lambda: sorted(column(table, "id")) == sorted(blocked))
         await pilot.press("X")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ActionDialog))
         said = rendered(app.screen.query_one("#action-body", Static))
         assert f"{len(blocked)} workflow(s) the filter takes: {', '.join(blocked[:10])}" in said
         await pilot.press("escape")  # backed out: nothing written

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import continue_app
-from console_helpers import SIZE, async_test, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, make_app, on_screen, settle, wait_until
 from test_console_ops import rendered
 from textual.widgets import DataTable, Static
 
@@ -32,7 +32,7 @@ async def test_the_schedules_screen_shows_next_runs_and_pauses_resumes_and_trigg
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("S")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, SchedulesScreen))
         screen = app.screen
         await settle(pilot)
         table = screen.query_one(DataTable)
@@ -61,7 +61,7 @@ async def test_a_readonly_console_lists_schedules_and_refuses_their_actions(db: 
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("S")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, SchedulesScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, SchedulesScreen))
         await settle(pilot)
         await pilot.press("p", "t")
         await settle(pilot)
@@ -79,13 +79,13 @@ async def test_the_workflow_screen_names_the_run_and_opens_the_earlier_ones(db: 
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         app.open_workflow("loop")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, WorkflowScreen))
         await settle(pilot)
         summary = app.screen.query_one("#summary", Static)
         assert await wait_until(pilot, lambda: "3 (continued as new; earlier: 1 (10 slots), 2 (10 slots)"
                                 in rendered(summary))
         await pilot.press("R")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, RunScreen))
         run_screen = app.screen
         await settle(pilot)
         table = run_screen.query_one(DataTable)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, column, make_app, on_screen, settle, wait_until
 from console_seed import ROLES
 from textual.command import CommandList
 from textual.pilot import Pilot
@@ -93,7 +93,7 @@ async def test_terminate_names_the_workflow_and_the_list_shows_the_reason(consol
         with open_store(console_any, readonly=True) as store:
             assert store.get_workflow(ROLES["blocked"]).status == "terminated"
         await pilot.press("escape")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, WorkflowsScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, WorkflowsScreen))
         await settle(pilot)
         table = app.screen.query_one(PagedTable)
 
@@ -195,7 +195,7 @@ async def test_the_palette_offers_the_workflow_actions(console_any: Path | str) 
 
         assert await wait_until(pilot, lambda: f"Terminate workflow {ROLES['blocked']}" in first_hit())
         await pilot.press("enter")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, ActionDialog))
+        assert await wait_until(pilot, lambda: on_screen(app, ActionDialog))
 
 
 @async_test
@@ -223,7 +223,7 @@ async def test_readonly_hides_and_refuses_every_operator_action(console_any: Pat
         assert not any(p.startswith(("Cancel", "Terminate", "Retry", "Fork")) for p in prompts)
         await pilot.press("escape")
         await pilot.press("question_mark")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, HelpScreen))
         keys = " ".join(rendered(app.screen.query_one("#help-keys Static", Static)).split())
         assert "check:" in keys
         assert not any(what in keys for what in ("cancel:", "terminate:", "retry a failed", "fork from"))

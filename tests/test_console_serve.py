@@ -41,7 +41,7 @@ def test_a_served_session_shows_the_list_and_audits_its_writes_with_the_browsers
             assert await session.shows("refund-deadline-21"), "the list never showed the demo's workflows"
             mark = len(session.received)
             await session.keys("g")
-            assert await session.shows("Go to", since=mark)
+            assert await session.shows("Go to workflow id", since=mark)  # the dialog (the footer says "Go to id")
             mark = len(session.received)
             await session.keys("report-200", "\r")
             assert await session.shows("1 Slots", since=mark)  # the workflow's screen
@@ -83,7 +83,7 @@ def test_a_readonly_served_console_writes_nothing(demo_db: Path) -> None:
             session = await open_session(http, served.url)
             assert await session.shows("report-200")
             await session.keys("g")
-            assert await session.shows("Go to")
+            assert await session.shows("Go to workflow id")  # the dialog (the footer says "Go to id")
             mark = len(session.received)
             await session.keys("report-200", "\r")
             assert await session.shows("1 Slots", since=mark)

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 import timer_app
-from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
+from console_helpers import SIZE, async_test, column, make_app, on_screen, settle, wait_until
 from textual.widgets import Static
 
 from replaylog.console.paged_table import PagedTable
@@ -102,7 +102,7 @@ async def test_the_workflow_screen_counts_down_and_shows_time_and_random_slots_r
         assert values[3] == "marker: runs the patched code"
         slots.move_cursor(row=2)
         await pilot.press("enter")
-        assert await wait_until(pilot, lambda: isinstance(app.screen, SlotScreen))
+        assert await wait_until(pilot, lambda: on_screen(app, SlotScreen))
         facts = _rendered(app.screen.query(Static)[1])
         assert "wake time" in facts and "UTC" in facts.split("wake time", 1)[1]
 
@@ -122,7 +122,7 @@ async def test_the_signal_dialog_offers_no_name_for_a_sleeping_workflow_and_the_
             table = app.screen.query_one(PagedTable)
             table.move_cursor(row=column(table, "id").index(wid))
             await pilot.press("s")
-            assert await wait_until(pilot, lambda: isinstance(app.screen, SignalDialog))
+            assert await wait_until(pilot, lambda: on_screen(app, SignalDialog))
             assert app.screen.query_one("#signal-name", Input).value == offered
             await pilot.press("escape")
             assert await wait_until(pilot, lambda: not isinstance(app.screen, SignalDialog))

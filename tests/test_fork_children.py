@@ -9,6 +9,7 @@ from pathlib import Path
 
 import spawn_app
 from fault_harness import app_worker
+from test_children_recorded import _export_blocked_relay
 
 from conftest import run_cli, sql, wait_for
 from replaylog import Client
@@ -119,3 +120,22 @@ def test_a_fork_past_an_unanswered_child_with_an_id_the_code_gave_is_refused_in_
     row = store.get_workflow("named-fork")
     assert row.status == "failed" and "named-child" in (row.error or "")
     assert _blocked_on(store, wid, "child:named-child") and _blocked_on(store, "named-child", "go")
+
+
+def test_a_fork_of_a_parent_imported_under_a_new_id_runs_its_own_child(
+        db: Path | str, store: Store, tmp_path: Path) -> None:
+    wid, exported = _export_blocked_relay(db, store, tmp_path)
+    child = f"{wid}.0"
+    imported = run_cli(db, "import", str(exported), "--id", "relay-copy")
+    assert imported.returncode == 0, imported.stderr
+    # Its start slot names the child its code derived from the id it ran under (wid.0), not relay-copy.0.
+    forked = run_cli(db, "fork", "relay-copy", "--from-slot", "2", "--id", "copy-fork")
+    assert forked.returncode == 0, forked.stderr
+    mine = "copy-fork.0"
+    assert _children(store, "copy-fork") == [mine]
+    row = store.get_workflow(mine)
+    assert (row.workflow, row.input, row.parent) == ("tally", 2, "copy-fork")
+    assert store.list_commands("copy-fork")[0].value["id"] == mine
+    assert [(s.name, s.payload) for s in store.list_signals(mine)] == [("go", 5)]
+    _untouched(store, wid, child, [("go", 5)])
+

@@ -189,7 +189,8 @@ def run_until_done(db: Path, wid: str, most: int) -> list[int]:
     """Run `worker --until-idle` processes one after another until the workflow is finished; their exit codes."""
     codes: list[int] = []
     while owners(db)[wid][0] not in ("completed", "failed") and len(codes) < most:
-        codes.append(run_cli(db, "worker", "--app", APP, "--until-idle", "--quiet", timeout=120).returncode)
+        codes.append(run_cli(db, "worker", "--app", APP, "--until-idle", "--quiet", timeout=120,
+                             process=True).returncode)  # its activity kills the process
     return codes
 
 

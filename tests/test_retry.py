@@ -127,7 +127,7 @@ def test_an_attempt_lost_in_a_takeover_waits_its_backoff_before_the_next() -> No
     # A wait past the threshold is a durable retry timer, counted from the takeover.
     ctx, slept, calls, raised = _after_takeover(RetryPolicy(max_attempts=3, initial=5.0))
     assert isinstance(raised, WorkflowBlocked) and raised.wake_at == 1005.0 and calls == [] and slept == []
-    assert ctx.retry_wait == (0, "job", 1, _TAKEN_OVER, 1005.0)
+    assert ctx.retry_wait == (0, "job", 1, _TAKEN_OVER, 1005.0, 0)
 
 
 def test_an_attempt_lost_in_a_takeover_fails_at_once_when_timeouts_are_not_retried() -> None:

@@ -339,6 +339,61 @@ def test_slots_after_a_cancel_request_was_seen_are_still_written_under_the_lease
         operator.close()
 
 
+def test_a_slot_is_fenced_by_its_own_row_when_its_rowid_names_another(db_path: Path) -> None:
+    # The lone slot's statement finds the workflow's row by the rowid it learnt, which SQLite
+    # does not promise to keep (VACUUM may renumber the rows of a table without an INTEGER
+    # PRIMARY KEY). Here another workflow of the same owner, epoch and count takes that rowid.
+    worker, operator = open_store(db_path), open_store(db_path)
+
+    def swap_rowids() -> None:
+        conn = operator._conn
+        x, b = (conn.execute("SELECT rowid FROM workflows WHERE id = ?", (w,)).fetchone()[0] for w in ("x", "b"))
+        with conn:
+            conn.execute("BEGIN")
+            conn.execute("UPDATE workflows SET rowid = -1 WHERE id = 'x'")
+            conn.execute("UPDATE workflows SET rowid = ? WHERE id = 'b'", (x,))
+            conn.execute("UPDATE workflows SET rowid = ? WHERE id = 'x'", (b,))
+
+    try:
+        for wid in ("x", "b"):
+            worker.start_workflow("wf", None, workflow_id=wid)
+        claims = {c.id: c for c in worker.claim("w1", ttl=30, limit=2)}
+        assert {c.epoch for c in claims.values()} == {1}
+        for wid in ("b", "x"):
+            assert worker.commit_record(claims[wid], 0, rec("a"), ttl=30)
+        swap_rowids()
+        assert operator.terminate_workflow("x", "enough") == "running"
+        assert not worker.commit_record(claims["x"], 1, rec("late"), ttl=30)  # not fenced by b's row
+        for slot in range(1, 4):  # b's own row found again
+            assert worker.commit_record(claims["b"], slot, rec("a"), ttl=30)
+        assert [c.slot for c in worker.list_commands("x")] == [0]
+        assert [c.slot for c in worker.list_commands("b")] == [0, 1, 2, 3]
+    finally:
+        worker.close()
+        operator.close()
+
+
+def test_a_batch_of_first_attempts_writes_the_fenced_ones_and_refuses_the_rest(store: Store) -> None:
+    for wid in ("a", "b", "c"):
+        store.start_workflow("wf", None, workflow_id=wid)
+    claims = {c.id: c for c in store.claim("w1", ttl=30, limit=3)}
+
+    def first(slot: int) -> CommandRecord:
+        return CommandRecord("activity", "tick", True, slot, None, 1, f"[{slot}]")
+
+    written, _ = store.commit_batch([
+        PendingRecord(claims["a"], 0, first(0)),
+        PendingRecord(claims["b"], 1, first(1)),  # not b's next slot: refused, never a gap
+        PendingRecord(claims["c"], 0, first(0), "0"),
+        PendingRecord(claims["a"], 1, first(1)),
+    ], ttl=30)
+    assert written == [True, False, True, True]
+    assert [(c.slot, c.value, c.args, c.attempts) for c in store.list_commands("a")] == [(0, 0, "[0]", 1),
+                                                                                       (1, 1, "[1]", 1)]
+    assert store.list_commands("b") == []
+    assert [(c.slot, c.value, c.args) for c in store.list_commands("c")] == [(0, 0, "[0]")]
+
+
 def test_a_lone_slot_is_one_statement_committed_by_itself(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # After the slot that fences the workflow's row, each slot is one guarded INSERT in
     # autocommit mode (engine.store.sqlite.commit): its own transaction, with no BEGIN,

@@ -109,3 +109,17 @@ def test_nothing_is_left_behind() -> None:
         assert env.db.exists()
     assert not folder.exists()
     assert env.client.closed and env.worker.stop_requested
+
+
+def test_looking_without_waiting_never_skips_time(env: WorkflowEnvironment) -> None:
+    # A call with timeout=0 only looks: time must not jump under it, however often a test looks.
+    handle = env.client.start(client_app.day_then_deadline)
+    assert wait_for(lambda: handle.describe().blocked_on == "timer")
+    env.advance(DAY)
+    before = env.now()
+    for _ in range(300):
+        assert handle.get_event("stage", timeout=0) == "waiting for go"
+    assert env.now() - before < HOUR - 60, "the clock jumped while the test only looked"
+    assert handle.describe().blocked_on == "go"
+    handle.signal("go", "in time")
+    assert handle.result(timeout=30) == "in time"

@@ -2,7 +2,9 @@
 its late result discarded; a frozen worker's attempt is taken over once its heartbeat is overdue.
 
 In memory for the checks and the details; on a real store (SQLite file and PostgreSQL) with an
-in-process worker for the local limits, and with worker processes (SIGSTOP) for the takeover.
+in-process worker for the local limits, and with worker processes (SIGSTOP, SIGKILL) for the takeover,
+where every task of a parallel group resumes on its own: its attempt count, its last heartbeat's
+details, its backoff.
 """
 
 from __future__ import annotations
@@ -131,26 +133,38 @@ def test_an_attempt_that_stops_heartbeating_is_retried_with_its_last_details(wor
 
 
 class _Pulsing:
-    """A heartbeating workflow on a worker process (lease far longer than the heartbeat timeout: only
-    the heartbeat can hand the workflow on), and the worker that takes it over; both ended on exit."""
+    """A heartbeating workflow on a worker process (by default a lease far longer than the heartbeat
+    timeout: only the heartbeat, or on SQLite a dead pid, can hand the workflow on), and the worker that
+    takes it over; both ended on exit."""
 
-    def __init__(self, db: Path | str, tmp_path: Path, workflow: str, spec: dict[str, float]) -> None:
+    def __init__(self, db: Path | str, tmp_path: Path, workflow: str, spec: Any, lease: str = "300") -> None:
         self.db = db
-        self.env = cli_env(FAULT_LEDGER=str(tmp_path / "ledger.jsonl"))
+        self.ledger = tmp_path / "ledger.jsonl"
+        self.env = cli_env(FAULT_LEDGER=str(self.ledger))
         started = run_cli(db, "start", workflow, json.dumps(spec), "--app", "timeout_app", env=self.env)
         assert started.returncode == 0, started.stderr
         self.wid = started.stdout.strip()
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.first = self.worker("--lease", "300")
+        self.first = self.worker("--lease", lease)
 
     def worker(self, *args: str) -> subprocess.Popen[bytes]:
         proc = start_worker(self.db, "--app", "timeout_app", *args, env=self.env)
         self.procs.append(proc)
         return proc
 
-    def beating(self, store: Store) -> bool:
-        i = store.inflight(self.wid)
-        return i is not None and isinstance(i.details, dict) and i.details.get("i", 0) >= 3
+    def beating(self, store: Store, tasks: int = 1) -> bool:
+        """Whether each of `tasks` activities in flight has heartbeat at least 3 times."""
+        shown = store.inflight_tasks(self.wid)
+        return len(shown) == tasks and all(isinstance(i.details, dict) and i.details.get("i", 0) >= 3 for i in shown)
+
+    def attempts(self, slot: int) -> list[int]:
+        """The attempts the ledger saw start at `slot`, in order."""
+        return [line["attempt"] for line in read_jsonl(self.ledger) if line["slot"] == slot]
+
+    def blocked_on_retry(self, store: Store) -> bool:
+        """Whether the workflow waits for an activity's next attempt."""
+        row = store.get_workflow(self.wid)
+        return row.status == "blocked" and row.blocked_on == "retry"
 
     def __enter__(self) -> _Pulsing:
         return self
@@ -199,13 +213,8 @@ def test_an_attempt_taken_over_from_a_lost_worker_waits_its_backoff_as_a_retry_t
         assert wait_for(lambda: run.beating(store), timeout=120)
         run.first.send_signal(stop)
         second = run.worker()
-
         # The takeover is a failed attempt: the workflow waits the policy's backoff on a retry timer.
-        def waiting() -> bool:
-            row = store.get_workflow(wid)
-            return row.status == "blocked" and row.blocked_on == "retry"
-
-        assert wait_for(waiting, timeout=120)
+        assert wait_for(lambda: run.blocked_on_retry(store), timeout=120)
         wake_at = store.get_workflow(wid).wake_at
         assert wake_at is not None
         shown = run_cli(db, "show", wid)
@@ -246,6 +255,82 @@ def test_a_parallel_tasks_heartbeats_are_stored_and_a_frozen_worker_is_taken_ove
         assert attempts == {"pulse": 2, "refund": 1}
         assert result[1] == "refunded b"
         assert isinstance(result[0]["resumed_from"], dict) and result[0]["resumed_from"]["i"] >= 3
+
+
+# ------------------------------------------------------------------ a parallel group taken over
+
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_every_task_of_a_group_resumes_with_its_own_attempts_and_heartbeat_details_after_a_takeover(
+        db: Path | str, tmp_path: Path, stop: signal.Signals) -> None:
+    with _Pulsing(db, tmp_path, "pulsing_pair", {"limit": 120, "heartbeat": 1.0}) as run, open_store(db) as store:
+        wid = run.wid
+        assert wait_for(lambda: run.beating(store, tasks=2), timeout=120)
+        shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
+        assert [(t["slot"], t["lane"], t["details"]["task"]) for t in shown["inflight_tasks"]] == [
+            (0, 1, "a"), (1, 2, "b")]
+        text = run_cli(db, "show", wid).stdout
+        assert "slot 0 activity pulse_as started 1 time(s)" in text and "slot 1 activity pulse_as started 1" in text
+        run.first.send_signal(stop)
+        second = run.worker()
+        assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+        result = store.get_workflow(wid).result
+        assert {r.slot: r.attempts for r in store.list_commands(wid)} == {0: 2, 1: 2}
+        for slot, task in ((0, "a"), (1, "b")):
+            assert run.attempts(slot) == [1, 2]  # the second attempt is the 2nd: the count went on
+            assert [line["pid"] for line in _ledger(tmp_path) if line["slot"] == slot][1] == second.pid
+            # Each task read the details its own last heartbeat left.
+            assert result[slot]["resumed_from"]["task"] == task and result[slot]["resumed_from"]["i"] >= 3
+        assert store.inflight_tasks(wid) == []
+
+
+def test_every_task_of_a_group_killed_mid_attempt_counts_its_attempts_on(db: Path | str, tmp_path: Path) -> None:
+    # No heartbeat here: only the start marks (the mark file on SQLite, rows on PostgreSQL) count.
+    # A short lease: on PostgreSQL a killed worker's workflows are taken over once theirs lapses.
+    with _Pulsing(db, tmp_path, "stalling_pair", 120, lease="3") as run, open_store(db) as store:
+        wid = run.wid
+        assert wait_for(lambda: run.attempts(0) == [1] and run.attempts(1) == [1], timeout=120)
+        assert wait_for(lambda: len(store.inflight_tasks(wid)) == 2, timeout=120)
+        run.first.send_signal(signal.SIGKILL)
+        run.first.wait(30)
+        # The dead worker's marks: both tasks possibly ran, once each.
+        assert wait_for(lambda: [(t.slot, t.attempts) for t in store.inflight_tasks(wid)] == [(0, 1), (1, 1)],
+                        timeout=120)
+        second = run.worker()
+        assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+        assert store.get_workflow(wid).result == ["a again", "b again"]
+        assert {r.slot: r.attempts for r in store.list_commands(wid)} == {0: 2, 1: 2}
+        assert run.attempts(0) == [1, 2] and run.attempts(1) == [1, 2]
+        assert {line["pid"] for line in _ledger(tmp_path) if line["attempt"] == 2} == {second.pid}
+
+
+def test_every_task_of_a_group_taken_over_waits_its_backoff_on_a_durable_retry_timer(
+        db: Path | str, tmp_path: Path) -> None:
+    spec = {"limit": 120, "heartbeat": 1.0, "backoff": 3.0}
+    with _Pulsing(db, tmp_path, "pulsing_pair", spec) as run, open_store(db) as store:
+        wid = run.wid
+        assert wait_for(lambda: run.beating(store, tasks=2), timeout=120)
+        run.first.send_signal(signal.SIGKILL)
+        second = run.worker()
+        # Both lost attempts failed: the workflow waits the backoff on a retry timer, holding no thread,
+        # each task's count, error and next attempt's time kept in the store.
+        assert wait_for(lambda: run.blocked_on_retry(store), timeout=120)
+        wake_at = store.get_workflow(wid).wake_at
+        assert wake_at is not None
+        tasks = store.inflight_tasks(wid)
+        assert [(t.slot, t.attempts) for t in tasks] == [(0, 1), (1, 1)]
+        assert all(t.retry_at is not None and t.retry_at >= wake_at and t.error and "ActivityTimeout" in t.error
+                   for t in tasks)
+        assert wake_at == min(t.retry_at for t in tasks if t.retry_at is not None)
+        shown = run_cli(db, "show", wid).stdout
+        assert shown.count("activity pulse_as failed attempt 1: ActivityTimeout") == 2, shown
+        assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
+        result = store.get_workflow(wid).result
+        assert {r.slot: r.attempts for r in store.list_commands(wid)} == {0: 2, 1: 2}
+        for slot, task in ((0, "a"), (1, "b")):
+            second_attempt = [line for line in _ledger(tmp_path) if line["slot"] == slot][1]
+            assert second_attempt["pid"] == second.pid and second_attempt["attempt"] == 2
+            assert second_attempt["at"] >= wake_at  # started at the retry timer's time, not before
+            assert result[slot]["resumed_from"]["task"] == task
 
 
 # ------------------------------------------------------------------ the in-memory runner's limits

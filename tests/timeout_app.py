@@ -54,10 +54,7 @@ def falls_silent(seconds: float) -> Any:
     return {"resumed_from": info.heartbeat_details}
 
 
-@activity
-def pulse(limit: float) -> Any:
-    """The first attempt heartbeats every 50 ms (details: a count) for up to `limit` seconds; later ones
-    return the details they were left."""
+def _pulse(limit: float, **named: str) -> Any:
     info = current_activity()
     _note("start")
     if info.attempt > 1:
@@ -66,9 +63,16 @@ def pulse(limit: float) -> Any:
     i = 0
     while time.monotonic() < end:
         i += 1
-        info.heartbeat({"i": i})
+        info.heartbeat({**named, "i": i})
         time.sleep(0.05)
     return "never frozen"
+
+
+@activity
+def pulse(limit: float) -> Any:
+    """The first attempt heartbeats every 50 ms (details: a count) for up to `limit` seconds; later ones
+    return the details they were left."""
+    return _pulse(limit)
 
 
 @workflow
@@ -138,3 +142,34 @@ def pulsing_group(ctx: Context, spec: dict[str, float]) -> Any:
     """pulse (under a heartbeat timeout of `spec["heartbeat"]` seconds) beside a quick task, in one parallel group."""
     return ctx.parallel([ctx.task(pulse, spec["limit"], heartbeat_timeout=spec["heartbeat"], retry=QUICK),
                          ctx.task(refund, "b")])
+
+
+@activity
+def pulse_as(task: str, limit: float) -> Any:
+    """pulse, its details naming `task` ({"task", "i"})."""
+    return _pulse(limit, task=task)
+
+
+@activity
+def stalls_first(task: str, limit: float) -> str:
+    """The first attempt sleeps `limit` seconds (its worker is killed meanwhile); later ones answer at once."""
+    _note("start")
+    if current_activity().attempt == 1:
+        time.sleep(limit)
+        return "never killed"
+    return f"{task} again"
+
+
+@workflow
+def pulsing_pair(ctx: Context, spec: dict[str, float]) -> Any:
+    """Two pulse_as tasks in one parallel group, each under a heartbeat timeout of `spec["heartbeat"]`
+    seconds, `spec["backoff"]` seconds between attempts (0: QUICK's)."""
+    policy = RetryPolicy(max_attempts=3, initial=spec["backoff"]) if spec.get("backoff") else QUICK
+    return ctx.parallel([ctx.task(pulse_as, name, spec["limit"], heartbeat_timeout=spec["heartbeat"], retry=policy)
+                         for name in ("a", "b")])
+
+
+@workflow
+def stalling_pair(ctx: Context, limit: float) -> Any:
+    """Two stalls_first tasks in one parallel group, no timeouts: only start marks count their attempts."""
+    return ctx.parallel([ctx.task(stalls_first, name, limit, retry=QUICK) for name in ("a", "b")])

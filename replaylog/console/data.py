@@ -189,8 +189,12 @@ class InFlight:
     @classmethod
     def of(cls, i: InflightRow | None) -> InFlight | None:
         """The view of a store in-flight row (None stays None)."""
-        return None if i is None else cls(i.slot, i.name, i.attempts, i.started_at, i.error, i.retry_at, i.details,
-                                          i.heartbeat_at)
+        return None if i is None else cls.of_row(i)
+
+    @classmethod
+    def of_row(cls, i: InflightRow) -> InFlight:
+        """The view of a store in-flight row."""
+        return cls(i.slot, i.name, i.attempts, i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at)
 
 
 @dataclass(frozen=True)
@@ -302,7 +306,7 @@ class WorkflowDetail:
     offset: int
     commands: tuple[Slot, ...]
     signals: tuple[Signal, ...]
-    inflight: InFlight | None
+    inflight: InFlight | None  # the latest activity in flight
     signal_total: int = 0
     signal_waiting: int = 0
     signal_offset: int = 0
@@ -319,6 +323,8 @@ class WorkflowDetail:
     runs: tuple[tuple[int, int, float | None], ...] = ()
     # Its search attributes (ctx.upsert_search_attributes): (key, value as text), by key.
     attributes: tuple[tuple[str, str], ...] = ()
+    # Every activity in flight, by slot: `inflight` alone, or each task of a parallel group.
+    inflight_tasks: tuple[InFlight, ...] = ()
 
 
 def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int = SLOT_PAGE,
@@ -344,11 +350,14 @@ def fetch_detail(store: ReaderStore, workflow_id: str, offset: int, limit: int =
     family = store.family(workflow_id)
     children = tuple((c["id"], c["workflow"], c["status"]) for c in family["children"])
     attributes = tuple(store.search_attributes([workflow_id]).get(workflow_id, {}).items())
-    return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, InFlight.of(store.inflight(workflow_id)),
+    tasks = tuple(InFlight.of_row(i) for i in store.inflight_tasks(workflow_id))
+    newest = max(tasks, key=lambda i: (i.slot, i.attempts)) if tasks else None
+    return WorkflowDetail(WorkflowView.of(row), offset, commands, signals, newest,
                           total, waiting, signal_offset, worker, store.pending_approval(workflow_id),
                           family["parent"], children, tuple(store.events(workflow_id).items()),
                           _cancel(store, row),
-                          tuple((r.run, r.slots, r.ended_at) for r in store.list_runs(workflow_id)), attributes)
+                          tuple((r.run, r.slots, r.ended_at) for r in store.list_runs(workflow_id)), attributes,
+                          tasks)
 
 
 def _cancel(store: ReaderStore, row: WorkflowRow) -> str | None:

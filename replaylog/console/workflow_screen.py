@@ -310,8 +310,7 @@ class WorkflowScreen(LiveScreen):
         if row.worker_error:
             # A run stopped without an outcome (KeyboardInterrupt, SystemExit, a worker failure).
             grid.add_row("worker error", text(worker_error_line(row.worker_error, row.status, row.retry_at), "yellow"))
-        if detail.inflight is not None:
-            i = detail.inflight
+        for i in detail.inflight_tasks:  # one, or each task of a parallel group
             if i.retry_at is not None and row.blocked_on == RETRY:
                 what = retry_text(i.slot, i.name, i.attempts, i.error, i.retry_at, self.data.clock())
             elif self._lease_live(detail):
@@ -362,12 +361,11 @@ class WorkflowScreen(LiveScreen):
             ]))
         total = detail.row.slots
         at_end = detail.offset + len(detail.commands) >= total
-        if detail.inflight is not None and at_end:
-            i = detail.inflight
+        for i in detail.inflight_tasks if at_end else ():
             note = ("running now" if self._lease_live(detail) else
                     f"waits for attempt {i.attempts + 1}" if i.retry_at is not None and detail.row.blocked_on == RETRY
                     else "started, no outcome: possibly ran")
-            rows.append(("inflight", [
+            rows.append((f"inflight:{i.slot}", [
                 Text(str(i.slot), justify="right", style="bold yellow"), text(SlotKind.ACTIVITY), text(i.name),
                 Text("in flight", style="bold yellow"), Text(note, style="yellow"),
                 Text(str(i.attempts), justify="right", style="yellow"), Text(utc(i.started_at, "millis"), "dim"),
@@ -483,7 +481,7 @@ class WorkflowScreen(LiveScreen):
 
     @on(DataTable.RowSelected, "#slot-table, #signal-table")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
-        # The rows are keyed by slot, by signal sequence number, or "inflight".
+        # The rows are keyed by slot, by signal sequence number, or "inflight:SLOT".
         detail = self.detail
         key = self.query_one(f"#{event.data_table.id}", PagedTable).key_at(event.cursor_row)
         if detail is None or key is None:
@@ -491,8 +489,8 @@ class WorkflowScreen(LiveScreen):
         wid = self.workflow_id
         if event.data_table.id == "signal-table":
             shown = [SlotScreen.for_signal(wid, s) for s in detail.signals if str(s.seq) == key]
-        elif key == "inflight":
-            shown = [SlotScreen.for_inflight(wid, detail.inflight)] if detail.inflight is not None else []
+        elif key.startswith("inflight:"):
+            shown = [SlotScreen.for_inflight(wid, i) for i in detail.inflight_tasks if f"inflight:{i.slot}" == key]
         else:
             shown = [SlotScreen.for_command(wid, c) for c in detail.commands if str(c.slot) == key]
         if shown:

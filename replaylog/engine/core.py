@@ -416,9 +416,9 @@ class Outcome:
     # A continued run (Status.CONTINUED): `result` is the next run's input, and this says
     # whether it has one (False: the next run is called without).
     next_has_input: bool = True
-    # A run blocked on RETRY: the activity whose next attempt it waits for, kept by the store
-    # (its attempts count on from there in the run that wakes it).
-    retry: RetryWait | None = None
+    # A run blocked on RETRY: the activities whose next attempt it waits for (one, or tasks of a
+    # parallel group), kept by the store (their attempts count on from there in the run that wakes it).
+    retry: tuple[RetryWait, ...] = ()
 
 
 class RetryWait(NamedTuple):
@@ -430,6 +430,7 @@ class RetryWait(NamedTuple):
     attempts: int
     error: str
     retry_at: float
+    lane: int = 0  # 0: the workflow's own thread; k: the k-th task of its parallel group
 
 
 class Attempts(NamedTuple):
@@ -681,6 +682,17 @@ def _change_id(value: Any, what: str) -> str:
     return value
 
 
+def _priors(prior: tuple[int, int] | Attempts | Sequence[Attempts] | None) -> list[Attempts]:
+    """The `prior` a Context takes, as a list of Attempts (empty for none)."""
+    if prior is None:
+        return []
+    if isinstance(prior, Attempts):
+        return [prior]
+    if len(prior) == 2 and isinstance(prior[0], int) and isinstance(prior[1], int):
+        return [Attempts(prior[0], prior[1])]
+    return [p for p in prior if isinstance(p, Attempts)]
+
+
 def _limits(timeout: Any, heartbeat_timeout: Any, where: str) -> tuple[float | None, float | None] | None:
     """An activity call's (timeout, heartbeat_timeout), checked before anything is recorded; None if neither."""
     if timeout is None and heartbeat_timeout is None:
@@ -819,8 +831,9 @@ class Context:
         backoff: base seconds of the exponential backoff between attempts under `max_retries`.
         prior: (slot, attempts) of an activity that earlier runs started and recorded no
             outcome for (their worker died, the run was interrupted, or it waits for a
-            retry), or the whole `Attempts`: this run's attempts at that slot count on from
-            there, and the policy's attempts bound the total.
+            retry), or the whole `Attempts`, or a sequence of them (the tasks of a parallel
+            group, each its own): this run's attempts at that slot count on from there, and
+            the policy's attempts bound the total.
         retry: the app's default retry policy (engine.retry.default_retry), for calls and
             activities that name none.
         durable_retry: a wait between attempts longer than engine.retry.DURABLE_AFTER ends the
@@ -853,7 +866,7 @@ class Context:
         on_attempt_end: AttemptEndFn | None = None,
         dry_run: bool = False,
         backoff: float = 0.05,
-        prior: tuple[int, int] | Attempts | None = None,
+        prior: tuple[int, int] | Attempts | Sequence[Attempts] | None = None,
         cancel: str | None = None,
         finished: bool = False,
         parallel: ParallelHooks | None = None,
@@ -878,15 +891,21 @@ class Context:
         self._on_end = on_attempt_end
         self._dry_run = dry_run
         self._backoff = backoff
-        self._prior = Attempts(*prior) if prior is not None else Attempts(-1, 0)
+        priors = _priors(prior)
+        # The activity outside a group that a live slot may meet is the latest one (a group's
+        # tasks all ended before a later slot ran): compared by slot, one int per live activity.
+        # The tasks of a group look theirs up by slot (`_priors`).
+        self._priors = {p.slot: p for p in priors}
+        self._prior = max(priors, key=lambda p: p.slot) if priors else Attempts(-1, 0)
         self._prior_slot, self._prior_attempts = self._prior.slot, self._prior.attempts
         self._default_retry = retry
         self._durable_retry = durable_retry
         self._timed = timed
         # The latest heartbeat details of each activity slot, for its next attempt.
-        self._details: dict[int, Any] = {} if self._prior.details is None else {self._prior.slot: self._prior.details}
-        # Set when the run blocks on RETRY: the activity's state the store keeps (Outcome.retry).
-        self.retry_wait: RetryWait | None = None
+        self._details: dict[int, Any] = {p.slot: p.details for p in priors if p.details is not None}
+        # Set when the run blocks on RETRY: the state of each activity that waits, which the store
+        # keeps (Outcome.retry): one, or the waiting tasks of a parallel group.
+        self.retry_waits: list[RetryWait] = []
         self._finished = finished
         self._parallel = parallel
         self._group = False  # a parallel group's tasks are running
@@ -1164,13 +1183,17 @@ class Context:
 
     def _run_activity(self, slot: int, name: str, fn: Callable[..., Any], key: str | None, attempts: int,
                       policy: RetryPolicy | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                      limits: tuple[float | None, float | None] | None = None) -> Any:
-        """The live branch of an activity slot: its attempts, then its outcome recorded."""
+                      limits: tuple[float | None, float | None] | None = None,
+                      task_prior: Attempts | None = None) -> Any:
+        """The live branch of an activity slot: its attempts, then its outcome recorded.
+
+        `task_prior` is what earlier runs left of a parallel group's task at `slot`, if anything.
+        """
         self.executed_commands += 1
         first = 1
-        if slot == self._prior_slot:
+        if slot == self._prior_slot or task_prior is not None:
             # Earlier runs started this activity and recorded nothing: their attempts count.
-            prior = self._prior
+            prior = task_prior or self._prior
             done = prior.attempts
             if done < attempts and prior.error is not None and prior.retry_at is None and not self._wait_to_retry(
                     slot, name, done, policy, ActivityTimeout(prior.error), prior.error):
@@ -1186,10 +1209,11 @@ class Context:
                 self._append(slot, CommandRecord(_ACTIVITY, name, False, None, error, done, key))
                 raise ActivityError(slot, name, error, done)
             first = done + 1
-            if prior.retry_at is not None and not self._group and float(self._clock()) < prior.retry_at:
-                # Woken before the next attempt's time (a run handed back, say): wait on.
-                self.retry_wait = RetryWait(slot, name, done, prior.error or "", prior.retry_at)
-                raise WorkflowBlocked(RETRY, prior.retry_at)
+            if prior.retry_at is not None and (self._durable_retry or not self._group) and (
+                    float(self._clock()) < prior.retry_at):
+                # Woken before the next attempt's time (a run handed back, or a task of a group
+                # whose other tasks' waits ended first): wait on.
+                raise self._retry_later(slot, name, done, prior.error or "", prior.retry_at)
         last_error = ""
         last_exc: Exception | None = None
         on_start, on_end = self._on_start, self._on_end
@@ -1270,15 +1294,25 @@ class Context:
         if not policy.retries(exc):
             return False
         wait = policy.delay(attempt)
-        if wait > DURABLE_AFTER and self._durable_retry and not self._group:
+        if wait > DURABLE_AFTER and self._durable_retry:
             # A durable timer: the run ends here, holding no thread, and the store keeps the
-            # attempts made; the run that wakes at `retry_at` counts on from them.
-            retry_at = float(self._clock()) + wait
-            self.retry_wait = RetryWait(slot, name, attempt, error, retry_at)
-            raise WorkflowBlocked(RETRY, retry_at) from None
+            # attempts made; the run that wakes at `retry_at` counts on from them. (A task of a
+            # parallel group ends its own thread: the run ends once the group's others have.)
+            raise self._retry_later(slot, name, attempt, error, float(self._clock()) + wait) from None
         if wait > 0:
             self._sleep(wait)
         return True
+
+    def _retry_later(self, slot: int, name: str, attempts: int, error: str, retry_at: float) -> WorkflowBlocked:
+        """The block that ends the run until `retry_at`, the activity's wait noted for the store."""
+        lane = 0 if self.parallel_group is None else slot - self.parallel_group + 1
+        self.retry_waits.append(RetryWait(slot, name, attempts, error, retry_at, lane))
+        return WorkflowBlocked(RETRY, retry_at)
+
+    @property
+    def retry_wait(self) -> RetryWait | None:
+        """The first activity wait the run blocked on RETRY for, if any (see `retry_waits`)."""
+        return self.retry_waits[0] if self.retry_waits else None
 
     def _timed_attempt(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], slot: int,
                        name: str, attempt: int, limits: tuple[float | None, float | None]) -> Any:
@@ -1418,12 +1452,13 @@ class Context:
             try:
                 attempts, policy = self._policy(fn, t.max_retries, t.retry, "task")
                 outcomes[i] = self._run_activity(slot, name, fn, key, attempts, policy, t.args, t.kwargs,
-                                                 _limits(t.timeout, t.heartbeat_timeout, "task"))
+                                                 _limits(t.timeout, t.heartbeat_timeout, "task"), priors.get(slot))
             except ActivityError as exc:
                 outcomes[i] = exc
             except BaseException as exc:  # noqa: BLE001 - handed to the workflow thread below
                 raised.append((i, exc))
 
+        priors = self._priors
         hooks = self._parallel
         runner, record, on_start = (_one_by_one, self._record, self._on_start) if hooks is None else (
             hooks.run, hooks.record, hooks.on_start)
@@ -1438,7 +1473,12 @@ class Context:
             self._group, self.parallel_group = False, None
         if raised:
             raised.sort(key=lambda r: r[0])
-            raise raised[0][1]
+            stop = next((exc for _, exc in raised if not (isinstance(exc, WorkflowBlocked) and exc.name == RETRY)),
+                        None)
+            if stop is not None:
+                raise stop
+            # Every task that did not end waits for a retry: the run waits for the earliest.
+            raise WorkflowBlocked(RETRY, min(w.retry_at for w in self.retry_waits))
 
     # -- child workflows
 
@@ -2012,7 +2052,7 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)
         return _outcome(ctx, Status.BLOCKED, blocked_on=blocked.name, wake_at=blocked.wake_at,
-                        retry=ctx.retry_wait if blocked.name == RETRY else None)
+                        retry=tuple(ctx.retry_waits) if blocked.name == RETRY else ())
     except ContinueAsNew as cont:
         if ctx.fatal is not None:
             return _failed(ctx, ctx.fatal)

@@ -35,26 +35,28 @@ from pathlib import Path
 MAGIC = b"RPLGMRK1"
 _HEADER = struct.Struct("<8sII256s")  # magic, format version, record count, owner id (UTF-8, NUL-padded)
 # 2: the fields are 8-byte words in the machine's own byte order (the file never leaves
-# its host), written one by one through memoryviews.
-_VERSION = 2
+# its host), written one by one through memoryviews. 3: a word more, the mark's lane.
+_VERSION = 3
 RECORD = 1024
 _SEQ = struct.Struct("=Q")
 # Room for any workflow id whole: the store allows 200 characters, at most 4 bytes each in
 # UTF-8. (Readers match marks to workflows by id, so an id is never clipped; a name only
 # labels the mark and is clipped to what is left.)
 _ID_MAX = 800
-# After the sequence number: epoch, slot, attempts, started_at (one 8-byte word each,
-# words 1-4 of the record), then len(workflow id), len(name), workflow id, name.
-_FIXED = "=qqqdII"
-_TEXT_AT = _SEQ.size + struct.calcsize("=qqqd")
+# After the sequence number: epoch, slot, attempts, started_at, lane (one 8-byte word each,
+# words 1-5 of the record), then len(workflow id), len(name), workflow id, name. The lane is
+# the store's (0: the workflow's own thread; k: the k-th task of a parallel group).
+_FIXED = "=qqqdqII"
+_TEXT_AT = _SEQ.size + struct.calcsize("=qqqdq")
 _NAME_MAX = RECORD - _SEQ.size - struct.calcsize(_FIXED) - _ID_MAX
 _BODY = struct.Struct(f"{_FIXED}{_ID_MAX}s{_NAME_MAX}s")
 _TEXTS = struct.Struct(f"=II{_ID_MAX}s{_NAME_MAX}s")
-# How each format's records are read: (sequence number, body). Format 1 (before
-# 2 December 2026) is still read, so that the marks of a worker of the previous version
-# that died are kept by the next one.
+# How each format's records are read: (sequence number, body). Formats 1 and 2 (before
+# 2 and 4 December 2026) are still read, so that the marks of a worker of an earlier
+# version that died are kept by the next one (in lane 0).
 _LAYOUTS = {
     1: (struct.Struct("<Q"), struct.Struct(f"<QqIdHH{_ID_MAX}s{RECORD - 8 - struct.calcsize('<QqIdHH') - _ID_MAX}s")),
+    2: (_SEQ, struct.Struct(f"=qqqdII{_ID_MAX}s{RECORD - _SEQ.size - struct.calcsize('=qqqdII') - _ID_MAX}s")),
     _VERSION: (_SEQ, _BODY),
 }
 _FILE_RE = re.compile(r"^(\d+)-([0-9a-f]+)\.marks$")
@@ -71,6 +73,7 @@ class Mark:
     attempts: int
     started_at: float
     owner: str
+    lane: int = 0  # 0: the workflow's own thread; k: the k-th task of the parallel group running
 
 
 def marks_dir(db_path: str | os.PathLike[str]) -> Path:
@@ -130,12 +133,13 @@ class MarkBoard:
         self._names: dict[str, bytes] = {}
 
     def write(self, index: int, workflow_id: str, epoch: int, slot: int, name: str, attempts: int,
-              started_at: float) -> None:
+              started_at: float, lane: int = 0) -> None:
         """Record in record `index` (the calling thread's own) that an activity is about to run."""
-        self.writer(index, workflow_id, epoch)(slot, name, attempts, started_at)
+        self.writer(index, workflow_id, epoch, lane)(slot, name, attempts, started_at)
 
-    def writer(self, index: int, workflow_id: str, epoch: int) -> Callable[[int, str, int, float], None]:
-        """A function that writes marks of one run (`workflow_id` under lease `epoch`) into record `index`.
+    def writer(self, index: int, workflow_id: str, epoch: int,
+               lane: int = 0) -> Callable[[int, str, int, float], None]:
+        """A function that writes marks of one run (`workflow_id` under lease `epoch`, in `lane`) into record `index`.
 
         Called as `mark(slot, name, attempts, started_at)` before every activity of the
         run. The record's id and epoch are written once here and its name only when it
@@ -157,6 +161,7 @@ class MarkBoard:
                 if nm is None:
                     nm = names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
                 words[at + 1] = epoch
+                words[at + 5] = lane
                 _TEXTS.pack_into(self._mm, (at << 3) + _TEXT_AT, len(wid), len(nm), wid, nm)
                 last[0] = name
             words[at + 2] = slot
@@ -215,11 +220,14 @@ def _parse(data: bytes, again: bytes) -> tuple[str, list[Mark]] | None:
 
 def _decode(body: struct.Struct, buf: bytes | mmap.mmap, off: int, owner: str) -> Mark | None:
     """The mark whose body (after its sequence number) starts at `off`; None if its lengths are impossible."""
-    epoch, slot, attempts, started_at, id_len, name_len, raw_id, raw_name = body.unpack_from(buf, off)
+    fields = body.unpack_from(buf, off)
+    epoch, slot, attempts, started_at = fields[:4]
+    lane = fields[4] if len(fields) == 9 else 0
+    id_len, name_len, raw_id, raw_name = fields[-4:]
     if id_len > _ID_MAX or name_len > len(raw_name):
         return None
     wid, name = raw_id[:id_len].decode("utf-8", "replace"), raw_name[:name_len].decode("utf-8", "replace")
-    return Mark(wid, epoch, slot, name, attempts, started_at, owner)
+    return Mark(wid, epoch, slot, name, attempts, started_at, owner, lane)
 
 
 def read_board(path: Path) -> list[Mark] | None:

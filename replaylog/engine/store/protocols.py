@@ -111,7 +111,10 @@ class ReaderStore(_Closable, Protocol):
         """(delivered, still waiting to be consumed) signals of a workflow."""
 
     def inflight(self, workflow_id: str) -> rows.InflightRow | None:
-        """The started activity with no recorded outcome, if any (it possibly ran)."""
+        """The started activity with no recorded outcome, if any (it possibly ran): the latest, of several."""
+
+    def inflight_tasks(self, workflow_id: str) -> list[rows.InflightRow]:
+        """Every started activity with no recorded outcome (the tasks of a parallel group), by slot."""
 
     def load_state(self, workflow_id: str) -> WorkflowState:
         """The whole history of a workflow (for a dry replay)."""
@@ -259,17 +262,24 @@ class WorkerStore(_Closable, Protocol):
     def start_missing_children(self, parent_id: str, state: WorkflowState) -> list[str]:
         """Start, pending, the children a parent's history records as started that have no row; their ids."""
 
+    def start_orphaned_children(self, names: Collection[str] | None = None) -> dict[str, list[str]]:
+        """Start the missing children of blocked parents (of `names`) that wait for a child with no row; by parent."""
+
     def heartbeat(self, claim: rows.Claim, slot: int, name: str, attempts: int, *, details: str | None,
-                  beat_at: float | None, expires: float | None) -> bool:
-        """Keep an attempt's heartbeat (details as JSON text, None: keep the last; when it beat, None: keep;
-        when the next is due, None: nobody watches), if the claim holds the lease; True if written."""
+                  beat_at: float | None, expires: float | None, lane: int = 0) -> bool:
+        """Keep an attempt's heartbeat in its lane (details as JSON text, None: keep the last; when it beat,
+        None: keep; when the next is due, None: nobody watches), if the claim holds the lease; True if written.
+
+        Lane 0 is the workflow's own thread, lane k the k-th task of the parallel group running."""
 
     def open_marks(self, owner: str, records: int) -> MarkBoard | None:
         """A file for this worker's start marks, `records` workflow threads' worth (a store on this
         host's file keeps them beside it); None where marks go through `mark_started` (a server)."""
 
-    def mark_started(self, claim: rows.Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
-        """Record in the store, before an activity runs, that it started (a store with no `open_marks` file)."""
+    def mark_started(self, claim: rows.Claim, slot: int, name: str, attempts: int, started_at: float,
+                     lane: int = 0) -> None:
+        """Record in the store, before an activity runs, that it started, in its lane (a store with no
+        `open_marks` file)."""
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
         """Keep workers' start marks in the store; return how many were written."""

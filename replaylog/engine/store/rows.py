@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from replaylog.engine.core import CommandRecord, Outcome, WorkflowState
+from replaylog.engine.core import Attempts, CommandRecord, Outcome, WorkflowState
 from replaylog.engine.errors import PayloadTooLargeError, StoreError, ValueNotJSONError
 from replaylog.engine.vocab import UNFINISHED, Status
 
@@ -285,6 +285,8 @@ class InflightRow:
     # What its latest attempt passed to heartbeat() (a JSON value), and when.
     details: Any = None
     heartbeat_at: float | None = None
+    # 0: an activity of the workflow's own thread; k: the k-th task of the parallel group running.
+    lane: int = 0
 
 
 @dataclass(frozen=True)
@@ -302,17 +304,13 @@ class Claim:
     # The history, when the claim loaded it (short histories, loaded for a whole batch of
     # claims at once); None means the worker loads it with `load_state`.
     state: WorkflowState | None = field(default=None, compare=False, repr=False)
-    # An activity an earlier run started at slot `inflight_slot` and has no outcome for:
-    # how many times it was started, so that this run's attempts count on from there.
-    inflight_slot: int | None = None
-    inflight_attempts: int = 0
     # An operator's cancel request known at the claim: its reason ("" if none given).
     cancel: str | None = None
-    # Of that activity: its last attempt's error and the next attempt's time when it waits for
-    # a retry (engine.retry).
-    inflight_error: str | None = None
-    inflight_retry_at: float | None = None
-    inflight_details: Any = None  # what its last attempt passed to heartbeat(), if anything
+    # The activities earlier runs started and have no outcome for, one per lane (the workflow's
+    # own thread, each task of a parallel group): how many times each was started, so that this
+    # run's attempts count on from there; its last attempt's error and the next attempt's time
+    # when it waits for a retry (engine.retry), and what it passed to heartbeat().
+    inflight: tuple[Attempts, ...] = ()
 
 
 class AuditRow(NamedTuple):

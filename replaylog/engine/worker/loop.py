@@ -66,13 +66,17 @@ DEFAULT_MAX_SUSPENDED = 10_000
 # on async activities: a thread's own record serves its next workflow, and moving the mark to a
 # spare record is a few stores, where keeping it in the database was a write transaction per
 # suspension (1,000 workflows awaiting a 1 s activity: 4.6 s against 3.5 s without marks, on a
-# loaded 2-core machine). With none spare, the mark goes to the database.
+# loaded 2-core machine). With none spare, the mark goes to the database. The tasks of parallel
+# groups borrow them too, one a running task (with none spare, the thread's own record).
 PARKED_MARKS = 1024
 # How often the idle loop looks at PRAGMA data_version: a read of shared memory, so a
 # few milliseconds costs nothing and a signal wakes its workflow in milliseconds.
 DEFAULT_POLL = 0.002
 # Leases lapse with time, not with a commit, so look for lapsed ones on a timer too.
 LAPSE_CHECK = 0.25
+# How often a worker looks for blocked parents waiting for a child that has no row (a lost row: a
+# restore, a hand edit), which nothing else would claim again: at its start, then this often.
+ORPHANS_CHECK = 60.0
 # How often a worker with workflows running looks for new work (seconds): a new start or
 # a signal waits at most this long, and the running workflows are not disturbed for it.
 BUSY_POLL = 0.01
@@ -261,7 +265,8 @@ class Worker:
             raise
         # Without a mark file (a server's store) each mark is a row, where every host sees it.
         self._parts = replace(self._parts, board=self._board,
-                              marks_in_store=self.track_inflight and self._board is None)
+                              marks_in_store=self.track_inflight and self._board is None,
+                              lend_mark=self._lend_mark, return_mark=self._return_mark)
         self.committer.start()
         pruner = None if self.retention is None else Pruner(self.path, self.retention, self._stopping)
         if pruner is not None:
@@ -307,6 +312,7 @@ class Worker:
         next_small_claim = 0.0
         next_schedule = 0.0  # on self.clock: when to look for due schedule ticks
         next_expiry = 0.0  # when to look for workflows past their timeout (client.start(timeout=...))
+        next_orphans = 0.0  # when to look for parents waiting for a child with no row
         dead: list[str] = []
         # The earliest wake time (epoch seconds) of a sleeping workflow of ours: one seek in the
         # store's wake index whenever we look, so the loop wakes at that time and never asks
@@ -361,6 +367,9 @@ class Worker:
                         self._launch(claim)
             if seek_wake:
                 next_wake = store.next_wake(self.names)
+            if now >= next_orphans:
+                next_orphans = now + ORPHANS_CHECK
+                self._start_orphaned_children(store)
             if now >= next_expiry:
                 next_expiry = now + LAPSE_CHECK
                 try:
@@ -389,6 +398,17 @@ class Worker:
                 wait = max(wait, self._quiet_wait(now, next_renew, next_expiry, next_schedule, next_wake))
             self._wake.wait(wait)
             self._wake.clear()
+
+    def _start_orphaned_children(self, store: WorkerStore) -> None:
+        """Start the lost children that blocked parents of this worker's names wait for (see ORPHANS_CHECK)."""
+        try:
+            started = store.start_orphaned_children(self.names)
+        except StoreBusyError as exc:
+            self._busy(exc)  # looked for again at the next check
+            return
+        for parent, children in started.items():
+            self._event(parent, f"started child workflow(s) it waits for that had no row: {', '.join(children)}",
+                        "children_started")
 
     def _quiet_wait(self, now: float, next_renew: float, next_expiry: float, next_schedule: float,
                     next_wake: float | None) -> float:
@@ -589,7 +609,18 @@ class Worker:
             self._keep_mark(store, me)
             return
         me.inflight = False
-        board.write(index, mark.workflow_id, mark.epoch, mark.slot, mark.name, mark.attempts, mark.started_at)
+        board.write(index, mark.workflow_id, mark.epoch, mark.slot, mark.name, mark.attempts, mark.started_at,
+                    mark.lane)
+
+    def _lend_mark(self) -> int | None:
+        """A spare record of the mark file for a task of a parallel group (None: none is free)."""
+        with self._lock:
+            return self._spare_marks.pop() if self._spare_marks else None
+
+    def _return_mark(self, index: int) -> None:
+        """A spare record a parallel group's task is done with."""
+        with self._lock:
+            self._spare_marks.append(index)
 
     def _keep_mark(self, store: WorkerStore, me: PooledThread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.

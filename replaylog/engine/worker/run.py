@@ -7,6 +7,7 @@ outcome is committed (lease-fenced, `Committer`) before the workflow code contin
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
 import time
@@ -19,7 +20,6 @@ from replaylog.engine.app import Registry
 from replaylog.engine.attempt_watch import AttemptWatch
 from replaylog.engine.core import (
     EVENT,
-    Attempts,
     CommandRecord,
     Context,
     Outcome,
@@ -46,6 +46,8 @@ from replaylog.engine.telemetry import Metrics, RunSpans
 from replaylog.engine.vocab import FINISHED, SlotKind, Status
 from replaylog.engine.worker.activity_loop import ActivityLoop
 from replaylog.engine.worker.committer import Committer
+
+log = logging.getLogger("replaylog.worker")
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
 _ACTIVITY = SlotKind.ACTIVITY.value
@@ -103,58 +105,78 @@ class GroupBeats:
     """The heartbeats of a parallel group's tasks, handed from their threads to the workflow thread,
     which owns the store connection and writes them (WorkflowRun._flush_beats).
 
-    The workflow has one in-flight record: during a group it holds the latest heartbeat of any of
-    its tasks (that task's slot, attempt, details and time), and it is due when the earliest
-    heartbeat of the tasks watched under a heartbeat timeout is, so that a frozen worker's group
-    is taken over as soon as any of them is overdue.
+    Each task has its own in-flight record (its lane: the k-th task of the group is lane k): its
+    latest heartbeat (slot, attempt, details and time), due when that task's next heartbeat is
+    under its heartbeat timeout, so that a frozen worker's group is taken over as soon as any of
+    its tasks is overdue, and every task's details reach its next attempt.
     """
 
-    __slots__ = ("changed", "latest", "lock", "subject", "wake", "watched", "written_at")
+    __slots__ = ("base", "changed", "latest", "lock", "subjects", "wake", "watched", "written_at")
 
-    def __init__(self) -> None:
+    def __init__(self, base: int) -> None:
+        self.base = base  # the group's first slot: a task's lane is its slot - base + 1
         self.lock = threading.Lock()
         self.wake = threading.Event()  # set when a task beats, a watch starts or ends, a task ends
-        self.latest: tuple[int, str, int, Any] | None = None  # a heartbeat not written yet
-        self.subject: tuple[int, str, int] | None = None  # (slot, name, attempt) the record is of
-        self.watched: dict[tuple[int, int], tuple[AttemptWatch, float]] = {}  # with its heartbeat timeout
-        self.changed = False  # the watched tasks changed: the record's due time moves
-        self.written_at = -math.inf  # time.monotonic() of the last write
+        self.latest: dict[int, tuple[int, str, int, Any]] = {}  # by lane: a heartbeat not written yet
+        self.subjects: dict[int, tuple[int, str, int]] = {}  # by lane: the (slot, name, attempt) it is of
+        # By lane: the attempt watched under a heartbeat timeout, with that timeout.
+        self.watched: dict[int, tuple[AttemptWatch, float]] = {}
+        self.changed: set[int] = set()  # lanes whose watch started or ended: their due time moves
+        self.written_at: dict[int, float] = {}  # by lane: time.monotonic() of the last write
+
+    def lane(self, slot: int) -> int:
+        """The lane of the group's task at `slot`."""
+        return slot - self.base + 1
 
     def post(self, slot: int, name: str, attempt: int, details: Any) -> None:
         """A task's heartbeat (from its thread)."""
         with self.lock:
-            self.latest = (slot, name, attempt, details)
+            self.latest[self.lane(slot)] = (slot, name, attempt, details)
         self.wake.set()
 
-    def watch(self, key: tuple[int, int], slot: int, name: str, watch: AttemptWatch, heartbeat_timeout: float) -> None:
+    def watch(self, slot: int, name: str, attempt: int, watch: AttemptWatch, heartbeat_timeout: float) -> None:
         """A task's attempt starts under a heartbeat timeout (from its thread)."""
+        lane = self.lane(slot)
         with self.lock:
-            self.watched[key] = (watch, heartbeat_timeout)
-            if self.subject is None:
-                self.subject = (slot, name, key[1])
-            self.changed = True
+            self.watched[lane] = (watch, heartbeat_timeout)
+            self.subjects[lane] = (slot, name, attempt)
+            self.changed.add(lane)
         self.wake.set()
 
-    def unwatch(self, key: tuple[int, int]) -> None:
+    def unwatch(self, slot: int) -> None:
         """A task's attempt under a heartbeat timeout ended (from its thread)."""
+        lane = self.lane(slot)
         with self.lock:
-            self.watched.pop(key, None)
-            self.changed = True
+            self.watched.pop(lane, None)
+            self.changed.add(lane)
         self.wake.set()
 
-    def take(self) -> tuple[tuple[int, str, int, Any] | None, bool, float | None]:
-        """The heartbeat to write (or None), whether the watches changed, and the wall time the record is due by."""
-        with self.lock:
-            latest, self.latest = self.latest, None
-            changed, self.changed = self.changed, False
-            due = min((w.beat_at + timeout for w, timeout in self.watched.values()), default=None)
-        return latest, changed, None if due is None else _wall_clock() + (due - time.monotonic())
+    def take(self) -> list[tuple[int, tuple[int, str, int], Any, bool, float | None]]:
+        """What to write now, per lane: (lane, (slot, name, attempt), details, beat, due wall time or None).
 
-    def keep(self, latest: tuple[int, str, int, Any]) -> None:
-        """Put back a heartbeat taken too soon after the last write (written with the next)."""
+        A lane is written when its watch started or ended, or when it beat: at once under a
+        watch, else at most once a second (progress only); a beat taken too soon stays for later.
+        """
+        now = time.monotonic()
+        out = []
         with self.lock:
-            if self.latest is None:
-                self.latest = latest
+            for lane in sorted(self.changed | self.latest.keys()):
+                watched = self.watched.get(lane)
+                latest = self.latest.get(lane)
+                if (lane not in self.changed and watched is None
+                        and now - self.written_at.get(lane, -math.inf) < BEAT_EVERY):
+                    continue  # progress only, nobody watches: at most once a second
+                self.latest.pop(lane, None)
+                if latest is not None:
+                    self.subjects[lane] = latest[:3]
+                subject = self.subjects.get(lane)
+                if subject is None:
+                    continue
+                due = None if watched is None else _wall_clock() + (watched[0].beat_at + watched[1] - now)
+                out.append((lane, subject, None if latest is None else latest[3], latest is not None, due))
+                self.written_at[lane] = now
+            self.changed.clear()
+        return out
 
 
 class WorkerStopping(BaseException):
@@ -197,6 +219,8 @@ class RunParts:
         metrics: commit latencies and activity attempts are counted there (engine.telemetry), or None.
         activities: the worker's event loop for `async def` activities.
         max_slots: the most slots one run's history may hold (engine.core.HistoryTooLongError past it), or None.
+        lend_mark, return_mark: borrow a spare record of `board` for a parallel group's task (None:
+            none free), and give it back.
     """
 
     registry: Registry
@@ -211,6 +235,8 @@ class RunParts:
     metrics: Metrics | None = None
     activities: ActivityLoop = field(default_factory=ActivityLoop)
     max_slots: int | None = None
+    lend_mark: Callable[[], int | None] | None = None
+    return_mark: Callable[[int], None] | None = None
 
 
 class WorkflowRun:
@@ -218,15 +244,15 @@ class WorkflowRun:
 
     The Context calls `record` with each live outcome (committed before it returns),
     `on_start` before each live activity attempt and `sleep` between attempts; a parallel
-    group's task threads call `record_task` and `on_task_start`, and share the thread's
-    one mark record (engine.marks): it holds the latest task started, written under
-    `_group_lock` so two tasks never tear it. After a crash that task counts its attempts
-    on and shows as possibly run; the group's other unrecorded tasks run again from
-    their first attempt.
+    group's task threads call `record_task` and `on_task_start`. Each task keeps its start
+    marks in a lane of its own (engine.marks: a spare record borrowed for the group; on a
+    server's store, a row): after a crash every unrecorded task of the group counts its
+    attempts on and shows as possibly run.
     """
 
-    __slots__ = ("_beats", "_cancels", "_claim", "_commit", "_group_beats", "_group_lock", "_marked", "_me", "_owner",
-                 "_parts", "_spans", "_store", "_watches", "_write_mark", "ctx")
+    __slots__ = ("_beats", "_cancels", "_claim", "_commit", "_group_beats", "_group_lock", "_lent_marks", "_marked",
+                 "_me", "_owner", "_parts", "_recorded_tasks", "_spans", "_store", "_task_marks", "_watches",
+                 "_write_mark", "ctx")
 
     def __init__(self, parts: RunParts, store: WorkerStore, claim: Claim, me: PooledThread,
                  spans: RunSpans | None = None) -> None:
@@ -252,6 +278,11 @@ class WorkflowRun:
         self._beats: dict[int, float] = {}
         self._owner = threading.get_ident()  # the workflow thread: the one that may use `_store`
         self._group_beats: GroupBeats | None = None  # while a parallel group's tasks run
+        # While a group runs: its tasks' mark writers by lane, the spare records they borrowed,
+        # and the slots of its tasks whose outcomes are recorded.
+        self._task_marks: dict[int, Callable[[int, str, int, float], None]] = {}
+        self._lent_marks: dict[int, int] = {}
+        self._recorded_tasks: set[int] = set()
 
     def execute(self) -> Outcome:
         """Replay the history and run the rest live; the outcome to commit as the run's verdict.
@@ -279,9 +310,7 @@ class WorkflowRun:
         if parts.stopping.up and not parts.activities.holds(claim.id):
             # (A workflow back from its async activities records what they did first.)
             raise WorkerStopping()
-        prior = None if claim.inflight_slot is None else Attempts(
-            claim.inflight_slot, claim.inflight_attempts, claim.inflight_error, claim.inflight_retry_at,
-            claim.inflight_details)
+        prior = claim.inflight or None
         hooks = ParallelHooks(self._run_group, self.record_task, self.on_task_start)
         observed = parts.metrics is not None or self._spans is not None
         ctx = self.ctx = Context(
@@ -309,11 +338,11 @@ class WorkflowRun:
             shown = outcome.traceback and fit_text(outcome.traceback, cap, "the workflow's traceback", tail=True)
             if error is not outcome.error or shown is not outcome.traceback:
                 return replace(outcome, error=error, traceback=shown)
-        elif outcome.retry is not None:
-            error = fit_text(outcome.retry.error, cap, f"slot {outcome.retry.slot}: the error text of activity"
-                                                       f" {outcome.retry.name!r}")
-            if error is not outcome.retry.error:
-                return replace(outcome, retry=outcome.retry._replace(error=error))
+        elif outcome.retry:
+            waits = tuple(w._replace(error=fit_text(w.error, cap, f"slot {w.slot}: the error text of activity"
+                                                                  f" {w.name!r}")) for w in outcome.retry)
+            if any(w.error is not o.error for w, o in zip(waits, outcome.retry, strict=True)):
+                return replace(outcome, retry=waits)
         elif outcome.status == Status.COMPLETED or (outcome.status == Status.CONTINUED and outcome.next_has_input):
             # The store encodes the result (or the next run's input) again when it writes the
             # verdict: once per workflow, not per slot.
@@ -407,6 +436,7 @@ class WorkflowRun:
             me.inflight = False  # the slot's outcome is recorded: nothing of it is in flight
         else:
             with self._group_lock:
+                self._recorded_tasks.add(slot)
                 if self._marked == slot:
                     me.inflight = False  # the thread's mark is this task's
         cancels = self._cancels
@@ -453,14 +483,67 @@ class WorkflowRun:
         parts = self._parts
         if parts.stopping.up and not parts.activities.has_outcome(self._claim.id, slot):
             raise WorkerStopping()
-        write_mark = self._write_mark
-        if write_mark is not None:
-            with self._group_lock:
-                write_mark(slot, name, attempt, _wall_clock())
-                self._marked = slot
-                self._me.inflight = True
+        if self._write_mark is not None:
+            ctx = self.ctx
+            group = ctx.parallel_group if ctx is not None else None
+            self._task_mark(slot - (slot if group is None else group) + 1)(slot, name, attempt, _wall_clock())
         if self._spans is not None and not parts.activities.reported(self._claim.id, slot, attempt):
             self._spans.attempt_started(slot, name, attempt)
+
+    def _task_mark(self, lane: int) -> Callable[[int, str, int, float], None]:
+        """What writes the start marks of the group's task in `lane`: a mark of its own, so that after a
+        crash every task of the group counts its attempts on (a spare record of the mark file, or a
+        row on a server's store); with no record spare, the thread's record (its latest task)."""
+        with self._group_lock:
+            mark = self._task_marks.get(lane)
+            if mark is not None:
+                return mark
+            parts, claim = self._parts, self._claim
+            index = None
+            if parts.board is not None and parts.lend_mark is not None:
+                index = parts.lend_mark()
+            if index is not None and parts.board is not None:
+                self._lent_marks[lane] = index
+                mark = parts.board.writer(index, claim.id, claim.epoch, lane)
+            elif parts.board is None:
+                store = self._store
+
+                def mark(slot: int, name: str, attempts: int, started_at: float) -> None:
+                    store.mark_started(claim, slot, name, attempts, started_at, lane=lane)
+            else:
+                mark = self._thread_mark
+            self._task_marks[lane] = mark
+            return mark
+
+    def _thread_mark(self, slot: int, name: str, attempts: int, started_at: float) -> None:
+        """A task's mark in the thread's own record (no spare record was free): the group's latest."""
+        write_mark = self._write_mark
+        assert write_mark is not None
+        with self._group_lock:
+            write_mark(slot, name, attempts, started_at)
+            self._marked = slot
+            self._me.inflight = True
+
+    def _return_task_marks(self) -> None:
+        """A group ended: give back the records its tasks borrowed; keep in the database the marks of
+        tasks that recorded no outcome (the run ends without one: a retry wait, the worker stopping)."""
+        lent, self._lent_marks, self._task_marks = self._lent_marks, {}, {}
+        board, give_back = self._parts.board, self._parts.return_mark
+        if board is None or give_back is None:
+            return
+        unrecorded = []
+        for index in lent.values():
+            mark = board.read(index)
+            if mark is not None and mark.slot not in self._recorded_tasks:
+                unrecorded.append(mark)
+        try:
+            if unrecorded:
+                self._store.fold_marks(unrecorded)
+        except Exception as exc:  # noqa: BLE001 - only attempt counts and a hint are lost
+            log.warning("%s: could not keep the in-flight marks of a parallel group: %s", self._claim.id, exc)
+        finally:
+            for index in lent.values():
+                give_back(index)
 
     def on_attempt_end(self, slot: int, name: str, attempt: int, error: str | None) -> None:
         """After each live attempt (given to the Context only when metrics or traces are on).
@@ -514,7 +597,7 @@ class WorkflowRun:
             if heartbeat_timeout is not None and own:
                 self._write_beat(slot, name, attempt, None, heartbeat_timeout, beat=False)
             elif heartbeat_timeout is not None and group is not None:
-                group.watch(key, slot, name, watch, heartbeat_timeout)
+                group.watch(slot, name, attempt, watch, heartbeat_timeout)
             return watch.outcome(call, slot, attempt, timeout, heartbeat_timeout, on_beat)
         finally:
             self._watches.pop(key, None)
@@ -522,7 +605,7 @@ class WorkflowRun:
             if heartbeat_timeout is not None and own:
                 self._write_beat(slot, name, attempt, watch.details if watch.fresh else None, None, beat=False)
             elif heartbeat_timeout is not None and group is not None:
-                group.unwatch(key)
+                group.unwatch(slot)
 
     def heartbeat(self, slot: int, name: str, attempt: int, details: Any) -> None:
         """An attempt's heartbeat (from its own thread): note it for its watch, or write it, at most once a second."""
@@ -545,7 +628,7 @@ class WorkflowRun:
             self._write_beat(slot, name, attempt, details, None, beat=True)
 
     def _write_beat(self, slot: int, name: str, attempt: int, details: Any, heartbeat_timeout: float | None,
-                    *, beat: bool, due: float | None = None) -> None:
+                    *, beat: bool, due: float | None = None, lane: int = 0) -> None:
         """Write a heartbeat (or, with beat=False, only when the next is due) to the store; lost lease: stop.
 
         The next is due `heartbeat_timeout` seconds from now, or at the wall time `due`, or never (None).
@@ -555,23 +638,14 @@ class WorkflowRun:
             text = None  # over the cap: the last details that fit stay
         wall = _wall_clock()
         if not self._store.heartbeat(self._claim, slot, name, attempt, details=text, beat_at=wall if beat else None,
-                                     expires=due if heartbeat_timeout is None else wall + heartbeat_timeout):
+                                     expires=due if heartbeat_timeout is None else wall + heartbeat_timeout,
+                                     lane=lane):
             raise LeaseLostError(self._claim.id)
 
     def _flush_beats(self, beats: GroupBeats) -> None:
-        """Write what a parallel group's tasks handed over: the latest heartbeat, and when the next is due."""
-        latest, changed, due = beats.take()
-        if latest is not None and due is None and not changed and time.monotonic() - beats.written_at < BEAT_EVERY:
-            beats.keep(latest)  # progress only, no task watched: at most once a second
-            return
-        if latest is not None:
-            beats.subject = latest[:3]
-        elif not changed or beats.subject is None:
-            return
-        slot, name, attempt = beats.subject
-        self._write_beat(slot, name, attempt, None if latest is None else latest[3], None, beat=latest is not None,
-                         due=due)
-        beats.written_at = time.monotonic()
+        """Write what a parallel group's tasks handed over: each task's latest heartbeat, and when its next is due."""
+        for lane, (slot, name, attempt), details, beat, due in beats.take():
+            self._write_beat(slot, name, attempt, details, None, beat=beat, due=due, lane=lane)
 
     def _run_group(self, thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
         """Run a parallel group's live tasks on threads of their own, at most `max_concurrency` at once."""
@@ -579,7 +653,9 @@ class WorkflowRun:
         focus = self._parts.focus
         if me.focused and focus is not None:
             focus.activity(me)  # the task threads inherit this thread's CPUs: all of them
-        beats = self._group_beats = GroupBeats()
+        ctx = self.ctx
+        beats = self._group_beats = GroupBeats(ctx.parallel_group if ctx is not None and
+                                               ctx.parallel_group is not None else 0)
         try:
             with ThreadPoolExecutor(max_workers=min(max_concurrency, len(thunks)),
                                     thread_name_prefix=f"replaylog-task-{me.index}") as pool:
@@ -596,6 +672,7 @@ class WorkflowRun:
                     future.result()
         finally:
             self._group_beats = None
+            self._return_task_marks()
 
     def _store_mark(self, slot: int, name: str, attempts: int, started_at: float) -> None:
         """A mark on a store without local files: one write to the database."""

@@ -247,7 +247,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
         # (Not when a retry found its verdict committed: its parent was told then.)
         written = cur.fetchone()
         code_ended(conn, claim.id, outcome, status, None if written is None else written[0], now)
-    if cur.rowcount == 1 and outcome.retry is not None:
+    if cur.rowcount == 1 and outcome.retry:
         keep_retry(POSTGRES, conn, claim.id, outcome.retry, now)
     if consumed:
         conn.execute("UPDATE signals SET consumed = true WHERE workflow_id = %s AND NOT consumed AND seq = ANY(%s)",

@@ -49,6 +49,8 @@ BACKOFF_MAX = 2.0
 # The listening thread waits on its connection's socket and on a pipe that close() writes to,
 # so a close never waits out a poll; it also looks at the closing flag this often (seconds).
 LISTEN_IDLE = 5.0
+# The statuses of a write's answer that say it ran.
+_ANSWERED = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 # Faults after which the same work is simply tried again: the transaction was rolled back.
 _RETRY_IN_PLACE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 
@@ -399,9 +401,19 @@ class PGConnection(StoreBase):
         if redo is None:
             return
         conn = self._conn
+        pgconn = conn.pgconn
+        failed = False
         try:
-            results = conn.wait(fetch_many(conn.pgconn))
-            failed = any(r.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK) for r in results)
+            # The answer has mostly come while the activity ran: read what is there, and wait
+            # (psycopg's way) only for what has not come yet.
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                result = pgconn.get_result()
+                if result is None:
+                    break
+                failed = failed or result.status not in _ANSWERED
+            else:
+                failed = any(r.status not in _ANSWERED for r in conn.wait(fetch_many(pgconn))) or failed
         except psycopg.Error:
             failed = True
         if failed:

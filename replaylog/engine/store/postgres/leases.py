@@ -8,11 +8,12 @@ by their pids, so a dead worker's workflows are taken over when their leases lap
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from replaylog.engine.core import HOLE, CommandRecord, SignalRecord, WorkflowState, new_record
+from replaylog.engine.core import HOLE, Attempts, CommandRecord, SignalRecord, WorkflowState, new_record
 from replaylog.engine.errors import ReadOnlyError
 from replaylog.engine.marks import Mark
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
@@ -22,10 +23,15 @@ from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT
 from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 
+# Taken when a store first sends a mark: its workflow thread and its event loop's thread may
+# both send one first, and each taking a share of the sender would leave one share never
+# released (the sender's connection open after the store closed).
+_FIRST_MARK = threading.Lock()
+
 _MARK = (
-    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
-    " SELECT id, %s, %s, %s, %s FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
-    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
+    " SELECT id, %s, %s, %s, %s, %s FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
+    " ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
     " attempts = excluded.attempts, started_at = excluded.started_at, retry_at = NULL, error = NULL"
 )
 
@@ -50,9 +56,10 @@ _DEAD = ("SELECT id, 3, 0::double precision FROM workflows WHERE status = 'runni
          " AND (lease_expires >= %s OR lease_expires IS NULL){only} LIMIT %s FOR UPDATE SKIP LOCKED")
 # Running under a lease that stands, with an attempt whose heartbeat is past due: its worker stopped
 # answering (frozen, cut off). Taken over, the epoch fences that worker out (see the SQLite store).
-_BEATLESS = ("SELECT w.id, 4, i.heartbeat_expires FROM workflows w JOIN inflight i ON i.workflow_id = w.id"
-             " WHERE w.status = 'running' AND i.heartbeat_expires < %s"
-             f" AND {unrecorded('w', 'i.slot')}"
+# (EXISTS: several tasks of a parallel group may be overdue at once; the workflow is taken once.)
+_BEATLESS = ("SELECT w.id, 4, 0::double precision FROM workflows w WHERE w.status = 'running'"
+             " AND EXISTS (SELECT 1 FROM inflight i WHERE i.workflow_id = w.id AND i.heartbeat_expires < %s"
+             f" AND {unrecorded('w', 'i.slot')})"
              " AND w.lease_expires >= %s{only} LIMIT %s FOR UPDATE OF w SKIP LOCKED")
 
 
@@ -160,17 +167,17 @@ class PGLeases(PGConnection):
             return (self._read_histories(short, *history) if history else {}), marks.fetchall()
 
         histories, marks = self._run(read)
-        started = {wid: (int(slot), int(attempts), error, retry_at, loads(details))
-                   for wid, slot, attempts, error, retry_at, details in marks}
+        started: dict[str, list[Attempts]] = {}
+        for wid, slot, attempts, error, retry_at, details in marks:
+            started.setdefault(wid, []).append(Attempts(int(slot), int(attempts), error, retry_at, loads(details)))
         claims = []
         for wid, workflow, epoch, input_text, _, seq, cancel, _, _ in taken:
             inp, has_input = loads(input_text), input_text is not None
             logs = histories.get(wid)
             state = None if logs is None else WorkflowState(
                 input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-            slot, attempts, error, retry_at, details = started.get(wid, (None, 0, None, None, None))
             claims.append(Claim(wid, workflow, owner, int(epoch), slot_key(int(seq)), inp, has_input, state,
-                                slot, attempts, cancel, error, retry_at, details))
+                                cancel=cancel, inflight=tuple(started.get(wid, ()))))
         return claims
 
     def _admit(self, owner: str, names: Collection[str] | None, limit: int, now: float,
@@ -325,8 +332,9 @@ class PGLeases(PGConnection):
 
     # -- start marks: in the database, where every host sees them
 
-    def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float) -> None:
-        """Record, before an activity runs, that it started (if the claim still holds the lease).
+    def mark_started(self, claim: Claim, slot: int, name: str, attempts: int, started_at: float,
+                     lane: int = 0) -> None:
+        """Record, before an activity runs, that it started (if the claim still holds the lease), in `lane`.
 
         Handed to the process's mark sender for this database (engine.store.postgres.marks):
         batched with the marks of other workflow threads, committed without waiting for the
@@ -340,13 +348,17 @@ class PGLeases(PGConnection):
             raise ReadOnlyError(f"database {self.where} is open read-only")
         sender: MarkSender | None = self.__dict__.get("_mark_sender")
         if sender is None:
-            sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
-        sender.mark((claim, slot, name, attempts, started_at))
+            with _FIRST_MARK:
+                sender = self.__dict__.get("_mark_sender")
+                if sender is None:
+                    sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
+        sender.mark((claim, slot, name, attempts, started_at, lane))
 
     def heartbeat(self, claim: Claim, slot: int, name: str, attempts: int, *, details: str | None,
-                  beat_at: float | None, expires: float | None) -> bool:
-        """Keep an attempt's heartbeat in the table, if the claim holds the lease (see shared.operations.HEARTBEAT)."""
-        params = (slot, name, attempts, time.time(), details, beat_at, expires, claim.id, claim.owner, claim.epoch)
+                  beat_at: float | None, expires: float | None, lane: int = 0) -> bool:
+        """Keep an attempt's heartbeat in its lane, if the claim holds the lease (see shared.operations.HEARTBEAT)."""
+        params = (lane, slot, name, attempts, time.time(), details, beat_at, expires, claim.id, claim.owner,
+                  claim.epoch)
         return bool(self._run(lambda conn, _: conn.execute(HEARTBEAT.replace("?", "%s"), params).rowcount == 1,
                               write=True))
 
@@ -358,7 +370,7 @@ class PGLeases(PGConnection):
         super().close()
 
     def fold_marks(self, marks: Sequence[Mark]) -> int:
-        """Keep start marks in the inflight table where they still say something; return how many."""
+        """Keep start marks in the inflight table, each in its lane, where they still say something; return how many."""
         if not marks:
             return 0
 
@@ -366,15 +378,17 @@ class PGLeases(PGConnection):
             kept = 0
             with conn.transaction():
                 for m in marks:
-                    wf = conn.execute("SELECT slots, lease_owner, lease_epoch FROM workflows WHERE id = %s",
-                                      (m.workflow_id,)).fetchone()
-                    if wf is None or (wf[1], wf[2]) != (m.owner, m.epoch) or m.slot < wf[0]:
+                    wf = conn.execute("SELECT lease_owner, lease_epoch, EXISTS (SELECT 1 FROM commands"
+                                      f" WHERE slot_key = (w.seq << {SLOT_BITS}) + %s) FROM workflows w WHERE id = %s",
+                                      (m.slot, m.workflow_id)).fetchone()
+                    if wf is None or (wf[0], wf[1]) != (m.owner, m.epoch) or wf[2]:
+                        continue  # another lease's, or its outcome is recorded
+                    have = conn.execute("SELECT slot, attempts FROM inflight WHERE workflow_id = %s AND lane = %s",
+                                        (m.workflow_id, m.lane)).fetchone()
+                    if have is not None and (have[0], have[1]) >= (m.slot, m.attempts):
                         continue
-                    have = conn.execute("SELECT slot, attempts FROM inflight WHERE workflow_id = %s",
-                                        (m.workflow_id,)).fetchone()
-                    if have is not None and have[0] >= wf[0] and (have[0], have[1]) >= (m.slot, m.attempts):
-                        continue
-                    conn.execute(_MARK, (m.slot, m.name, m.attempts, m.started_at, m.workflow_id, m.owner, m.epoch))
+                    conn.execute(_MARK, (m.lane, m.slot, m.name, m.attempts, m.started_at, m.workflow_id, m.owner,
+                                         m.epoch))
                     kept += 1
             return kept
 

@@ -27,11 +27,12 @@ from replaylog.engine.store.postgres.connection import Conn, PGConnection
 from replaylog.engine.store.postgres.text import claim_text
 from replaylog.engine.store.rows import Claim
 
-# What a mark does to the workflow's inflight row: one row per workflow, its latest mark.
+# What a mark does to the workflow's inflight row of its lane (0: the workflow's own thread; k: the
+# k-th task of the parallel group running): its latest mark.
 _UPSERT = (
     # Lasts until the end of this statement's implicit transaction: no wait for the flush.
     " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
-    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    " ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
     " attempts = excluded.attempts, started_at = excluded.started_at,"
     # A new attempt ends the last one's retry wait and error. The mark of the attempt that failed
     # may arrive after the verdict that kept its wait (marks are sent without waiting): it keeps it.
@@ -40,12 +41,13 @@ _UPSERT = (
     " error = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
     " THEN inflight.error END"
 )
-# The marks of one batch as a JSON array of objects; the lease fence is the join. One
-# mark per workflow (a batch keeps a workflow's latest: ON CONFLICT cannot touch a row twice).
+# The marks of one batch as a JSON array of objects; the lease fence is the join. One mark per
+# lane of a workflow (a batch keeps a lane's latest: ON CONFLICT cannot touch a row twice); a
+# mark without a lane is lane 0's.
 _MARKS = (
-    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
-    " SELECT w.id, m.slot, m.name, m.attempts, m.started_at"
-    " FROM jsonb_to_recordset($1::jsonb) AS m(id text, slot bigint, name text, attempts int,"
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
+    " SELECT w.id, COALESCE(m.lane, 0), m.slot, m.name, m.attempts, m.started_at"
+    " FROM jsonb_to_recordset($1::jsonb) AS m(id text, lane bigint, slot bigint, name text, attempts int,"
     " started_at double precision, owner text, epoch bigint)"
     " JOIN workflows w ON w.id = m.id AND w.lease_owner = m.owner AND w.lease_epoch = m.epoch"
     " WHERE TRUE" + _UPSERT
@@ -54,20 +56,22 @@ _MARKS_PSYCOPG = _MARKS.replace("$1", "%s")
 # A batch of one mark (a lone workflow's, always): its values as parameters, the claim's
 # encoded once per claim (postgres.text), and no JSON to build, send and take apart.
 _MARK = (
-    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at)"
-    " SELECT id, $2::bigint, $3::text, $4::int, $5::float8 FROM workflows"
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
+    " SELECT id, $8::bigint, $2::bigint, $3::text, $4::int, $5::float8 FROM workflows"
     " WHERE id = $1::text AND lease_owner = $6::text AND lease_epoch = $7::bigint" + _UPSERT
 )
 
-# A start mark: the claim it is made under, the slot, the activity's name, its attempt, when it started.
-Mark = tuple[Claim, int, str, int, float]
+# A start mark: the claim it is made under, the slot, the activity's name, its attempt, when it
+# started, its lane.
+Mark = tuple[Claim, int, str, int, float, int]
 
 
 def _json(batch: list[Mark]) -> str:
-    """The marks of `batch` as `_MARKS` reads them: one per workflow, its latest."""
-    latest = {m[0].id: m for m in batch}
-    return json.dumps([{"id": c.id, "slot": slot, "name": name, "attempts": attempts, "started_at": started_at,
-                        "owner": c.owner, "epoch": c.epoch} for c, slot, name, attempts, started_at in latest.values()])
+    """The marks of `batch` as `_MARKS` reads them: one per lane of a workflow, its latest."""
+    latest = {(m[0].id, m[5]): m for m in batch}
+    return json.dumps([{"id": c.id, "lane": lane, "slot": slot, "name": name, "attempts": attempts,
+                        "started_at": started_at, "owner": c.owner, "epoch": c.epoch}
+                       for c, slot, name, attempts, started_at, lane in latest.values()])
 
 
 class _Waiter:
@@ -136,10 +140,13 @@ class MarkSender:
         """
         mutex = self._mutex
         mutex.acquire()
-        if not self._sending:  # nothing in flight: this thread sends its own mark at once
+        if not self._sending:  # nothing in flight: this thread sends its own mark at once, alone
             self._sending = True
             mutex.release()
-            self._lead([(mark, None)])
+            try:
+                self._send_one(mark)
+            finally:
+                self._hand_on()
             return
         waiter = _Waiter()
         self._queue.append((mark, waiter))
@@ -165,26 +172,34 @@ class MarkSender:
                 if w is not None:
                     w.error = failed
                     w.done.release()
-            mutex = self._mutex
-            mutex.acquire()
-            if self._queue:  # queued during the send: the first of them sends next
-                nxt = self._queue[0][1]
-                assert nxt is not None
-                nxt.lead = True
-                nxt.done.release()
-            else:
-                self._sending = False
-                if self._closing:
-                    self._state.notify_all()  # only `release` waits on it
-            mutex.release()
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """After a send: the first thread that queued a mark meanwhile sends next, or nobody is sending."""
+        mutex = self._mutex
+        mutex.acquire()
+        if self._queue:
+            nxt = self._queue[0][1]
+            assert nxt is not None
+            nxt.lead = True
+            nxt.done.release()
+        else:
+            self._sending = False
+            if self._closing:
+                self._state.notify_all()  # only `release` waits on it
+        mutex.release()
+
+    def _send_one(self, mark: Mark) -> None:
+        claim, slot, name, attempts, started_at, lane = mark
+        wid, owner, epoch = claim_text(claim)
+        self._conn._send_unanswered("replaylog_mark", _MARK, (
+            wid, b"%d" % slot, name.encode(), b"%d" % attempts, b"%r" % started_at, owner, epoch,
+            b"%d" % lane if lane else b"0"),
+            lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json([mark]),)))
 
     def _send(self, batch: list[Mark]) -> None:
         if len(batch) == 1:
-            claim, slot, name, attempts, started_at = batch[0]
-            wid, owner, epoch = claim_text(claim)
-            self._conn._send_unanswered("replaylog_mark", _MARK, (
-                wid, b"%d" % slot, name.encode(), b"%d" % attempts, b"%r" % started_at, owner, epoch),
-                lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json(batch),)))
+            self._send_one(batch[0])
             return
         text = _json(batch)
 

@@ -12,16 +12,20 @@ class PGReads(PGConnection, SharedReads):
     """The store's reads: the shared ones over this connection, and the in-flight activity of a workflow."""
 
     def inflight(self, workflow_id: str) -> InflightRow | None:
-        """The started activity with no recorded outcome, if any (it possibly ran).
+        """The started activity with no recorded outcome, if any (it possibly ran): of several (the tasks
+        of a parallel group), the latest slot, then the highest attempt count (see `inflight_tasks`)."""
+        rows = self.inflight_tasks(workflow_id)
+        return max(rows, key=lambda r: (r.slot, r.attempts)) if rows else None
+
+    def inflight_tasks(self, workflow_id: str) -> list[InflightRow]:
+        """Every started activity with no recorded outcome (each possibly ran), by slot: one per lane.
 
         On PostgreSQL every worker writes its start marks to the inflight table, so the
         table alone answers.
         """
-        row = self._query_one(
-            "SELECT i.slot, i.name, i.attempts, i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at"
+        return [InflightRow(int(r[0]), r[1], int(r[2]), r[3], r[4], r[5], loads(r[6]), r[7], int(r[8]))
+                for r in self._query(
+            "SELECT i.slot, i.name, i.attempts, i.started_at, i.error, i.retry_at, i.details, i.heartbeat_at, i.lane"
             " FROM workflows w"
-            f" JOIN inflight i ON i.workflow_id = w.id WHERE w.id = ? AND {unrecorded('w', 'i.slot')}",
-            (workflow_id,))
-        if row is None:
-            return None
-        return InflightRow(int(row[0]), row[1], int(row[2]), row[3], row[4], row[5], loads(row[6]), row[7])
+            f" JOIN inflight i ON i.workflow_id = w.id WHERE w.id = ? AND {unrecorded('w', 'i.slot')}"
+            " ORDER BY i.slot", (workflow_id,))]

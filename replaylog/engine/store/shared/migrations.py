@@ -285,6 +285,27 @@ MIGRATIONS: list[Migration] = [
                      " WHERE t.latest = 1 AND t.value IS NOT NULL"
                      " ON CONFLICT (workflow_id, key) DO UPDATE SET value = excluded.value"),
     )),
+    Migration(15, "an in-flight record per task of a parallel group: inflight keyed by (workflow_id, lane)", (
+        # Lane 0 holds the activity a workflow runs on its own thread (every activity outside a
+        # parallel group: the record each new one writes over); lane k the k-th task of the parallel
+        # group running, so that after a takeover every task of a group counts its attempts on, reads
+        # its last heartbeat's details and waits its own backoff. A lane is written over by the next
+        # activity in it: a workflow has at most 1 + its widest group's rows, and no statement is
+        # added to delete them as outcomes are recorded (readers keep the rows whose slot has none).
+        # SQLite cannot change a primary key in place: the table is made again, its rows in lane 0.
+        Sql(sqlite="CREATE TABLE inflight_lanes (workflow_id TEXT NOT NULL, lane INTEGER NOT NULL DEFAULT 0,"
+                   " slot INTEGER NOT NULL, name TEXT NOT NULL, attempts INTEGER NOT NULL, started_at REAL NOT NULL,"
+                   " error TEXT, retry_at REAL, details TEXT, heartbeat_at REAL, heartbeat_expires REAL,"
+                   " PRIMARY KEY (workflow_id, lane)) WITHOUT ROWID",
+            postgres="ALTER TABLE replaylog.inflight ADD COLUMN lane bigint NOT NULL DEFAULT 0"),
+        Sql(sqlite="INSERT INTO inflight_lanes (workflow_id, lane, slot, name, attempts, started_at, error, retry_at,"
+                   " details, heartbeat_at, heartbeat_expires) SELECT workflow_id, 0, slot, name, attempts, started_at,"
+                   " error, retry_at, details, heartbeat_at, heartbeat_expires FROM inflight",
+            postgres="ALTER TABLE replaylog.inflight DROP CONSTRAINT inflight_pkey"),
+        Sql(sqlite="DROP TABLE inflight",
+            postgres="ALTER TABLE replaylog.inflight ADD PRIMARY KEY (workflow_id, lane)"),
+        Sql(sqlite="ALTER TABLE inflight_lanes RENAME TO inflight", postgres="SELECT 1"),
+    )),
 ]
 
 

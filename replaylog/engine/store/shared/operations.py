@@ -152,31 +152,38 @@ def append_signal(sql: Dialect, conn: Any, workflow_id: str, name: str, text: st
     return int(seq_row[0])
 
 
+# The detail of an import's audit row, before the id the export was made of.
+IMPORTED_FROM = "from an export of "
+
+
 # The blocked-on words only time ends: no signal wakes them, whatever its name (engine.vocab.Wait).
 TIME_WAITS = frozenset(w.value for w in Wait)
 
 
-def keep_retry(sql: Dialect, conn: Any, workflow_id: str, wait: RetryWait, now: float) -> None:
-    """A verdict blocked on a retry: keep the activity's attempts, last error and next attempt's time.
+def keep_retry(sql: Dialect, conn: Any, workflow_id: str, waits: Sequence[RetryWait], now: float) -> None:
+    """A verdict blocked on a retry: keep each waiting activity's attempts, last error and next attempt's
+    time, in its lane (one, or the waiting tasks of a parallel group).
 
-    The run that wakes at `retry_at` reads them with its claim (Claim.inflight_*) and counts
-    its attempts on from there, whichever worker it is and whatever died in between.
+    The run that wakes at the earliest `retry_at` reads them with its claim (Claim.inflight) and
+    counts their attempts on from there, whichever worker it is and whatever died in between.
     """
-    sql.run(conn, "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, error, retry_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot,"
-            " name = excluded.name, attempts = excluded.attempts, started_at = excluded.started_at,"
-            " error = excluded.error, retry_at = excluded.retry_at",
-            (workflow_id, wait.slot, wait.name, wait.attempts, now, wait.error, wait.retry_at))
+    for wait in waits:
+        sql.run(conn, "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at, error, retry_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot,"
+                " name = excluded.name, attempts = excluded.attempts, started_at = excluded.started_at,"
+                " error = excluded.error, retry_at = excluded.retry_at",
+                (workflow_id, wait.lane, wait.slot, wait.name, wait.attempts, now, wait.error, wait.retry_at))
 
 
-# An attempt's heartbeat, fenced by the lease: its details (NULL keeps the slot's last ones), when it
-# beat (NULL keeps), and when the next is due (NULL: nobody watches). A beat means an attempt runs:
-# no retry wait is pending and no earlier attempt's error waits for its backoff. Parameters: slot,
-# name, attempts, now, details, beat_at, expires, id, owner, epoch.
+# An attempt's heartbeat in its lane, fenced by the lease: its details (NULL keeps the slot's last ones),
+# when it beat (NULL keeps), and when the next is due (NULL: nobody watches). A beat means an attempt
+# runs: no retry wait is pending and no earlier attempt's error waits for its backoff. Parameters:
+# lane, slot, name, attempts, now, details, beat_at, expires, id, owner, epoch.
 HEARTBEAT = (
-    "INSERT INTO inflight (workflow_id, slot, name, attempts, started_at, details, heartbeat_at, heartbeat_expires)"
-    " SELECT id, ?, ?, ?, ?, ?, ?, ? FROM workflows WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
-    " ON CONFLICT (workflow_id) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
+    "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at, details, heartbeat_at,"
+    " heartbeat_expires)"
+    " SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM workflows WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
+    " ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
     " attempts = excluded.attempts, retry_at = NULL, error = NULL,"
     " started_at = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
     " THEN inflight.started_at ELSE excluded.started_at END,"
@@ -629,7 +636,7 @@ class SharedOperatorWrites(StoreBase):
                 # A worker starts a child only when it records the child's slot, and an imported
                 # slot is replayed, not recorded. A finished parent's children are not run again.
                 self._start_recorded_children(conn, wid, doc.commands, {s.name for s in doc.signals}, now, who)
-            _audit(sql, conn, wid, "import", now, who, detail=f"from an export of {doc.id}")
+            _audit(sql, conn, wid, "import", now, who, detail=f"{IMPORTED_FROM}{doc.id}")
 
         self._operate(wid, "import", now, who, write, lambda _: None)
         return wid
@@ -658,6 +665,42 @@ class SharedOperatorWrites(StoreBase):
         return self._operate(parent_id, "start", now, who, lambda conn: self._start_recorded_children(
             conn, parent_id, state.commands, answered, now, who), lambda _: [])
 
+    def start_orphaned_children(self, names: Collection[str] | None = None) -> dict[str, list[str]]:
+        """Start the missing children of blocked parents (of `names`, None: any) that wait for a child with no row.
+
+        Such a parent is claimed by nothing (it waits for its child's outcome, which no workflow
+        will send), so `start_missing_children` would never run for it: a worker calls this as
+        it starts and then now and again. The child is started as the worker's commit of its
+        start slot would have (`_start_recorded_children`, with an audit row saying so); the
+        parent stays blocked and hears from it as from any child. One read of the blocked
+        parents' waits (by status) when none is missing. Returns the children started, by parent.
+        """
+        sql = self.dialect
+        wait = f"status = 'blocked' AND SUBSTR(blocked_on, 1, {len(CHILD_PREFIX)}) = '{CHILD_PREFIX}'"
+        orphaned = (f" AND NOT EXISTS (SELECT 1 FROM workflows c"
+                    f" WHERE c.id = SUBSTR(workflows.blocked_on, {len(CHILD_PREFIX) + 1}))")
+        among, params = ("", []) if names is None else sql.in_list("workflow", list(names))
+        parents = [str(r[0]) for r in self._query(
+            f"SELECT id FROM workflows WHERE {wait}{orphaned}{' AND ' + among if among else ''}", params)]
+        started: dict[str, list[str]] = {}
+        for parent in parents:
+            now, who = time.time(), actor()
+
+            def start(conn: Any, parent: str = parent, now: float = now, who: str = who) -> list[str]:
+                row = sql.run(conn, f"SELECT seq FROM workflows WHERE id = ? AND {wait}{orphaned}{sql.lock}",
+                              (parent,)).fetchone()
+                if row is None:
+                    return []  # woken, or its child started, meanwhile
+                answered = {str(r[0]) for r in sql.run(
+                    conn, "SELECT name FROM signals WHERE workflow_id = ? AND run IS NULL", (parent,))}
+                return self._start_recorded_children(conn, parent, load_commands(sql, conn, slot_key(int(row[0]))),
+                                                     answered, now, who)
+
+            children = self._operate(parent, "start", now, who, start, lambda _: [])
+            if children:
+                started[parent] = children
+        return started
+
     def _fork_children(self, conn: Any, source: str, wid: str, base: int, now: float, who: str) -> None:
         """Give a fork, in its own transaction, its own child for each copied child start still unanswered.
 
@@ -673,10 +716,15 @@ class SharedOperatorWrites(StoreBase):
         sql = self.dialect
         commands = load_commands(sql, conn, base)
         answered = {str(r[0]) for r in sql.run(conn, "SELECT name FROM signals WHERE workflow_id = ?", (wid,))}
+        # The ids the source's code derived its children's from: its own, and, if it was imported under
+        # a new id, the one it had where it ran (its children's ids were derived from that there).
+        derived = {source} | {str(r[0])[len(IMPORTED_FROM):] for r in sql.run(
+            conn, "SELECT detail FROM audit WHERE workflow_id = ? AND action = 'import'", (source,))
+            if str(r[0]).startswith(IMPORTED_FROM)}
         renamed: dict[str, str] = {}
         for slot, c in _recorded_children(commands, answered):
             old, mine = str(c.value["id"]), f"{wid}.{slot}"
-            if old != f"{source}.{slot}":
+            if old not in {f"{d}.{slot}" for d in derived}:
                 raise OperatorRefusedError(
                     f"slot {slot} of {source!r} started child workflow {old!r} under an id its code gave, and its"
                     f" result has not arrived: a fork can neither wait for it (it reports to {source!r}) nor start"

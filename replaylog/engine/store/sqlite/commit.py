@@ -97,10 +97,17 @@ class Commits(SQLiteConnection, SeenCancels):
             try:
                 version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
                 write_record, write_parallel = self._write_record, self._write_parallel
+                first_tries: list[tuple[Any, ...]] = []
                 written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback, r.parallel_group)
                            if r.parallel_group is not None
-                           else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback)
+                           else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback,
+                                             first_tries)
                            for r in records]
+                if first_tries:
+                    # The batch's commonest rows in one executemany instead of an execute each:
+                    # 25 outcomes a commit (store.commit_batch alone under callgrind) cost
+                    # 48,400-49,300 instructions an outcome one execute each, 46,600-46,800 so.
+                    self._cur.executemany(_INSERT_FIRST_TRY, first_tries)
                 finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
             except BaseException:
                 self._fence.clear()
@@ -194,11 +201,14 @@ class Commits(SQLiteConnection, SeenCancels):
             raise self._translate(exc) from None
 
     def _write_record(self, claim: Claim, slot: int, rec: CommandRecord, now: float, ttl: float,
-                      version: int, text: str | None = None, traceback: str | None = None) -> bool:
+                      version: int, text: str | None = None, traceback: str | None = None,
+                      first_tries: list[tuple[Any, ...]] | None = None) -> bool:
         """Write one slot's outcome if the claim still holds the lease and `slot` is next.
 
         The workflow's row is fenced and rewritten only when the commit fence cannot
-        tell that nothing changed (see CommitFence).
+        tell that nothing changed (see CommitFence). With `first_tries`, the row of an
+        activity that succeeded at its first attempt is appended there for the caller to
+        insert with the batch's others, in the same transaction.
         """
         key = claim.id
         fence = self._fence
@@ -239,7 +249,10 @@ class Commits(SQLiteConnection, SeenCancels):
                 if kind == ATTRIBUTES:
                     index_slot(SQLITE, self._conn, key, text)
             elif attempts == 1 and kind == _ACTIVITY:
-                self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
+                if first_tries is None:
+                    self._cur.execute(_INSERT_FIRST_TRY, (row_key, name, text, now, args))
+                else:
+                    first_tries.append((row_key, name, text, now, args))
             else:
                 self._cur.execute(_INSERT_OK_ARGS, (row_key, kind, name, text, attempts, now, args))
                 if kind in _STARTS_CHILD:
@@ -360,7 +373,7 @@ class Commits(SQLiteConnection, SeenCancels):
             return False
         if status_info(status).code_ended:
             code_ended(conn, claim.id, outcome, status, written[0], now)
-        if outcome.retry is not None:
+        if outcome.retry:
             keep_retry(SQLITE, conn, claim.id, outcome.retry, now)
         if consumed:
             conn.execute(

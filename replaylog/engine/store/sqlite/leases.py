@@ -111,7 +111,8 @@ class Leases(InflightMarks):
                 # that worker out), its attempt failed with the error kept below.
                 taken_ids = {wid for wid, _ in rows}
                 beatless = [(wid, prev) for wid, prev in conn.execute(
-                    f"SELECT workflows.id, workflows.lease_owner FROM workflows{_BEATLESS_JOIN}"
+                    # (DISTINCT: several tasks of a parallel group may be overdue at once.)
+                    f"SELECT DISTINCT workflows.id, workflows.lease_owner FROM workflows{_BEATLESS_JOIN}"
                     f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ?"
                     f" AND {unrecorded('workflows', 'i.slot')}"
                     f" AND workflows.lease_expires >= ?{only} LIMIT ?",
@@ -145,10 +146,8 @@ class Leases(InflightMarks):
                 logs = histories.get(wid)
                 state = None if logs is None else WorkflowState(
                     input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-                slot, attempts, error, retry_at, details = started.get(wid, (None, 0, None, None, None))
-                claims.append(
-                    Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state, slot, attempts,
-                          row[5], error, retry_at, details))
+                claims.append(Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state,
+                                    cancel=row[5], inflight=tuple(started.get(wid, ()))))
         return claims
 
     @staticmethod
