@@ -111,3 +111,32 @@ def contention(tmp_path: Path, seconds: float) -> None:
         "locked_errors": 0, "max_wal_bytes": max_wal, "db_bytes_before": db_size_before,
         "db_bytes_after": db_size_after,
     })
+
+
+def test_a_store_opened_while_another_creates_the_same_new_database_waits_for_it(tmp_path: Path) -> None:
+    # A second opener of a brand-new file (a worker and a client started at once) needs the
+    # file's exclusive lock to switch it to WAL, and SQLite refuses that at once, busy timeout
+    # or not, while the creator holds the write lock: the opener must wait, not fail.
+    import sqlite3
+    import threading
+
+    path = tmp_path / "new.db"
+    creator = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    creator.execute("BEGIN IMMEDIATE")
+    creator.execute("CREATE TABLE mid_creation (a)")  # the creator's write lock, held
+    opened: list[object] = []
+
+    def open_it() -> None:
+        try:
+            with open_store(path) as store:
+                opened.append(store.list_workflows())
+        except Exception as exc:  # what the opener saw is the answer
+            opened.append(exc)
+
+    opener = threading.Thread(target=open_it)
+    opener.start()
+    opener.join(0.3)  # the opener meets the lock (refused in milliseconds without the wait)
+    creator.execute("ROLLBACK")
+    creator.close()
+    opener.join(60)
+    assert opened == [[]], opened

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -137,13 +138,34 @@ class SQLiteConnection(StoreBase):
         # What this connection knows of the slots it wrote (the per-slot speed trick).
         self._fence = CommitFence()
         try:
-            self._conn = self._connect()
+            self._conn = self._connect_waiting()
         except sqlite3.Error as exc:  # sqlite3.connect itself: a file it cannot open
             raise store_error(exc, self.path) from None
         # For the per-slot statements: conn.execute makes a new cursor on every call.
         self._cur = self._conn.cursor()
 
     # -- opening
+
+    def _connect_waiting(self) -> sqlite3.Connection:
+        """`_connect`, tried again while the file is busy, for up to the busy timeout.
+
+        SQLite's busy timeout does not cover every lock a connection's set-up takes: switching
+        a new file to WAL needs its exclusive lock, and a connection that asks for it while
+        another holds the file's write lock (a second process creating the same new database
+        at the same moment) is refused at once rather than made to wait, to rule out a
+        deadlock. Both openers must succeed, one after the other, as they do once the file
+        exists.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        pause = 0.005
+        while True:
+            try:
+                return self._connect()
+            except (sqlite3.OperationalError, StoreBusyError) as exc:
+                if not is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
