@@ -137,3 +137,32 @@ def app_worker(db: Path | str, module: ModuleType, concurrency: int = 4) -> Iter
         w.stop()
         t.join(30)
 
+
+
+def holds_write_lock(db: Path | str) -> bool:
+    """Whether some connection holds the SQLite file's write lock (always False for a PostgreSQL URL)."""
+    if str(db).startswith("postgresql:"):
+        return False
+    conn = sqlite3.connect(db, timeout=0.2, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        conn.close()
+
+
+def freeze_outside_a_write(pid: int, db: Path | str) -> None:
+    """SIGSTOP process `pid`, but not while it holds the SQLite file's write lock (a heartbeat's
+    or a lease renewal's commit): a process frozen inside a write transaction blocks every writer
+    on the file until it runs again, which no engine can help (docs/guarantees.md), and is not
+    what a takeover test is about. On PostgreSQL it only freezes the process."""
+    for _ in range(200):
+        os.kill(pid, signal.SIGSTOP)
+        if not holds_write_lock(db):
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError("the worker held the write lock at every try")

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fault_harness import WorkerProc, fault_env, integrity, read_jsonl, reaping, report
+from fault_harness import WorkerProc, fault_env, freeze_outside_a_write, integrity, read_jsonl, reaping, report
 
 from conftest import wait_for
 from replaylog.engine.store import open_store
@@ -27,31 +27,6 @@ def _snapshot(db: Path) -> list[Any]:
         conn.close()
 
 
-def _holds_write_lock(db: Path) -> bool:
-    conn = sqlite3.connect(db, timeout=0.2, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-        return False
-    except sqlite3.OperationalError:
-        return True
-    finally:
-        conn.close()
-
-
-def _freeze_outside_a_write(w: WorkerProc, db: Path) -> None:
-    """SIGSTOP the worker, but not while it holds the write lock (say, renewing a lease):
-    a process frozen inside a write transaction blocks every writer, which no engine can
-    help, and is not what this test is about."""
-    for _ in range(50):
-        w.kill(signal.SIGSTOP)
-        if not _holds_write_lock(db):
-            return
-        w.kill(signal.SIGCONT)
-        time.sleep(0.05)
-    raise AssertionError("the worker held the write lock at every try")
-
-
 def test_a_frozen_worker_loses_its_lease_and_its_late_writes_are_refused(tmp_path: Path) -> None:
     db = tmp_path / "lease.db"
     store = open_store(db)
@@ -64,7 +39,7 @@ def test_a_frozen_worker_loses_its_lease_and_its_late_writes_are_refused(tmp_pat
         a = WorkerProc(db, tmp_path / "logs", fault_env(tmp_path, FAULT_RELEASE=str(release_a)), "--lease", "1")
         procs.append(a)
         assert wait_for(lambda: any(e.get("event") == "start" for e in read_jsonl(ledger)), timeout=60)
-        _freeze_outside_a_write(a, db)  # frozen in the middle of the activity at slot 1
+        freeze_outside_a_write(a.pid, db)  # frozen in the middle of the activity at slot 1
         claim_epoch = store.get_workflow(wid).lease_owner
         assert claim_epoch is not None and f":{a.pid}:" in claim_epoch
         assert wait_for(lambda: (store.get_workflow(wid).lease_expires or 0) < time.time(), timeout=120)

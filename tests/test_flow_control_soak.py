@@ -16,7 +16,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from fault_harness import read_jsonl, report
+from fault_harness import freeze_outside_a_write, read_jsonl, report
 
 from conftest import cli_env, run_cli, start_worker, wait_for
 from replaylog.engine.core import RETRY
@@ -96,7 +96,7 @@ def test_heartbeat_timeout_detects_a_frozen_worker(db: Path | str, tmp_path: Pat
             owner = store.get_workflow(wid).lease_owner
             assert owner is not None
             (frozen,) = [w for w in workers if f":{w.pid}:" in owner]
-            frozen.send_signal(signal.SIGSTOP)
+            freeze_outside_a_write(frozen.pid, db)
             frozen_at = time.time()
             assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=300)
         lines = read_jsonl(tmp_path / "ledger.jsonl")

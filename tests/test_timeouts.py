@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import timeout_app
-from fault_harness import app_worker, read_jsonl
+from fault_harness import app_worker, freeze_outside_a_write, read_jsonl
 
 from conftest import cli_env, run_cli, start_worker, wait_for
 from replaylog import Context, RetryPolicy, WorkflowState, activity, current_activity, run
@@ -182,7 +182,7 @@ def test_a_frozen_workers_attempt_is_taken_over_when_its_heartbeat_is_overdue(db
     with _Pulsing(db, tmp_path, "pulsing", {"limit": 120, "heartbeat": 1.0}) as run, open_store(db) as store:
         wid = run.wid
         assert wait_for(lambda: run.beating(store), timeout=120)
-        run.first.send_signal(signal.SIGSTOP)
+        freeze_outside_a_write(run.first.pid, db)
         shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
         assert shown["inflight"]["details"]["i"] >= 3 and shown["inflight"]["heartbeat_at"] is not None
         lease_expires = store.get_workflow(wid).lease_expires
@@ -211,7 +211,10 @@ def test_an_attempt_taken_over_from_a_lost_worker_waits_its_backoff_as_a_retry_t
     with _Pulsing(db, tmp_path, "pulsing_backoff", spec) as run, open_store(db) as store:
         wid = run.wid
         assert wait_for(lambda: run.beating(store), timeout=120)
-        run.first.send_signal(stop)
+        if stop == signal.SIGSTOP:
+            freeze_outside_a_write(run.first.pid, db)
+        else:
+            run.first.send_signal(stop)
         second = run.worker()
         # The takeover is a failed attempt: the workflow waits the policy's backoff on a retry timer.
         assert wait_for(lambda: run.blocked_on_retry(store), timeout=120)
@@ -241,7 +244,7 @@ def test_a_parallel_tasks_heartbeats_are_stored_and_a_frozen_worker_is_taken_ove
         assert wait_for(lambda: run.beating(store), timeout=120)
         shown = json.loads(run_cli(db, "show", wid, "--json").stdout)
         assert shown["inflight"]["slot"] == 0 and shown["inflight"]["details"]["i"] >= 3
-        run.first.send_signal(signal.SIGSTOP)
+        freeze_outside_a_write(run.first.pid, db)
         lease_expires = store.get_workflow(wid).lease_expires
         assert lease_expires is not None
         second = run.worker()
@@ -270,7 +273,10 @@ def test_every_task_of_a_group_resumes_with_its_own_attempts_and_heartbeat_detai
             (0, 1, "a"), (1, 2, "b")]
         text = run_cli(db, "show", wid).stdout
         assert "slot 0 activity pulse_as started 1 time(s)" in text and "slot 1 activity pulse_as started 1" in text
-        run.first.send_signal(stop)
+        if stop == signal.SIGSTOP:
+            freeze_outside_a_write(run.first.pid, db)
+        else:
+            run.first.send_signal(stop)
         second = run.worker()
         assert wait_for(lambda: store.get_workflow(wid).status == "completed", timeout=120)
         result = store.get_workflow(wid).result
