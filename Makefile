@@ -7,7 +7,8 @@ DEMO_DB ?= .demo/replaylog-demo.db
 
 .PHONY: demo demo-fresh test lint soak bench bench-smoke bench-instructions postgres postgres-stop clean
 
-$(STAMP): pyproject.toml
+# setup.py builds the one C file (the SQLite store's optional compiled path): a change rebuilds it.
+$(STAMP): pyproject.toml setup.py replaylog/engine/store/sqlite/_speedups.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replaylog needs Python 3.11 or newer: run make PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -62,4 +63,5 @@ bench-instructions: $(STAMP)
 
 clean:
 	@if [ -x $(PY) ]; then $(PY) -m bench.pg_server stop; fi
-	rm -rf $(VENV) .demo .pytest_cache .mypy_cache
+	rm -rf $(VENV) .demo .pytest_cache .mypy_cache build
+	rm -f replaylog/engine/store/sqlite/_speedups.*.so

@@ -17,6 +17,9 @@ The core row is the Context alone (`Context.call_activity` live, each outcome ha
 `record` that does nothing): the part of a slot that is the engine's core, without the
 worker, the committer or the store (docs/performance.md, "The cost of a slot, by stage").
 
+The SQLite store's compiled path (engine.store.sqlite.speedups) is counted where it is
+built; `REPLAYLOG_PURE_PYTHON=1 python -m bench.instructions` counts the pure-Python path.
+
 The resume row is counted the same way on histories of 5N and 15N slots (10,000 and
 30,000 by default, built first outside valgrind): loading a history (`load_state`, what a
 worker does after a claim) and replaying it in the core up to the wait it blocked on.
@@ -151,7 +154,10 @@ def measure(slots: int, kinds: tuple[str, ...] = KINDS + RESUME_KINDS) -> dict[s
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    out: dict[str, Any] = {"slots": slots}
+    from replaylog.engine.store.sqlite import speedups
+
+    # Which path the children ran (they inherit this process's environment: REPLAYLOG_PURE_PYTHON).
+    out: dict[str, Any] = {"slots": slots, "compiled": speedups.COMPILED is not None}
     with tempfile.TemporaryDirectory(prefix="replaylog-instructions-") as tmp:
         resume = RESUME_FACTOR * slots
         if any(kind in RESUME_KINDS for kind in kinds):
@@ -186,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.slots < 1:
         parser.error("--slots must be at least 1")
     figures = measure(args.slots)
+    print("the SQLite store's compiled path:", "on" if figures["compiled"] else
+          "off (not built, or REPLAYLOG_PURE_PYTHON set): the pure-Python path's figures")
     for kind in KINDS:
         what = "a commit" if kind == "floor" else "a slot (the Context alone)" if kind == "core" else "a slot"
         print(f"{kind:16s} {figures[kind]:>8,} instructions {what}")

@@ -82,6 +82,11 @@ class Dialect:
         """Execute one statement written with `?` placeholders once per row of parameters."""
         raise NotImplementedError
 
+    def compiled_records(self, conn: Any, sql: str, params: tuple[Any, ...], record_type: type[Any],
+                         loads: Any) -> list[Any] | None:
+        """A history's records read by a compiled path (engine.store.sqlite.speedups); None where there is none."""
+        return None
+
     def in_list(self, column: str, values: Iterable[Any]) -> tuple[str, list[Any]]:
         """`column` is one of `values`: the SQL and its parameters."""
         raise NotImplementedError

@@ -125,6 +125,12 @@ def _named_groups(rows: list[CommandRow]) -> list[CommandRow]:
     return named
 
 
+# A history's rows, in key order, which is slot order (ORDER BY makes it explicit). A NULL
+# value (a failure's) is read as the JSON null it means, so every value is JSON text.
+_HISTORY = ("SELECT kind, name, ok, COALESCE(value, 'null'), error, attempts, args FROM commands"
+            " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key")
+
+
 def load_commands(dialect: Dialect, conn: Any, base: int, top: int | None = None) -> tuple[CommandRecord, ...]:
     """The command records of the workflow whose keys start at `base`, in slot order.
 
@@ -145,17 +151,22 @@ def load_commands(dialect: Dialect, conn: Any, base: int, top: int | None = None
 
 def _load_commands(dialect: Dialect, conn: Any, base: int, top: int | None) -> tuple[CommandRecord, ...]:
     last = base + SLOT_LIMIT - 1
-    # Rows come back in key order, which is slot order; ORDER BY makes it explicit. A NULL
-    # value (a failure's) is read as the JSON null it means, so every value is JSON text.
-    rows = dialect.run(conn, "SELECT kind, name, ok, COALESCE(value, 'null'), error, attempts, args FROM commands"
-                             " WHERE slot_key BETWEEN ? AND ? ORDER BY slot_key", (base, last)).fetchall()
-    if not rows:
-        return ()
-    # Built column by column, every step a C loop (zip, map), no Python frame per slot: a
-    # history's columns, its values decoded together, zipped back into records.
-    kinds, names, oks, values, errors, attempts, args = zip(*rows, strict=True)
-    records = tuple(map(_record_of, zip(kinds, names, map(bool, oks), loads_many(values), errors, attempts, args,
-                                        strict=True)))
+    # Where the store has a compiled path (engine.store.sqlite.speedups), it builds the
+    # records from the rows itself; otherwise Python does, with the same answers.
+    compiled = dialect.compiled_records(conn, _HISTORY, (base, last), CommandRecord, loads)
+    if compiled is not None:
+        if not compiled:
+            return ()
+        records = tuple(compiled)
+    else:
+        rows = dialect.run(conn, _HISTORY, (base, last)).fetchall()
+        if not rows:
+            return ()
+        # Built column by column, every step a C loop (zip, map), no Python frame per slot: a
+        # history's columns, its values decoded together, zipped back into records.
+        kinds, names, oks, values, errors, attempts, args = zip(*rows, strict=True)
+        records = tuple(map(_record_of, zip(kinds, names, map(bool, oks), loads_many(values), errors, attempts,
+                                            args, strict=True)))
     if top is None:
         top = dialect.run(conn, "SELECT MAX(slot_key) FROM commands WHERE slot_key BETWEEN ? AND ?", (base, last)
                           ).fetchone()[0]

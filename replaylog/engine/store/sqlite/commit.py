@@ -142,20 +142,28 @@ class Commits(SQLiteConnection, SeenCancels):
                 if text is None:
                     text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
                 row_key = claim.base + slot
+                if args is None:
+                    sql = _GUARDED_OK
+                    params: tuple[Any, ...] = (row_key, kind, name, text, attempts, now, w.row, claim.id,
+                                               claim.owner, claim.epoch, w.column)
+                elif attempts == 1 and kind == _ACTIVITY:
+                    sql = _GUARDED_FIRST_TRY
+                    params = (row_key, name, text, now, args, w.row, claim.id, claim.owner, claim.epoch, w.column)
+                else:
+                    sql = _GUARDED_OK_ARGS
+                    params = (row_key, kind, name, text, attempts, now, args, w.row, claim.id, claim.owner,
+                              claim.epoch, w.column)
+                compiled = self._compiled
                 try:
-                    if args is None:
-                        cur.execute(_GUARDED_OK, (row_key, kind, name, text, attempts, now, w.row, claim.id,
-                                                  claim.owner, claim.epoch, w.column))
-                    elif attempts == 1 and kind == _ACTIVITY:
-                        cur.execute(_GUARDED_FIRST_TRY, (row_key, name, text, now, args, w.row, claim.id, claim.owner,
-                                                         claim.epoch, w.column))
+                    if compiled is not None:
+                        # The statement on the connection's own handle (engine.store.sqlite.speedups).
+                        written = compiled.execute(self._conn, self._stmts, sql, params)
                     else:
-                        cur.execute(_GUARDED_OK_ARGS, (row_key, kind, name, text, attempts, now, args, w.row,
-                                                       claim.id, claim.owner, claim.epoch, w.column))
+                        written = cur.execute(sql, params).rowcount
                 except sqlite3.Error as exc:
                     self._fence.clear()
                     raise store_error(exc, self.path) from exc
-                if cur.rowcount == 1:
+                if written == 1:
                     w.next_slot = slot + 1
                     return True
                 # The row refused it (the lease is gone, or a cancel request waits): the

@@ -20,6 +20,7 @@ from replaylog.engine.errors import NotADatabaseError, ReadOnlyError, StoreBusyE
 from replaylog.engine.store.rows import default_max_payload
 from replaylog.engine.store.shared.base import Dialect, StoreBase
 from replaylog.engine.store.shared.keys import SLOTS_NOW, SLOTS_SHOWN
+from replaylog.engine.store.sqlite import speedups
 from replaylog.engine.store.sqlite.fence import CommitFence
 from replaylog.engine.store.sqlite.schema import check_schema, refuse_foreign
 
@@ -107,6 +108,14 @@ class SQLiteDialect(Dialect):
         """Execute one statement once per row of parameters."""
         conn.executemany(sql, rows)
 
+    def compiled_records(self, conn: sqlite3.Connection, sql: str, params: tuple[Any, ...], record_type: type[Any],
+                         loads: Any) -> list[Any] | None:
+        """The records by engine.store.sqlite.speedups' compiled path, where it is loaded (else None)."""
+        compiled = speedups.COMPILED
+        if compiled is None:
+            return None
+        return compiled.records(conn, sql, params, record_type, loads)  # type: ignore[no-any-return]
+
     def in_list(self, column: str, values: Iterable[Any]) -> tuple[str, list[Any]]:
         """`column IN (?, ...)`, one parameter per value."""
         named = list(values)
@@ -143,6 +152,10 @@ class SQLiteConnection(StoreBase):
             raise store_error(exc, self.path) from None
         # For the per-slot statements: conn.execute makes a new cursor on every call.
         self._cur = self._conn.cursor()
+        # The compiled path (engine.store.sqlite.speedups), None for the pure-Python one, and
+        # its prepared statements on this connection (finalized before it closes).
+        self._compiled = speedups.COMPILED
+        self._stmts: dict[str, Any] = {}
 
     # -- opening
 
@@ -216,6 +229,7 @@ class SQLiteConnection(StoreBase):
 
     def close(self) -> None:
         """Close the connection."""
+        self._stmts.clear()  # finalizes the compiled path's statements: the file closes with the connection
         self._conn.close()
 
     # -- plumbing

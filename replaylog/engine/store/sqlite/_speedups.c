@@ -1,0 +1,552 @@
+/* The SQLite store's compiled path: a history's rows read, and a lone slot's statement run,
+ * on the sqlite3.Connection's own database handle, without Python's sqlite3 module in between.
+ *
+ * Python's sqlite3 module costs, per statement and per row, more than SQLite's own work
+ * for the small rows of a history: the GIL let go and taken back around every step, a
+ * Python tuple per row, ~500-800 CPU instructions per parameter bound through its adapter
+ * look-ups. This module does the same SQLite calls on the same connection (the same
+ * transaction, locks, busy timeout and snapshot) with none of that. It is optional:
+ * replaylog/engine/store/sqlite/speedups.py loads it only where it can prove it talks to
+ * the very library and connection layout Python's sqlite3 uses, and every caller has a
+ * pure-Python path that gives the same answers (tests/test_speedups.py runs both).
+ *
+ * No SQLite header is needed: the few functions used are looked up by name in the
+ * libsqlite3 that Python's _sqlite3 module loaded (dlopen with RTLD_NOLOAD on its file),
+ * so the handle always meets the same library instance that opened it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#ifndef _WIN32
+#include <dlfcn.h>
+#endif
+
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+typedef long long sqlite3_int64;
+
+#define SQLITE_OK 0
+#define SQLITE_ROW 100
+#define SQLITE_DONE 101
+#define SQLITE_INTEGER 1
+#define SQLITE_FLOAT 2
+#define SQLITE_TEXT 3
+#define SQLITE_NULL 5
+/* SQLITE_STATIC: the bound text outlives the step (the caller's parameters tuple holds it,
+ * and the bindings are cleared before the call returns). */
+#define BIND_STATIC ((void (*)(void *))0)
+
+static int (*p_prepare_v2)(sqlite3 *, const char *, int, sqlite3_stmt **, const char **);
+static int (*p_step)(sqlite3_stmt *);
+static int (*p_reset)(sqlite3_stmt *);
+static int (*p_finalize)(sqlite3_stmt *);
+static int (*p_clear_bindings)(sqlite3_stmt *);
+static int (*p_bind_int64)(sqlite3_stmt *, int, sqlite3_int64);
+static int (*p_bind_double)(sqlite3_stmt *, int, double);
+static int (*p_bind_text)(sqlite3_stmt *, int, const char *, int, void (*)(void *));
+static int (*p_bind_null)(sqlite3_stmt *, int);
+static int (*p_bind_parameter_count)(sqlite3_stmt *);
+static int (*p_column_count)(sqlite3_stmt *);
+static int (*p_column_type)(sqlite3_stmt *, int);
+static sqlite3_int64 (*p_column_int64)(sqlite3_stmt *, int);
+static double (*p_column_double)(sqlite3_stmt *, int);
+static const unsigned char *(*p_column_text)(sqlite3_stmt *, int);
+static int (*p_column_bytes)(sqlite3_stmt *, int);
+static const void *(*p_column_blob)(sqlite3_stmt *, int);
+static int (*p_changes)(sqlite3 *);
+static const char *(*p_errmsg)(sqlite3 *);
+static int (*p_extended_errcode)(sqlite3 *);
+static int (*p_libversion_number)(void);
+
+static PyTypeObject *connection_type = NULL;
+/* sqlite3's exception classes, by what the sqlite3 module raises for each result code. */
+static PyObject *exc_operational = NULL, *exc_integrity = NULL, *exc_database = NULL, *exc_programming = NULL,
+                *exc_interface = NULL, *exc_data = NULL, *exc_internal = NULL;
+
+/* The head of CPython's pysqlite_Connection (Modules/_sqlite/connection.h, the same in
+ * 3.11 to 3.14): the database handle is its first field. speedups.py loads this module
+ * only on those versions, and checks the handle through a connection it opened. */
+typedef struct {
+    PyObject_HEAD
+    sqlite3 *db;
+} connection_head;
+
+static int ready = 0;
+
+static const char *
+code_name(int code)
+{
+    switch (code & 0xff) {
+    case 1: return "SQLITE_ERROR";
+    case 2: return "SQLITE_INTERNAL";
+    case 3: return "SQLITE_PERM";
+    case 4: return "SQLITE_ABORT";
+    case 5: return "SQLITE_BUSY";
+    case 6: return "SQLITE_LOCKED";
+    case 7: return "SQLITE_NOMEM";
+    case 8: return "SQLITE_READONLY";
+    case 9: return "SQLITE_INTERRUPT";
+    case 10: return "SQLITE_IOERR";
+    case 11: return "SQLITE_CORRUPT";
+    case 12: return "SQLITE_NOTFOUND";
+    case 13: return "SQLITE_FULL";
+    case 14: return "SQLITE_CANTOPEN";
+    case 15: return "SQLITE_PROTOCOL";
+    case 16: return "SQLITE_EMPTY";
+    case 17: return "SQLITE_SCHEMA";
+    case 18: return "SQLITE_TOOBIG";
+    case 19: return "SQLITE_CONSTRAINT";
+    case 20: return "SQLITE_MISMATCH";
+    case 21: return "SQLITE_MISUSE";
+    case 25: return "SQLITE_RANGE";
+    case 26: return "SQLITE_NOTADB";
+    default: return "SQLITE_UNKNOWN";
+    }
+}
+
+/* Raise what the sqlite3 module raises for this failure: its class, with sqlite_errorcode
+ * and sqlite_errorname set, so the store's translation (store_error) reads it the same. */
+static void
+raise_sqlite(sqlite3 *db, int rc)
+{
+    int code = p_extended_errcode(db);
+    if ((code & 0xff) == 0)
+        code = rc;
+    PyObject *cls;
+    switch (code & 0xff) {
+    case 2: case 12: cls = exc_internal; break;
+    case 7: PyErr_NoMemory(); return;
+    case 11: cls = exc_database; break;
+    case 18: cls = exc_data; break;
+    case 19: case 20: cls = exc_integrity; break;
+    case 21: case 25: cls = exc_interface; break;
+    case 1: case 3: case 4: case 5: case 6: case 8: case 9: case 10: case 13: case 14: case 15: case 16: case 17:
+        cls = exc_operational; break;
+    default: cls = exc_database; break;
+    }
+    PyObject *exc = PyObject_CallFunction(cls, "s", p_errmsg(db));
+    if (exc == NULL)
+        return;
+    PyObject *num = PyLong_FromLong(code);
+    PyObject *name = PyUnicode_FromString(code_name(code));
+    if (num != NULL && name != NULL) {
+        PyObject_SetAttrString(exc, "sqlite_errorcode", num);
+        PyObject_SetAttrString(exc, "sqlite_errorname", name);
+    }
+    Py_XDECREF(num);
+    Py_XDECREF(name);
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+}
+
+static sqlite3 *
+handle_of(PyObject *conn)
+{
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "replaylog's compiled SQLite path is not initialised");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(conn, connection_type)) {
+        PyErr_Format(PyExc_TypeError, "expected a sqlite3.Connection, not %.100s", Py_TYPE(conn)->tp_name);
+        return NULL;
+    }
+    sqlite3 *db = ((connection_head *)conn)->db;
+    if (db == NULL) {
+        PyErr_SetString(exc_programming, "Cannot operate on a closed database.");
+        return NULL;
+    }
+    return db;
+}
+
+/* Bind `params` (int, float, str or None each) to `stmt`; -1 with an exception set. */
+static int
+bind_all(sqlite3 *db, sqlite3_stmt *stmt, PyObject *params)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(params);
+    if (p_bind_parameter_count(stmt) != n) {
+        PyErr_Format(exc_programming, "Incorrect number of bindings supplied. The current statement uses %d,"
+                     " and there are %zd supplied.", p_bind_parameter_count(stmt), n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(params, i);
+        int rc;
+        int at = (int)i + 1;
+        if (PyUnicode_CheckExact(v)) {
+            Py_ssize_t size;
+            const char *text = PyUnicode_AsUTF8AndSize(v, &size);
+            if (text == NULL)
+                return -1;
+            if (size > INT_MAX) {
+                PyErr_SetString(exc_data, "string longer than INT_MAX bytes");
+                return -1;
+            }
+            rc = p_bind_text(stmt, at, text, (int)size, BIND_STATIC);
+        }
+        else if (PyLong_Check(v)) {
+            int overflow = 0;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow) {
+                PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to SQLite INTEGER");
+                return -1;
+            }
+            if (x == -1 && PyErr_Occurred())
+                return -1;
+            rc = p_bind_int64(stmt, at, x);
+        }
+        else if (PyFloat_Check(v)) {
+            rc = p_bind_double(stmt, at, PyFloat_AS_DOUBLE(v));
+        }
+        else if (v == Py_None) {
+            rc = p_bind_null(stmt, at);
+        }
+        else {
+            PyErr_Format(exc_programming, "Error binding parameter %d: type '%.100s' is not supported", at,
+                         Py_TYPE(v)->tp_name);
+            return -1;
+        }
+        if (rc != SQLITE_OK) {
+            raise_sqlite(db, rc);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* `sql` (one statement) prepared on `db`; NULL with an exception set. */
+static sqlite3_stmt *
+prepare(sqlite3 *db, PyObject *sql)
+{
+    Py_ssize_t size;
+    const char *text = PyUnicode_AsUTF8AndSize(sql, &size);
+    if (text == NULL)
+        return NULL;
+    sqlite3_stmt *stmt = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = p_prepare_v2(db, text, (int)size + 1, &stmt, NULL);
+    Py_END_ALLOW_THREADS
+    if (rc != SQLITE_OK) {
+        raise_sqlite(db, rc);
+        return NULL;
+    }
+    if (stmt == NULL)
+        PyErr_SetString(exc_programming, "no statement in the SQL given");
+    return stmt;
+}
+
+static void
+stmt_capsule_free(PyObject *capsule)
+{
+    sqlite3_stmt *stmt = (sqlite3_stmt *)PyCapsule_GetPointer(capsule, "replaylog.sqlite3_stmt");
+    if (stmt != NULL)
+        p_finalize(stmt);  /* the connection closes once its last statement is finalized (sqlite3_close_v2) */
+}
+
+PyDoc_STRVAR(execute_doc,
+"execute(conn, cache, sql, params) -> int\n\n"
+"Run one statement that returns no rows on `conn`'s database handle, its prepared form kept in\n"
+"`cache` (a dict owned by the connection's user, keyed by `sql`); the rows it changed.\n"
+"The GIL is let go around the step (a commit's fsync).");
+
+static PyObject *
+sp_execute(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2]) || !PyTuple_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "execute(conn, cache: dict, sql: str, params: tuple)");
+        return NULL;
+    }
+    sqlite3 *db = handle_of(args[0]);
+    if (db == NULL)
+        return NULL;
+    PyObject *cache = args[1], *sql = args[2], *params = args[3];
+    sqlite3_stmt *stmt;
+    PyObject *capsule = PyDict_GetItemWithError(cache, sql);
+    if (capsule != NULL) {
+        stmt = (sqlite3_stmt *)PyCapsule_GetPointer(capsule, "replaylog.sqlite3_stmt");
+        if (stmt == NULL)
+            return NULL;
+    }
+    else {
+        if (PyErr_Occurred())
+            return NULL;
+        stmt = prepare(db, sql);
+        if (stmt == NULL)
+            return NULL;
+        capsule = PyCapsule_New(stmt, "replaylog.sqlite3_stmt", stmt_capsule_free);
+        if (capsule == NULL) {
+            p_finalize(stmt);
+            return NULL;
+        }
+        int err = PyDict_SetItem(cache, sql, capsule);
+        Py_DECREF(capsule);  /* the cache holds it */
+        if (err < 0)
+            return NULL;
+    }
+    if (bind_all(db, stmt, params) < 0) {
+        p_clear_bindings(stmt);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    do {
+        rc = p_step(stmt);
+    } while (rc == SQLITE_ROW);
+    Py_END_ALLOW_THREADS
+    if (rc != SQLITE_DONE) {
+        raise_sqlite(db, rc);
+        p_reset(stmt);
+        p_clear_bindings(stmt);
+        return NULL;
+    }
+    int changed = p_changes(db);
+    p_reset(stmt);
+    p_clear_bindings(stmt);
+    return PyLong_FromLong(changed);
+}
+
+/* One column of the current row as the sqlite3 module gives it (no converters). */
+static PyObject *
+column(sqlite3_stmt *stmt, int i)
+{
+    switch (p_column_type(stmt, i)) {
+    case SQLITE_NULL:
+        Py_RETURN_NONE;
+    case SQLITE_INTEGER:
+        return PyLong_FromLongLong(p_column_int64(stmt, i));
+    case SQLITE_FLOAT:
+        return PyFloat_FromDouble(p_column_double(stmt, i));
+    case SQLITE_TEXT: {
+        const char *text = (const char *)p_column_text(stmt, i);
+        int size = p_column_bytes(stmt, i);
+        if (text == NULL)
+            return PyErr_NoMemory();
+        return PyUnicode_FromStringAndSize(text, size);
+    }
+    default: {
+        const void *blob = p_column_blob(stmt, i);
+        return PyBytes_FromStringAndSize(blob, p_column_bytes(stmt, i));
+    }
+    }
+}
+
+/* A JSON int that fits 18 digits (no leading zero, optional minus): its value, or NULL (and no
+ * exception) if the text is anything else. The same value json.loads and int() give. */
+static PyObject *
+small_json_int(const char *s, int n)
+{
+    int i = 0, neg = 0;
+    if (n > 0 && s[0] == '-') {
+        neg = 1;
+        i = 1;
+    }
+    int digits = n - i;
+    if (digits < 1 || digits > 18 || (s[i] == '0' && digits > 1))
+        return NULL;
+    long long x = 0;
+    for (; i < n; i++) {
+        char c = s[i];
+        if (c < '0' || c > '9')
+            return NULL;
+        x = x * 10 + (c - '0');
+    }
+    return PyLong_FromLongLong(neg ? -x : x);
+}
+
+/* How many rows are read between letting go of the GIL (another thread may run meanwhile):
+ * letting go on every step, as the sqlite3 module does, cost ~2,000 instructions a row. */
+#define ROWS_PER_GIL_RELEASE 64
+
+PyDoc_STRVAR(records_doc,
+"records(conn, sql, params, record_type, loads) -> list\n\n"
+"Run a SELECT of seven columns (kind, name, ok, value, error, attempts, args) on `conn`'s\n"
+"database handle and build one `record_type` (a named tuple of those fields) per row: `ok`\n"
+"as a bool, `value` (JSON text) decoded, a small JSON int directly and anything else by\n"
+"`loads(text)`; the other columns as sqlite3 gives them.");
+
+static PyObject *
+sp_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyUnicode_CheckExact(args[1]) || !PyTuple_CheckExact(args[2]) || !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "records(conn, sql: str, params: tuple, record_type: type, loads)");
+        return NULL;
+    }
+    sqlite3 *db = handle_of(args[0]);
+    if (db == NULL)
+        return NULL;
+    PyTypeObject *rtype = (PyTypeObject *)args[3];
+    PyObject *loads = args[4];
+    if (!PyType_IsSubtype(rtype, &PyTuple_Type) || rtype->tp_basicsize != PyTuple_Type.tp_basicsize
+        || rtype->tp_itemsize != PyTuple_Type.tp_itemsize) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a named tuple class");
+        return NULL;
+    }
+    sqlite3_stmt *stmt = prepare(db, args[1]);
+    if (stmt == NULL)
+        return NULL;
+    int rc;
+    PyObject *out = NULL;
+    if (p_column_count(stmt) != 7) {
+        PyErr_SetString(PyExc_ValueError, "records() needs a SELECT of seven columns");
+        goto done;
+    }
+    if (bind_all(db, stmt, args[2]) < 0)
+        goto done;
+    out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    for (long n = 0;; n++) {
+        if (n % ROWS_PER_GIL_RELEASE == 0) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = p_step(stmt);
+            Py_END_ALLOW_THREADS
+        }
+        else {
+            rc = p_step(stmt);
+        }
+        if (rc == SQLITE_DONE)
+            break;
+        if (rc != SQLITE_ROW) {
+            raise_sqlite(db, rc);
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyObject *rec = rtype->tp_alloc(rtype, 7);
+        if (rec == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        for (int i = 0; i < 7; i++) {
+            PyObject *v;
+            if (i == 2) {
+                /* ok: bool(column), as the pure path's bool(ok) */
+                if (p_column_type(stmt, 2) == SQLITE_INTEGER) {
+                    v = PyBool_FromLong(p_column_int64(stmt, 2) != 0);
+                }
+                else {
+                    PyObject *raw = column(stmt, 2);
+                    int truth = raw == NULL ? -1 : PyObject_IsTrue(raw);
+                    Py_XDECREF(raw);
+                    v = truth < 0 ? NULL : PyBool_FromLong(truth);
+                }
+            }
+            else if (i == 3 && p_column_type(stmt, 3) == SQLITE_TEXT) {
+                const char *s = (const char *)p_column_text(stmt, 3);
+                int len = p_column_bytes(stmt, 3);
+                v = s == NULL ? PyErr_NoMemory() : small_json_int(s, len);
+                if (v == NULL && !PyErr_Occurred()) {
+                    PyObject *str = PyUnicode_FromStringAndSize(s, len);
+                    v = str == NULL ? NULL : PyObject_CallOneArg(loads, str);
+                    Py_XDECREF(str);
+                }
+            }
+            else if (i == 3) {
+                PyObject *raw = column(stmt, 3);
+                v = raw == NULL ? NULL : PyObject_CallOneArg(loads, raw);
+                Py_XDECREF(raw);
+            }
+            else {
+                v = column(stmt, i);
+            }
+            if (v == NULL) {
+                Py_DECREF(rec);
+                Py_CLEAR(out);
+                goto done;
+            }
+            PyTuple_SET_ITEM(rec, i, v);
+        }
+        int err = PyList_Append(out, rec);
+        Py_DECREF(rec);
+        if (err < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+    }
+done:
+    p_finalize(stmt);
+    return out;
+}
+
+PyDoc_STRVAR(init_doc,
+"init(sqlite3_module_file, connection_type, errors) -> int\n\n"
+"Find SQLite's functions in the libsqlite3 that the _sqlite3 extension at that file loaded;\n"
+"`errors` maps the sqlite3 module's exception names to its classes. Returns that library's\n"
+"sqlite3_libversion_number(), or 0 if it cannot be found (the pure-Python path is used).");
+
+static PyObject *
+sp_init(PyObject *self, PyObject *args)
+{
+    const char *path;
+    PyObject *ctype, *errors;
+    if (!PyArg_ParseTuple(args, "sO!O!", &path, &PyType_Type, &ctype, &PyDict_Type, &errors))
+        return NULL;
+#ifdef _WIN32
+    return PyLong_FromLong(0);
+#else
+    void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (lib == NULL)
+        return PyLong_FromLong(0);
+#define FIND(var, name) if ((*(void **)&var = dlsym(lib, name)) == NULL) return PyLong_FromLong(0)
+    FIND(p_prepare_v2, "sqlite3_prepare_v2");
+    FIND(p_step, "sqlite3_step");
+    FIND(p_reset, "sqlite3_reset");
+    FIND(p_finalize, "sqlite3_finalize");
+    FIND(p_clear_bindings, "sqlite3_clear_bindings");
+    FIND(p_bind_int64, "sqlite3_bind_int64");
+    FIND(p_bind_double, "sqlite3_bind_double");
+    FIND(p_bind_text, "sqlite3_bind_text");
+    FIND(p_bind_null, "sqlite3_bind_null");
+    FIND(p_bind_parameter_count, "sqlite3_bind_parameter_count");
+    FIND(p_column_count, "sqlite3_column_count");
+    FIND(p_column_type, "sqlite3_column_type");
+    FIND(p_column_int64, "sqlite3_column_int64");
+    FIND(p_column_double, "sqlite3_column_double");
+    FIND(p_column_text, "sqlite3_column_text");
+    FIND(p_column_bytes, "sqlite3_column_bytes");
+    FIND(p_column_blob, "sqlite3_column_blob");
+    FIND(p_changes, "sqlite3_changes");
+    FIND(p_errmsg, "sqlite3_errmsg");
+    FIND(p_extended_errcode, "sqlite3_extended_errcode");
+    FIND(p_libversion_number, "sqlite3_libversion_number");
+#undef FIND
+    /* The handle stays open: the library stays loaded as long as _sqlite3 does, which is for
+     * the life of the process. */
+    PyObject **slots[] = {&exc_operational, &exc_integrity, &exc_database, &exc_programming, &exc_interface,
+                          &exc_data, &exc_internal};
+    const char *names[] = {"OperationalError", "IntegrityError", "DatabaseError", "ProgrammingError",
+                           "InterfaceError", "DataError", "InternalError"};
+    for (int i = 0; i < 7; i++) {
+        PyObject *cls = PyDict_GetItemString(errors, names[i]);
+        if (cls == NULL || !PyExceptionClass_Check(cls)) {
+            PyErr_Format(PyExc_ValueError, "errors has no exception class %s", names[i]);
+            return NULL;
+        }
+        Py_INCREF(cls);
+        Py_XSETREF(*slots[i], cls);
+    }
+    Py_INCREF(ctype);
+    Py_XSETREF(connection_type, (PyTypeObject *)ctype);
+    ready = 1;
+    return PyLong_FromLong(p_libversion_number());
+#endif
+}
+
+static PyMethodDef methods[] = {
+    {"init", sp_init, METH_VARARGS, init_doc},
+    {"execute", (PyCFunction)(void (*)(void))sp_execute, METH_FASTCALL, execute_doc},
+    {"records", (PyCFunction)(void (*)(void))sp_records, METH_FASTCALL, records_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups",
+    "The SQLite store's compiled path (see speedups.py); optional, with a pure-Python path for everything.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&module);
+}

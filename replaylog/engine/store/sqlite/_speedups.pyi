@@ -1,0 +1,9 @@
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+def init(sqlite3_module_file: str, connection_type: type[sqlite3.Connection],
+         errors: dict[str, type[sqlite3.Error]]) -> int: ...
+def execute(conn: sqlite3.Connection, cache: dict[str, Any], sql: str, params: tuple[Any, ...]) -> int: ...
+def records(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...], record_type: type[Any],
+            loads: Callable[[Any], Any]) -> list[Any]: ...

@@ -1,0 +1,71 @@
+"""The SQLite store's compiled path, optional, with the pure-Python path beside it giving the same answers.
+
+`_speedups` (`_speedups.c`, built by setup.py where a C compiler is found) runs SQLite's
+own functions on the sqlite3.Connection's database handle, without Python's sqlite3 module
+in between, for the two places a slot's CPU goes through that module most: a history's
+rows read at resume (`records`, used by engine.store.shared.reads.load_commands) and a lone
+workflow's one guarded statement a slot (`execute`, engine.store.sqlite.commit). Measured
+under callgrind (`make bench-instructions`, docs/performance.md "The cost of a slot, by
+stage"): see the figures there.
+
+`COMPILED` is the loaded module, or None where the pure-Python path runs: no compiled
+module was built, REPLAYLOG_PURE_PYTHON=1 is set, the Python is not one whose
+sqlite3.Connection layout the C file knows (3.11 to 3.14), or the libsqlite3 Python's
+sqlite3 loaded could not be found (a statically linked build). tests/test_speedups.py runs
+both paths on the same histories and statements.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from types import ModuleType
+
+# Set (to anything but "" or "0") to run the pure-Python path even where the compiled one is built.
+PURE_ENV = "REPLAYLOG_PURE_PYTHON"
+# The Pythons whose sqlite3.Connection starts with the database handle (CPython's
+# Modules/_sqlite/connection.h), which _speedups.c reads.
+_KNOWN_LAYOUT = ((3, 11), (3, 12), (3, 13), (3, 14))
+_ERRORS = ("OperationalError", "IntegrityError", "DatabaseError", "ProgrammingError", "InterfaceError",
+           "DataError", "InternalError")
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return None
+    if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
+        return None
+    try:
+        import _sqlite3
+
+        from replaylog.engine.store.sqlite import _speedups
+    except ImportError:
+        return None
+    library = _speedups.init(_sqlite3.__file__, sqlite3.Connection, {name: getattr(sqlite3, name) for name in _ERRORS})
+    # The library found must be the one Python's sqlite3 reports (not another copy in the process).
+    if library != sqlite3.sqlite_version_info[0] * 1_000_000 + sqlite3.sqlite_version_info[1] * 1_000 \
+            + sqlite3.sqlite_version_info[2]:
+        return None
+    if not _handle_works(_speedups):
+        return None
+    return _speedups
+
+
+def _handle_works(module: ModuleType) -> bool:
+    """The compiled path reads what Python's sqlite3 wrote, through the handle it takes from the connection."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        conn.execute("CREATE TABLE t (kind, name, ok, value, error, attempts, args)")
+        changed = module.execute(conn, {}, "INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 ("activity", "probe", 1, "31", None, 1, "k"))
+        rows = module.records(conn, "SELECT * FROM t WHERE attempts = ?", (1,), tuple, str)
+        return bool(changed == 1 and rows == [("activity", "probe", True, 31, None, 1, "k")]) \
+            and conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 1
+    except (sqlite3.Error, TypeError, ValueError):
+        return False
+    finally:
+        conn.close()
+
+
+COMPILED: ModuleType | None = _load()

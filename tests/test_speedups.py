@@ -1,0 +1,224 @@
+"""The SQLite store's compiled path (engine.store.sqlite.speedups) and its pure-Python fallback: the same answers.
+
+The rest of the suite runs on whichever path this machine has (the compiled one wherever a
+C compiler built it); these tests run both, on the same histories and statements, and run
+the store's own tests once more with the compiled path turned off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from replaylog.engine.core import CommandRecord
+from replaylog.engine.errors import StoreBusyError
+from replaylog.engine.store import Claim, PendingRecord, open_store
+from replaylog.engine.store.sqlite import speedups
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILED = speedups.COMPILED
+
+
+def _has_compiler() -> bool:
+    return any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
+
+
+needs_compiled = pytest.mark.skipif(COMPILED is None, reason="the compiled path is not built or is turned off here")
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test once on the compiled path and once on the pure-Python one (stores opened after it is chosen)."""
+    if request.param == "compiled":
+        if COMPILED is None:
+            pytest.skip("the compiled path is not built or is turned off here")
+    else:
+        monkeypatch.setattr(speedups, "COMPILED", None)
+    return str(request.param)
+
+
+def test_the_compiled_path_is_built_where_a_compiler_is() -> None:
+    if os.environ.get(speedups.PURE_ENV, "") not in ("", "0"):
+        pytest.skip(f"{speedups.PURE_ENV} turns the compiled path off in this run")
+    if not _has_compiler():
+        pytest.skip("no C compiler on this machine: the pure-Python path runs")
+    # `make test` installs with a compiler present: a build that silently fell back would
+    # leave every other test on the pure path and the compiled one untested.
+    assert COMPILED is not None, "the C extension was not built (pip install -e . shows why) or failed its checks"
+
+
+def test_the_environment_turns_the_compiled_path_off() -> None:
+    probe = "from replaylog.engine.store.sqlite import speedups; print(speedups.COMPILED is None)"
+    for value, off in (("1", True), ("0", COMPILED is None), ("", COMPILED is None)):
+        env = {**os.environ, speedups.PURE_ENV: value}
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == str(off), value
+
+
+def _claim(store: Any) -> Claim:
+    (claim,) = store.claim("w", ttl=30)
+    return claim  # type: ignore[no-any-return]
+
+
+# Every kind of value a slot holds, failures and retries among them.
+_HISTORY = [
+    CommandRecord("activity", "a", True, 0, None, 1, "k0"),
+    CommandRecord("activity", "a", True, -7, None, 1, "k1"),
+    CommandRecord("activity", "a", True, 123456789012345678, None, 1, "k2"),  # 18 digits
+    CommandRecord("activity", "a", True, 10**30, None, 1, "k3"),
+    CommandRecord("activity", "a", True, 2.5, None, 2, "k4"),
+    CommandRecord("activity", "a", True, 1.0, None, 1, "k5"),
+    CommandRecord("activity", "a", True, True, None, 1, "k6"),
+    CommandRecord("activity", "a", True, None, None, 1, "k7"),
+    CommandRecord("activity", "a", True, "07", None, 1, "k8"),
+    CommandRecord("activity", "a", True, "-0", None, 1, None),
+    CommandRecord("activity", "naïve ✓", True, {"k": [None, True, 1.5, "é"]}, None, 1, "k9"),
+    CommandRecord("activity", "a", False, None, "ValueError: boom", 3, "k10"),
+    CommandRecord("clock", "now", True, 1_700_000_000.25, None, 1, None),
+    CommandRecord("activity", "a", True, [], None, 1, "k11"),
+]
+
+
+def _typed(value: Any) -> Any:
+    """A value with its types spelled out: 1 == True == 1.0 in Python, not in a history."""
+    if isinstance(value, dict):
+        return ("dict", [(k, _typed(v)) for k, v in value.items()])
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, [_typed(v) for v in value])
+    return (type(value).__name__, value)
+
+
+def _history(store_path: Path) -> tuple[Any, ...]:
+    with open_store(store_path) as store:
+        return tuple(_typed(list(r)) for r in store.load_state("x").commands)
+
+
+def test_a_history_reads_back_the_same_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if COMPILED is None:
+        pytest.skip("the compiled path is not built or is turned off here")
+    db = tmp_path / "history.db"
+    with open_store(db) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = _claim(store)
+        for slot, record in enumerate(_HISTORY):
+            assert store.commit_record(claim, slot, record, ttl=30)
+        # A parallel group a worker died in: slot n+1 never recorded, n+2 was (a hole).
+        n = len(_HISTORY)
+        for slot in (n, n + 2):
+            assert store.commit_record(claim, slot, CommandRecord("activity", "p", True, slot, None, 1, "kp"),
+                                       ttl=30, parallel_group=n)
+    compiled = _history(db)
+    monkeypatch.setattr(speedups, "COMPILED", None)
+    pure = _history(db)
+    assert compiled == pure
+    assert compiled[: len(_HISTORY)] == tuple(_typed(list(r)) for r in _HISTORY)
+    assert len(compiled) == len(_HISTORY) + 3  # the hole is filled, as the pure path fills it
+
+
+def test_a_lone_workflows_slots_are_fenced_on_both_paths(path: str, tmp_path: Path) -> None:
+    db = tmp_path / f"{path}.db"
+    with open_store(db) as store, open_store(db) as other:
+        assert (store._compiled is not None) == (path == "compiled")  # type: ignore[attr-defined]
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = _claim(store)
+        for slot in range(4):  # the first fences the row; the rest are the one guarded statement
+            assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, slot, None, 1, "k"), ttl=30)
+        assert not store.commit_record(claim, 2, CommandRecord("activity", "a", True, 9, None, 1, "k"), ttl=30)
+        other._conn.execute("UPDATE workflows SET lease_expires = 0 WHERE id = 'x'")  # type: ignore[attr-defined]
+        (taken,) = other.claim("w2", ttl=30)
+        assert taken.epoch > claim.epoch
+        # The old owner's next slot is refused; the new owner's is written.
+        assert not store.commit_record(claim, 4, CommandRecord("activity", "a", True, 4, None, 1, "k"), ttl=30)
+        assert other.commit_record(taken, 4, CommandRecord("activity", "a", True, 40, None, 1, "k"), ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == [0, 1, 2, 3, 40]
+
+
+def test_a_lock_held_too_long_is_the_stores_busy_error_on_both_paths(path: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import replaylog.engine.store.sqlite.connection as connection
+
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_S", 0.1)
+    db = tmp_path / "busy.db"
+    with open_store(db) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = _claim(store)
+        assert store.commit_record(claim, 0, CommandRecord("activity", "a", True, 0, None, 1, "k"), ttl=30)
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreBusyError, match="locked"):
+                store.commit_record(claim, 1, CommandRecord("activity", "a", True, 1, None, 1, "k"), ttl=30)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        # Nothing was written, and the slot goes through once the lock is free.
+        assert store.commit_record(claim, 1, CommandRecord("activity", "a", True, 1, None, 1, "k"), ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == [0, 1]
+
+
+def test_closing_a_store_closes_its_file_on_both_paths(path: str, tmp_path: Path) -> None:
+    # The compiled path keeps prepared statements; a connection closed with any left would
+    # stay open (SQLite closes it with the last one), and the file's WAL with it.
+    db = tmp_path / "close.db"
+    store = open_store(db)
+    store.start_workflow("wf", None, workflow_id="x")
+    claim = _claim(store)
+    written, _ = store.commit_batch([PendingRecord(claim, 0, CommandRecord("activity", "a", True, 0))], ttl=30)
+    assert written == [True]
+    for slot in range(1, 4):
+        assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, slot, None, 1, "k"), ttl=30)
+    assert Path(f"{db}-wal").exists()
+    store.close()
+    assert not Path(f"{db}-wal").exists()  # the last connection closed: checkpointed and removed
+
+
+@needs_compiled
+def test_compiled_statements_fail_as_sqlite3s_do(tmp_path: Path) -> None:
+    assert COMPILED is not None
+    conn = sqlite3.connect(tmp_path / "errors.db", isolation_level=None)
+    conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v)")
+    cache: dict[str, Any] = {}
+    insert = "INSERT INTO t VALUES (?, ?)"
+    assert COMPILED.execute(conn, cache, insert, (1, "a")) == 1
+    cases: list[tuple[str, tuple[Any, ...]]] = [
+        (insert, (1, "again")),  # the primary key
+        (insert, (2,)),  # too few parameters
+        (insert, (3, [1])),  # a type sqlite3 does not bind
+        (insert, (2**70, "x")),  # past SQLite's 64-bit integers
+        ("INSERT INTO nowhere VALUES (?)", (1,)),  # no such table
+    ]
+    for sql, params in cases:
+        with pytest.raises(Exception) as ours:  # compared with sqlite3's own below
+            COMPILED.execute(conn, cache, sql, params)
+        with pytest.raises(Exception) as theirs:
+            conn.execute(sql, params)
+        assert type(ours.value) is type(theirs.value), (sql, params, ours.value, theirs.value)
+        assert getattr(ours.value, "sqlite_errorcode", None) == getattr(theirs.value, "sqlite_errorcode", None)
+    assert conn.execute("SELECT k, v FROM t").fetchall() == [(1, "a")]  # nothing else was written
+    cache.clear()
+    conn.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+        COMPILED.execute(conn, cache, insert, (5, "x"))
+    with pytest.raises(TypeError, match=r"sqlite3\.Connection"):
+        COMPILED.execute(object(), cache, insert, (5, "x"))  # type: ignore[arg-type]
+
+
+def test_the_store_tests_pass_with_the_compiled_path_off(tmp_path: Path) -> None:
+    # The fallback is what runs wherever the extension could not be built: the store's own
+    # tests (SQLite's half), run again on it in a process of their own.
+    env = {**os.environ, speedups.PURE_ENV: "1"}
+    files = ["tests/test_store.py", "tests/test_parallel.py", "tests/test_fault_lease.py", "tests/test_value_cap.py"]
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-k", "not postgresql",
+         "--basetemp", str(tmp_path / "pure"), *files],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and " failed" not in out.stdout
