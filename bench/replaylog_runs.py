@@ -129,7 +129,7 @@ def single(workdir: Path, sizes: Sizes) -> dict[str, Any]:
         "slots": n, "rounds": rounds, "slots_per_s": statistics.median(r["slots_per_s"] for r in rounds),
         "floor_tx_per_s": statistics.median(r["floor_tx_per_s"] for r in rounds),
         "ratio_vs_floor": ratio, "no_inflight_slots_per_s": bare["slots_per_s"],
-        "no_inflight_ratio_vs_floor": bare["ratio"], "target": ">= 0.9 of floor", "met": ratio >= 0.9,
+        "no_inflight_ratio_vs_floor": bare["ratio"], "target": ">= 0.93 of floor", "met": ratio >= 0.93,
     }
 
 
@@ -337,8 +337,9 @@ def short(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     """N already-started workflows of 3 activities, run by 1 and by 2 worker processes."""
     n, slots = sizes.short_workflows, sizes.short_slots
     result: dict[str, Any] = {"workflows": n, "slots_each": slots}
-    for processes in (1, 2):
-        db = fresh_db(workdir, f"short-{processes}")
+    # One process three times (its figure the median, as issue 31's target asks), then two.
+    for label, processes in (("1a", 1), ("1b", 1), ("1c", 1), ("2", 2)):
+        db = fresh_db(workdir, f"short-{label}")
         with open_store(db) as store:
             t0 = time.perf_counter()
             for _ in range(n):
@@ -349,12 +350,18 @@ def short(workdir: Path, sizes: Sizes) -> dict[str, Any]:
             done = store.status_counts()["completed"]
         if done != n:
             raise RuntimeError(f"{done} of {n} short workflows completed with {processes} process(es)")
-        result[f"starts_per_s_{processes}"] = n / start_s
-        result[f"workflows_per_s_{processes}p"] = n / wall
-        result[f"outcomes_per_commit_{processes}p"] = (
+        result[f"starts_per_s_{label}"] = n / start_s
+        result[f"workflows_per_s_{label}"] = n / wall
+        result[f"outcomes_per_commit_{label}"] = (
             sum(r["commits"] for r in reports) / max(1, sum(r["batches"] for r in reports)))
-    result["starts_per_s"] = result.pop("starts_per_s_1")
-    result.pop("starts_per_s_2", None)
-    result["target"] = ">= 2000 workflows/s with one worker"
-    result["met"] = result["workflows_per_s_1p"] >= 2000
+    rounds = ("1a", "1b", "1c")
+    result["rounds_1p"] = [result.pop(f"workflows_per_s_{r}") for r in rounds]
+    result["workflows_per_s_1p"] = statistics.median(result["rounds_1p"])
+    result["outcomes_per_commit_1p"] = statistics.median(result.pop(f"outcomes_per_commit_{r}") for r in rounds)
+    result["starts_per_s"] = statistics.median(result.pop(f"starts_per_s_{r}") for r in rounds)
+    result["workflows_per_s_2p"] = result.pop("workflows_per_s_2")
+    result["outcomes_per_commit_2p"] = result.pop("outcomes_per_commit_2")
+    result.pop("starts_per_s_2")
+    result["target"] = ">= 2500 workflows/s with one worker (median of 3)"
+    result["met"] = result["workflows_per_s_1p"] >= 2500
     return result
