@@ -1271,7 +1271,12 @@ class Context:
                 except ValueNotJSONError as exc:
                     self.fatal = exc
                     raise
-            self._append(slot, new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key)))
+            # _append inline: once per live slot, a Python call fewer (~500 CPU instructions).
+            record = self._record
+            if record is not None:
+                record(slot, new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key)))
+            else:
+                self.new_commands.append(new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key)))
             return value
         shown = None if last_exc is None else user_traceback(last_exc)
         if shown is not None:

@@ -365,8 +365,10 @@ class WorkflowRun:
         me = self._me
         parts = self._parts
         focus = parts.focus
-        # From a task thread (parallel) the workflow thread's CPU focus is not its to move.
-        if focus is not None and not parallel:
+        # From a task thread (parallel) the workflow thread's CPU focus is not its to move. Its
+        # first test here, not only in engine_code: a lone workflow's commits are never
+        # crowded, and the call it skips cost ~500 CPU instructions a slot (bench.instructions).
+        if focus is not None and not parallel and parts.committer.crowd >= focus.crowded_at:
             focus.engine_code(me, parts.committer.crowd)
         # The value is encoded here, once: its size is checked against the cap before
         # anything is committed, and the store writes this text without encoding again.
