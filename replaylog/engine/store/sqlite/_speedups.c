@@ -65,7 +65,7 @@ static PyObject *exc_operational = NULL, *exc_integrity = NULL, *exc_database = 
                 *exc_interface = NULL, *exc_data = NULL, *exc_internal = NULL;
 
 /* The head of CPython's pysqlite_Connection (Modules/_sqlite/connection.h, the same in
- * 3.11 to 3.14): the database handle is its first field. speedups.py loads this module
+ * 3.11 to 3.13): the database handle is its first field. speedups.py loads this module
  * only on those versions, and checks the handle through a connection it opened. */
 typedef struct {
     PyObject_HEAD

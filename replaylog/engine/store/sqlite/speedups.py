@@ -10,7 +10,7 @@ stage"): see the figures there.
 
 `COMPILED` is the loaded module, or None where the pure-Python path runs: no compiled
 module was built, REPLAYLOG_PURE_PYTHON=1 is set, the Python is not one whose
-sqlite3.Connection layout the C file knows (3.11 to 3.14), or the libsqlite3 Python's
+sqlite3.Connection layout the C file knows (3.11 to 3.13), or the libsqlite3 Python's
 sqlite3 loaded could not be found (a statically linked build). tests/test_speedups.py runs
 both paths on the same histories and statements.
 """
@@ -26,7 +26,7 @@ from types import ModuleType
 PURE_ENV = "REPLAYLOG_PURE_PYTHON"
 # The Pythons whose sqlite3.Connection starts with the database handle (CPython's
 # Modules/_sqlite/connection.h), which _speedups.c reads.
-_KNOWN_LAYOUT = ((3, 11), (3, 12), (3, 13), (3, 14))
+_KNOWN_LAYOUT = ((3, 11), (3, 12), (3, 13))
 _ERRORS = ("OperationalError", "IntegrityError", "DatabaseError", "ProgrammingError", "InterfaceError",
            "DataError", "InternalError")
 
