@@ -254,10 +254,23 @@ def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool
 # ---------------------------------------------------------------- the group
 
 
+def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """`--version`: the package's version, and which path the SQLite store's slots take here."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import version
+
+    from replaylog.engine.store import sqlite_slot_path
+
+    click.echo(f"replaylog, version {version('replaylog')}\nSQLite store's slot path: {sqlite_slot_path()}")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", metavar="PATH", help=_DB_HELP)
 @click.option("--max-payload", type=click.IntRange(min=1), metavar="BYTES", help=_MAX_PAYLOAD_HELP)
-@click.version_option(package_name="replaylog")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version, and whether the SQLite store's compiled path is in use, and exit.")
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, max_payload: int | None) -> None:
     """replaylog: durable workflows re-derived by replaying a log of outcomes."""

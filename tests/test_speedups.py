@@ -65,6 +65,17 @@ def test_the_environment_turns_the_compiled_path_off() -> None:
         assert out.stdout.strip() == str(off), value
 
 
+def test_version_says_which_path_the_slots_take() -> None:
+    for value, expected in (("1", f"pure Python ({speedups.PURE_ENV} is set)"),
+                            ("", "compiled" if COMPILED is not None else "pure Python (")):
+        env = {**os.environ, speedups.PURE_ENV: value}
+        out = subprocess.run([sys.executable, "-m", "replaylog", "--version"], env=env, capture_output=True,
+                             text=True, check=True)
+        lines = out.stdout.splitlines()
+        assert lines[0].startswith("replaylog, version ") and lines[1].startswith(
+            f"SQLite store's slot path: {expected}"), out.stdout
+
+
 def _claim(store: Any) -> Claim:
     (claim,) = store.claim("w", ttl=30)
     return claim  # type: ignore[no-any-return]

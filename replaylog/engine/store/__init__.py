@@ -61,10 +61,22 @@ __all__ = [
     "StoreStats", "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
     "check_timeout", "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy",
     "is_damaged",
-    "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "waiting_reason",
+    "is_postgres_url", "open_store", "operator_name", "over_cap", "redact_url", "slot_key", "sqlite_slot_path",
+    "waiting_reason",
 ]
 
 _SQLITE_URL = "sqlite:///"
+
+
+def sqlite_slot_path() -> str:
+    """Which path the SQLite store's slot commits and history reads take in this process.
+
+    "compiled" (engine.store.sqlite.speedups), or "pure Python (why)".
+    """
+    from replaylog.engine.store.sqlite import speedups
+
+    return "compiled" if speedups.COMPILED is not None else f"pure Python ({speedups.why_pure()})"
+
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 

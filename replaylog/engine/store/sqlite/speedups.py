@@ -69,3 +69,17 @@ def _handle_works(module: ModuleType) -> bool:
 
 
 COMPILED: ModuleType | None = _load()
+
+
+def why_pure() -> str:
+    """Why the pure-Python path runs here, in a few words (for `replaylog --version`)."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return f"{PURE_ENV} is set"
+    if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
+        return (f"not used on {sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]}, whose"
+                " sqlite3 it has not been checked against")
+    try:
+        from replaylog.engine.store.sqlite import _speedups  # noqa: F401
+    except ImportError:
+        return "the C file was not built: no C compiler or Python headers at install"
+    return "the C file is built but its checks against this Python's sqlite3 failed"
