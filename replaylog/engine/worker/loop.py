@@ -80,6 +80,12 @@ ORPHANS_CHECK = 60.0
 # How often a worker with workflows running looks for new work (seconds): a new start or
 # a signal waits at most this long, and the running workflows are not disturbed for it.
 BUSY_POLL = 0.01
+# ...doubled after each look that found nothing to claim, up to this, and back to BUSY_POLL
+# once a look finds work. While workflows run, every commit of the worker's own changes the
+# data version, so each look queries for claimable work: at 10 ms, 100 looks a second cost a
+# lone workflow ~1.4% of its slots on a fast disk (workload 1, 0.915 against 0.929 of the
+# floor at 50 ms, four alternated runs each); new work waits at most this long while busy.
+BUSY_POLL_MAX = 0.04
 # With fewer than a quarter of its slots free, a busy worker claims at most this often
 # (seconds), so claims come in batches; an idle worker claims at once.
 CLAIM_COALESCE = 0.01
@@ -318,6 +324,7 @@ class Worker:
         # store's wake index whenever we look, so the loop wakes at that time and never asks
         # after each sleeper. None: nobody sleeps on a timer or a deadline.
         next_wake: float | None = None
+        busy_poll = BUSY_POLL  # the wait between looks while workflows run (see BUSY_POLL_MAX)
         while not self._stopping.is_set():
             if self._stop_requested:
                 self.stop()
@@ -365,6 +372,9 @@ class Worker:
                         claims, last_version = [], -1
                     for claim in claims:
                         self._launch(claim)
+                    busy_poll = BUSY_POLL
+                else:
+                    busy_poll = min(busy_poll * 2, BUSY_POLL_MAX)
             if seek_wake:
                 next_wake = store.next_wake(self.names)
             if now >= next_orphans:
@@ -393,7 +403,7 @@ class Worker:
             # version: looking every 2 ms then is mostly work for nothing, and each look
             # takes the GIL from the workflow threads (it cost a lone workflow ~4% of its
             # slots). A run that ends sets _wake, so a finished slot is refilled at once.
-            wait = self.poll if not self._active else max(self.poll, BUSY_POLL)
+            wait = self.poll if not self._active else max(self.poll, busy_poll)
             if told and last_version != -1:
                 wait = max(wait, self._quiet_wait(now, next_renew, next_expiry, next_schedule, next_wake))
             self._wake.wait(wait)
