@@ -75,3 +75,66 @@ def test_a_locked_database_delays_renewals_and_claims_but_does_not_stop_the_work
         thread.join(30)
     assert not failure
     assert "database is locked" in caplog.text
+
+
+@activity
+def paced(i: int) -> int:
+    """A short activity: slots commit many times a second, each a change the worker's loop sees."""
+    time.sleep(0.002)
+    return i
+
+
+@workflow
+def paced_chain(ctx: Context, n: int) -> int:
+    """`n` short activities in a row."""
+    for i in range(n):
+        ctx.call_activity(paced, i)
+    return n
+
+
+def test_a_busy_worker_looks_for_new_work_less_often_while_it_finds_none_and_still_claims_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # While a workflow runs, each of its commits changes the data version the loop watches,
+    # so every look queries for claimable work: the loop backs off to BUSY_POLL_MAX while
+    # those queries find nothing (engine.worker.loop), and a start still gets claimed.
+    from replaylog.engine.store.sqlite.store import SQLiteStore
+    from replaylog.engine.worker import loop
+
+    looks: list[float] = []
+    has_claimable = SQLiteStore.has_claimable
+
+    def counted(self: SQLiteStore, *args: object, **kwargs: object) -> bool:
+        looks.append(time.monotonic())
+        return has_claimable(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SQLiteStore, "has_claimable", counted)
+    db = tmp_path / "looks.db"
+    with open_store(db) as store:
+        store.start_workflow("paced_chain", 1000, workflow_id="long")
+    worker = Worker(db, Registry.from_module(sys.modules[__name__]))
+    thread = threading.Thread(target=worker.run, kwargs={"until_idle": True}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        with open_store(db, readonly=True) as reader:
+            while reader.get_workflow("long").slots < 20:  # running, its commits under way
+                assert time.monotonic() < deadline, "the long workflow never got going"
+                time.sleep(0.01)
+            window_start = time.monotonic()
+            time.sleep(0.5)
+            in_window = [t for t in looks if t >= window_start and t < window_start + 0.5]
+            # At the busy floor of 10 ms the loop would look ~50 times in half a second; backed
+            # off it looks at most every BUSY_POLL_MAX (plus its lapse checks). A loaded
+            # machine only looks less often.
+            assert len(in_window) <= 0.5 / loop.BUSY_POLL_MAX + 0.5 / loop.LAPSE_CHECK + 3, len(in_window)
+            # New work is still found while the worker is busy.
+            with open_store(db) as writer:
+                writer.start_workflow("paced_chain", 1, workflow_id="short")
+            while reader.get_workflow("short").status != "completed":
+                assert time.monotonic() < deadline, "a workflow started while the worker was busy was never run"
+                time.sleep(0.01)
+            assert reader.get_workflow("long").status == "running"  # it was claimed while the other ran
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
