@@ -66,6 +66,7 @@ __all__ = [
 ]
 
 _SQLITE_URL = "sqlite:///"
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def sqlite_slot_path() -> str:
@@ -76,8 +77,6 @@ def sqlite_slot_path() -> str:
     from replaylog.engine.store.sqlite import speedups
 
     return "compiled" if speedups.COMPILED is not None else f"pure Python ({speedups.why_pure()})"
-
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def database_path(url_or_path: str | os.PathLike[str]) -> Path:

@@ -83,8 +83,9 @@ BUSY_POLL = 0.01
 # ...doubled after each look that found nothing to claim, up to this, and back to BUSY_POLL
 # once a look finds work. While workflows run, every commit of the worker's own changes the
 # data version, so each look queries for claimable work: at 10 ms, 100 looks a second cost a
-# lone workflow ~1.4% of its slots on a fast disk (workload 1, 0.915 against 0.929 of the
-# floor at 50 ms, four alternated runs each); new work waits at most this long while busy.
+# lone workflow ~1% of its slots on a fast disk (workload 1, median 0.917 against 0.928 of
+# the floor backed off to 40 ms, four alternated runs each); new work waits at most this
+# long while busy.
 BUSY_POLL_MAX = 0.04
 # With fewer than a quarter of its slots free, a busy worker claims at most this often
 # (seconds), so claims come in batches; an idle worker claims at once.

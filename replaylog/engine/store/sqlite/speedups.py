@@ -31,25 +31,25 @@ _ERRORS = ("OperationalError", "IntegrityError", "DatabaseError", "ProgrammingEr
            "DataError", "InternalError")
 
 
-def _load() -> ModuleType | None:
+def _load() -> tuple[ModuleType | None, str]:
+    """The compiled module if it may be used here, else None and why (for `replaylog --version`)."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return None
+        return None, f"{PURE_ENV} is set"
     if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
-        return None
+        return None, (f"not used on {sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]},"
+                      " whose sqlite3 it has not been checked against")
     try:
         import _sqlite3
 
         from replaylog.engine.store.sqlite import _speedups
     except ImportError:
-        return None
+        return None, "the C file was not built: no C compiler or Python headers at install"
     library = _speedups.init(_sqlite3.__file__, sqlite3.Connection, {name: getattr(sqlite3, name) for name in _ERRORS})
     # The library found must be the one Python's sqlite3 reports (not another copy in the process).
-    if library != sqlite3.sqlite_version_info[0] * 1_000_000 + sqlite3.sqlite_version_info[1] * 1_000 \
-            + sqlite3.sqlite_version_info[2]:
-        return None
-    if not _handle_works(_speedups):
-        return None
-    return _speedups
+    major, minor, patch = sqlite3.sqlite_version_info
+    if library != major * 1_000_000 + minor * 1_000 + patch or not _handle_works(_speedups):
+        return None, "the C file is built but its checks against this Python's sqlite3 failed"
+    return _speedups, ""
 
 
 def _handle_works(module: ModuleType) -> bool:
@@ -68,18 +68,9 @@ def _handle_works(module: ModuleType) -> bool:
         conn.close()
 
 
-COMPILED: ModuleType | None = _load()
+COMPILED, _PURE_BECAUSE = _load()
 
 
 def why_pure() -> str:
     """Why the pure-Python path runs here, in a few words (for `replaylog --version`)."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
-        return f"{PURE_ENV} is set"
-    if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
-        return (f"not used on {sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]}, whose"
-                " sqlite3 it has not been checked against")
-    try:
-        from replaylog.engine.store.sqlite import _speedups  # noqa: F401
-    except ImportError:
-        return "the C file was not built: no C compiler or Python headers at install"
-    return "the C file is built but its checks against this Python's sqlite3 failed"
+    return _PURE_BECAUSE or "the compiled path is turned off in this process"
