@@ -7,6 +7,7 @@ import json
 import re
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from replaylog.engine.errors import (
 from replaylog.engine.store import Claim, PendingRecord, Store, database_path, open_store
 from replaylog.engine.store.rows import loads, loads_many
 from replaylog.engine.store.shared.migrations import latest
+from replaylog.engine.store.sqlite.schema import refuse_foreign
 
 
 def rec(name: str, value: object = None) -> CommandRecord:
@@ -207,6 +209,39 @@ def test_newer_schema_and_foreign_databases_are_refused(tmp_path: Path) -> None:
         open_store(foreign)
     conn = sqlite3.connect(foreign)
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["people"]  # nothing added
+
+
+def test_a_file_another_process_creates_while_it_is_checked_is_never_taken_for_a_foreign_one(
+        tmp_path: Path) -> None:
+    # The check of a new file's header reads it while a second opener may be creating the
+    # schema. Here that creation commits just as each statement of the check starts, one
+    # statement at a time: whichever it is, the file must read as ours (empty or complete).
+    def statements_of_the_check(path: Path, create_at: int | None) -> int:
+        seen: list[str] = []
+
+        def trace(statement: str) -> None:
+            if statement.startswith("-- "):
+                return  # a statement SQLite runs inside one of the check's (a pragma's own)
+            if len(seen) == create_at:
+                open_store(path).close()  # the other opener: its creation commits now
+            seen.append(statement)
+
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.set_trace_callback(trace)
+        try:
+            refuse_foreign(conn, path)
+        finally:
+            conn.close()
+        return len(seen)
+
+    count = statements_of_the_check(tmp_path / "counted.db", None)
+    assert count >= 1
+    for at in range(count):
+        path = tmp_path / f"new-{at}.db"
+        sqlite3.connect(path).close()  # an empty file, as the first opener made it
+        assert statements_of_the_check(path, at) == count
+        with closing(sqlite3.connect(path)) as conn:
+            assert refuse_foreign(conn, path) == latest()
 
 
 def test_list_pages_filters_and_sorts_in_sql(store: Store) -> None:

@@ -8,6 +8,7 @@ table: those builds numbered their own layouts). A reader never migrates.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -169,11 +170,17 @@ def _record(conn: sqlite3.Connection, migration: Migration) -> None:
                  (migration.version, migration.summary, time.time()))
 
 
+_HEADER = ("SELECT (SELECT user_version FROM pragma_user_version),"
+           " (SELECT application_id FROM pragma_application_id),"
+           " (SELECT json_group_array(name) FROM sqlite_master WHERE type = 'table')")
+
+
 def refuse_foreign(conn: sqlite3.Connection, path: Path) -> int:
     """Raise SchemaVersionError for a file that is not ours, newer, or pre-0.1.0; return its version."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    # One statement, so one snapshot: read one by one, the id could be read before another
+    # process's creation commits and the tables after it, and a new file refused as foreign.
+    version, app_id, names = conn.execute(_HEADER).fetchone()
+    tables = set(json.loads(names))
     if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
         raise SchemaVersionError(f"{path} is a SQLite database, but not a replaylog one")
     if version > latest():
