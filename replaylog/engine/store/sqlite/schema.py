@@ -179,7 +179,8 @@ def refuse_foreign(conn: sqlite3.Connection, path: Path) -> int:
     """Raise SchemaVersionError for a file that is not ours, newer, or pre-0.1.0; return its version."""
     # One statement, so one snapshot: read one by one, the id could be read before another
     # process's creation commits and the tables after it, and a new file refused as foreign.
-    version, app_id, names = conn.execute(_HEADER).fetchone()
+    raw_version, app_id, names = conn.execute(_HEADER).fetchone()
+    version = int(raw_version)
     tables = set(json.loads(names))
     if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
         raise SchemaVersionError(f"{path} is a SQLite database, but not a replaylog one")
