@@ -126,7 +126,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, Text, str]]:
         "median <= 50 ms")
     a = m.get("async", {})
     aw, asl = a.get("waiting", {}), a.get("slots", {})
-    add("async", f"11. async: {_f(aw.get('workflows'))} workflows awaiting a {_f(aw.get('activity_s'), ' s', 1)} "
+    add("async", f"14. async: {_f(aw.get('workflows'))} workflows awaiting a {_f(aw.get('activity_s'), ' s', 1)} "
         "async activity, one worker process; workload 1 as an async workflow",
         f"all done in {_f(aw.get('wall_s'), ' s', 2)}, peak {aw.get('peak_threads', '—')} threads "
         f"(concurrency {aw.get('concurrency', '—')}), RSS {_f(aw.get('rss_mb'), ' MB')}; async "
