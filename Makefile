@@ -37,10 +37,13 @@ lint: $(STAMP)
 # idle for ~40% of the run. worksteal: an idle worker takes queued tests from a busy one,
 # so a long test at the end does not leave the others idle.
 PYTEST_WORKERS ?= 4
+# A test still running after this many seconds fails with every thread's stack (pytest-timeout):
+# the slowest take ~20 s beside two busy loops, and each wait in a test has its own deadline.
+TEST_TIMEOUT ?= 600
 
 test: lint
 	$(PY) -m compileall -q replaylog tests bench
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --timeout $(TEST_TIMEOUT)
 
 soak: $(STAMP)
 	$(PY) -m pytest -q -m soak tests --soak
