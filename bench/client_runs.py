@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.pg_server import PGServer, pgserver_missing
 from bench.replaylog_runs import ROOT, _env, _pctl, fresh_db
 from bench.sizes import Sizes
 from replaylog import Client, WorkflowHandle
@@ -74,10 +75,9 @@ def result_wakeup(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     with Client(db) as client:
         client.start("pingpong", 0)  # creates the database before the worker opens it
     out: dict[str, Any] = {"sqlite": _figures(_latencies(db, sizes.wake_samples))}
-    try:
-        from bench.pg_server import PGServer
-    except ImportError:
-        out["postgres"] = {"status": "skipped", "note": "pgserver is not installed"}
+    missing = pgserver_missing()
+    if missing is not None:
+        out["postgres"] = {"status": "skipped", "note": missing}
     else:
         server = PGServer(workdir / "pgdata-wake", durable=True)
         try:

@@ -8,6 +8,7 @@ is ~50 ms). `python -m bench.pg_server start|stop [FOLDER]` (what `make postgres
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import shutil
@@ -20,6 +21,21 @@ from typing import Any
 import psycopg
 
 _names = itertools.count()
+
+
+def pgserver_missing() -> str | None:
+    """Why no server can be started here (pgserver is not installed), in one line; None if one can.
+
+    pgserver's wheels stop at Python 3.12 (its binaries are PostgreSQL's, but each wheel is
+    tagged for one CPython): on a newer Python the dev extra leaves it out, and what needs a
+    server says so instead of failing on an import.
+    """
+    if importlib.util.find_spec("pgserver") is not None:
+        return None
+    if sys.version_info >= (3, 13):
+        return (f"pgserver, which starts the PostgreSQL server, has no wheel for Python "
+                f"{sys.version_info.major}.{sys.version_info.minor}: use Python 3.11 or 3.12 for it")
+    return "pgserver, which starts the PostgreSQL server, is not installed (pip install -e '.[dev]')"
 
 
 def _drop_aborted_initdb(pgdata: Path) -> None:
@@ -172,10 +188,10 @@ def start_dev(folder: Path = DEV_FOLDER) -> str:
 
 def stop_dev(folder: Path = DEV_FOLDER) -> bool:
     """Stop the server `start_dev` started in `folder` (its data stays); False if none was running there."""
-    import pgserver
-
     if not (folder / "postmaster.pid").exists():
         return False
+    import pgserver
+
     server = pgserver.get_server(folder.resolve(), cleanup_mode=None)
     pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=folder.resolve(), user=server.system_user, timeout=60)
     return True
@@ -187,6 +203,11 @@ def main(argv: list[str]) -> int:
         print("usage: python -m bench.pg_server start|stop [FOLDER]", file=sys.stderr)
         return 2
     folder = Path(argv[1]) if len(argv) > 1 else DEV_FOLDER
+    missing = pgserver_missing()
+    # Without pgserver no server was started here by this checkout's Python: nothing to stop.
+    if missing is not None and (argv[0] == "start" or (folder / "postmaster.pid").exists()):
+        print(f"cannot {argv[0]} a local PostgreSQL server: {missing}", file=sys.stderr)
+        return 1
     if argv[0] == "stop":
         print(f"stopped the PostgreSQL server in {folder} (its data stays)" if stop_dev(folder)
               else f"no PostgreSQL server running in {folder}")

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 
 from bench import peer_dbos
-from bench.pg_server import PGServer
+from bench.pg_server import PGServer, pgserver_missing
 from bench.replaylog_runs import REGISTRY, ROOT, _env, _pctl, _wait, run_worker_processes
 from bench.sizes import Sizes
 from replaylog.engine.store import open_store
@@ -274,10 +274,9 @@ def signal_latency(server: PGServer, sizes: Sizes) -> dict[str, Any]:
 
 def postgres(workdir: Path, sizes: Sizes) -> dict[str, Any]:
     """Every PostgreSQL workload on one server started for the run; skipped without pgserver."""
-    try:
-        import pgserver  # noqa: F401
-    except ImportError:
-        return {"status": "skipped", "note": "pgserver is not installed (pip install -e '.[dev]')", "met": False}
+    missing = pgserver_missing()
+    if missing is not None:
+        return {"status": "skipped", "note": missing, "met": False}
     server = PGServer(workdir / "pgdata", durable=True)
     try:
         out: dict[str, Any] = {"single": single(server, sizes), "group": group(server, sizes),

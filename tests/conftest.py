@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from in_process import like_a_process
 
+from bench.pg_server import pgserver_missing
 from replaylog.engine.store import Store, open_store
 
 if TYPE_CHECKING:
@@ -266,8 +267,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--soak", action="store_true", default=False, help="run the long soak tests (make soak)")
 
 
+# Why no PostgreSQL server can be started here (pgserver has no wheel for Python 3.13 and
+# newer), else None: the tests that need one are then skipped, saying so.
+PGSERVER_MISSING = pgserver_missing()
+_SERVER_FIXTURES = {"pg_server", "pg_databases", "pg_url"}
+
+
+def _needs_a_server(item: pytest.Item) -> bool:
+    """A test on a PostgreSQL server: its fixtures, a backend parameter, or the `pgserver` mark."""
+    if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("pgserver"):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(v in ("postgresql", "postgres") for v in callspec.params.values())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip soak-marked tests unless --soak was given, so a default run stays short."""
+    """Skip soak-marked tests unless --soak was given, so a default run stays short; and the
+    PostgreSQL tests where no server can be started (PGSERVER_MISSING)."""
+    if PGSERVER_MISSING is not None:
+        no_server = pytest.mark.skip(reason=PGSERVER_MISSING)
+        for item in items:
+            if _needs_a_server(item):
+                item.add_marker(no_server)
     if config.getoption("--soak"):
         return
     skip = pytest.mark.skip(reason="soak test: run with --soak (make soak)")

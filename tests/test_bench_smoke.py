@@ -161,6 +161,7 @@ def test_smoke_run_writes_every_measurement(part: str, tmp_path: Path) -> None:
     assert "measurement" in proc.stdout
 
 
+@pytest.mark.pgserver
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a server started by root runs as another user (pgserver's)")
 def test_a_server_whose_folder_its_user_can_no_longer_reach_is_stopped_all_the_same() -> None:
     # Under root, pgserver runs PostgreSQL as its own user and opens the folders above the data

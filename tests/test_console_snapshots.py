@@ -3,10 +3,12 @@ and with the console's clock frozen, so the SVGs are the same on every run and m
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from console_helpers import SIZE, make_app, settle, wait_until
 from console_seed import ROLES
 from textual.pilot import Pilot
@@ -109,6 +111,9 @@ def test_diagnosis_divergence_from_stored_diagnostic(snap_compare: Snap, console
     assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["diverged"]))
 
 
+# The screen shows the failure's traceback as Python wrote it, and Python 3.13 marks the
+# failing call's line differently (`~~~^^^` where 3.11 and 3.12 write `^^^^^^`).
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="the snapshot's traceback is Python 3.11's rendering")
 def test_diagnosis_activity_failure(snap_compare: Snap, console_db: Path) -> None:
     assert snap_compare(make_app(console_db), terminal_size=SIZE, run_before=opening(ROLES["activity_failure"]))
 

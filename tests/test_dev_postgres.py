@@ -9,8 +9,12 @@ import tempfile
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from conftest import ROOT, cli_env, run_cli
+
+# Starts a server with pgserver (skipped where it is not installed: tests/conftest.py).
+pytestmark = pytest.mark.pgserver
 
 
 def test_make_postgres_starts_a_server_whose_printed_url_replaylog_uses_and_stop_stops_it() -> None:

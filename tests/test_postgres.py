@@ -471,6 +471,7 @@ async def test_the_readonly_console_on_postgresql_refreshes_on_notification_and_
             app.data.send_signal("first", "go", 1)
 
 
+@pytest.mark.pgserver
 def test_a_data_folder_left_by_a_cut_short_initdb_is_made_afresh() -> None:
     """On a loaded machine pgserver's initdb can be cut short, leaving the bootstrap backend's
     postmaster.pid (a negative pid, seven lines): every start then failed on reading it."""
