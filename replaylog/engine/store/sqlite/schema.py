@@ -8,7 +8,6 @@ table: those builds numbered their own layouts). A reader never migrates.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from pathlib import Path
@@ -170,23 +169,25 @@ def _record(conn: sqlite3.Connection, migration: Migration) -> None:
                  (migration.version, migration.summary, time.time()))
 
 
+# The file's header and what it holds, read in one statement (refuse_foreign): its version,
+# its application id, how many tables it has and whether one is the migrations log.
 _HEADER = ("SELECT (SELECT user_version FROM pragma_user_version),"
            " (SELECT application_id FROM pragma_application_id),"
-           " (SELECT json_group_array(name) FROM sqlite_master WHERE type = 'table')")
+           " (SELECT count(*) FROM sqlite_master WHERE type = 'table'),"
+           " (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'migrations')")
 
 
 def refuse_foreign(conn: sqlite3.Connection, path: Path) -> int:
     """Raise SchemaVersionError for a file that is not ours, newer, or pre-0.1.0; return its version."""
     # One statement, so one snapshot: read one by one, the id could be read before another
     # process's creation commits and the tables after it, and a new file refused as foreign.
-    raw_version, app_id, names = conn.execute(_HEADER).fetchone()
+    raw_version, app_id, tables, migrations_log = conn.execute(_HEADER).fetchone()
     version = int(raw_version)
-    tables = set(json.loads(names))
     if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
         raise SchemaVersionError(f"{path} is a SQLite database, but not a replaylog one")
     if version > latest():
         raise SchemaVersionError(newer_text(path, version))
-    if version > FIRST and "migrations" not in tables:
+    if version > FIRST and not migrations_log:
         raise SchemaVersionError(f"{path} was made by a development build of replaylog before 0.1.0"
                                  f" (schema version {version}), which cannot be upgraded: make it again")
     return version
