@@ -1272,11 +1272,12 @@ class Context:
                     self.fatal = exc
                     raise
             # _append inline: once per live slot, a Python call fewer (~500 CPU instructions).
+            rec = new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key))
             record = self._record
             if record is not None:
-                record(slot, new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key)))
+                record(slot, rec)
             else:
-                self.new_commands.append(new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key)))
+                self.new_commands.append(rec)
             return value
         shown = None if last_exc is None else user_traceback(last_exc)
         if shown is not None:

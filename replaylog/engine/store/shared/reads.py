@@ -154,19 +154,19 @@ def _load_commands(dialect: Dialect, conn: Any, base: int, top: int | None) -> t
     # Where the store has a compiled path (engine.store.sqlite.speedups), it builds the
     # records from the rows itself; otherwise Python does, with the same answers.
     compiled = dialect.compiled_records(conn, _HISTORY, (base, last), CommandRecord, loads)
+    records: tuple[CommandRecord, ...] = ()
     if compiled is not None:
-        if not compiled:
-            return ()
         records = tuple(compiled)
     else:
         rows = dialect.run(conn, _HISTORY, (base, last)).fetchall()
-        if not rows:
-            return ()
-        # Built column by column, every step a C loop (zip, map), no Python frame per slot: a
-        # history's columns, its values decoded together, zipped back into records.
-        kinds, names, oks, values, errors, attempts, args = zip(*rows, strict=True)
-        records = tuple(map(_record_of, zip(kinds, names, map(bool, oks), loads_many(values), errors, attempts,
-                                            args, strict=True)))
+        if rows:
+            # Built column by column, every step a C loop (zip, map), no Python frame per slot: a
+            # history's columns, its values decoded together, zipped back into records.
+            kinds, names, oks, values, errors, attempts, args = zip(*rows, strict=True)
+            records = tuple(map(_record_of, zip(kinds, names, map(bool, oks), loads_many(values), errors, attempts,
+                                                args, strict=True)))
+    if not records:
+        return ()
     if top is None:
         top = dialect.run(conn, "SELECT MAX(slot_key) FROM commands WHERE slot_key BETWEEN ? AND ?", (base, last)
                           ).fetchone()[0]

@@ -60,8 +60,8 @@ def _handle_works(module: ModuleType) -> bool:
         changed = module.execute(conn, {}, "INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)",
                                  ("activity", "probe", 1, "31", None, 1, "k"))
         rows = module.records(conn, "SELECT * FROM t WHERE attempts = ?", (1,), tuple, str)
-        return bool(changed == 1 and rows == [("activity", "probe", True, 31, None, 1, "k")]) \
-            and conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 1
+        count = conn.execute("SELECT COUNT(*) FROM t").fetchone()[0]
+        return bool(changed == 1 and count == 1 and rows == [("activity", "probe", True, 31, None, 1, "k")])
     except (sqlite3.Error, TypeError, ValueError):
         return False
     finally:
