@@ -7,7 +7,9 @@ the store's own tests once more with the compiled path turned off.
 
 from __future__ import annotations
 
+import gc
 import os
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -222,6 +224,58 @@ def test_compiled_statements_fail_as_sqlite3s_do(tmp_path: Path) -> None:
         COMPILED.execute(conn, cache, insert, (5, "x"))
     with pytest.raises(TypeError, match=r"sqlite3\.Connection"):
         COMPILED.execute(object(), cache, insert, (5, "x"))  # type: ignore[arg-type]
+
+
+@needs_compiled
+def test_kept_bindings_write_what_each_call_passes(tmp_path: Path) -> None:
+    # execute() binds again only the parameters that are not the objects it bound last time
+    # (cached_stmt in _speedups.c). Calls that share some objects with the call before, bring
+    # new ones, and fail half-way through binding must still write exactly what sqlite3 writes.
+    assert COMPILED is not None
+    ours = sqlite3.connect(tmp_path / "ours.db", isolation_level=None)
+    theirs = sqlite3.connect(tmp_path / "theirs.db", isolation_level=None)
+    for conn in (ours, theirs):
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, a, b, c, d)")
+    cache: dict[str, Any] = {}
+    insert = "INSERT INTO t VALUES (?, ?, ?, ?, ?)"
+    rng = random.Random(31)
+    kept = ["same", "ü über", "x" * 300, 7, 2.5, None, 10**12]
+
+    def fresh() -> Any:
+        # Objects made anew each call: equal values, never the same object as before.
+        return rng.choice([f"s{rng.random()}", "".join(["é", str(rng.randrange(9))]), rng.random(),
+                           rng.randrange(10**15, 10**16)])
+
+    params: tuple[Any, ...] = ()
+    for k in range(400):
+        row = [rng.choice(kept) if rng.random() < 0.6 else fresh() for _ in range(4)]
+        if k % 37 == 5:
+            row[rng.randrange(4)] = [1]  # a type neither binds: the call fails, nothing written
+        params = (k, *row)
+        outcomes = []
+        for conn in (ours, theirs):
+            try:
+                if conn is ours:
+                    COMPILED.execute(conn, cache, insert, params)
+                else:
+                    conn.execute(insert, params)
+                outcomes.append("ok")
+            except Exception as exc:  # compared between the two below
+                outcomes.append(type(exc).__name__)
+        assert outcomes[0] == outcomes[1], (k, params, outcomes)
+        del row
+        if k % 50 == 0:
+            gc.collect()
+    # The last call's very objects again, but for the key: only the key is bound anew.
+    again = (1000, *params[1:])
+    assert COMPILED.execute(ours, cache, insert, again) == 1
+    theirs.execute(insert, again)
+    dump = "SELECT k, a, b, c, d FROM t ORDER BY k"
+    assert ours.execute(dump).fetchall() == theirs.execute(dump).fetchall()
+    assert len(ours.execute(dump).fetchall()) > 350
+    cache.clear()
+    ours.close()
+    theirs.close()
 
 
 def test_the_store_tests_pass_with_the_compiled_path_off(tmp_path: Path) -> None:
