@@ -558,6 +558,29 @@ def test_a_start_mark_under_a_lease_taken_over_is_refused_after_the_new_lease_ma
         assert row is not None and (row.name, row.attempts) == ("new", 2)
 
 
+def test_times_reach_the_server_as_the_very_floats_sent(pg_url: str) -> None:
+    # A lone slot's time and its lease's expiry, and a start mark's time, go to libpq in
+    # binary float8 (engine.store.postgres.text, "binary times"): each must read back as the
+    # float the worker had, to the last bit (text of fewer digits would round it).
+    started_at = 1_764_900_000.123_456_7  # more digits than microseconds: a rounding would show
+    with open_store(pg_url) as s, open_store(pg_url) as other:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (x,) = s.claim("w1", ttl=30, limit=1)
+        s.mark_started(x, 0, "a", 1, started_at)
+        assert wait_for(lambda: other.inflight("x") is not None, timeout=120)
+        mark = other.inflight("x")
+        assert mark is not None and mark.started_at == started_at
+        before = time.time()
+        assert s.commit_record(x, 0, rec("a", 1), ttl=30.25)
+        after = time.time()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (recorded_at,) = conn.execute("SELECT recorded_at FROM replaylog.commands").fetchone()  # type: ignore[misc]
+            (expires,) = conn.execute(  # type: ignore[misc]
+                "SELECT lease_expires FROM replaylog.workflows WHERE id = 'x'").fetchone()
+        assert before <= recorded_at <= after
+        assert expires == recorded_at + 30.25  # the store's own sum, exactly
+
+
 def test_a_group_commit_with_a_slot_the_server_refuses_writes_none_of_its_slots_and_the_store_goes_on(
         pg_url: str) -> None:
     # A batch of slots is one pipeline ending in one Sync, one transaction: a statement the

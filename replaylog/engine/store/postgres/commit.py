@@ -21,7 +21,7 @@ from replaylog.engine.core import EVENT, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import code_ended
-from replaylog.engine.store.postgres.text import claim_text
+from replaylog.engine.store.postgres.text import claim_text, float8, formats
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
@@ -73,6 +73,8 @@ _SLOT_RAW = _numbered(_SLOT, (
     (1, "bigint"), (2, "float8"), (3, "float8"), (3, "float8"), (4, "text"), (5, "text"), (6, "bigint"),
     (1, "bigint"), (7, "bigint"), (8, "text"), (9, "text"), (10, "boolean"), (11, "text"), (12, "text"),
     (13, "int"), (3, "float8"), (14, "text"), (15, "text")))
+# `_slot_text`'s formats: the lease's expiry ($2) and the time ($3) go binary (postgres.text, "binary times").
+_SLOT_RAW_FORMATS = formats(15, (1, 2))
 # The kinds whose commit may do more than write its slot (`_acts`): any other takes the raw path at once.
 _MAY_ACT = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value, EVENT, ATTRIBUTES, *CHILD_ACTS))
 
@@ -86,13 +88,13 @@ def _stored(rec: CommandRecord, text: str | None) -> str | None:
 
 def _slot_text(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float, ttl: float,
                traceback: str | None) -> list[bytes | None]:
-    """The parameters of `_SLOT_RAW`, as text."""
+    """The parameters of `_SLOT_RAW` (formats `_SLOT_RAW_FORMATS`): text, and the times binary."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     wid, owner, epoch = claim_text(claim)
     stored = _stored(rec, text)
     error, args = rec.error, rec.args
-    return [b"%d" % slot, b"%r" % (now + ttl), b"%r" % now, wid, owner, epoch, b"%d" % (claim.base + slot),
+    return [b"%d" % slot, float8(now + ttl), float8(now), wid, owner, epoch, b"%d" % (claim.base + slot),
             rec.kind.encode(), rec.name.encode(), b"t" if rec.ok else b"f",
             None if stored is None else stored.encode(), None if error is None else error.encode(),
             b"%d" % rec.attempts, None if args is None else args.encode(),
@@ -273,8 +275,8 @@ class PGCommits(PGConnection, SeenCancels):
             raw = _slot_text(claim, slot, rec, text, now, ttl, traceback)
 
             return self._run(lambda conn, attempt: _raw_written(
-                conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw), claim, slot, attempt, cancels),
-                write=True)
+                conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw, _SLOT_RAW_FORMATS), claim, slot,
+                attempt, cancels), write=True)
 
         params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
         statement = _SLOT if parallel_group is None else _PARALLEL
@@ -312,7 +314,7 @@ class PGCommits(PGConnection, SeenCancels):
             raws = [_slot_text(r.claim, r.slot, r.record, r.text, now, ttl, r.traceback) for r in records]
 
             def commit_slots(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
-                results = self._pipeline_raw(conn, "replaylog_slot", _SLOT_RAW, raws)
+                results = self._pipeline_raw(conn, "replaylog_slot", _SLOT_RAW, raws, _SLOT_RAW_FORMATS)
                 # (After a lost answer, a refused slot is looked for as our own row.)
                 return [_raw_written(conn, res, r.claim, r.slot, attempt, cancels)
                         for res, r in zip(results, records, strict=True)], []

@@ -279,7 +279,7 @@ class PGConnection(StoreBase):
     # -- writes that do not wait for their answer
 
     def _send_unanswered(self, name: str, statement: str, params: Sequence[bytes | None],
-                         redo: Callable[[Conn, int], Any]) -> None:
+                         redo: Callable[[Conn, int], Any], param_formats: Sequence[int] | None = None) -> None:
         """Send one autocommit statement and go on without waiting for its answer.
 
         Trick "unanswered marks" (the one user is engine.store.postgres.marks): the
@@ -296,7 +296,8 @@ class PGConnection(StoreBase):
         server runs a statement it was sent whether or not the client still listens.
 
         `statement` is prepared once per connection under `name` (PREPARE); `params` are
-        its parameters as text. The statement is a few hundred bytes: libpq hands it to the
+        its parameters as text, or in the formats `param_formats` gives (libpq's: 0 text, 1
+        binary). The statement is a few hundred bytes: libpq hands it to the
         kernel at once (a flush that has more to write waits until it could).
         """
         if self.readonly:
@@ -307,7 +308,7 @@ class PGConnection(StoreBase):
         try:
             self._prepare(conn, name, statement)
             pgconn = conn.pgconn
-            pgconn.send_query_prepared(name.encode(), params)
+            pgconn.send_query_prepared(name.encode(), params, param_formats)
             if pgconn.flush():
                 conn.wait(send(pgconn))
         except (psycopg.OperationalError, psycopg.InterfaceError):
@@ -318,8 +319,11 @@ class PGConnection(StoreBase):
             raise StoreError(f"{self.where}: {redact_text(_first_line(exc), self.url)}") from None
         self._unanswered = redo
 
-    def _execute_raw(self, conn: Conn, name: str, statement: str, params: Sequence[bytes | None]) -> pq.abc.PGresult:
-        """Run `statement` (prepared once per connection as `name`) with text `params`; its one result.
+    def _execute_raw(self, conn: Conn, name: str, statement: str, params: Sequence[bytes | None],
+                     param_formats: Sequence[int] | None = None) -> pq.abc.PGresult:
+        """Run `statement` (prepared once per connection as `name`) with `params`; its one result.
+
+        `params` are text, or in the formats `param_formats` gives (libpq's: 0 text, 1 binary).
 
         Trick "raw slot statement" (the one user is engine.store.postgres.commit, a lone
         workflow's slot): libpq is called directly with parameters already in text, past
@@ -337,7 +341,7 @@ class PGConnection(StoreBase):
         for again in (False, True):
             self._prepare(conn, name, statement)
             pgconn = conn.pgconn
-            pgconn.send_query_prepared(name.encode(), params)
+            pgconn.send_query_prepared(name.encode(), params, param_formats)
             results = conn.wait(execute(pgconn))
             result: pq.abc.PGresult = results[-1]
             if result.status != pq.ExecStatus.FATAL_ERROR:
@@ -349,9 +353,11 @@ class PGConnection(StoreBase):
             self._prepared.discard(name)
         raise AssertionError("unreachable")  # the second pass returns or raises
 
-    def _pipeline_raw(self, conn: Conn, name: str, statement: str, params: Sequence[Sequence[bytes | None]]
-                      ) -> list[pq.abc.PGresult]:
-        """Run `statement` (prepared as `name`) once per row of text `params`, all in one transaction.
+    def _pipeline_raw(self, conn: Conn, name: str, statement: str, params: Sequence[Sequence[bytes | None]],
+                      param_formats: Sequence[int] | None = None) -> list[pq.abc.PGresult]:
+        """Run `statement` (prepared as `name`) once per row of `params`, all in one transaction.
+
+        Each row's parameters are text, or in the formats `param_formats` gives (as `_execute_raw`).
 
         Trick "raw group commit" (the one user is engine.store.postgres.commit, a batch of
         slots): libpq's pipeline mode, past psycopg's cursors, sends the batch at once and
@@ -367,7 +373,7 @@ class PGConnection(StoreBase):
             pgconn.enter_pipeline_mode()
             try:
                 for row in params:
-                    pgconn.send_query_prepared(name.encode(), row)
+                    pgconn.send_query_prepared(name.encode(), row, param_formats)
                 pgconn.pipeline_sync()
                 conn.wait(send(pgconn))
                 results = [conn.wait(fetch_many(pgconn))[-1] for _ in params]

@@ -24,7 +24,7 @@ import threading
 from typing import ClassVar
 
 from replaylog.engine.store.postgres.connection import Conn, PGConnection
-from replaylog.engine.store.postgres.text import claim_text
+from replaylog.engine.store.postgres.text import claim_text, float8, formats
 from replaylog.engine.store.rows import Claim
 
 # What a mark does to the workflow's inflight row of its lane (0: the workflow's own thread; k: the
@@ -60,6 +60,8 @@ _MARK = (
     " SELECT id, $8::bigint, $2::bigint, $3::text, $4::int, $5::float8 FROM workflows"
     " WHERE id = $1::text AND lease_owner = $6::text AND lease_epoch = $7::bigint" + _UPSERT
 )
+# `_MARK`'s parameter formats: its time ($5) goes binary (postgres.text, "binary times").
+_MARK_FORMATS = formats(8, (4,))
 
 # A start mark: the claim it is made under, the slot, the activity's name, its attempt, when it
 # started, its lane.
@@ -193,9 +195,9 @@ class MarkSender:
         claim, slot, name, attempts, started_at, lane = mark
         wid, owner, epoch = claim_text(claim)
         self._conn._send_unanswered("replaylog_mark", _MARK, (
-            wid, b"%d" % slot, name.encode(), b"%d" % attempts, b"%r" % started_at, owner, epoch,
+            wid, b"%d" % slot, name.encode(), b"%d" % attempts, float8(started_at), owner, epoch,
             b"%d" % lane if lane else b"0"),
-            lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json([mark]),)))
+            lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json([mark]),)), _MARK_FORMATS)
 
     def _send(self, batch: list[Mark]) -> None:
         if len(batch) == 1:
