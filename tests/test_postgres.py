@@ -581,6 +581,28 @@ def test_times_reach_the_server_as_the_very_floats_sent(pg_url: str) -> None:
         assert expires == recorded_at + 30.25  # the store's own sum, exactly
 
 
+def test_a_batch_of_marks_carries_each_time_exactly(pg_url: str) -> None:
+    # Marks sent together are one JSON array (engine.store.postgres.marks), each time in it
+    # float text: it must read back as the very float, as a lone mark's binary one does.
+    from replaylog.engine.store.postgres.marks import MarkSender
+
+    times = {"x": 1_764_900_000.123_456_7, "y": 5e-324, "z": 0.1}
+    with open_store(pg_url) as s, open_store(pg_url) as other:
+        for wid in times:
+            s.start_workflow("wf", 1, workflow_id=wid)
+        claims = {c.id: c for c in s.claim("w1", ttl=30, limit=3)}
+        sender = MarkSender.shared(pg_url)
+        try:
+            sender._send([(claims[wid], 0, "a", 1, t, 0) for wid, t in times.items()])
+            sender._send([(claims["x"], 0, "a", 2, times["x"], 0)])  # reads the batch's answer: it ran
+        finally:
+            sender.release()
+        for wid, t in times.items():
+            assert wait_for(lambda wid=wid: other.inflight(wid) is not None, timeout=120)
+            mark = other.inflight(wid)
+            assert mark is not None and mark.started_at == t, (wid, mark)
+
+
 def test_a_group_commit_with_a_slot_the_server_refuses_writes_none_of_its_slots_and_the_store_goes_on(
         pg_url: str) -> None:
     # A batch of slots is one pipeline ending in one Sync, one transaction: a statement the
