@@ -250,8 +250,8 @@ prepare(sqlite3 *db, PyObject *sql)
  * slot after slot, as is the activity's name; binding costs ~250-400 CPU instructions each
  * (SQLite's connection mutex, the old value released) and clearing them all ~460. So the
  * bindings stay after a step and only a parameter that is not the object bound before is
- * bound again: bench.instructions' engine row, ~1,900 instructions a slot fewer (60,400 ->
- * 58,500). `bound` holds the tuple whose str objects the SQLITE_STATIC texts point into,
+ * bound again: bench.instructions' engine row, ~1,700-2,000 instructions a slot fewer
+ * (60,712 -> 58,659). `bound` holds the tuple whose str objects the SQLITE_STATIC texts point into,
  * so they outlive the bindings; parameters are int, float, str or None, all immutable, so
  * the same object is the same value. */
 typedef struct {
