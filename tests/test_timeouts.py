@@ -14,6 +14,7 @@ import json
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,21 @@ def test_a_frozen_workers_attempt_is_taken_over_when_its_heartbeat_is_overdue(db
         run.first.send_signal(signal.SIGCONT)
         assert wait_for(lambda: store.get_workflow(wid).lease_owner is None, timeout=30)
         assert len(store.list_commands(wid)) == 1
+
+
+def test_an_overdue_heartbeat_is_taken_over_by_another_worker_never_by_the_one_that_watches_it(
+        store: Store) -> None:
+    # The worker that runs the attempt watches it (engine.attempt_watch) and fails it with "sent no
+    # heartbeat"; its own claim must not take its workflow over meanwhile, saying another worker did.
+    wid = store.start_workflow("pulsing", {"limit": 1, "heartbeat": 0.1})
+    (mine,) = store.claim("host:1:watching", ttl=600)
+    store.mark_started(mine, 0, "pulse", 1, time.time() - 5)
+    assert store.heartbeat(mine, 0, "pulse", 1, details=None, beat_at=time.time() - 5, expires=time.time() - 4)
+    assert store.claim("host:1:watching", ttl=600) == []
+    assert store.get_workflow(wid).lease_owner == "host:1:watching"
+    (theirs,) = store.claim("host:2:other", ttl=600)
+    assert (theirs.id, theirs.epoch) == (wid, mine.epoch + 1)
+    assert store.get_workflow(wid).lease_owner == "host:2:other"
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])

@@ -55,12 +55,14 @@ _LAPSED = ("SELECT id, 2, lease_expires FROM workflows WHERE status = 'running' 
 _DEAD = ("SELECT id, 3, 0::double precision FROM workflows WHERE status = 'running' AND lease_owner = ANY(%s)"
          " AND (lease_expires >= %s OR lease_expires IS NULL){only} LIMIT %s FOR UPDATE SKIP LOCKED")
 # Running under a lease that stands, with an attempt whose heartbeat is past due: its worker stopped
-# answering (frozen, cut off). Taken over, the epoch fences that worker out (see the SQLite store).
+# answering (frozen, cut off). Taken over, the epoch fences that worker out; never by that worker
+# itself, which watches its own attempts (see the SQLite store).
 # (EXISTS: several tasks of a parallel group may be overdue at once; the workflow is taken once.)
 _BEATLESS = ("SELECT w.id, 4, 0::double precision FROM workflows w WHERE w.status = 'running'"
              " AND EXISTS (SELECT 1 FROM inflight i WHERE i.workflow_id = w.id AND i.heartbeat_expires < %s"
              f" AND {unrecorded('w', 'i.slot')})"
-             " AND w.lease_expires >= %s{only} LIMIT %s FOR UPDATE OF w SKIP LOCKED")
+             " AND w.lease_expires >= %s AND w.lease_owner IS DISTINCT FROM %s{only} LIMIT %s"
+             " FOR UPDATE OF w SKIP LOCKED")
 
 
 _TAKEN_OVER = TAKEN_OVER.format(ids="= ANY(%s)").replace("?", "%s")
@@ -103,7 +105,7 @@ def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_
     params: list[Any] = [due_by, *named, limit, *named, now, limit, now, *named, limit]
     if dead_owners:
         params += [list(dead_owners), now, *named, limit]
-    params += [now, now, *named, limit]
+    params += [now, now, owner, *named, limit]
     return [*params, limit, owner, expires, now, due_by, *named, now]
 
 

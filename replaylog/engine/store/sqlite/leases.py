@@ -108,15 +108,18 @@ class Leases(InflightMarks):
             if len(rows) < limit:
                 # An attempt under a heartbeat timeout that stopped heartbeating: its worker stopped
                 # answering (frozen, cut off) though its lease stands. Taken over (the epoch fences
-                # that worker out), its attempt failed with the error kept below.
+                # that worker out), its attempt failed with the error kept below. Not our own: this
+                # worker watches its attempts itself (engine.attempt_watch) and fails an overdue one
+                # with the right error; the stored expiry, on the wall clock, may pass a moment before
+                # the watch's, and taking our own workflow over then said another worker had.
                 taken_ids = {wid for wid, _ in rows}
                 beatless = [(wid, prev) for wid, prev in conn.execute(
                     # (DISTINCT: several tasks of a parallel group may be overdue at once.)
                     f"SELECT DISTINCT workflows.id, workflows.lease_owner FROM workflows{_BEATLESS_JOIN}"
                     f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ?"
                     f" AND {unrecorded('workflows', 'i.slot')}"
-                    f" AND workflows.lease_expires >= ?{only} LIMIT ?",
-                    (now, now, *named, limit)).fetchall() if wid not in taken_ids][:limit - len(rows)]
+                    f" AND workflows.lease_expires >= ? AND workflows.lease_owner IS NOT ?{only} LIMIT ?",
+                    (now, now, owner, *named, limit)).fetchall() if wid not in taken_ids][:limit - len(rows)]
                 rows += beatless
             # A workflow taken over from another worker may have an activity in flight
             # there: fold that worker's mark in first, so the attempts count on.
