@@ -121,7 +121,8 @@ def test_an_imported_parent_whose_child_had_finished_is_not_given_it_again(
     wid = store.start_workflow("late_words", has_input=False)
     with app_worker(db, spawn_app):
         assert wait_for(lambda: store.get_workflow(wid).status in FINISHED)
-    doc = Client(db).get_handle(wid).export()
+    with Client(db) as client:
+        doc = client.get_handle(wid).export()
     # Exported as if still running: the child's outcome is in its signals, so no child is started.
     doc["status"] = "blocked"
     path = tmp_path / "late.json"

@@ -3,9 +3,11 @@ read-only session, durable commits, wake-ups by NOTIFY, and connection faults mi
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from pg_server import PGServer
 from rich.text import Text
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
+from replaylog import Client
 from replaylog.console.data import SignalRefused
 from replaylog.console.paged_table import PagedTable
 from replaylog.engine.core import CommandRecord, Outcome
@@ -151,6 +154,32 @@ def test_closing_a_store_ends_its_change_listener_without_waiting_for_a_notifica
         seen = watcher.data_version()
         writer.start_workflow("wf", 1)
         assert wait_for(lambda: watcher.data_version() != seen, timeout=120)
+
+
+def test_a_client_dropped_unclosed_ends_its_listener_and_its_connections(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `Client(url).get_handle(wid).export()` is a natural line that never closes its client: the
+    # listening thread it started must not keep it alive and connected (reconnecting, once its
+    # database is gone) for the rest of the process. Only the finalizer can end the wait here.
+    monkeypatch.setattr(pg_connection, "LISTEN_IDLE", 3600.0)
+    before = set(threading.enumerate())
+    client = Client(pg_url)
+    wid = client.start("wf", 1).id
+    assert client.get_handle(wid).describe().status == "pending"
+    (listener,) = [t for t in threading.enumerate() if t not in before and t.name == "replaylog-pg-listen"]
+
+    def connections() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            (count,) = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                     " AND pid <> pg_backend_pid()").fetchone() or (0,)
+        return int(count)
+
+    assert connections() == 2  # the client's and its listener's
+    del client
+    gc.collect()
+    listener.join(120)
+    assert not listener.is_alive()
+    assert wait_for(lambda: connections() == 0, timeout=120)
 
 
 def terminate_others(pg_url: str) -> int:

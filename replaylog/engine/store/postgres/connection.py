@@ -13,11 +13,13 @@ NOTIFYs (a start, a signal, a verdict, a release); a thread counts the notificat
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -157,8 +159,8 @@ class PGConnection(StoreBase):
         self._listener: threading.Thread | None = None
         self._wakers: list[Callable[[], None]] = []
         self._closing = threading.Event()
-        # The pipe close() writes to, to end the listening thread's wait at once (made with the thread).
-        self._stop_pipe: tuple[int, int] | None = None
+        # Ends the listening thread (made with it): from close(), or when the store is dropped unclosed.
+        self._stop_listening: Callable[[], Any] = lambda: None
         # A write sent without waiting for its answer (`_send_unanswered`): how to make it again
         # if the answer, read before the connection's next use, says it failed.
         self._unanswered: Callable[[Conn, int], Any] | None = None
@@ -215,13 +217,9 @@ class PGConnection(StoreBase):
         # (An unanswered write is not waited for: the server runs it before it reads the
         # connection's end.)
         self._conn.close()
-        if self._listener is not None and self._stop_pipe is not None:
-            os.write(self._stop_pipe[1], b"x")
+        if self._listener is not None:
+            self._stop_listening()
             self._listener.join(timeout=2)
-            if not self._listener.is_alive():  # else it may still select on the pipe: leave it open
-                for fd in self._stop_pipe:
-                    os.close(fd)
-                self._stop_pipe = None
 
     def open_marks(self, owner: str, records: int) -> MarkBoard | None:
         """None: hosts share no files; marks are rows, written through `mark_started`."""
@@ -484,9 +482,14 @@ class PGConnection(StoreBase):
         """
         if self._listener is None:
             ready = threading.Event()
-            self._stop_pipe = os.pipe()
-            self._listener = threading.Thread(target=self._listen, args=(ready, self._stop_pipe[0]),
-                                              name="replaylog-pg-listen", daemon=True)
+            stop_read, stop_write = os.pipe()
+            # The thread holds the store only weakly: a store dropped without close() (a Client
+            # never closed) is collected, and its finalizer ends the thread and its connection,
+            # where the thread kept it alive and listening (reconnecting, once its database was gone) for ever.
+            self._stop_listening = weakref.finalize(self, _stop_listening, self._closing, stop_write)
+            self._listener = threading.Thread(
+                target=_listen, args=(weakref.ref(self), self.url, self._closing, ready, stop_read),
+                name="replaylog-pg-listen", daemon=True)
             self._listener.start()
             ready.wait(5)
         return self._version
@@ -498,30 +501,59 @@ class PGConnection(StoreBase):
         self.data_version()  # start listening
         return True
 
-    def _listen(self, ready: threading.Event, stop: int) -> None:
-        backoff = BACKOFF_FIRST
-        while not self._closing.is_set():
+
+def _stop_listening(closing: threading.Event, stop_write: int) -> None:
+    """End a store's listening thread: at once, through its pipe (runs once: a weakref.finalize)."""
+    closing.set()
+    with contextlib.suppress(OSError):  # the thread had ended and closed its end (a broken pipe)
+        os.write(stop_write, b"x")
+    os.close(stop_write)
+
+
+def _listen(store_ref: weakref.ref[PGConnection], url: str, closing: threading.Event, ready: threading.Event,
+            stop: int) -> None:
+    """The listening thread of a store: LISTEN on a connection of its own; on each notification the
+    store's token moves and its wakers are called.
+
+    Reconnects with a backoff when the connection is lost; ends when `closing` is set (the store
+    closed, or dropped and collected), closing its connection and its end of the stop pipe.
+    """
+
+    def told(first: bool = False) -> bool:
+        """The token moves and each waker is called (False: the store was dropped, the thread ends)."""
+        store = store_ref()  # (held only for this call: a dropped store is collected meanwhile)
+        if store is None:
+            return False
+        store._version += 1
+        if first:
+            ready.set()
+        for wake in store._wakers:  # (the worker's loop sleeps until told, or its next timed look)
+            wake()
+        return True
+
+    backoff = BACKOFF_FIRST
+    try:
+        while not closing.is_set():
             try:
-                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
-                    self._version += 1  # anything may have changed while nobody listened
-                    ready.set()
-                    for wake in self._wakers:  # (the worker's loop sleeps until told, or its next timed look)
-                        wake()
+                    if not told(first=True):  # anything may have changed while nobody listened
+                        return
                     backoff = BACKOFF_FIRST
                     # poll, not select: a busy worker's descriptors may be numbered past select's 1,024.
                     waiting = select.poll()
                     waiting.register(conn.fileno(), select.POLLIN)
                     waiting.register(stop, select.POLLIN)
-                    while not self._closing.is_set():
+                    while not closing.is_set():
                         if not any(fd == conn.fileno() for fd, _ in waiting.poll(LISTEN_IDLE * 1000)):
-                            continue  # close() wrote to the pipe (the loop ends), or nothing came
+                            continue  # the store was closed or dropped (the pipe was written to), or nothing came
                         for _ in conn.notifies(timeout=0):
-                            self._version += 1
-                            for wake in self._wakers:
-                                wake()
+                            if not told():
+                                return
             except psycopg.Error:
                 ready.set()
-                if self._closing.wait(backoff):
+                if closing.wait(backoff):
                     return
                 backoff = min(BACKOFF_MAX, backoff * 2)
+    finally:
+        os.close(stop)
