@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from replaylog.engine import thread_guard
+
 ROOT = Path(__file__).resolve().parent.parent
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Where code that is not an app lives: replaylog itself, the standard library, installed packages.
@@ -105,6 +107,27 @@ def _open_files() -> dict[int, str]:
     return found
 
 
+def _described(fd: int, target: str) -> str:
+    """An open descriptor as a failure names it: what it is, what an epoll watches, whose socket it is."""
+    said = f"{target} (fd {fd}"
+    with contextlib.suppress(OSError):
+        if target == "anon_inode:[eventpoll]":
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                watched = [line.split()[1] for line in info if line.startswith("tfd:")]
+            said += f", watching fds {', '.join(watched) or 'none'}"
+        elif target.startswith("socket:["):
+            inode = target[len("socket:["):-1]
+            for table in ("unix", "tcp", "tcp6"):
+                with open(f"/proc/net/{table}") as rows:
+                    for row in rows:
+                        cells = row.split()
+                        if table == "unix" and len(cells) >= 7 and cells[6] == inode:
+                            said += f", unix {cells[7] if len(cells) > 7 else '(unnamed)'}"
+                        elif table != "unix" and len(cells) >= 10 and cells[9] == inode:
+                            said += f", {table} {cells[1]} -> {cells[2]}"
+    return said + ")"
+
+
 def _sqlite_file(target: str) -> bool:
     """Whether an open file is an SQLite database's (or its -wal/-shm).
 
@@ -157,6 +180,9 @@ def like_a_process(what: str, check: bool = True) -> Iterator[None]:
     """
     for name in _CONFIGURE_LOGGING:  # their loggers' own set-up, as a new process has it on import
         importlib.import_module(name)
+    # The workflow thread guard wraps Thread.start once per process, on the first run: installed
+    # under `_threads_started`'s own wrapper, it would be taken away with it, for every later test.
+    thread_guard.install()
     handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     logs, disable = _logging_state(), logging.root.manager.disable
     root = logging.getLogger()
@@ -192,6 +218,8 @@ def like_a_process(what: str, check: bool = True) -> Iterator[None]:
     opened = {fd: target for fd, target in _open_files().items()
               if files.get(fd) != target and not _sqlite_file(target)}
     if opened:
-        problems.append(f"left open: {', '.join(sorted(set(opened.values())))}")
+        threads = ", ".join(sorted(t.name for t in threading.enumerate()))
+        problems.append(f"left open: {', '.join(sorted(_described(fd, t) for fd, t in opened.items()))}"
+                        f" (threads alive: {threads})")
     if problems:
         raise AssertionError(f"`replaylog {what}` in the test process {'; '.join(problems)}")
