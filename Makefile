@@ -7,8 +7,8 @@ DEMO_DB ?= .demo/replaylog-demo.db
 
 .PHONY: demo demo-fresh test lint soak bench bench-smoke bench-instructions postgres postgres-stop clean
 
-# setup.py builds the one C file (the SQLite store's optional compiled path): a change rebuilds it.
-$(STAMP): pyproject.toml setup.py replaylog/engine/store/sqlite/_speedups.c
+# setup.py builds the C files (the optional compiled paths: the SQLite store's, the mark writer): a change rebuilds them.
+$(STAMP): pyproject.toml setup.py replaylog/engine/store/sqlite/_speedups.c replaylog/engine/_marks.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replaylog needs Python 3.11 or newer: run make PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -154,10 +154,12 @@ def measure(slots: int, kinds: tuple[str, ...] = KINDS + RESUME_KINDS) -> dict[s
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    from replaylog.engine import marks
     from replaylog.engine.store.sqlite import speedups
 
-    # Which path the children ran (they inherit this process's environment: REPLAYLOG_PURE_PYTHON).
-    out: dict[str, Any] = {"slots": slots, "compiled": speedups.COMPILED is not None}
+    # Which paths the children ran (they inherit this process's environment: REPLAYLOG_PURE_PYTHON).
+    out: dict[str, Any] = {"slots": slots, "compiled": speedups.COMPILED is not None,
+                           "compiled_marks": marks.COMPILED is not None}
     with tempfile.TemporaryDirectory(prefix="replaylog-instructions-") as tmp:
         resume = RESUME_FACTOR * slots
         if any(kind in RESUME_KINDS for kind in kinds):
@@ -194,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = measure(args.slots)
     print("the SQLite store's compiled path:", "on" if figures["compiled"] else
           "off (not built, or REPLAYLOG_PURE_PYTHON set): the pure-Python path's figures")
+    print("the compiled mark writer:", "on" if figures["compiled_marks"] else
+          "off (not built, or REPLAYLOG_PURE_PYTHON set): the Python writer's figures")
     for kind in KINDS:
         what = "a commit" if kind == "floor" else "a slot (the Context alone)" if kind == "core" else "a slot"
         print(f"{kind:16s} {figures[kind]:>8,} instructions {what}")

@@ -201,6 +201,7 @@ def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     figures = json.loads(out.read_text())
     assert figures["slots"] == 100 and isinstance(figures["compiled"], bool)
+    assert isinstance(figures["compiled_marks"], bool)
     assert 10_000 < figures["floor"] < min(figures["engine"], figures["engine-no-marks"]), figures
     # The core row: the Context alone, a part of what the engine does a slot.
     assert 0 < figures["core"] < figures["engine-no-marks"], figures

@@ -7,13 +7,18 @@ workflow over from a dead one's marks.
 
 from __future__ import annotations
 
+import random
 import socket
 import stat
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from replaylog import Context, activity, current_activity, workflow
+from replaylog.engine import marks
 from replaylog.engine.app import Registry
 from replaylog.engine.core import CommandRecord
 from replaylog.engine.marks import _HEADER, _SEQ, RECORD, Mark, MarkBoard, _parse, board_files, marks_dir, read_marks
@@ -83,6 +88,37 @@ def test_a_record_being_written_or_rewritten_while_read_is_skipped_never_torn(tm
     assert parsed is not None and parsed[1] == []
     # Not a mark file at all.
     assert _parse(b"garbage" * 100, b"garbage" * 100) is None
+
+
+@pytest.mark.skipif(marks.COMPILED is None, reason="the compiled mark writer is not built or is turned off")
+def test_the_compiled_writer_writes_the_very_bytes_of_the_python_one(tmp_path: Path) -> None:
+    # Two boards, the same writers and marks in the same order: one written by _marks.c, the
+    # other by marks.py's closure (what runs where the C file was not built). Names change,
+    # repeat, run long (clipped), carry non-ASCII; records are reused by new writers.
+    rng = random.Random(31)
+    compiled = MarkBoard(tmp_path / "c.db", "h:1:c0ffee", 4)
+    python = MarkBoard(tmp_path / "p.db", "h:1:c0ffee", 4)
+    python._board = None  # its writers are the Python closure
+    names = ["charge", "refund", "é" * 90, "x" * 300, "naïve_ünïcode", ""]
+    writers: dict[int, tuple[Any, Any]] = {}
+    for step in range(600):
+        index = rng.randrange(4)
+        if index not in writers or rng.random() < 0.05:
+            wid, epoch, lane = f"wf-{rng.randrange(10 ** 6)}" * rng.randrange(1, 20), rng.randrange(1, 2 ** 40), \
+                rng.randrange(0, 5)
+            writers[index] = (compiled.writer(index, wid, epoch, lane), python.writer(index, wid, epoch, lane))
+        args = (rng.randrange(2 ** 31), names[rng.randrange(len(names))], rng.randrange(1, 9), rng.random() * 2e9)
+        for write in writers[index]:
+            write(*args)
+        if step % 50 == 0:
+            assert compiled.path.read_bytes()[_HEADER.size:] == python.path.read_bytes()[_HEADER.size:]
+    assert compiled.path.read_bytes() == python.path.read_bytes()
+    assert [compiled.read(i) for i in range(4)] == [python.read(i) for i in range(4)]
+    mark = writers[0][0]
+    compiled.close(remove=True)
+    python.close(remove=True)
+    with pytest.raises(ValueError, match="the mark file is closed"):
+        mark(1, "charge", 1, 1.0)  # a writer kept past its board's close writes nothing (no unmapped memory)
 
 
 def test_the_longest_workflow_id_is_kept_whole_and_a_long_name_is_clipped_on_a_character_boundary(

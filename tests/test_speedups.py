@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from replaylog.engine import marks
 from replaylog.engine.core import CommandRecord
 from replaylog.engine.errors import StoreBusyError
 from replaylog.engine.store import Claim, PendingRecord, open_store
@@ -76,6 +77,9 @@ def test_version_says_which_path_the_slots_take() -> None:
         lines = out.stdout.splitlines()
         assert lines[0].startswith("replaylog, version ") and lines[1].startswith(
             f"SQLite store's slot path: {expected}"), out.stdout
+        marks_expected = ("pure Python (REPLAYLOG_PURE_PYTHON is set)" if value
+                          else "compiled" if marks.COMPILED is not None else "pure Python (the C file was not built")
+        assert lines[2].startswith(f"in-flight mark writer: {marks_expected}"), out.stdout
 
 
 def _claim(store: Any) -> Claim:
@@ -279,10 +283,11 @@ def test_kept_bindings_write_what_each_call_passes(tmp_path: Path) -> None:
 
 
 def test_the_store_tests_pass_with_the_compiled_path_off(tmp_path: Path) -> None:
-    # The fallback is what runs wherever the extension could not be built: the store's own
-    # tests (SQLite's half), run again on it in a process of their own.
+    # The fallback is what runs wherever the extensions could not be built: the store's own
+    # tests (SQLite's half) and the mark file's, run again on it in a process of their own.
     env = {**os.environ, speedups.PURE_ENV: "1"}
-    files = ["tests/test_store.py", "tests/test_parallel.py", "tests/test_fault_lease.py", "tests/test_value_cap.py"]
+    files = ["tests/test_store.py", "tests/test_parallel.py", "tests/test_fault_lease.py", "tests/test_value_cap.py",
+             "tests/test_marks.py"]
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-k", "not postgresql",
          "--basetemp", str(tmp_path / "pure"), *files],

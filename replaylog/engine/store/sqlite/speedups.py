@@ -17,13 +17,12 @@ both paths on the same histories and statements.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import sys
 from types import ModuleType
 
-# Set (to anything but "" or "0") to run the pure-Python path even where the compiled one is built.
-PURE_ENV = "REPLAYLOG_PURE_PYTHON"
+from replaylog.engine.compiled import PURE_ENV, pure_requested
+
 # The Pythons whose sqlite3.Connection starts with the database handle (CPython's
 # Modules/_sqlite/connection.h), which _speedups.c reads.
 _KNOWN_LAYOUT = ((3, 11), (3, 12), (3, 13))
@@ -33,7 +32,7 @@ _ERRORS = ("OperationalError", "IntegrityError", "DatabaseError", "ProgrammingEr
 
 def _load() -> tuple[ModuleType | None, str]:
     """The compiled module if it may be used here, else None and why (for `replaylog --version`)."""
-    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if pure_requested():
         return None, f"{PURE_ENV} is set"
     if sys.implementation.name != "cpython" or sys.version_info[:2] not in _KNOWN_LAYOUT:
         return None, (f"not used on {sys.implementation.name} {sys.version_info[0]}.{sys.version_info[1]},"
