@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from replaylog.engine.compiled import PURE_ENV, pure_requested
+from replaylog.engine.compiled import PURE_ENV, path_name, pure_requested
 
 MAGIC = b"RPLGMRK1"
 _HEADER = struct.Struct("<8sII256s")  # magic, format version, record count, owner id (UTF-8, NUL-padded)
@@ -84,7 +84,7 @@ COMPILED, _PURE_BECAUSE = _compiled()
 
 def writer_path() -> str:
     """Which writer writes the start marks in this process: "compiled", or "pure Python (why)" (`--version`)."""
-    return "compiled" if COMPILED is not None else f"pure Python ({_PURE_BECAUSE or 'turned off in this process'})"
+    return path_name(COMPILED, _PURE_BECAUSE)
 
 
 @dataclass(frozen=True)
@@ -175,14 +175,7 @@ class MarkBoard:
         wid = workflow_id.encode("utf-8")
         if len(wid) > _ID_MAX:
             raise ValueError(f"workflow id {workflow_id[:40]!r}… is longer than a mark can hold")
-        names = self._names
-
-        def clip(name: str) -> bytes:
-            nm = names.get(name)
-            if nm is None:
-                nm = names[name] = _clip(name, _NAME_MAX)  # a few activity names, written over and over
-            return nm
-
+        clip = self._name_bytes
         if self._board is not None:
             written: Callable[[int, str, int, float], None] = self._board.writer(
                 _HEADER.size + index * RECORD, wid, epoch, lane, clip)
@@ -207,6 +200,13 @@ class MarkBoard:
             words[at] = seq + 1  # even: whole
 
         return mark
+
+    def _name_bytes(self, name: str) -> bytes:
+        """An activity name as a record holds it (clipped), kept: a few names, written over and over."""
+        raw = self._names.get(name)
+        if raw is None:
+            raw = self._names[name] = _clip(name, _NAME_MAX)
+        return raw
 
     def read(self, index: int) -> Mark | None:
         """The mark in record `index` as this process last wrote it, or None if it never wrote one.

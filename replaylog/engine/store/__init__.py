@@ -76,7 +76,7 @@ def sqlite_slot_path() -> str:
     """
     from replaylog.engine.store.sqlite import speedups
 
-    return "compiled" if speedups.COMPILED is not None else f"pure Python ({speedups.why_pure()})"
+    return speedups.slot_path()
 
 
 def database_path(url_or_path: str | os.PathLike[str]) -> Path:

@@ -21,7 +21,7 @@ import sqlite3
 import sys
 from types import ModuleType
 
-from replaylog.engine.compiled import PURE_ENV, pure_requested
+from replaylog.engine.compiled import PURE_ENV, path_name, pure_requested
 
 # The Pythons whose sqlite3.Connection starts with the database handle (CPython's
 # Modules/_sqlite/connection.h), which _speedups.c reads.
@@ -70,6 +70,6 @@ def _handle_works(module: ModuleType) -> bool:
 COMPILED, _PURE_BECAUSE = _load()
 
 
-def why_pure() -> str:
-    """Why the pure-Python path runs here, in a few words (for `replaylog --version`)."""
-    return _PURE_BECAUSE or "the compiled path is turned off in this process"
+def slot_path() -> str:
+    """Which path the slots take here: "compiled", or "pure Python (why)" (for `replaylog --version`)."""
+    return path_name(COMPILED, _PURE_BECAUSE)
