@@ -46,6 +46,25 @@ def test_parallel_tasks_commit_in_any_order_once_each_and_only_under_the_lease(s
     assert store.commit_record(again, 5, rec("t", 5), ttl=TTL, parallel_group=1)
 
 
+def test_a_group_after_slots_that_left_the_row_alone_is_fenced_and_followed_in_order(store: Store) -> None:
+    # Plain slots in a row leave the workflow's row alone on both backends (its count lags);
+    # a group's tasks then move it, and the first slot after the group is fenced at its end.
+    store.start_workflow("wf", None, workflow_id="q")
+    (claim,) = store.claim("w1", ttl=TTL)
+    for slot in range(4):
+        assert store.commit_record(claim, slot, rec("before", slot), ttl=TTL)
+    written, _ = store.commit_batch([PendingRecord(claim, 5, rec("t", 5), parallel_group=4)], ttl=TTL)
+    assert written == [True]
+    assert store.commit_record(claim, 4, rec("t", 4), ttl=TTL, parallel_group=4)
+    assert not store.commit_record(claim, 5, rec("after", 5), ttl=TTL)  # the group's end is 6
+    assert store.commit_record(claim, 6, rec("after", 6), ttl=TTL)
+    written, _ = store.commit_batch([PendingRecord(claim, 7, rec("after", 7))], ttl=TTL)
+    assert written == [True]
+    shown = store.get_workflow("q")
+    assert shown is not None and shown.slots == 8
+    assert [c.value for c in store.load_state("q").commands] == list(range(8))
+
+
 def test_a_gap_left_in_a_group_loads_as_a_hole_with_the_argument_keys_kept(store: Store) -> None:
     store.start_workflow("wf", None, workflow_id="g")
     (claim,) = store.claim("w1", ttl=TTL)
