@@ -285,6 +285,27 @@ def test_a_lone_workflows_slots_leave_its_row_alone_and_every_reader_counts_them
         assert [c.name for c in other.list_commands("x")] == ["a"] * 5 + ["b"] * 3
 
 
+def test_after_a_slot_the_server_refused_the_next_is_fenced_at_the_true_count(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed commit leaves what the connection knew of the row unknown: the next slot rewrites the row,
+    fenced at the workflow's true count, though the row's own count lags."""
+    monkeypatch.setattr(pg_commit, "UPDATED_AT_STEP", 3600.0)
+    with open_store(pg_url) as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (claim,) = s.claim("w1", ttl=30)
+        for slot in range(3):
+            assert s.commit_record(claim, slot, rec("a", slot), ttl=30)
+        assert _row_slots(pg_url, "x") == 1
+        too_many = CommandRecord("activity", "b", True, 3, None, 2**40, None)  # attempts: past the column's int
+        with pytest.raises(StoreError):
+            s.commit_record(claim, 3, too_many, ttl=30)
+        assert not s.commit_record(claim, 4, rec("gap", 4), ttl=30)
+        assert s.commit_record(claim, 3, rec("a", 3), ttl=30)
+        assert _row_slots(pg_url, "x") == 4
+        assert s.commit_record(claim, 4, rec("a", 4), ttl=30)
+        assert [c.slot for c in s.list_commands("x")] == [0, 1, 2, 3, 4]
+
+
 def test_a_takeover_committed_while_a_slot_waits_for_the_row_lock_refuses_that_slot(pg_url: str) -> None:
     """A slot that only locks its row (FOR SHARE) waits for a claim holding it, then sees the new lease."""
     with open_store(pg_url) as s:

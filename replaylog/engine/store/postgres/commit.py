@@ -36,7 +36,8 @@ from replaylog.engine.vocab import SlotKind, Status, status_info
 _SLOT = (
     "WITH f AS (UPDATE workflows SET slots = %s + 1, lease_expires = %s,"
     " updated_at = CASE WHEN updated_at < %s - 1 THEN %s ELSE updated_at END"
-    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots = %s RETURNING cancel_requested)"
+    # The slot must be the next: its true count (the `slots` column may lag, see "shared-lock slots").
+    f" WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND {SLOTS_NOW} = %s RETURNING cancel_requested)"
     " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
     " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
     # The fence's row also says whether an operator asked to cancel: the worker learns of
@@ -72,15 +73,18 @@ def _numbered(statement: str, refs: Sequence[tuple[int, str]]) -> str:
 # WAL and later its vacuum into every slot's commit: on 2 vCPUs (pgserver 16, fsync on)
 # ~143 us of the server's CPU a statement against ~123 for `_SHARED`, which only locks the
 # row (FOR SHARE) to check the same fence and inserts the command row, and ~110 for the
-# floor's one-row INSERT (3,162 / 3,592 / 3,792 statements a second; bench's
-# "shared-lock slots" note in docs/performance.md). So, as on SQLite (engine.store.sqlite.fence),
+# floor's one-row INSERT (3,162 / 3,592 / 3,792 statements a second; docs/performance.md,
+# "Shared-lock slots"). So, as on SQLite (engine.store.sqlite.fence),
 # this connection remembers per workflow the lease epoch, the next slot and the `slots`
 # value it last wrote (`_known`); while it knows the slot is next, and for at most
-# UPDATED_AT_STEP since the row was last rewritten, a slot is `_SHARED`; otherwise `_SLOT`,
-# fenced at the value it knows. The fence is the same: the row's owner, epoch and count are
-# checked under a row lock that waits for (and then sees) any claim or operator write. A
-# running workflow's `slots` lags by up to a second: every reader counts it
-# (engine.store.shared.keys.SLOTS_NOW), and a claim or a verdict writes the true count.
+# UPDATED_AT_STEP since the row was last rewritten, a slot is `_SHARED`, fenced at that
+# value; otherwise `_SLOT`, fenced at the workflow's true count (its last slot + 1, one seek
+# in the commands' key: what `slots` held when every slot rewrote it). Either way the row's
+# owner, epoch and count are checked under a row lock that waits for (and then sees) any
+# claim or operator write. A running workflow's `slots` lags by up to a second: every reader
+# counts it (engine.store.shared.keys.SLOTS_NOW), and a claim or a verdict writes the true
+# count. A commit that failed leaves the row unknown: the workflow is forgotten, and its
+# next slot is `_SLOT`.
 UPDATED_AT_STEP = 1.0
 _SHARED = (
     "WITH f AS (SELECT cancel_requested FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
@@ -91,7 +95,8 @@ _SHARED = (
     " ON CONFLICT (slot_key) DO NOTHING"
     " RETURNING (SELECT cancel_requested FROM f)"
 )
-# `_SHARED` for the raw path: its parameters are `_slot_text`'s ($1-$14, the time first).
+# `_SHARED` for the raw path: its parameters are `_slot_text`'s ($1-$13, the time first) and the
+# `slots` value the row holds ($14).
 _SHARED_RAW = _numbered(_SHARED, (
     (2, "text"), (3, "text"), (4, "bigint"), (14, "bigint"), (5, "bigint"), (6, "text"), (7, "text"),
     (8, "boolean"), (9, "text"), (10, "text"), (11, "int"), (1, "float8"), (12, "text"), (13, "text")))
@@ -99,14 +104,14 @@ _SHARED_RAW = _numbered(_SHARED, (
 _SHARED_FORMATS = formats(14, (0,))
 # `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as
 # text, and each value sent once: the slot ($1) and the lease's expiry ($2), then
-# `_slot_text`'s ($3-$16: the time, the claim's id, owner and epoch, encoded once per claim
-# (postgres.text.claim_text), the row, and the `slots` value the fence expects).
+# `_slot_text`'s ($3-$15: the time, the claim's id, owner and epoch, encoded once per claim
+# (postgres.text.claim_text), and the row).
 _SLOT_RAW = _numbered(_SLOT, (
     (1, "bigint"), (2, "float8"), (3, "float8"), (3, "float8"), (4, "text"), (5, "text"), (6, "bigint"),
-    (16, "bigint"), (7, "bigint"), (8, "text"), (9, "text"), (10, "boolean"), (11, "text"), (12, "text"),
+    (1, "bigint"), (7, "bigint"), (8, "text"), (9, "text"), (10, "boolean"), (11, "text"), (12, "text"),
     (13, "int"), (3, "float8"), (14, "text"), (15, "text")))
 # Its formats: the lease's expiry ($2) and the time ($3) go binary.
-_SLOT_RAW_FORMATS = formats(16, (1, 2))
+_SLOT_RAW_FORMATS = formats(15, (1, 2))
 # The workflows this connection remembers (`_known`) at most; more, and it forgets them all.
 _KNOWN_KEPT = 10_000
 # The kinds whose commit may do more than write its slot (`_acts`): any other takes the raw path at once.
@@ -121,12 +126,9 @@ def _stored(rec: CommandRecord, text: str | None) -> str | None:
 
 
 def _slot_text(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
-               traceback: str | None, column: int) -> list[bytes | None]:
-    """The parameters of `_SHARED_RAW` (formats `_SHARED_FORMATS`): text, and the time binary.
-
-    `column` is the `slots` value the fence expects. `_SLOT_RAW` takes the slot and the
-    lease's expiry before them (`_slot_full`).
-    """
+                traceback: str | None) -> list[bytes | None]:
+    """A slot's parameters, text and the time binary: `_SHARED_RAW`'s but the last (the `slots` value
+    the row holds, appended), `_SLOT_RAW`'s after the slot and the lease's expiry (`_slot_full`)."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     wid, owner, epoch = claim_text(claim)
@@ -136,7 +138,7 @@ def _slot_text(claim: Claim, slot: int, rec: CommandRecord, text: str | None, no
             rec.kind.encode(), rec.name.encode(), b"t" if rec.ok else b"f",
             None if stored is None else stored.encode(), None if error is None else error.encode(),
             b"%d" % rec.attempts, None if args is None else args.encode(),
-            None if traceback is None else traceback.encode(), b"%d" % column]
+            None if traceback is None else traceback.encode()]
 
 
 def _slot_full(slot: int, expires: float, params: list[bytes | None]) -> list[bytes | None]:
@@ -145,18 +147,16 @@ def _slot_full(slot: int, expires: float, params: list[bytes | None]) -> list[by
 
 
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
-                 ttl: float, parallel_group: int | None = None, traceback: str | None = None,
-                 column: int | None = None) -> tuple[object, ...]:
+                 ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> tuple[object, ...]:
     """The parameters of `_SLOT` (of `_PARALLEL` for a task of the parallel group whose first slot is
-    `parallel_group`); `traceback` a failure's; `column` the `slots` value the fence expects (`slot`
-    if None)."""
+    `parallel_group`); `traceback` a failure's."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     kind, name, ok, _, error, attempts, args = rec
     row = (claim.base + slot, kind, name, bool(ok), _stored(rec, text), error, attempts, now, args, traceback)
     if parallel_group is not None:
         return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row, parallel_group)
-    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot if column is None else column, *row)
+    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
 
 
 def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float, due_from: float) -> None:
@@ -314,17 +314,8 @@ class PGCommits(PGConnection, SeenCancels):
         super().__init__(url, readonly=readonly, max_payload=max_payload)
         self._known = {}
 
-    def _fence_at(self, claim: Claim, slot: int) -> int:
-        """The `slots` value to fence `claim`'s `slot` at: the row's, as this connection last wrote it under
-        this lease (-1, which no row holds, if `slot` is not the next); else `slot` (a claim wrote the true
-        count)."""
-        known = self._known.get(claim.id)
-        if known is None or known[0] != claim.epoch:
-            return slot
-        return known[2] if known[1] == slot else -1
-
     def _rewrote(self, claim: Claim, slot: int, written: bool, now: float) -> None:
-        """After `_SLOT` (or a verdict, `written` False): the row holds `slots = slot + 1` now, or is unknown."""
+        """After `_SLOT` wrote `slot` (the row holds `slots = slot + 1` now) or was refused (the row is unknown)."""
         known = self._known
         if not written:
             known.pop(claim.id, None)
@@ -333,24 +324,22 @@ class PGCommits(PGConnection, SeenCancels):
             known.clear()
         known[claim.id] = [claim.epoch, slot + 1, slot + 1, now]
 
+    def _forget(self, records: Sequence[PendingRecord]) -> None:
+        """After a commit that failed: what it wrote of these workflows' rows is not known."""
+        for r in records:
+            self._known.pop(r.claim.id, None)
+
     def _raw_slot(self, r: PendingRecord, now: float, ttl: float) -> RawStatement:
         """A batch's slot (no task of a parallel group, nothing it acts on) as `_pipeline_raw` runs it:
         `_SHARED` while this connection knows the slot is next and the row was rewritten less than
         UPDATED_AT_STEP ago, else `_SLOT` (see "shared-lock slots")."""
         claim, slot = r.claim, r.slot
+        raw = _slot_text(claim, slot, r.record, r.text, now, r.traceback)
         known = self._known.get(claim.id)
-        if known is None or known[0] != claim.epoch:
-            column = slot
-        elif known[1] != slot:
-            column = -1  # not the next slot of this lease: no row holds it, so the fence refuses it
-        else:
-            column = known[2]
-            if now - known[3] < UPDATED_AT_STEP:
-                return ("replaylog_slot_shared", _SHARED_RAW,
-                        _slot_text(claim, slot, r.record, r.text, now, r.traceback, column), _SHARED_FORMATS)
-        return ("replaylog_slot", _SLOT_RAW,
-                _slot_full(slot, now + ttl, _slot_text(claim, slot, r.record, r.text, now, r.traceback, column)),
-                _SLOT_RAW_FORMATS)
+        if known is not None and known[0] == claim.epoch and known[1] == slot and now - known[3] < UPDATED_AT_STEP:
+            raw.append(b"%d" % known[2])
+            return ("replaylog_slot_shared", _SHARED_RAW, raw, _SHARED_FORMATS)
+        return ("replaylog_slot", _SLOT_RAW, _slot_full(slot, now + ttl, raw), _SLOT_RAW_FORMATS)
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
@@ -363,62 +352,64 @@ class PGCommits(PGConnection, SeenCancels):
         """
         now = time.time()
         cancels = self.cancels
-        if parallel_group is None and (rec.kind not in _MAY_ACT or not _acts(rec)):
-            known = self._known.get(claim.id)
-            if known is not None and known[0] == claim.epoch:
-                if known[1] != slot:
-                    return False  # not the next slot of this lease: refused, never a gap (as the row would)
-                raw = _slot_text(claim, slot, rec, text, now, traceback, known[2])
-                if now - known[3] < UPDATED_AT_STEP:
-                    # The common slot: the row locked and checked, not rewritten.
-                    written = self._run(lambda conn, attempt: _raw_written(
-                        conn, self._execute_raw(conn, "replaylog_slot_shared", _SHARED_RAW, raw, _SHARED_FORMATS),
-                        claim, slot, attempt, cancels), write=True)
-                    if written:
-                        known[1] = slot + 1
-                    else:
-                        self._known.pop(claim.id, None)
-                    return written
-            else:
-                raw = _slot_text(claim, slot, rec, text, now, traceback, slot)
-            full = _slot_full(slot, now + ttl, raw)
-            written = self._run(lambda conn, attempt: _raw_written(
-                conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, full, _SLOT_RAW_FORMATS), claim, slot,
-                attempt, cancels), write=True)
-            self._rewrote(claim, slot, written, now)
-            return written
+        try:
+            if parallel_group is None and (rec.kind not in _MAY_ACT or not _acts(rec)):
+                known = self._known.get(claim.id)
+                if known is not None and known[0] == claim.epoch:
+                    if known[1] != slot:
+                        return False  # not the next slot of this lease: refused, never a gap (as the row would)
+                    raw = _slot_text(claim, slot, rec, text, now, traceback)
+                    if now - known[3] < UPDATED_AT_STEP:
+                        # The common slot: the row locked and checked, not rewritten.
+                        raw.append(b"%d" % known[2])
+                        written = self._run(lambda conn, attempt: _raw_written(
+                            conn, self._execute_raw(conn, "replaylog_slot_shared", _SHARED_RAW, raw, _SHARED_FORMATS),
+                            claim, slot, attempt, cancels), write=True)
+                        if written:
+                            known[1] = slot + 1
+                        else:
+                            self._known.pop(claim.id, None)
+                        return written
+                else:
+                    raw = _slot_text(claim, slot, rec, text, now, traceback)
+                full = _slot_full(slot, now + ttl, raw)
+                written = self._run(lambda conn, attempt: _raw_written(
+                    conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, full, _SLOT_RAW_FORMATS), claim, slot,
+                    attempt, cancels), write=True)
+                self._rewrote(claim, slot, written, now)
+                return written
 
-        if parallel_group is not None:
-            # `_PARALLEL` moves `slots` to at least this task's slot + 1: forget what was known.
-            self._known.pop(claim.id, None)
-            column = None
-        else:
-            column = self._fence_at(claim, slot)
-        params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback, column)
-        statement = _SLOT if parallel_group is None else _PARALLEL
-        if not _acts(rec):
-            written = self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
-                                                               attempt, cancels), write=True)
+            if parallel_group is not None:
+                # `_PARALLEL` moves `slots` to at least this task's slot + 1: forget what was known.
+                self._known.pop(claim.id, None)
+            params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
+            statement = _SLOT if parallel_group is None else _PARALLEL
+            if not _acts(rec):
+                written = self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
+                                                                   attempt, cancels), write=True)
+                if parallel_group is None:
+                    self._rewrote(claim, slot, written, now)
+                return written
+
+            def commit_acting(conn: Conn, attempt: int) -> bool:
+                with conn.transaction():
+                    cur = conn.execute(statement, params)
+                    # A slot found committed by a retry after a lost answer (not written now) did its act then.
+                    fresh = cur.rowcount == 1
+                    written = _written(cur, claim, slot, attempt, cancels)
+                    if written:
+                        _act(conn, claim, rec, now, self.wake_clock(), fresh)
+                        if _notifies(rec):
+                            conn.execute(NOTIFY)  # a new pending workflow, or an event set
+                return written
+
+            written = self._run(commit_acting, write=True)
             if parallel_group is None:
                 self._rewrote(claim, slot, written, now)
             return written
-
-        def commit_acting(conn: Conn, attempt: int) -> bool:
-            with conn.transaction():
-                cur = conn.execute(statement, params)
-                # A slot found committed by a retry after a lost answer (not written now) did its act then.
-                fresh = cur.rowcount == 1
-                written = _written(cur, claim, slot, attempt, cancels)
-                if written:
-                    _act(conn, claim, rec, now, self.wake_clock(), fresh)
-                    if _notifies(rec):
-                        conn.execute(NOTIFY)  # a new pending workflow, or an event set
-            return written
-
-        written = self._run(commit_acting, write=True)
-        if parallel_group is None:
-            self._rewrote(claim, slot, written, now)
-        return written
+        except BaseException:
+            self._known.pop(claim.id, None)  # what it wrote is not known
+            raise
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -432,8 +423,8 @@ class PGCommits(PGConnection, SeenCancels):
         # parallel group's tasks among them.
         slots_only = not finishes and not any(_acts(r.record) for r in records)
 
-        # Each slot fenced at the `slots` value this connection knows its row holds; a task of a
-        # parallel group moves it, so the workflow is forgotten (see "shared-lock slots").
+        # A task of a parallel group moves its row's `slots`: the workflow is forgotten (see
+        # "shared-lock slots").
         known = self._known
         for r in records:
             if r.parallel_group is not None:
@@ -447,7 +438,11 @@ class PGCommits(PGConnection, SeenCancels):
                 return [_raw_written(conn, res, r.claim, r.slot, attempt, cancels)
                         for res, r in zip(results, records, strict=True)], []
 
-            written, finished = self._run(commit_slots, write=True)
+            try:
+                written, finished = self._run(commit_slots, write=True)
+            except BaseException:
+                self._forget(records)
+                raise
             for r, (name, _, _, _), w in zip(records, raws, written, strict=True):
                 if name == "replaylog_slot":
                     self._rewrote(r.claim, r.slot, w, now)
@@ -457,8 +452,7 @@ class PGCommits(PGConnection, SeenCancels):
                     held[1] = r.slot + 1
             return written, finished
 
-        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback,
-                               None if r.parallel_group is not None else self._fence_at(r.claim, r.slot))
+        params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
                   for r in records]
 
         def commit(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
@@ -493,7 +487,11 @@ class PGCommits(PGConnection, SeenCancels):
                     conn.execute(NOTIFY)
             return written, finished
 
-        result = self._run(commit, write=True)
+        try:
+            result = self._run(commit, write=True)
+        except BaseException:
+            self._forget(records)
+            raise
         for r, w in zip(records, result[0], strict=True):
             if r.parallel_group is None:
                 self._rewrote(r.claim, r.slot, w, now)
