@@ -11,6 +11,7 @@ import json
 import os
 import random
 import time
+import uuid
 from typing import Any
 
 from replaylog import Context, activity, current_activity, workflow
@@ -29,6 +30,11 @@ def _append(env: str, line: str) -> None:
         os.close(fd)
 
 
+# This process, told apart from a later one that the kernel gives the same pid: a long storm
+# starts thousands of workers, and pids wrap (pid_max is 32,768 here).
+PROCESS = uuid.uuid4().hex[:12]
+
+
 def expected_value(i: int, seed: int) -> int:
     """What `effect(i, seed)` computes: the tests check results against it."""
     return (i + 1) * 1000 + seed % 997
@@ -38,16 +44,17 @@ def expected_value(i: int, seed: int) -> int:
 def effect(i: int, seed: int) -> dict[str, Any]:
     """A side effect: ledger line, sink line keyed by idempotency key, a little time.
 
-    Returns the value and the pid that ran it, so the tests know which run was recorded.
+    Returns the value and the pid (and `PROCESS`) that ran it, so the tests know which run was
+    recorded.
     """
     info = current_activity()
     pid = os.getpid()
-    _append("FAULT_LEDGER", json.dumps({"wid": info.workflow_id, "slot": info.slot, "pid": pid,
+    _append("FAULT_LEDGER", json.dumps({"wid": info.workflow_id, "slot": info.slot, "pid": pid, "proc": PROCESS,
                                         "attempt": info.attempt, "key": info.idempotency_key}))
     # Time for a kill to land while the activity is in flight.
     time.sleep(random.uniform(0.0, float(os.environ.get("FAULT_STEP_MAX", "0.03"))))
     _append("FAULT_SINK", info.idempotency_key)
-    return {"v": expected_value(i, seed), "pid": pid}
+    return {"v": expected_value(i, seed), "pid": pid, "proc": PROCESS}
 
 
 @workflow

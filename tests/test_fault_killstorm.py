@@ -105,39 +105,41 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
              if r.status != "completed" or r.result != expected[wid]}
     assert not wrong, f"{len(wrong)} workflow(s) wrong, e.g. {next(iter(wrong.items()))}"
 
-    # Who ran each recorded slot (the pid is part of the recorded value).
-    recorded: dict[tuple[str, int], int] = {}
+    # Who ran each recorded slot (the process is part of the recorded value: its pid, and a
+    # token of its own, since a long storm's pids wrap and a later worker may get a killed one's).
+    recorded: dict[tuple[str, int], str] = {}
     for wid in expected:
         cmds = store.list_commands(wid)
         assert [c.slot for c in cmds] == list(range(STEPS))
         for c in cmds:
             assert c.ok and c.name == "effect"
-            recorded[(wid, c.slot)] = c.value["pid"]
+            recorded[(wid, c.slot)] = c.value["proc"]
     store.close()
 
     runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for line in read_jsonl(tmp / "ledger.jsonl"):
         runs[(line["wid"], line["slot"])].append(line)
     assert set(runs) == set(recorded), "a run without a recorded slot, or a recorded slot that never ran"
-    extra_by_pid: dict[int, int] = defaultdict(int)
+    extra_by_process: dict[str, int] = defaultdict(int)
     duplicates = 0
-    for key, pid in recorded.items():
-        pids = [r["pid"] for r in runs[key]]
+    for key, proc in recorded.items():
+        procs = [r["proc"] for r in runs[key]]
         # The recorded run happened exactly once.
-        assert pids.count(pid) == 1, f"slot {key} ran {pids.count(pid)} times in the process that recorded it"
-        others = [p for p in pids if p != pid]
+        assert procs.count(proc) == 1, f"slot {key} ran {procs.count(proc)} times in the process that recorded it"
+        others = [r for r in runs[key] if r["proc"] != proc]
         # Every other run was in flight in a process that was killed, once per process.
-        assert set(others) <= killed, f"slot {key} re-ran in a process that was never killed: {pids}"
-        assert len(others) == len(set(others)), f"slot {key} ran twice in one killed process: {pids}"
+        pids = [r["pid"] for r in runs[key]]
+        assert {r["pid"] for r in others} <= killed, f"slot {key} re-ran in a process that was never killed: {pids}"
+        assert len({r["proc"] for r in others}) == len(others), f"slot {key} ran twice in one killed process: {pids}"
         duplicates += len(others)
-        for p in others:
-            extra_by_pid[p] += 1
+        for r in others:
+            extra_by_process[r["proc"]] += 1
         # The idempotency key is the same on every run of a slot, and derived from id and slot.
         assert {r["key"] for r in runs[key]} == {f"{key[0]}:{key[1]}"}
     # A kill interrupts at most one activity per workflow thread of the killed process.
-    assert max(extra_by_pid.values(), default=0) <= CONCURRENCY
+    assert max(extra_by_process.values(), default=0) <= CONCURRENCY
     # The storm did hit activities in flight (not only workers still importing).
-    assert extra_by_pid, "no kill landed while an activity was running"
+    assert extra_by_process, "no kill landed while an activity was running"
 
     # The sink keyed by idempotency key saw exactly one effect per slot.
     sink_lines = (tmp / "sink.txt").read_text().split()
@@ -152,7 +154,7 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
         "workflows": len(expected),
         "slots_recorded": len(recorded),
         "activity_runs": sum(len(v) for v in runs.values()),
-        "kills_that_interrupted_an_activity": len(extra_by_pid),
+        "kills_that_interrupted_an_activity": len(extra_by_process),
         "duplicate_runs_in_flight_at_a_kill": duplicates,
         "duplicate_runs_of_recorded_slots": 0,
         "sink_deliveries": len(sink_lines),
