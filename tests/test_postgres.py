@@ -585,6 +585,26 @@ async def test_the_readonly_console_on_postgresql_refreshes_on_notification_and_
             app.data.send_signal("first", "go", 1)
 
 
+@async_test
+async def test_the_console_on_postgresql_shows_a_running_workflows_new_slots_with_no_notification(
+        pg_url: str) -> None:
+    """Slots are committed without a NOTIFY: the console reads what it shows again every few seconds."""
+    with open_store(pg_url) as store:
+        store.start_workflow("refund", 1, workflow_id="running")
+        (claim,) = store.claim("w1", ttl=60)
+        assert store.commit_record(claim, 0, rec("a"), ttl=60)
+        app = make_app(pg_url, readonly=True, poll_interval=0.05)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            table = app.screen.query_one(PagedTable)
+            assert column(table, "slots") == ["1"]
+            seen = app.changes_seen
+            for slot in range(1, 4):
+                assert store.commit_record(claim, slot, rec("a"), ttl=60)
+            assert await wait_until(pilot, lambda: column(table, "slots") == ["4"])
+            assert app.changes_seen > seen
+
+
 @pytest.mark.pgserver
 def test_a_data_folder_left_by_a_cut_short_initdb_is_made_afresh() -> None:
     """On a loaded machine pgserver's initdb can be cut short, leaving the bootstrap backend's

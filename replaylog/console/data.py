@@ -858,30 +858,45 @@ def is_transient(exc: BaseException) -> bool:
     return is_busy(exc)
 
 
+# On a server, how often (seconds) what is shown is read again with no notification: a running
+# workflow's slots are committed without a NOTIFY (one a slot would wake every listener of every
+# worker), so without this its count and "updated" stood still until something else changed.
+SERVER_RESCAN = 2.0
+
+
 class ChangeWatch:
     """One read-only connection polling `PRAGMA data_version`, reopened when the file is replaced.
 
     A connection keeps reading the file it opened even after that file was deleted or
     replaced (a restore from backup), and would then report "no change" for ever; so each
-    poll also compares the file's identity, and a new file counts as a change.
+    poll also compares the file's identity, and a new file counts as a change. On a
+    PostgreSQL server the token counts notifications, and every SERVER_RESCAN seconds
+    counts as a change too (running workflows' slots send none).
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, rescan: float = SERVER_RESCAN) -> None:
         self.path = path
         self.store: ReaderStore | None = None
         self.identity: tuple[int, int] | None = None
         self.version: int | None = None
+        self.rescan = rescan
+        self._rescan_at = 0.0
 
     def poll(self) -> bool:
         """Whether the database changed since the last poll; raises when it cannot be read."""
         if isinstance(self.path, str):  # a server: its change token counts NOTIFYs (no file to replace)
+            now = time.monotonic()
             if self.store is None:
                 self.store = open_store(self.path, readonly=True)
                 self.version = self.store.data_version()
+                self._rescan_at = now + self.rescan
                 return False
             version = self.store.data_version()
             changed, self.version = version != self.version, version
-            return changed
+            if changed or now >= self._rescan_at:
+                self._rescan_at = now + self.rescan
+                return True
+            return False
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
