@@ -34,9 +34,18 @@ def _top_up(store: Store, expected: dict[str, int], rng: random.Random, count: i
         expected[wid] = sum(expected_value(i, seed) for i in range(STEPS))
 
 
-def _has_run(ledger: Path, pid: int) -> bool:
-    """Whether process `pid` has started an activity (the ledger line comes first thing in `effect`)."""
-    return ledger.exists() and f'"pid": {pid},' in ledger.read_text()
+def _ledger_size(ledger: Path) -> int:
+    return ledger.stat().st_size if ledger.exists() else 0
+
+
+def _has_run(ledger: Path, pid: int, since: int = 0) -> bool:
+    """Whether process `pid` has started an activity (the ledger line comes first thing in `effect`)
+    in the ledger past offset `since` (where it stood when the process started: pids wrap)."""
+    if not ledger.exists():
+        return False
+    with ledger.open("rb") as f:
+        f.seek(since)
+        return f'"pid": {pid},'.encode() in f.read()
 
 
 def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: Path | str | None = None,
@@ -63,10 +72,12 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
         if store.count_workflows(status=("pending", "running")) < 16:
             _top_up(store, expected, rng, 24)
 
-    def at_work(pid: int) -> bool:
+    def at_work(pid: int, since: int) -> bool:
         keep_busy()  # the other workers may run out of work while this one imports
-        return _has_run(tmp / "ledger.jsonl", pid)
+        return _has_run(tmp / "ledger.jsonl", pid, since)
 
+    ledger = tmp / "ledger.jsonl"
+    born: dict[int, int] = {}  # a worker's pid -> the ledger's size when it was started
     with reaping([WorkerProc(db, tmp / "logs", env, *args) for _ in range(workers)]) as procs:
         while len(killed) < kills_wanted:
             assert time.monotonic() - started < time_limit, f"only {len(killed)} kills in {time_limit:.0f} s"
@@ -78,13 +89,16 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
                 # worker can spend the whole random delay importing, and the storm must also
                 # land on activities in flight.
                 pid = procs[victim].pid
-                assert wait_for(lambda pid=pid: at_work(pid), timeout=120), procs[victim].log()
+                since = born.get(pid, 0)
+                assert wait_for(lambda pid=pid, since=since: at_work(pid, since), timeout=120), procs[victim].log()
             procs[victim].kill()
             killed.add(procs[victim].pid)
             verdict = integrity(db)
             integrity_checks += 1
             assert verdict == "ok", f"integrity_check after kill {len(killed)}: {verdict}"
+            size = _ledger_size(ledger)
             procs.append(WorkerProc(db, tmp / "logs", env, *args))
+            born[procs[-1].pid] = size
             procs[victim] = procs.pop()
             keep_busy()
         storm_seconds = time.monotonic() - started
