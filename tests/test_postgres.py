@@ -26,7 +26,6 @@ from replaylog.console.paged_table import PagedTable
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import ReadOnlyError, SchemaVersionError, StoreError
 from replaylog.engine.store import PendingRecord, open_store, redact_url
-from replaylog.engine.store.postgres import commit as pg_commit
 from replaylog.engine.store.postgres import connection as pg_connection
 from replaylog.engine.store.shared.migrations import latest
 
@@ -206,18 +205,11 @@ def test_a_terminated_backend_costs_a_retry_and_the_commit_happens_once(pg_url: 
         assert s.get_workflow("x").status == "completed"
 
 
-@pytest.mark.parametrize("lost", [0, 1], ids=["the row rewritten", "the row locked only"])
-def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: str, lost: int) -> None:
-    """The server committed, the connection died before the answer came: the retry finds its own row.
-
-    A lone workflow's first slot rewrites its row (`_SLOT`: the retry's fence no longer holds);
-    the next only locks it (`_SHARED`: the retry's insert finds the row there).
-    """
+def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: str) -> None:
+    """The server committed, the connection died before the answer came: the retry finds its own row."""
     with open_store(pg_url) as s:
         s.start_workflow("wf", 1, workflow_id="x")
         (claim,) = s.claim("w1", ttl=30)
-        for slot in range(lost):
-            assert s.commit_record(claim, slot, rec("a", slot), ttl=30) is True
         real = s._conn
         params_seen: list[int] = []
 
@@ -247,86 +239,9 @@ def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: 
                 return results
 
         s._conn = LosesTheAnswer()  # type: ignore[assignment]
-        assert s.commit_record(claim, lost, rec("a", lost), ttl=30) is True
+        assert s.commit_record(claim, 0, rec("a", 0), ttl=30) is True
         assert params_seen
-        assert s.commit_record(claim, lost + 1, rec("a", lost + 1), ttl=30) is True
-        assert [c.slot for c in s.list_commands("x")] == list(range(lost + 2))
-
-
-def _row_slots(pg_url: str, workflow_id: str) -> int:
-    """The workflow row's `slots` column as stored (readers count a running workflow's instead)."""
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        row = conn.execute("SELECT slots FROM replaylog.workflows WHERE id = %s", (workflow_id,)).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def test_a_lone_workflows_slots_leave_its_row_alone_and_every_reader_counts_them(
-        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shared-lock slots: the row is rewritten once a second, not per slot; the count shown, the next
-    claim's and the verdict's are the true one."""
-    monkeypatch.setattr(pg_commit, "UPDATED_AT_STEP", 3600.0)  # no restamp in this test, however slow the machine
-    with open_store(pg_url) as s, open_store(pg_url) as other:
-        s.start_workflow("wf", 1, workflow_id="x")
-        (claim,) = s.claim("w1", ttl=0.0)  # lapses at once: `other` takes it over below
-        for slot in range(5):
-            assert s.commit_record(claim, slot, rec("a", slot), ttl=0.0) is True
-        assert _row_slots(pg_url, "x") == 1  # written by the first slot alone
-        shown = other.get_workflow("x")
-        assert shown is not None and shown.slots == 5
-        (new,) = other.claim("w2", ttl=30)
-        assert new.epoch == claim.epoch + 1 and _row_slots(pg_url, "x") == 5  # the claim wrote the true count
-        assert not s.commit_record(claim, 5, rec("stale"), ttl=30)
-        for slot in (5, 6, 7):
-            assert other.commit_record(new, slot, rec("b", slot), ttl=30) is True
-        assert _row_slots(pg_url, "x") == 6
-        other.commit_batch(finishes=[(new, Outcome(status="completed", result=8))], ttl=30)
-        assert _row_slots(pg_url, "x") == 8  # the verdict wrote the true count
-        assert [c.name for c in other.list_commands("x")] == ["a"] * 5 + ["b"] * 3
-
-
-def test_after_a_slot_the_server_refused_the_next_is_fenced_at_the_true_count(
-        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A failed commit leaves what the connection knew of the row unknown: the next slot rewrites the row,
-    fenced at the workflow's true count, though the row's own count lags."""
-    monkeypatch.setattr(pg_commit, "UPDATED_AT_STEP", 3600.0)
-    with open_store(pg_url) as s:
-        s.start_workflow("wf", 1, workflow_id="x")
-        (claim,) = s.claim("w1", ttl=30)
-        for slot in range(3):
-            assert s.commit_record(claim, slot, rec("a", slot), ttl=30)
-        assert _row_slots(pg_url, "x") == 1
-        too_many = CommandRecord("activity", "b", True, 3, None, 2**40, None)  # attempts: past the column's int
-        with pytest.raises(StoreError):
-            s.commit_record(claim, 3, too_many, ttl=30)
-        assert not s.commit_record(claim, 4, rec("gap", 4), ttl=30)
-        assert s.commit_record(claim, 3, rec("a", 3), ttl=30)
-        assert _row_slots(pg_url, "x") == 4
-        assert s.commit_record(claim, 4, rec("a", 4), ttl=30)
-        assert [c.slot for c in s.list_commands("x")] == [0, 1, 2, 3, 4]
-
-
-def test_a_takeover_committed_while_a_slot_waits_for_the_row_lock_refuses_that_slot(pg_url: str) -> None:
-    """A slot that only locks its row (FOR SHARE) waits for a claim holding it, then sees the new lease."""
-    with open_store(pg_url) as s:
-        s.start_workflow("wf", 1, workflow_id="x")
-        (claim,) = s.claim("w1", ttl=30)
-        assert s.commit_record(claim, 0, rec("a"), ttl=30)
-        assert s.commit_record(claim, 1, rec("a"), ttl=30)  # the row locked only: the next is so too
-        with psycopg.connect(pg_url) as thief:  # a transaction, held open
-            thief.execute("UPDATE replaylog.workflows SET lease_owner = 'w2', lease_epoch = lease_epoch + 1"
-                          " WHERE id = 'x'")
-            answer: list[bool] = []
-            slot = threading.Thread(target=lambda: answer.append(s.commit_record(claim, 2, rec("late"), ttl=30)))
-            slot.start()
-            with psycopg.connect(pg_url, autocommit=True) as watch:
-                assert wait_for(lambda: watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%replaylog_slot_shared%'").fetchone() == (1,))
-            assert not answer  # still waiting for the row
-            thief.commit()
-        slot.join(timeout=60)
-        assert answer == [False]
+        assert s.commit_record(claim, 1, rec("a", 1), ttl=30) is True
         assert [c.slot for c in s.list_commands("x")] == [0, 1]
 
 

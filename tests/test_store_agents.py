@@ -47,8 +47,8 @@ def test_parallel_tasks_commit_in_any_order_once_each_and_only_under_the_lease(s
 
 
 def test_a_group_after_slots_that_left_the_row_alone_is_fenced_and_followed_in_order(store: Store) -> None:
-    # Plain slots in a row leave the workflow's row alone on both backends (its count lags);
-    # a group's tasks then move it, and the first slot after the group is fenced at its end.
+    # Plain slots in a row (on SQLite they leave the workflow's row alone, its count lagging);
+    # a group's tasks then move the count, and the first slot after the group is fenced at its end.
     store.start_workflow("wf", None, workflow_id="q")
     (claim,) = store.claim("w1", ttl=TTL)
     for slot in range(4):

@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from psycopg.pq.abc import PGresult
 
 from replaylog.engine.core import EVENT, CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, StoreError
-from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection, RawStatement
+from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.operations import code_ended
 from replaylog.engine.store.postgres.text import claim_text, float8, formats
 from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
 from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
-from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
+from replaylog.engine.store.shared.keys import SLOT_LIMIT
 from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
 from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.vocab import SlotKind, Status, status_info
@@ -36,8 +35,7 @@ from replaylog.engine.vocab import SlotKind, Status, status_info
 _SLOT = (
     "WITH f AS (UPDATE workflows SET slots = %s + 1, lease_expires = %s,"
     " updated_at = CASE WHEN updated_at < %s - 1 THEN %s ELSE updated_at END"
-    # The slot must be the next: its true count (the `slots` column may lag, see "shared-lock slots").
-    f" WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND {SLOTS_NOW} = %s RETURNING cancel_requested)"
+    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots = %s RETURNING cancel_requested)"
     " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
     " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
     # The fence's row also says whether an operator asked to cancel: the worker learns of
@@ -68,52 +66,15 @@ def _numbered(statement: str, refs: Sequence[tuple[int, str]]) -> str:
     return "".join(part + (f"${refs[i][0]}::{refs[i][1]}" if i < len(refs) else "") for i, part in enumerate(parts))
 
 
-# Trick "shared-lock slots" (this module's): most slots of a running workflow leave its row
-# alone. `_SLOT` rewrites the row (count, lease expiry) and so puts a new row version, its
-# WAL and later its vacuum into every slot's commit: on 2 vCPUs (pgserver 16, fsync on)
-# ~143 us of the server's CPU a statement against ~123 for `_SHARED`, which only locks the
-# row (FOR SHARE) to check the same fence and inserts the command row, and ~110 for the
-# floor's one-row INSERT (3,162 / 3,592 / 3,792 statements a second; docs/performance.md,
-# "Shared-lock slots"). So, as on SQLite (engine.store.sqlite.fence),
-# this connection remembers per workflow the lease epoch, the next slot and the `slots`
-# value it last wrote (`_known`); while it knows the slot is next, and for at most
-# UPDATED_AT_STEP since the row was last rewritten, a slot is `_SHARED`, fenced at that
-# value; otherwise `_SLOT`, fenced at the workflow's true count (its last slot + 1, one seek
-# in the commands' key: what `slots` held when every slot rewrote it). Either way the row's
-# owner, epoch and count are checked under a row lock that waits for (and then sees) any
-# claim or operator write. A running workflow's `slots` lags by up to a second: every reader
-# counts it (engine.store.shared.keys.SLOTS_NOW), and a claim or a verdict writes the true
-# count. A commit that failed leaves the row unknown: the workflow is forgotten, and its
-# next slot is `_SLOT`.
-UPDATED_AT_STEP = 1.0
-_SHARED = (
-    "WITH f AS (SELECT cancel_requested FROM workflows WHERE id = %s AND lease_owner = %s AND lease_epoch = %s"
-    " AND slots = %s FOR SHARE)"
-    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
-    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
-    # A retry after a lost answer finds its row there (and looks for it as its own, `_MINE`).
-    " ON CONFLICT (slot_key) DO NOTHING"
-    " RETURNING (SELECT cancel_requested FROM f)"
-)
-# `_SHARED` for the raw path: its parameters are `_slot_text`'s ($1-$13, the time first) and the
-# `slots` value the row holds ($14).
-_SHARED_RAW = _numbered(_SHARED, (
-    (2, "text"), (3, "text"), (4, "bigint"), (14, "bigint"), (5, "bigint"), (6, "text"), (7, "text"),
-    (8, "boolean"), (9, "text"), (10, "text"), (11, "int"), (1, "float8"), (12, "text"), (13, "text")))
-# `_slot_text`'s formats: the time ($1) goes binary (postgres.text, "binary times").
-_SHARED_FORMATS = formats(14, (0,))
 # `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as
-# text, and each value sent once: the slot ($1) and the lease's expiry ($2), then
-# `_slot_text`'s ($3-$15: the time, the claim's id, owner and epoch, encoded once per claim
-# (postgres.text.claim_text), and the row).
+# text, and each value sent once: the slot ($1), the time ($3), and the claim's id, owner
+# and epoch ($4-$6), encoded once per claim (postgres.text.claim_text).
 _SLOT_RAW = _numbered(_SLOT, (
     (1, "bigint"), (2, "float8"), (3, "float8"), (3, "float8"), (4, "text"), (5, "text"), (6, "bigint"),
     (1, "bigint"), (7, "bigint"), (8, "text"), (9, "text"), (10, "boolean"), (11, "text"), (12, "text"),
     (13, "int"), (3, "float8"), (14, "text"), (15, "text")))
-# Its formats: the lease's expiry ($2) and the time ($3) go binary.
+# `_slot_text`'s formats: the lease's expiry ($2) and the time ($3) go binary (postgres.text, "binary times").
 _SLOT_RAW_FORMATS = formats(15, (1, 2))
-# The workflows this connection remembers (`_known`) at most; more, and it forgets them all.
-_KNOWN_KEPT = 10_000
 # The kinds whose commit may do more than write its slot (`_acts`): any other takes the raw path at once.
 _MAY_ACT = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value, EVENT, ATTRIBUTES, *CHILD_ACTS))
 
@@ -125,25 +86,19 @@ def _stored(rec: CommandRecord, text: str | None) -> str | None:
     return dumps(rec.value) if text is None or rec.error is not None else text
 
 
-def _slot_text(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
-                traceback: str | None) -> list[bytes | None]:
-    """A slot's parameters, text and the time binary: `_SHARED_RAW`'s but the last (the `slots` value
-    the row holds, appended), `_SLOT_RAW`'s after the slot and the lease's expiry (`_slot_full`)."""
+def _slot_text(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float, ttl: float,
+               traceback: str | None) -> list[bytes | None]:
+    """The parameters of `_SLOT_RAW` (formats `_SLOT_RAW_FORMATS`): text, and the times binary."""
     if slot >= SLOT_LIMIT:  # its key would be the next workflow's
         raise StoreError(f"workflow {claim.id!r} has recorded {SLOT_LIMIT} slots, the most one workflow can")
     wid, owner, epoch = claim_text(claim)
     stored = _stored(rec, text)
     error, args = rec.error, rec.args
-    return [float8(now), wid, owner, epoch, b"%d" % (claim.base + slot),
+    return [b"%d" % slot, float8(now + ttl), float8(now), wid, owner, epoch, b"%d" % (claim.base + slot),
             rec.kind.encode(), rec.name.encode(), b"t" if rec.ok else b"f",
             None if stored is None else stored.encode(), None if error is None else error.encode(),
             b"%d" % rec.attempts, None if args is None else args.encode(),
             None if traceback is None else traceback.encode()]
-
-
-def _slot_full(slot: int, expires: float, params: list[bytes | None]) -> list[bytes | None]:
-    """The parameters of `_SLOT_RAW` (formats `_SLOT_RAW_FORMATS`): `_slot_text`'s after the slot and expiry."""
-    return [b"%d" % slot, float8(expires), *params]
 
 
 def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float,
@@ -280,7 +235,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
     cur = conn.execute(
         "UPDATE workflows SET status = %s, blocked_on = %s, wake_at = %s, result = %s, error = %s, diagnostic = %s,"
         " error_kind = %s, traceback = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s,"
-        f" interruptions = 0, retry_at = NULL, slots = {SLOTS_NOW},"
+        " interruptions = 0, retry_at = NULL,"
         " worker_error = CASE WHEN %s IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
         " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING cancel_requested",
         (*verdict_values(outcome, status, blocked_on, wake_at, now), status, claim.id, claim.owner, claim.epoch))
@@ -305,42 +260,6 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
 class PGCommits(PGConnection, SeenCancels):
     """The worker's lease-fenced writes of outcomes and run verdicts, on PostgreSQL (see `cancels`)."""
 
-    # Workflow id -> [lease epoch, next slot, the `slots` value last written, when]: what this
-    # connection wrote last ("shared-lock slots", above). Only the worker's committer writes
-    # slots on its connection, one thread at a time.
-    _known: dict[str, list[Any]]
-
-    def __init__(self, url: str, *, readonly: bool = False, max_payload: int | None = None) -> None:
-        super().__init__(url, readonly=readonly, max_payload=max_payload)
-        self._known = {}
-
-    def _rewrote(self, claim: Claim, slot: int, written: bool, now: float) -> None:
-        """After `_SLOT` wrote `slot` (the row holds `slots = slot + 1` now) or was refused (the row is unknown)."""
-        known = self._known
-        if not written:
-            known.pop(claim.id, None)
-            return
-        if len(known) >= _KNOWN_KEPT:
-            known.clear()
-        known[claim.id] = [claim.epoch, slot + 1, slot + 1, now]
-
-    def _forget(self, records: Sequence[PendingRecord]) -> None:
-        """After a commit that failed: what it wrote of these workflows' rows is not known."""
-        for r in records:
-            self._known.pop(r.claim.id, None)
-
-    def _raw_slot(self, r: PendingRecord, now: float, ttl: float) -> RawStatement:
-        """A batch's slot (no task of a parallel group, nothing it acts on) as `_pipeline_raw` runs it:
-        `_SHARED` while this connection knows the slot is next and the row was rewritten less than
-        UPDATED_AT_STEP ago, else `_SLOT` (see "shared-lock slots")."""
-        claim, slot = r.claim, r.slot
-        raw = _slot_text(claim, slot, r.record, r.text, now, r.traceback)
-        known = self._known.get(claim.id)
-        if known is not None and known[0] == claim.epoch and known[1] == slot and now - known[3] < UPDATED_AT_STEP:
-            raw.append(b"%d" % known[2])
-            return ("replaylog_slot_shared", _SHARED_RAW, raw, _SHARED_FORMATS)
-        return ("replaylog_slot", _SLOT_RAW, _slot_full(slot, now + ttl, raw), _SLOT_RAW_FORMATS)
-
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome if the lease holds and `slot` is next: one statement, one round trip.
@@ -352,64 +271,32 @@ class PGCommits(PGConnection, SeenCancels):
         """
         now = time.time()
         cancels = self.cancels
-        try:
-            if parallel_group is None and (rec.kind not in _MAY_ACT or not _acts(rec)):
-                known = self._known.get(claim.id)
-                if known is not None and known[0] == claim.epoch:
-                    if known[1] != slot:
-                        return False  # not the next slot of this lease: refused, never a gap (as the row would)
-                    raw = _slot_text(claim, slot, rec, text, now, traceback)
-                    if now - known[3] < UPDATED_AT_STEP:
-                        # The common slot: the row locked and checked, not rewritten.
-                        raw.append(b"%d" % known[2])
-                        written = self._run(lambda conn, attempt: _raw_written(
-                            conn, self._execute_raw(conn, "replaylog_slot_shared", _SHARED_RAW, raw, _SHARED_FORMATS),
-                            claim, slot, attempt, cancels), write=True)
-                        if written:
-                            known[1] = slot + 1
-                        else:
-                            self._known.pop(claim.id, None)
-                        return written
-                else:
-                    raw = _slot_text(claim, slot, rec, text, now, traceback)
-                full = _slot_full(slot, now + ttl, raw)
-                written = self._run(lambda conn, attempt: _raw_written(
-                    conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, full, _SLOT_RAW_FORMATS), claim, slot,
-                    attempt, cancels), write=True)
-                self._rewrote(claim, slot, written, now)
-                return written
+        if parallel_group is None and (rec.kind not in _MAY_ACT or not _acts(rec)):
+            raw = _slot_text(claim, slot, rec, text, now, ttl, traceback)
 
-            if parallel_group is not None:
-                # `_PARALLEL` moves `slots` to at least this task's slot + 1: forget what was known.
-                self._known.pop(claim.id, None)
-            params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
-            statement = _SLOT if parallel_group is None else _PARALLEL
-            if not _acts(rec):
-                written = self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
-                                                                   attempt, cancels), write=True)
-                if parallel_group is None:
-                    self._rewrote(claim, slot, written, now)
-                return written
+            return self._run(lambda conn, attempt: _raw_written(
+                conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw, _SLOT_RAW_FORMATS), claim, slot,
+                attempt, cancels), write=True)
 
-            def commit_acting(conn: Conn, attempt: int) -> bool:
-                with conn.transaction():
-                    cur = conn.execute(statement, params)
-                    # A slot found committed by a retry after a lost answer (not written now) did its act then.
-                    fresh = cur.rowcount == 1
-                    written = _written(cur, claim, slot, attempt, cancels)
-                    if written:
-                        _act(conn, claim, rec, now, self.wake_clock(), fresh)
-                        if _notifies(rec):
-                            conn.execute(NOTIFY)  # a new pending workflow, or an event set
-                return written
+        params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
+        statement = _SLOT if parallel_group is None else _PARALLEL
+        if not _acts(rec):
+            return self._run(lambda conn, attempt: _written(conn.execute(statement, params), claim, slot,
+                                                            attempt, cancels), write=True)
 
-            written = self._run(commit_acting, write=True)
-            if parallel_group is None:
-                self._rewrote(claim, slot, written, now)
+        def commit_acting(conn: Conn, attempt: int) -> bool:
+            with conn.transaction():
+                cur = conn.execute(statement, params)
+                # A slot found committed by a retry after a lost answer (not written now) did its act then.
+                fresh = cur.rowcount == 1
+                written = _written(cur, claim, slot, attempt, cancels)
+                if written:
+                    _act(conn, claim, rec, now, self.wake_clock(), fresh)
+                    if _notifies(rec):
+                        conn.execute(NOTIFY)  # a new pending workflow, or an event set
             return written
-        except BaseException:
-            self._known.pop(claim.id, None)  # what it wrote is not known
-            raise
+
+        return self._run(commit_acting, write=True)
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -423,34 +310,16 @@ class PGCommits(PGConnection, SeenCancels):
         # parallel group's tasks among them.
         slots_only = not finishes and not any(_acts(r.record) for r in records)
 
-        # A task of a parallel group moves its row's `slots`: the workflow is forgotten (see
-        # "shared-lock slots").
-        known = self._known
-        for r in records:
-            if r.parallel_group is not None:
-                known.pop(r.claim.id, None)
         if slots_only and records and all(r.parallel_group is None for r in records):
-            raws = [self._raw_slot(r, now, ttl) for r in records]
+            raws = [_slot_text(r.claim, r.slot, r.record, r.text, now, ttl, r.traceback) for r in records]
 
             def commit_slots(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:
-                results = self._pipeline_raw(conn, raws)
+                results = self._pipeline_raw(conn, "replaylog_slot", _SLOT_RAW, raws, _SLOT_RAW_FORMATS)
                 # (After a lost answer, a refused slot is looked for as our own row.)
                 return [_raw_written(conn, res, r.claim, r.slot, attempt, cancels)
                         for res, r in zip(results, records, strict=True)], []
 
-            try:
-                written, finished = self._run(commit_slots, write=True)
-            except BaseException:
-                self._forget(records)
-                raise
-            for r, (name, _, _, _), w in zip(records, raws, written, strict=True):
-                if name == "replaylog_slot":
-                    self._rewrote(r.claim, r.slot, w, now)
-                elif not w:
-                    known.pop(r.claim.id, None)
-                elif (held := known.get(r.claim.id)) is not None:
-                    held[1] = r.slot + 1
-            return written, finished
+            return self._run(commit_slots, write=True)
 
         params = [_slot_params(r.claim, r.slot, r.record, r.text, now, ttl, r.parallel_group, r.traceback)
                   for r in records]
@@ -487,15 +356,7 @@ class PGCommits(PGConnection, SeenCancels):
                     conn.execute(NOTIFY)
             return written, finished
 
-        try:
-            result = self._run(commit, write=True)
-        except BaseException:
-            self._forget(records)
-            raise
-        for r, w in zip(records, result[0], strict=True):
-            if r.parallel_group is None:
-                self._rewrote(r.claim, r.slot, w, now)
+        result = self._run(commit, write=True)
         for claim, _ in finishes:
             cancels.pop(claim.id, None)
-            known.pop(claim.id, None)  # its run ended: a next run is claimed with its true count
         return result

@@ -34,7 +34,6 @@ from replaylog.engine.store.postgres.schema import SCHEMA, check_schema
 from replaylog.engine.store.postgres.url import redact_text, redact_url
 from replaylog.engine.store.rows import default_max_payload
 from replaylog.engine.store.shared.base import Dialect, Rows, StoreBase
-from replaylog.engine.store.shared.keys import SLOTS_NOW, SLOTS_SHOWN
 
 log = logging.getLogger("replaylog.store.postgres")
 
@@ -105,19 +104,11 @@ def pg_sql(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
-# A statement prepared by name for `_pipeline_raw`: (name, its SQL, its parameters, their libpq formats).
-RawStatement = tuple[str, str, Sequence[bytes | None], Sequence[int]]
-
-
 class PGDialect(Dialect):
     """PostgreSQL's SQL: `%s` placeholders, row locks, arrays for lists, LIMIT NULL for none."""
 
     lock = " FOR UPDATE"
     lock_of_format = " FOR UPDATE OF {}"
-    # A running workflow's `slots` column lags its last slot (engine.store.postgres.commit,
-    # "shared-lock slots"), as on SQLite: count it.
-    slots_shown = SLOTS_SHOWN
-    slots_now = SLOTS_NOW
     share_lock = " FOR SHARE"
     # seq is an identity column: its sequence never hands a number out twice.
     next_seq = "nextval(pg_get_serial_sequence('workflows', 'seq'))"
@@ -360,11 +351,11 @@ class PGConnection(StoreBase):
             self._prepared.discard(name)
         raise AssertionError("unreachable")  # the second pass returns or raises
 
-    def _pipeline_raw(self, conn: Conn, rows: Sequence[RawStatement]) -> list[pq.abc.PGresult]:
-        """Run each of `rows` (a statement prepared by name, its parameters and their formats), all in
-        one transaction.
+    def _pipeline_raw(self, conn: Conn, name: str, statement: str, params: Sequence[Sequence[bytes | None]],
+                      param_formats: Sequence[int] | None = None) -> list[pq.abc.PGresult]:
+        """Run `statement` (prepared as `name`) once per row of `params`, all in one transaction.
 
-        Each row's parameters are text, or in the formats it gives (as `_execute_raw`).
+        Each row's parameters are text, or in the formats `param_formats` gives (as `_execute_raw`).
 
         Trick "raw group commit" (the one user is engine.store.postgres.commit, a batch of
         slots): libpq's pipeline mode, past psycopg's cursors, sends the batch at once and
@@ -376,15 +367,14 @@ class PGConnection(StoreBase):
         """
         pgconn = conn.pgconn
         for again in (False, True):
-            for name, statement, _, _ in rows:
-                self._prepare(conn, name, statement)
+            self._prepare(conn, name, statement)
             pgconn.enter_pipeline_mode()
             try:
-                for name, _, params, param_formats in rows:
-                    pgconn.send_query_prepared(name.encode(), params, param_formats)
+                for row in params:
+                    pgconn.send_query_prepared(name.encode(), row, param_formats)
                 pgconn.pipeline_sync()
                 conn.wait(send(pgconn))
-                results = [conn.wait(fetch_many(pgconn))[-1] for _ in rows]
+                results = [conn.wait(fetch_many(pgconn))[-1] for _ in params]
                 conn.wait(fetch_many(pgconn))  # the Sync's
             finally:
                 if not conn.closed and not conn.broken:
@@ -398,7 +388,7 @@ class PGConnection(StoreBase):
             error = pg_errors.error_from_result(failed, encoding=conn.info.encoding)
             if again or not isinstance(error, pg_errors.InvalidSqlStatementName):
                 raise error
-            self._prepared.clear()  # prepared again on the next pass (a name psycopg deallocated)
+            self._prepared.discard(name)
         raise AssertionError("unreachable")  # the second pass returns or raises
 
     def _prepare(self, conn: Conn, name: str, statement: str) -> None:

@@ -19,15 +19,7 @@ from replaylog.engine.marks import Mark
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
-from replaylog.engine.store.shared.keys import (
-    CLAIM_LOAD_SLOTS,
-    SLOT_BITS,
-    SLOT_LIMIT,
-    SLOTS_NOW,
-    slot_key,
-    slots_now,
-    unrecorded,
-)
+from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key, unrecorded
 from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 
@@ -73,10 +65,6 @@ _BEATLESS = ("SELECT w.id, 4, 0::double precision FROM workflows w WHERE w.statu
              " FOR UPDATE OF w SKIP LOCKED")
 
 
-# A claim leases a workflow with its true slot count (`slots` lags a running workflow's last
-# slot: engine.store.postgres.commit): its new holder's first fenced slot checks it.
-_SLOTS_NOW_W = slots_now("w")
-
 _TAKEN_OVER = TAKEN_OVER.format(ids="= ANY(%s)").replace("?", "%s")
 
 # The rows a claim leased (its answer lost): this owner's, stamped with the claim's time.
@@ -98,8 +86,7 @@ def _claim_sql(only: str, dead: bool) -> str:
     return (f"WITH {ctes}, pick AS (SELECT * FROM (SELECT DISTINCT ON (id) * FROM ({union}) u ORDER BY id, k) d"
             " ORDER BY k, o LIMIT %s),"
             " leased AS (UPDATE workflows w SET status = 'running', lease_owner = %s,"
-            " lease_epoch = w.lease_epoch + 1, lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL,"
-            f" slots = {_SLOTS_NOW_W}"
+            " lease_epoch = w.lease_epoch + 1, lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL"
             " FROM pick WHERE w.id = pick.id RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq,"
             " w.cancel_requested, pick.k, pick.o)"
             " SELECT * FROM leased UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
@@ -108,7 +95,7 @@ def _claim_sql(only: str, dead: bool) -> str:
 
 # Admitted queued workflows leased (in the admission's transaction), as the claim leases.
 _LEASE = ("UPDATE workflows SET status = 'running', lease_owner = %s, lease_epoch = lease_epoch + 1,"
-          f" lease_expires = %s, updated_at = %s, slots = {SLOTS_NOW} WHERE id = ANY(%s)"
+          " lease_expires = %s, updated_at = %s WHERE id = ANY(%s)"
           " RETURNING id, workflow, lease_epoch, input, slots, seq, cancel_requested, 4, admitted_at")
 
 
@@ -321,7 +308,7 @@ class PGLeases(PGConnection):
             with conn.transaction():
                 conn.execute(
                     "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL,"
-                    f" updated_at = %s, slots = {SLOTS_NOW} WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+                    " updated_at = %s WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
                     (time.time(), claim.id, claim.owner, claim.epoch))
                 conn.execute(NOTIFY)
 
@@ -335,7 +322,7 @@ class PGLeases(PGConnection):
             with conn.transaction():
                 row = conn.execute(
                     "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL,"
-                    f" updated_at = %s, slots = {SLOTS_NOW}, worker_error = %s, interruptions = interruptions + 1,"
+                    " updated_at = %s, worker_error = %s, interruptions = interruptions + 1,"
                     " retry_at = %s + LEAST(%s, %s * power(2, LEAST(interruptions, 30)))"
                     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING retry_at",
                     (now, error, now, backoff_max, backoff, claim.id, claim.owner, claim.epoch)).fetchone()
