@@ -874,13 +874,12 @@ class ChangeWatch:
     counts as a change too (running workflows' slots send none).
     """
 
-    def __init__(self, path: Path | str, rescan: float = SERVER_RESCAN) -> None:
+    def __init__(self, path: Path | str) -> None:
         self.path = path
         self.store: ReaderStore | None = None
         self.identity: tuple[int, int] | None = None
         self.version: int | None = None
-        self.rescan = rescan
-        self._rescan_at = 0.0
+        self._rescan_at = 0.0  # on a server: when what is shown is read again, notified or not
 
     def poll(self) -> bool:
         """Whether the database changed since the last poll; raises when it cannot be read."""
@@ -889,12 +888,12 @@ class ChangeWatch:
             if self.store is None:
                 self.store = open_store(self.path, readonly=True)
                 self.version = self.store.data_version()
-                self._rescan_at = now + self.rescan
+                self._rescan_at = now + SERVER_RESCAN
                 return False
             version = self.store.data_version()
             changed, self.version = version != self.version, version
             if changed or now >= self._rescan_at:
-                self._rescan_at = now + self.rescan
+                self._rescan_at = now + SERVER_RESCAN
                 return True
             return False
         try:
