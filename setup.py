@@ -1,27 +1,99 @@
-"""The compiled parts, optional: the SQLite store's fast path (replaylog/engine/store/sqlite/speedups.py)
-and the mark file's writer (replaylog/engine/marks.py).
+"""The compiled parts, optional: the SQLite store's fast path (replaylog/engine/store/sqlite/speedups.py),
+the mark file's writer (replaylog/engine/marks.py), and the worker's per-slot modules compiled by mypyc
+(replaylog/engine/worker/native.py says which and why).
 
-Everything else is in pyproject.toml. Where no C compiler or Python headers are found, the
-build goes on without it and replaylog runs its pure-Python path (the same answers).
+Everything else is in pyproject.toml. Where no C compiler or Python headers are found (or,
+for the worker's modules, no mypy), the build goes on without them and replaylog runs its
+pure-Python path (the same answers).
 """
 
+from __future__ import annotations
+
+import hashlib
+import os
 import sys
+from typing import Any
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
-setup(
-    ext_modules=[
-        Extension(
-            "replaylog.engine.store.sqlite._speedups",
-            sources=["replaylog/engine/store/sqlite/_speedups.c"],
-            # dlopen and dlsym: in libc itself from glibc 2.34, in libdl before.
-            libraries=["dl"] if sys.platform.startswith("linux") else [],
-            optional=True,
-        ),
-        Extension(
-            "replaylog.engine._marks",
-            sources=["replaylog/engine/_marks.c"],
-            optional=True,
-        ),
-    ],
-)
+# The modules mypyc compiles (replaylog.engine.worker.native.MODULES names the same two).
+NATIVE = ["replaylog/engine/worker/run.py", "replaylog/engine/worker/committer.py"]
+# The shared library mypyc builds for them, inside the package (not a top-level module).
+NATIVE_GROUP = "replaylog.engine.worker._native"
+# Beside the compiled modules: each source's SHA-256 as compiled (native.MANIFEST).
+MANIFEST = "_native_sources.txt"
+
+
+def _pure() -> bool:
+    return os.environ.get("REPLAYLOG_PURE_PYTHON", "") not in ("", "0")
+
+
+def _native_extensions() -> list[Extension]:
+    """mypyc's extensions for NATIVE, or none (said why on stderr) where they cannot be built here."""
+    if _pure():
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("replaylog: mypy is not installed here: the worker's modules stay pure Python", file=sys.stderr)
+        return []
+    try:
+        # The build environment holds mypy and setuptools only: the third-party imports of the
+        # modules around these two are not there, and only these two are compiled.
+        extensions: list[Extension] = mypycify(
+            ["--ignore-missing-imports", "--follow-imports=silent", *NATIVE],
+            opt_level="3", group_name=NATIVE_GROUP)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure leaves the pure-Python path
+        print(f"replaylog: mypyc could not compile the worker's modules ({exc}): they stay pure Python",
+              file=sys.stderr)
+        return []
+    for ext in extensions:
+        ext.optional = True
+    return extensions
+
+
+class BuildExt(build_ext):
+    """build_ext that records, beside the worker's compiled modules, the sources they were compiled from."""
+
+    def run(self) -> None:
+        super().run()
+        native = [ext for ext in self.extensions if ext.name.startswith("replaylog.engine.worker.")]
+        built = [ext for ext in native if os.path.exists(self.get_ext_fullpath(ext.name))]
+        if not native:
+            return
+        directory = os.path.dirname(self.get_ext_fullpath(native[0].name))
+        manifest = os.path.join(directory, MANIFEST)
+        if len(built) != len(native):
+            # Some failed (optional): none is used, since the modules import the shared library.
+            for ext in built:
+                os.remove(self.get_ext_fullpath(ext.name))
+            if os.path.exists(manifest):
+                os.remove(manifest)
+            return
+        lines = []
+        for path in NATIVE:
+            with open(path, "rb") as f:
+                lines.append(f"{os.path.basename(path)} {hashlib.sha256(f.read()).hexdigest()}\n")
+        os.makedirs(directory, exist_ok=True)
+        with open(manifest, "w", encoding="utf-8") as f:
+            f.writelines(lines)
+
+
+extensions: list[Any] = [
+    Extension(
+        "replaylog.engine.store.sqlite._speedups",
+        sources=["replaylog/engine/store/sqlite/_speedups.c"],
+        # dlopen and dlsym: in libc itself from glibc 2.34, in libdl before.
+        libraries=["dl"] if sys.platform.startswith("linux") else [],
+        optional=True,
+    ),
+    Extension(
+        "replaylog.engine._marks",
+        sources=["replaylog/engine/_marks.c"],
+        optional=True,
+    ),
+    *_native_extensions(),
+]
+
+setup(ext_modules=extensions, cmdclass={"build_ext": BuildExt})

@@ -255,16 +255,17 @@ def read_json_arg(raw: str | None, what: str, max_bytes: int) -> tuple[Any, bool
 
 
 def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    """`--version`: the package's version, and which paths the SQLite store's slots and the marks take here."""
+    """`--version`: the version, and which paths the SQLite store's slots, the marks and the worker take here."""
     if not value or ctx.resilient_parsing:
         return
     from importlib.metadata import version
 
     from replaylog.engine.marks import writer_path
     from replaylog.engine.store import sqlite_slot_path
+    from replaylog.engine.worker.native import worker_path
 
     click.echo(f"replaylog, version {version('replaylog')}\nSQLite store's slot path: {sqlite_slot_path()}\n"
-               f"in-flight mark writer: {writer_path()}")
+               f"in-flight mark writer: {writer_path()}\nworker's slot path: {worker_path()}")
     ctx.exit()
 
 
