@@ -1,9 +1,9 @@
 """The compiled parts, optional: the SQLite store's fast path (replaylog/engine/store/sqlite/speedups.py),
-the mark file's writer (replaylog/engine/marks.py), and the worker's per-slot modules compiled by mypyc
-(replaylog/engine/worker/native.py says which and why).
+the mark file's writer (replaylog/engine/marks.py), and the per-slot modules mypyc compiles
+(replaylog/engine/native.py says which and why).
 
 Everything else is in pyproject.toml. Where no C compiler or Python headers are found (or,
-for the worker's modules, no mypy), the build goes on without them and replaylog runs its
+for mypyc's modules, no mypy), the build goes on without them and replaylog runs its
 pure-Python path (the same answers).
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# The modules mypyc compiles (replaylog.engine.worker.native.MODULES names the same two).
+# The modules mypyc compiles (replaylog.engine.native.MODULES names the same ones).
 NATIVE = ["replaylog/engine/worker/run.py", "replaylog/engine/worker/committer.py"]
 # The shared library mypyc builds for them, inside the package (not a top-level module).
-NATIVE_GROUP = "replaylog.engine.worker._native"
-# Beside the compiled modules: each source's SHA-256 as compiled (native.MANIFEST).
+NATIVE_GROUP = "replaylog.engine._native"
+# Beside the shared library: each source's SHA-256 as compiled (engine.native.MANIFEST).
 MANIFEST = "_native_sources.txt"
 
 
@@ -36,7 +36,7 @@ def _native_extensions() -> list[Extension]:
     try:
         from mypyc.build import mypycify
     except ImportError:
-        print("replaylog: mypy is not installed here: the worker's modules stay pure Python", file=sys.stderr)
+        print("replaylog: mypy is not installed here: the per-slot modules stay pure Python", file=sys.stderr)
         return []
     try:
         # The build environment holds mypy and setuptools only: the third-party imports of the
@@ -45,7 +45,7 @@ def _native_extensions() -> list[Extension]:
             ["--ignore-missing-imports", "--follow-imports=silent", *NATIVE],
             opt_level="3", group_name=NATIVE_GROUP)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure leaves the pure-Python path
-        print(f"replaylog: mypyc could not compile the worker's modules ({exc}): they stay pure Python",
+        print(f"replaylog: mypyc could not compile the per-slot modules ({exc}): they stay pure Python",
               file=sys.stderr)
         return []
     for ext in extensions:
@@ -54,15 +54,16 @@ def _native_extensions() -> list[Extension]:
 
 
 class BuildExt(build_ext):
-    """build_ext that records, beside the worker's compiled modules, the sources they were compiled from."""
+    """build_ext that records, beside mypyc's shared library, the sources its modules were compiled from."""
 
     def run(self) -> None:
         super().run()
-        native = [ext for ext in self.extensions if ext.name.startswith("replaylog.engine.worker.")]
+        names = {path.removesuffix(".py").replace("/", ".") for path in NATIVE} | {f"{NATIVE_GROUP}__mypyc"}
+        native = [ext for ext in self.extensions if ext.name in names]
         built = [ext for ext in native if os.path.exists(self.get_ext_fullpath(ext.name))]
         if not native:
             return
-        directory = os.path.dirname(self.get_ext_fullpath(native[0].name))
+        directory = os.path.dirname(self.get_ext_fullpath(f"{NATIVE_GROUP}__mypyc"))
         manifest = os.path.join(directory, MANIFEST)
         if len(built) != len(native):
             # Some failed (optional): none is used, since the modules import the shared library.
@@ -74,7 +75,7 @@ class BuildExt(build_ext):
         lines = []
         for path in NATIVE:
             with open(path, "rb") as f:
-                lines.append(f"{os.path.basename(path)} {hashlib.sha256(f.read()).hexdigest()}\n")
+                lines.append(f"{path} {hashlib.sha256(f.read()).hexdigest()}\n")
         os.makedirs(directory, exist_ok=True)
         with open(manifest, "w", encoding="utf-8") as f:
             f.writelines(lines)

@@ -261,11 +261,11 @@ def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     from importlib.metadata import version
 
     from replaylog.engine.marks import writer_path
+    from replaylog.engine.native import compiled_path
     from replaylog.engine.store import sqlite_slot_path
-    from replaylog.engine.worker.native import worker_path
 
     click.echo(f"replaylog, version {version('replaylog')}\nSQLite store's slot path: {sqlite_slot_path()}\n"
-               f"in-flight mark writer: {writer_path()}\nworker's slot path: {worker_path()}")
+               f"in-flight mark writer: {writer_path()}\nper-slot modules (mypyc): {compiled_path()}")
     ctx.exit()
 
 

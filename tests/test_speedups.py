@@ -20,12 +20,11 @@ from typing import Any
 
 import pytest
 
-from replaylog.engine import marks
+from replaylog.engine import marks, native
 from replaylog.engine.core import CommandRecord
 from replaylog.engine.errors import StoreBusyError
 from replaylog.engine.store import Claim, PendingRecord, open_store
 from replaylog.engine.store.sqlite import speedups
-from replaylog.engine.worker import native
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILED = speedups.COMPILED
@@ -81,9 +80,9 @@ def test_version_says_which_path_the_slots_take() -> None:
         marks_expected = ("pure Python (REPLAYLOG_PURE_PYTHON is set)" if value
                           else "compiled" if marks.COMPILED is not None else "pure Python (the C file was not built")
         assert lines[2].startswith(f"in-flight mark writer: {marks_expected}"), out.stdout
-        worker_expected = ("pure Python (REPLAYLOG_PURE_PYTHON is set)" if value
-                           else "compiled" if native.worker_path() == "compiled" else "pure Python (")
-        assert lines[3].startswith(f"worker's slot path: {worker_expected}"), out.stdout
+        mypyc_expected = ("pure Python (REPLAYLOG_PURE_PYTHON is set)" if value
+                          else "compiled" if native.compiled_path() == "compiled" else "pure Python (")
+        assert lines[3].startswith(f"per-slot modules (mypyc): {mypyc_expected}"), out.stdout
 
 
 def _claim(store: Any) -> Claim:
@@ -289,7 +288,7 @@ def test_kept_bindings_write_what_each_call_passes(tmp_path: Path) -> None:
 def test_the_store_tests_pass_with_the_compiled_path_off(tmp_path: Path) -> None:
     # The fallback is what runs wherever the extensions could not be built: the store's own
     # tests (SQLite's half), the mark file's and the worker's, run again on it in a process of
-    # their own (the worker's modules from their sources: tests/test_native.py).
+    # their own (mypyc's modules from their sources: tests/test_native.py).
     env = {**os.environ, speedups.PURE_ENV: "1"}
     files = ["tests/test_store.py", "tests/test_parallel.py", "tests/test_fault_lease.py", "tests/test_value_cap.py",
              "tests/test_marks.py"]

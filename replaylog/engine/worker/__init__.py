@@ -9,15 +9,11 @@ epoch: a worker that lost its lease has its writes refused, so no slot is record
   file on this host.
 - `run.py`: `WorkflowRun`, one run of one claimed workflow (the Context's hooks).
 - `committer.py`: `Committer`, group commit by leader hand-off.
-- `native.py`: the two above compiled (mypyc) where the install could, and when their sources run instead.
+
+`run.py` and `committer.py` are compiled by mypyc where the install could (engine.native).
 """
 
-# Before run.py and committer.py are imported: their compiled modules, or their sources where those must run.
-from replaylog.engine.worker import native
-
-native.install()
-
-from replaylog.engine.worker.loop import DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, Worker  # noqa: E402
-from replaylog.engine.worker.run import WorkerStopping  # noqa: E402
+from replaylog.engine.worker.loop import DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, Worker
+from replaylog.engine.worker.run import WorkerStopping
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_LEASE_TTL", "Worker", "WorkerStopping"]

@@ -1,23 +1,26 @@
-"""The worker's compiled modules, optional: `run.py` and `committer.py` compiled by mypyc where the install could.
+"""The per-slot modules compiled by mypyc, optional: the worker's run and its committer.
 
-The per-slot glue between the replay core and the store (the run's `record` and
-`on_start`, the committer's lone-workflow path) is ~210 of the ~670 Python bytecodes a slot
-runs. setup.py compiles these two modules with mypyc, from these very sources, where mypy
-and a C compiler are at hand at install: callgrind, one workflow of 2,000 and 6,000 slots
-(`make bench-instructions`), 55,600 -> 50,800 CPU instructions a slot (docs/performance.md,
-"The compiled path").
+Between the replay core and the store, a slot ran ~210 of its ~670 Python bytecodes in the
+worker's run (`record`, `on_start`) and its committer's lone-workflow path. setup.py
+compiles those two modules with mypyc, from these very sources, where mypy and a C compiler
+are at hand at install (docs/performance.md, "The compiled path", has what it gains). The
+replay core is not compiled: compiled functions lose their docstrings, their frames (the
+workflow-thread guard and the traceback filter read them) and the engine's own one-line
+errors for bad arguments. Nor is the store's: its classes are mixins, which mypyc's native
+classes cannot be, and its commit fence compiled with the lone slot's statement in it saved ~200
+instructions a slot of ~5,000.
 
 A compiled module (`run.cpython-311-….so`) sits beside its source and Python's import
-prefers it. This module's finder, installed by the worker package before either is
-imported, loads the source instead where:
+prefers it. This module's finder, installed by the engine package before any of them is
+imported, loads the sources instead where:
 
 - REPLAYLOG_PURE_PYTHON is set (engine.compiled): the pure-Python path, as for the C files;
-- the source changed since it was compiled: setup.py records each source's SHA-256 beside
+- a source changed since it was compiled: setup.py records each source's SHA-256 beside
   the compiled modules (`_native_sources.txt`), and a source that no longer matches runs as
   it is now, never the older compiled code (an edit in a checkout installed with
   `pip install -e .` runs at once; the next install compiles it again).
 
-`worker_path()` says which path runs (`replaylog --version`).
+`compiled_path()` says which path runs (`replaylog --version`).
 """
 
 from __future__ import annotations
@@ -35,8 +38,12 @@ from replaylog.engine.compiled import PURE_ENV, pure_requested
 
 # The modules setup.py compiles (the same list, as paths, is there).
 MODULES = ("replaylog.engine.worker.run", "replaylog.engine.worker.committer")
-# Written by setup.py beside the compiled modules: "<file name> <SHA-256 of the source compiled>" a line.
+# Written by setup.py beside the shared library mypyc builds for them (in this package):
+# "<path from the package's parent> <SHA-256 of the source compiled>" a line.
 MANIFEST = "_native_sources.txt"
+# The folder holding the `replaylog` package.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_RECORD = os.path.join(_ROOT, "replaylog", "engine", MANIFEST)
 
 # Why a module was loaded from its source where a compiled one was built (for `--version`).
 _why: dict[str, str] = {}
@@ -52,9 +59,9 @@ def _compiled_beside(directory: str, leaf: str) -> bool:
                for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
-def _recorded(directory: str) -> dict[str, str]:
+def _recorded() -> dict[str, str]:
     try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+        with open(_RECORD, encoding="utf-8") as f:
             return dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
     except OSError:
         return {}
@@ -74,7 +81,7 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
                 continue
             if not _compiled_beside(directory, leaf):
                 return None  # nothing was compiled: the ordinary import loads the source
-            why = _sources_needed(directory)
+            why = _sources_needed()
             if why is None:
                 return None  # the ordinary import loads the compiled module
             _why[fullname] = why
@@ -82,23 +89,23 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-def _sources_needed(directory: str) -> str | None:
-    """Why the modules in `directory` must run from their sources, or None: the compiled ones may run.
+def _sources_needed() -> str | None:
+    """Why the compiled modules must not run, their sources instead, or None: they may run.
 
     One answer for all of them: a compiled module initialises the others of its build from
     the shared library, without an import, so none may run compiled if one may not.
     """
     if pure_requested():
         return f"{PURE_ENV} is set"
-    recorded = _recorded(directory)
+    recorded = _recorded()
     for name in MODULES:
-        leaf = name.rpartition(".")[2] + ".py"
+        path = name.replace(".", "/") + ".py"
         try:
-            changed = recorded.get(leaf) != _digest(os.path.join(directory, leaf))
+            changed = recorded.get(path) != _digest(os.path.join(_ROOT, path))
         except OSError:
             changed = True
         if changed:
-            return f"{leaf} changed since it was compiled: reinstall to compile it again"
+            return f"{path} changed since it was compiled: reinstall to compile it again"
     return None
 
 
@@ -106,15 +113,16 @@ _FINDER = _SourceFinder()
 
 
 def install() -> None:
-    """Put the finder first on `sys.meta_path`, once per process (the worker package does, before importing)."""
+    """Put the finder first on `sys.meta_path`, once per process (the engine package does, before any import)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)
 
 
-def worker_path() -> str:
-    """Which path the worker's per-slot modules take here: "compiled", or "pure Python (why)" (`--version`)."""
-    loaded = [sys.modules.get(name) for name in MODULES]
-    if all(m is not None and not (m.__file__ or "").endswith(".py") for m in loaded):
+def compiled_path() -> str:
+    """Which path the per-slot modules take here: "compiled", or "pure Python (why)" (`--version`)."""
+    for name in MODULES:
+        importlib.import_module(name)
+    if all(not (sys.modules[name].__file__ or "").endswith(".py") for name in MODULES):
         return "compiled"
     why = next((_why[name] for name in MODULES if name in _why), None)
     return f"pure Python ({why or 'not compiled at install: no mypy or no C compiler then'})"
