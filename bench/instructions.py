@@ -17,8 +17,9 @@ The core row is the Context alone (`Context.call_activity` live, each outcome ha
 `record` that does nothing): the part of a slot that is the engine's core, without the
 worker, the committer or the store (docs/performance.md, "The cost of a slot, by stage").
 
-The SQLite store's compiled path (engine.store.sqlite.speedups) is counted where it is
-built; `REPLAYLOG_PURE_PYTHON=1 python -m bench.instructions` counts the pure-Python path.
+The compiled paths (the SQLite store's, engine.store.sqlite.speedups; the mark writer's; the
+worker's modules compiled by mypyc, engine.native) are counted where they are built;
+`REPLAYLOG_PURE_PYTHON=1 python -m bench.instructions` counts the pure-Python path.
 
 The resume row is counted the same way on histories of 5N and 15N slots (10,000 and
 30,000 by default, built first outside valgrind): loading a history (`load_state`, what a
@@ -154,12 +155,13 @@ def measure(slots: int, kinds: tuple[str, ...] = KINDS + RESUME_KINDS) -> dict[s
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    from replaylog.engine import marks
+    from replaylog.engine import marks, native
     from replaylog.engine.store.sqlite import speedups
 
     # Which paths the children ran (they inherit this process's environment: REPLAYLOG_PURE_PYTHON).
     out: dict[str, Any] = {"slots": slots, "compiled": speedups.COMPILED is not None,
-                           "compiled_marks": marks.COMPILED is not None}
+                           "compiled_marks": marks.COMPILED is not None,
+                           "compiled_worker": native.compiled_path() == "compiled"}
     with tempfile.TemporaryDirectory(prefix="replaylog-instructions-") as tmp:
         resume = RESUME_FACTOR * slots
         if any(kind in RESUME_KINDS for kind in kinds):
@@ -198,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
           "off (not built, or REPLAYLOG_PURE_PYTHON set): the pure-Python path's figures")
     print("the compiled mark writer:", "on" if figures["compiled_marks"] else
           "off (not built, or REPLAYLOG_PURE_PYTHON set): the Python writer's figures")
+    print("the worker's modules compiled by mypyc:", "on" if figures["compiled_worker"] else
+          "off (not built, edited since, or REPLAYLOG_PURE_PYTHON set): their sources' figures")
     for kind in KINDS:
         what = "a commit" if kind == "floor" else "a slot (the Context alone)" if kind == "core" else "a slot"
         print(f"{kind:16s} {figures[kind]:>8,} instructions {what}")

@@ -202,6 +202,10 @@ def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> 
     figures = json.loads(out.read_text())
     assert figures["slots"] == 100 and isinstance(figures["compiled"], bool)
     assert isinstance(figures["compiled_marks"], bool)
+    # The bench says which path its children ran: the one a process of the same environment takes.
+    path = subprocess.run([sys.executable, "-c", "from replaylog.engine import native; print(native.compiled_path())"],
+                          cwd=ROOT, env=cli_env(), capture_output=True, text=True, check=True).stdout.strip()
+    assert figures["compiled_worker"] == (path == "compiled"), (figures, path)
     assert 10_000 < figures["floor"] < min(figures["engine"], figures["engine-no-marks"]), figures
     # The core row: the Context alone, a part of what the engine does a slot.
     assert 0 < figures["core"] < figures["engine-no-marks"], figures
