@@ -25,10 +25,8 @@ imported, loads the sources instead where:
 
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
+import importlib
 import importlib.machinery
-import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -50,6 +48,9 @@ _why: dict[str, str] = {}
 
 
 def _digest(path: str) -> str:
+    # Imported here: only a process that imports the worker pays for OpenSSL's (~3 ms), not `import replaylog`.
+    import hashlib
+
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
@@ -67,8 +68,12 @@ def _recorded() -> dict[str, str]:
         return {}
 
 
-class _SourceFinder(importlib.abc.MetaPathFinder):
-    """Loads a compiled module's source instead where it must (see the module's docstring); else leaves it."""
+class _SourceFinder:
+    """Loads a compiled module's source instead where it must (see the module's docstring); else leaves it.
+
+    A meta path finder (`find_spec` is all one needs); not derived from importlib.abc's, whose
+    import `import replaylog` would pay for.
+    """
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
@@ -85,6 +90,8 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
             if why is None:
                 return None  # the ordinary import loads the compiled module
             _why[fullname] = why
+            import importlib.util
+
             return importlib.util.spec_from_file_location(fullname, source)
         return None
 
