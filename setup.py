@@ -56,21 +56,25 @@ def _native_extensions() -> list[Extension]:
 class BuildExt(build_ext):
     """build_ext that records, beside mypyc's shared library, the sources its modules were compiled from."""
 
+    def build_extension(self, ext: Any) -> None:
+        super().build_extension(ext)  # raises if it failed (an optional one is then only warned of)
+        self._built.add(ext.name)
+
     def run(self) -> None:
+        self._built: set[str] = set()
         super().run()
         names = {path.removesuffix(".py").replace("/", ".") for path in NATIVE} | {f"{NATIVE_GROUP}__mypyc"}
         native = [ext for ext in self.extensions if ext.name in names]
-        built = [ext for ext in native if os.path.exists(self.get_ext_fullpath(ext.name))]
         if not native:
             return
         directory = os.path.dirname(self.get_ext_fullpath(f"{NATIVE_GROUP}__mypyc"))
         manifest = os.path.join(directory, MANIFEST)
-        if len(built) != len(native):
-            # Some failed (optional): none is used, since the modules import the shared library.
-            for ext in built:
-                os.remove(self.get_ext_fullpath(ext.name))
-            if os.path.exists(manifest):
-                os.remove(manifest)
+        if any(ext.name not in self._built for ext in native):
+            # One failed (they are optional): none may run, since the modules import the shared
+            # library, and no file of an earlier build may pass for this one's.
+            for path in [self.get_ext_fullpath(ext.name) for ext in native] + [manifest]:
+                if os.path.exists(path):
+                    os.remove(path)
             return
         lines = []
         for path in NATIVE:
