@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,12 @@ if TYPE_CHECKING:
     from pg_server import Databases, PGServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def can_build() -> bool:
+    """What setup.py needs for the compiled parts (the C files, mypyc's modules): a C compiler and Python's headers."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    return headers.exists() and any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
 
 
 def cli_env(**extra: str) -> dict[str, str]:

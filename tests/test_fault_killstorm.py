@@ -72,11 +72,12 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
         if store.count_workflows(status=("pending", "running")) < 16:
             _top_up(store, expected, rng, 24)
 
+    ledger = tmp / "ledger.jsonl"
+
     def at_work(pid: int, since: int) -> bool:
         keep_busy()  # the other workers may run out of work while this one imports
-        return _has_run(tmp / "ledger.jsonl", pid, since)
+        return _has_run(ledger, pid, since)
 
-    ledger = tmp / "ledger.jsonl"
     born: dict[int, int] = {}  # a worker's pid -> the ledger's size when it was started
     with reaping([WorkerProc(db, tmp / "logs", env, *args) for _ in range(workers)]) as procs:
         while len(killed) < kills_wanted:
@@ -131,15 +132,15 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
     store.close()
 
     runs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for line in read_jsonl(tmp / "ledger.jsonl"):
+    for line in read_jsonl(ledger):
         runs[(line["wid"], line["slot"])].append(line)
     assert set(runs) == set(recorded), "a run without a recorded slot, or a recorded slot that never ran"
     extra_by_process: dict[str, int] = defaultdict(int)
     duplicates = 0
     for key, proc in recorded.items():
-        procs = [r["proc"] for r in runs[key]]
+        ran_in = [r["proc"] for r in runs[key]]
         # The recorded run happened exactly once.
-        assert procs.count(proc) == 1, f"slot {key} ran {procs.count(proc)} times in the process that recorded it"
+        assert ran_in.count(proc) == 1, f"slot {key} ran {ran_in.count(proc)} times in the process that recorded it"
         others = [r for r in runs[key] if r["proc"] != proc]
         # Every other run was in flight in a process that was killed, once per process.
         pids = [r["pid"] for r in runs[key]]

@@ -12,12 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 import replaylog
+from conftest import can_build
 from replaylog.engine import native
 from replaylog.engine.compiled import PURE_ENV
 
@@ -30,11 +30,6 @@ _PROBE = ("import importlib, replaylog.engine.native as n;"
 ALL_SOURCES = ["True"] * len(native.MODULES)
 ALL_COMPILED = ["False"] * len(native.MODULES)
 
-
-def _can_build() -> bool:
-    """What setup.py needs to compile them: a C compiler and Python's headers (mypy is a build requirement)."""
-    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    return headers.exists() and any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
 
 
 def _probe(pythonpath: Path | None = None, pure: str = "") -> list[str]:
@@ -58,7 +53,7 @@ needs_built = pytest.mark.skipif(not RECORD.exists(), reason="the per-slot modul
 def test_the_per_slot_modules_are_compiled_where_a_compiler_is() -> None:
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         pytest.skip(f"{PURE_ENV} turns the compiled paths off in this run")
-    if not _can_build():
+    if not can_build():
         pytest.skip("no C compiler or no Python headers on this machine: the per-slot modules stay pure Python")
     # `make test` installs with mypy and a compiler: a build that silently fell back would
     # leave the compiled modules untested here.

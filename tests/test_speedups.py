@@ -10,16 +10,15 @@ from __future__ import annotations
 import gc
 import os
 import random
-import shutil
 import sqlite3
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import can_build
 from replaylog.engine import marks, native
 from replaylog.engine.core import CommandRecord
 from replaylog.engine.errors import StoreBusyError
@@ -29,11 +28,6 @@ from replaylog.engine.store.sqlite import speedups
 ROOT = Path(__file__).resolve().parent.parent
 COMPILED = speedups.COMPILED
 
-
-def _can_build() -> bool:
-    """A C compiler and Python's headers: what setup.py needs to build the compiled path."""
-    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    return headers.exists() and any(shutil.which(cc) for cc in ("cc", "gcc", "clang"))
 
 
 needs_compiled = pytest.mark.skipif(COMPILED is None, reason="the compiled path is not built or is turned off here")
@@ -53,7 +47,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
 def test_the_compiled_path_is_built_where_a_compiler_is() -> None:
     if os.environ.get(speedups.PURE_ENV, "") not in ("", "0"):
         pytest.skip(f"{speedups.PURE_ENV} turns the compiled path off in this run")
-    if not _can_build():
+    if not can_build():
         pytest.skip("no C compiler or no Python headers on this machine: the pure-Python path runs")
     # `make test` installs with a compiler present: a build that silently fell back would
     # leave every other test on the pure path and the compiled one untested.

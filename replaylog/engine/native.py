@@ -25,6 +25,7 @@ imported, loads the sources instead where:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import os
@@ -32,7 +33,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from replaylog.engine.compiled import PURE_ENV, pure_requested
+from replaylog.engine.compiled import PURE_ENV, path_name, pure_requested
 
 # The modules setup.py compiles (the same list, as paths, is there).
 MODULES = ("replaylog.engine.worker.run", "replaylog.engine.worker.committer")
@@ -42,10 +43,6 @@ MANIFEST = "_native_sources.txt"
 # The folder holding the `replaylog` package.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _RECORD = os.path.join(_ROOT, "replaylog", "engine", MANIFEST)
-
-# Why a module was loaded from its source where a compiled one was built (for `--version`).
-_why: dict[str, str] = {}
-
 
 def _digest(path: str) -> str:
     # Imported here: only a process that imports the worker pays for OpenSSL's (~3 ms), not `import replaylog`.
@@ -75,6 +72,9 @@ class _SourceFinder:
     import `import replaylog` would pay for.
     """
 
+    # Why it loaded the sources where compiled modules were built (for `--version`), if it did.
+    why: str | None = None
+
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MODULES or not path:
@@ -89,18 +89,20 @@ class _SourceFinder:
             why = _sources_needed()
             if why is None:
                 return None  # the ordinary import loads the compiled module
-            _why[fullname] = why
+            self.why = why
             import importlib.util
 
             return importlib.util.spec_from_file_location(fullname, source)
         return None
 
 
+@functools.cache
 def _sources_needed() -> str | None:
     """Why the compiled modules must not run, their sources instead, or None: they may run.
 
-    One answer for all of them: a compiled module initialises the others of its build from
-    the shared library, without an import, so none may run compiled if one may not.
+    One answer for all of them, worked out once per process: a compiled module initialises the
+    others of its build from the shared library, without an import, so none may run compiled
+    if one may not.
     """
     if pure_requested():
         return f"{PURE_ENV} is set"
@@ -127,9 +129,7 @@ def install() -> None:
 
 def compiled_path() -> str:
     """Which path the per-slot modules take here: "compiled", or "pure Python (why)" (`--version`)."""
-    for name in MODULES:
-        importlib.import_module(name)
-    if all(not (sys.modules[name].__file__ or "").endswith(".py") for name in MODULES):
-        return "compiled"
-    why = next((_why[name] for name in MODULES if name in _why), None)
-    return f"pure Python ({why or 'not compiled at install: no mypy or no C compiler then'})"
+    loaded = [importlib.import_module(name) for name in MODULES]
+    if any((module.__file__ or "").endswith(".py") for module in loaded):
+        return path_name(None, _FINDER.why or "not compiled at install: no mypy or no C compiler then")
+    return path_name(loaded[0], "")
