@@ -7,10 +7,10 @@ DEMO_DB ?= .demo/replaylog-demo.db
 
 .PHONY: demo demo-fresh test lint soak bench bench-smoke bench-instructions postgres postgres-stop clean
 
-# setup.py builds the optional compiled paths (the SQLite store's, the mark writer, the worker's
+# setup.py builds the optional compiled paths (the SQLite store's, the mark writer, the per-slot
 # modules compiled by mypyc): a change to their sources rebuilds them.
 $(STAMP): pyproject.toml setup.py replaylog/engine/store/sqlite/_speedups.c replaylog/engine/_marks.c \
-		replaylog/engine/worker/run.py replaylog/engine/worker/committer.py
+		replaylog/engine/cursor.py replaylog/engine/worker/run.py replaylog/engine/worker/committer.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "replaylog needs Python 3.11 or newer: run make PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -18,7 +18,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # The modules mypyc compiles (replaylog.engine.native.MODULES names the same ones).
-NATIVE = ["replaylog/engine/worker/run.py", "replaylog/engine/worker/committer.py"]
+NATIVE = ["replaylog/engine/cursor.py", "replaylog/engine/worker/run.py", "replaylog/engine/worker/committer.py"]
 # The shared library mypyc builds for them, inside the package (not a top-level module).
 NATIVE_GROUP = "replaylog.engine._native"
 # Beside the shared library: each source's SHA-256 as compiled (engine.native.MANIFEST).

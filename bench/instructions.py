@@ -18,7 +18,8 @@ The core row is the Context alone (`Context.call_activity` live, each outcome ha
 worker, the committer or the store (docs/performance.md, "The cost of a slot, by stage").
 
 The compiled paths (the SQLite store's, engine.store.sqlite.speedups; the mark writer's; the
-worker's modules compiled by mypyc, engine.native) are counted where they are built;
+per-slot modules compiled by mypyc, engine.native: the core's cursor, the worker's run and
+committer) are counted where they are built;
 `REPLAYLOG_PURE_PYTHON=1 python -m bench.instructions` counts the pure-Python path.
 
 The resume row is counted the same way on histories of 5N and 15N slots (10,000 and
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
           "off (not built, or REPLAYLOG_PURE_PYTHON set): the pure-Python path's figures")
     print("the compiled mark writer:", "on" if figures["compiled_marks"] else
           "off (not built, or REPLAYLOG_PURE_PYTHON set): the Python writer's figures")
-    print("the worker's modules compiled by mypyc:", "on" if figures["compiled_worker"] else
+    print("the per-slot modules compiled by mypyc:", "on" if figures["compiled_worker"] else
           "off (not built, edited since, or REPLAYLOG_PURE_PYTHON set): their sources' figures")
     for kind in KINDS:
         what = "a commit" if kind == "floor" else "a slot (the Context alone)" if kind == "core" else "a slot"

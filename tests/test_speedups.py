@@ -281,11 +281,12 @@ def test_kept_bindings_write_what_each_call_passes(tmp_path: Path) -> None:
 
 def test_the_store_tests_pass_with_the_compiled_path_off(tmp_path: Path) -> None:
     # The fallback is what runs wherever the extensions could not be built: the store's own
-    # tests (SQLite's half), the mark file's and the worker's, run again on it in a process of
-    # their own (mypyc's modules from their sources: tests/test_native.py).
+    # tests (SQLite's half), the mark file's, the worker's and the replay core's (its cursor,
+    # engine.cursor, from its source), run again on it in a process of their own (mypyc's
+    # modules from their sources: tests/test_native.py).
     env = {**os.environ, speedups.PURE_ENV: "1"}
     files = ["tests/test_store.py", "tests/test_parallel.py", "tests/test_fault_lease.py", "tests/test_value_cap.py",
-             "tests/test_marks.py"]
+             "tests/test_marks.py", "tests/test_core.py", "tests/test_arg_guard.py", "tests/test_tracebacks.py"]
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-k", "not postgresql",
          "--basetemp", str(tmp_path / "pure"), *files],

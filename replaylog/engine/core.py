@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar, overlo
 
 from replaylog.engine import thread_guard
 from replaylog.engine.attempt_watch import LocalTimed
+from replaylog.engine.cursor import DECLINED, Cursor, Handback
 from replaylog.engine.errors import (
     ActivityError,
     ActivityTimeout,
@@ -506,7 +507,7 @@ def current_activity() -> ActivityInfo:
     """The running activity's info; raises RuntimeError outside an activity."""
     ctx = _current_context.get()
     # A parallel task's, an async activity's and a timed attempt's are in their own context; else the context's.
-    running = _task_running.get() or (ctx._running if ctx is not None else None)
+    running = _task_running.get() or (ctx._c.running if ctx is not None else None)
     if ctx is None or running is None:
         raise RuntimeError("current_activity() called outside a running activity")
     slot, name, attempt = running
@@ -878,26 +879,29 @@ class Context:
     ) -> None:
         self._run_coroutine = run_coroutine or _await_here
         self._max_slots = max_slots
-        self._slot_cap = max_slots if max_slots is not None else math.inf  # one comparison per live slot
-        self._commands: Sequence[CommandRecord] = state.commands
-        self._history_len = len(state.commands)
-        self._signals = state.signals
-        self._workflow_id = workflow_id
-        self._activities = activities or {}
-        self._clock = clock
-        self._sleep = sleep
-        self._record = record
-        self._on_start = on_start
-        self._on_end = on_attempt_end
-        self._dry_run = dry_run
-        self._backoff = backoff
         priors = _priors(prior)
         # The activity outside a group that a live slot may meet is the latest one (a group's
         # tasks all ended before a later slot ran): compared by slot, one int per live activity.
         # The tasks of a group look theirs up by slot (`_priors`).
         self._priors = {p.slot: p for p in priors}
         self._prior = max(priors, key=lambda p: p.slot) if priors else Attempts(-1, 0)
-        self._prior_slot, self._prior_attempts = self._prior.slot, self._prior.attempts
+        self._prior_attempts = self._prior.attempts
+        # The state every slot reads and writes, and the commonest slot, compiled (engine.cursor):
+        # the cursor, the history, the sticky error (a divergence, or another error that leaves the
+        # cursor meaningless: workflow code that catches it cannot go on issuing commands), the
+        # callbacks, a cancel request (the reason, "" if none: the next live command records where
+        # it was delivered and raises WorkflowCancelled, once), and the new outcomes when no
+        # `record` takes them (the in-memory runner: a worker's run would otherwise hold every
+        # slot of a long workflow).
+        self._c = Cursor(
+            state.commands, activities or {}, record, on_start, on_attempt_end, dry_run,
+            max_slots if max_slots is not None else math.inf, self._prior.slot, cancel, _UNCHECKED, args_key,
+            new_record, CommandRecord, to_json_value)
+        self._signals = state.signals
+        self._workflow_id = workflow_id
+        self._clock = clock
+        self._sleep = sleep
+        self._backoff = backoff
         self._default_retry = retry
         self._durable_retry = durable_retry
         self._timed = timed
@@ -908,37 +912,63 @@ class Context:
         self.retry_waits: list[RetryWait] = []
         self._finished = finished
         self._parallel = parallel
-        self._group = False  # a parallel group's tasks are running
         # The slot of that group's first task, which names the group in the store (read by
         # the worker's `record` for the group's tasks); None outside a group.
         self.parallel_group: int | None = None
-        self._cmd_index = 0
-        self._running: tuple[int, str, int] | None = None  # (slot, name, attempt) while an activity runs
         self._signal_cursor: dict[str, int] = {}
         self._consumed: list[int] = []
-        # The new outcomes, kept only when no `record` callback takes them (the in-memory
-        # runner): a worker's run would otherwise hold every slot of a long workflow.
-        self.new_commands: list[CommandRecord] = []
-        # A divergence (or another error that leaves the cursor meaningless) is sticky:
-        # workflow code that catches it cannot go on issuing commands.
-        self.fatal: ReplaylogError | None = None
         # "kind:name" of every command issued, replayed or not: kept in dry runs only.
         self.issued: list[str] = []
-        self.replayed_commands = 0
-        self.executed_commands = 0
         # A BaseException that is not the engine's own (KeyboardInterrupt, SystemExit, …)
         # raised by an activity, and where: the run is interrupted, not failed, even if
         # workflow code catches it (`execute` raises it again).
         self.interrupted: BaseException | None = None
         self.interrupted_in = ""
-        # An operator asked to cancel (the reason, "" if none): the next live command
-        # records where it was delivered and raises WorkflowCancelled, once.
-        self.cancel_requested: str | None = cancel
-        self.cancel_delivered = False
         self._logger: WorkflowLog | None = None  # made when the code first asks for it
         # The traceback of each activity failure this run recorded, by slot: set before the
         # failed record is handed to `record`, which may take it (the worker stores it beside it).
         self.tracebacks: dict[int, str] = {}
+
+    # What the worker, the async loop, the thread guard and dry runs read and set of the cursor's state.
+
+    @property
+    def fatal(self) -> ReplaylogError | None:
+        """The run's sticky error: once set, every later command raises it again."""
+        return self._c.fatal
+
+    @fatal.setter
+    def fatal(self, error: ReplaylogError | None) -> None:
+        self._c.fatal = error
+
+    @property
+    def cancel_requested(self) -> str | None:
+        """An operator's cancel request known to this run (its reason, "" if none given), or None."""
+        return self._c.cancel_requested
+
+    @cancel_requested.setter
+    def cancel_requested(self, reason: str | None) -> None:
+        self._c.cancel_requested = reason
+
+    @property
+    def cancel_delivered(self) -> bool:
+        """Whether the cancel request was delivered (raised in workflow code) in this run."""
+        return self._c.cancel_delivered
+
+    @property
+    def executed_commands(self) -> int:
+        """How many slots this run executed live."""
+        return self._c.executed
+
+    @property
+    def replayed_commands(self) -> int:
+        """How many slots this run replayed from history."""
+        return self._c.replayed
+
+    @property
+    def new_commands(self) -> list[CommandRecord]:
+        """The new outcomes, when no `record` callback took them (the in-memory runner)."""
+        commands: list[CommandRecord] = self._c.new_commands
+        return commands
 
     @property
     def workflow_id(self) -> str:
@@ -953,7 +983,7 @@ class Context:
         takes no slot, so code between the last recorded slot and a wait that blocked an
         earlier run runs again, live, on the resumption. A dry run (`replaylog check`) is all replay.
         """
-        return self._dry_run or self._cmd_index < self._history_len
+        return self._c.dry_run or self._c.index < self._c.history_len
 
     @property
     def logger(self) -> WorkflowLog:
@@ -961,35 +991,35 @@ class Context:
         `is_replaying`: a line is written once, when the code reaches it live. Each record carries
         the workflow id (`record.workflow_id`) and the slot its next command takes (`record.slot`)."""
         if self._logger is None:
-            self._logger = WorkflowLog(self._workflow_id, lambda: self.is_replaying, lambda: self._cmd_index)
+            self._logger = WorkflowLog(self._workflow_id, lambda: self.is_replaying, lambda: self._c.index)
         return self._logger
 
     # -- the guard
 
     def _guard(self, slot: int, kind: str, name: str) -> CommandRecord | None:
         """Return the recorded slot to replay, None to execute live; raise on divergence."""
-        if self._dry_run:
+        if self._c.dry_run:
             self.issued.append(f"{kind}:{name}")
-        if self.fatal is not None:
+        if self._c.fatal is not None:
             # Code caught the first fatal error and went on: stop it again.
-            raise self.fatal
-        if slot >= self._history_len:
-            if self._dry_run:
+            raise self._c.fatal
+        if slot >= self._c.history_len:
+            if self._c.dry_run:
                 raise DryRunStop(slot, f"{kind}:{name}")
             if self._max_slots is not None and slot >= self._max_slots:
-                self.fatal = HistoryTooLongError(
+                self._c.fatal = HistoryTooLongError(
                     f"workflow {self._workflow_id!r} reached the cap of {self._max_slots} slots in one history"
                     f" (at {kind}:{name}): call ctx.continue_as_new(input) to go on in a fresh history")
-                raise self.fatal
+                raise self._c.fatal
             return None
-        rec = self._commands[slot]
+        rec: CommandRecord = self._c.commands[slot]
         if rec.kind != kind or rec.name != name:
             issued = f"{kind}:{name}"
             if rec.kind == CANCEL and rec.name == issued:
-                self.replayed_commands += 1
-                self.cancel_delivered = True
+                self._c.replayed += 1
+                self._c.cancel_delivered = True
                 raise WorkflowCancelled(rec.value or "")
-            self.fatal = NonDeterministicError(
+            self._c.fatal = NonDeterministicError(
                 Diagnostic(
                     slot=slot,
                     recorded=rec.label,
@@ -1000,14 +1030,14 @@ class Context:
                     ),
                 )
             )
-            raise self.fatal
+            raise self._c.fatal
         return rec
 
     def _append(self, slot: int, rec: CommandRecord) -> None:
-        if self._record is not None:
-            self._record(slot, rec)
+        if self._c.record is not None:
+            self._c.record(slot, rec)
         else:
-            self.new_commands.append(rec)
+            self._c.new_commands.append(rec)
 
     def _cancelled_here(self, label: str) -> None:
         """Where the code would block (a wait, a sleep): raise a cancel delivered or requested here.
@@ -1016,25 +1046,25 @@ class Context:
         whatever arrived or came due since. Live, a request not yet delivered is recorded
         here and raised.
         """
-        slot = self._cmd_index
-        if slot < self._history_len:
-            rec = self._commands[slot]
+        slot = self._c.index
+        if slot < self._c.history_len:
+            rec = self._c.commands[slot]
             if rec.kind == CANCEL and rec.name == label:
-                self._cmd_index = slot + 1
-                self.replayed_commands += 1
-                self.cancel_delivered = True
-                if self._dry_run:
+                self._c.index = slot + 1
+                self._c.replayed += 1
+                self._c.cancel_delivered = True
+                if self._c.dry_run:
                     self.issued.append(rec.label)
                 raise WorkflowCancelled(rec.value or "")
-        elif self.cancel_requested is not None and not self.cancel_delivered and not self._dry_run:
-            self._cmd_index = slot + 1
+        elif self._c.cancel_requested is not None and not self._c.cancel_delivered and not self._c.dry_run:
+            self._c.index = slot + 1
             self._deliver_cancel(slot, label)
 
     def _deliver_cancel(self, slot: int, issued: str) -> None:
         """Record that the cancel request is delivered at `slot`, instead of `issued`, and raise it."""
-        reason = self.cancel_requested or ""
-        self.cancel_delivered = True
-        self.executed_commands += 1
+        reason = self._c.cancel_requested or ""
+        self._c.cancel_delivered = True
+        self._c.executed += 1
         self._append(slot, CommandRecord(CANCEL, issued, True, reason, None, 1))
         raise WorkflowCancelled(reason)
 
@@ -1068,31 +1098,18 @@ class Context:
             TypeError: both `retry` and `max_retries` are given, or `retry` is no RetryPolicy
                 (nothing is recorded). ValueError: a timeout is not a positive number of seconds.
         """
-        # The commonest call (an @activity function, no options) is spelled out below without
-        # the three helper calls it would make (registered_name, _policy, _limits), on every
-        # slot, live or replayed: ~1,400 CPU instructions a slot fewer (bench.instructions'
-        # core row, 17,900 -> 16,400; its resume replay, 11,000 -> 9,500).
+        if retry is None and max_retries is None and timeout is None and heartbeat_timeout is None:
+            # The commonest slot (no options; replayed, or a live first attempt) on the compiled
+            # cursor (engine.cursor); what it declines runs below, as does the rest of an attempt
+            # it hands back.
+            value = self._c.activity(fn_or_name, args, kwargs)
+            if value is not DECLINED:
+                return self._finish_handback(value, args, kwargs) if type(value) is Handback else value
         if isinstance(fn_or_name, str):
-            name, fn = fn_or_name, self._activities.get(fn_or_name)
+            name, fn = fn_or_name, self._c.activities.get(fn_or_name)
         else:
             name, fn = getattr(fn_or_name, "_replaylog_name", None) or fn_or_name.__name__, fn_or_name
-        slot = self._cmd_index
-        # A replayed slot of the commonest call: the guard's comparisons inline, no policy looked
-        # up (only a live attempt uses it): ~1,700 instructions a slot replayed fewer
-        # (bench.instructions' resume replay). Anything else (a divergence, a cancel, a dry run,
-        # options to check) takes the full path below.
-        if (slot < self._history_len and self.fatal is None and not self._dry_run and retry is None
-                and max_retries is None and timeout is None and heartbeat_timeout is None):
-            done = self._commands[slot]
-            if done.kind == _ACTIVITY and done.name == name:
-                self._cmd_index = slot + 1
-                if done.args is not None and fn not in _UNCHECKED and done.args != (
-                        f"[{args[0]}]" if len(args) == 1 and not kwargs and type(args[0]) is int else None):
-                    self._guard_args(slot, name, done.args, args, kwargs)
-                self.replayed_commands += 1
-                if done.ok:
-                    return done.value
-                raise ActivityError(slot, name, done.error or "", done.attempts)
+        slot = self._c.index
         if retry is None and max_retries is None:
             policy = (_POLICIES.get(fn) if fn is not None else None) or self._default_retry
             attempts = 3 if policy is None else policy.max_attempts
@@ -1100,31 +1117,38 @@ class Context:
             attempts, policy = self._policy(fn, max_retries, retry, "call_activity")
         limits = None if timeout is None and heartbeat_timeout is None else _limits(
             timeout, heartbeat_timeout, "call_activity")
-        self._cmd_index = slot + 1
+        self._c.index = slot + 1
         checked = fn not in _UNCHECKED
         # args_key's commonest case (one int) without a call, once per slot, replayed or live.
         key = f"[{args[0]}]" if checked and len(args) == 1 and not kwargs and type(args[0]) is int else None
         # A live slot of a healthy run needs none of the guard: past history, no dry run, under the cap.
-        if slot < self._history_len or self._dry_run or self.fatal is not None or slot >= self._slot_cap:
+        if slot < self._c.history_len or self._c.dry_run or self._c.fatal is not None or slot >= self._c.slot_cap:
             rec = self._guard(slot, _ACTIVITY, name)
             if rec is not None:
                 if rec.args is not None and checked and rec.args != key:
                     self._guard_args(slot, name, rec.args, args, kwargs)
-                self.replayed_commands += 1
+                self._c.replayed += 1
                 if rec.ok:
                     return rec.value
                 raise ActivityError(slot, name, rec.error or "", rec.attempts)
-        if self.cancel_requested is not None and not self.cancel_delivered:
+        if self._c.cancel_requested is not None and not self._c.cancel_delivered:
             self._deliver_cancel(slot, f"activity:{name}")
         if fn is None:
-            self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
-            raise self.fatal
+            self._c.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
+            raise self._c.fatal
         if checked and key is None:
             try:
                 key = args_key(args, kwargs)
             except (TypeError, ValueError, RecursionError):
                 self._args_key(slot, name, args, kwargs)  # raises the fatal ValueNotJSONError
         return self._run_activity(slot, name, fn, key, attempts, policy, args, kwargs, limits)
+
+    def _finish_handback(self, back: Handback, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """Go on with a live first attempt the cursor ran (`Cursor.activity`): it raised, or returned a coroutine."""
+        fn = back.fn
+        policy = _POLICIES.get(fn) or self._default_retry
+        attempts = 3 if policy is None else policy.max_attempts
+        return self._run_activity(back.slot, back.name, fn, back.key, attempts, policy, args, kwargs, handback=back)
 
     def _policy(self, fn: Callable[..., Any] | None, max_retries: int | None, retry: RetryPolicy | None,
                 where: str) -> tuple[int, RetryPolicy | None]:
@@ -1151,12 +1175,12 @@ class Context:
             return args_key(args, kwargs)
         except (TypeError, ValueError, RecursionError) as exc:
             bad = next((a for a in (*args, *kwargs.values()) if _not_json(a)), args)
-            self.fatal = ValueNotJSONError(
+            self._c.fatal = ValueNotJSONError(
                 f"slot {slot}: an argument of activity {name!r} is of type {_type_path(bad, exc)}, which JSON "
                 "cannot hold (the argument guard records the arguments; use @activity(check_args=False) "
                 "to opt out)"
             )
-            raise self.fatal from None
+            raise self._c.fatal from None
 
     def _guard_args(self, slot: int, name: str, recorded: str, args: tuple[Any, ...],
                     kwargs: Mapping[str, Any]) -> None:
@@ -1168,7 +1192,7 @@ class Context:
         if live == recorded:
             return
         label = f"activity:{name}"
-        self.fatal = NonDeterministicError(
+        self._c.fatal = NonDeterministicError(
             Diagnostic(
                 slot=slot,
                 recorded=f"{label} {show_args(recorded)}",
@@ -1179,19 +1203,21 @@ class Context:
                 ),
             )
         )
-        raise self.fatal
+        raise self._c.fatal
 
     def _run_activity(self, slot: int, name: str, fn: Callable[..., Any], key: str | None, attempts: int,
                       policy: RetryPolicy | None, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                       limits: tuple[float | None, float | None] | None = None,
-                      task_prior: Attempts | None = None) -> Any:
+                      task_prior: Attempts | None = None, handback: Handback | None = None) -> Any:
         """The live branch of an activity slot: its attempts, then its outcome recorded.
 
-        `task_prior` is what earlier runs left of a parallel group's task at `slot`, if anything.
+        `task_prior` is what earlier runs left of a parallel group's task at `slot`, if anything;
+        `handback` the first attempt the cursor ran (counted and marked started already).
         """
-        self.executed_commands += 1
         first = 1
-        if slot == self._prior_slot or task_prior is not None:
+        if handback is None:
+            self._c.executed += 1
+        if slot == self._c.prior_slot or task_prior is not None:
             # Earlier runs started this activity and recorded nothing: their attempts count.
             prior = task_prior or self._prior
             done = prior.attempts
@@ -1209,23 +1235,36 @@ class Context:
                 self._append(slot, CommandRecord(_ACTIVITY, name, False, None, error, done, key))
                 raise ActivityError(slot, name, error, done)
             first = done + 1
-            if prior.retry_at is not None and (self._durable_retry or not self._group) and (
+            if prior.retry_at is not None and (self._durable_retry or not self._c.group) and (
                     float(self._clock()) < prior.retry_at):
                 # Woken before the next attempt's time (a run handed back, or a task of a group
                 # whose other tasks' waits ended first): wait on.
                 raise self._retry_later(slot, name, done, prior.error or "", prior.retry_at)
         last_error = ""
         last_exc: Exception | None = None
-        on_start, on_end = self._on_start, self._on_end
+        on_start, on_end = self._c.on_start, self._c.on_end
         for attempt in range(first, attempts + 1):
-            if on_start is not None:
-                on_start(slot, name, attempt)
-            if self._group:
-                _task_running.set((slot, name, attempt))
-            else:
-                self._running = (slot, name, attempt)
+            if handback is None:
+                if on_start is not None:
+                    on_start(slot, name, attempt)
+                if self._c.group:
+                    _task_running.set((slot, name, attempt))
+                else:
+                    self._c.running = (slot, name, attempt)
             try:
-                if limits is not None:
+                if handback is not None:
+                    back, handback = handback, None
+                    if back.raised is not None:
+                        raise back.raised  # handled below as any attempt's failure
+                    value = back.started  # a coroutine
+                    if is_async(fn):
+                        self._c.running = (slot, name, attempt)
+                        token = _task_running.set((slot, name, attempt))
+                        try:
+                            value = self._run_coroutine(value, slot, attempt)
+                        finally:
+                            _task_running.reset(token)
+                elif limits is not None:
                     value = self._timed_attempt(fn, args, kwargs, slot, name, attempt, limits)
                 else:
                     value = fn(*args, **kwargs) if kwargs else fn(*args)
@@ -1253,31 +1292,31 @@ class Context:
                     # and any later command raises again (workflow code may catch this).
                     self.interrupted = exc
                     self.interrupted_in = f"activity {name!r} at slot {slot} (attempt {attempt} of {attempts})"
-                    self.fatal = _Interrupted(self.interrupted_in)
+                    self._c.fatal = _Interrupted(self.interrupted_in)
                 raise
             finally:
-                self._running = None
+                self._c.running = None
             if on_end is not None:
                 on_end(slot, name, attempt, None)
             if value is not None and type(value) not in _PLAIN_JSON:
                 if type(value) is CoroutineType:
                     value.close()  # never awaited: nothing of it ran
-                    self.fatal = ValueNotJSONError(
+                    self._c.fatal = ValueNotJSONError(
                         f"slot {slot}: activity {name!r} is a plain function that returned a coroutine, which "
                         "JSON cannot hold: declare it `async def` so that the worker awaits it")
-                    raise self.fatal
+                    raise self._c.fatal
                 try:
                     value = to_json_value(value, f"slot {slot}: the value activity {name!r} returned")
                 except ValueNotJSONError as exc:
-                    self.fatal = exc
+                    self._c.fatal = exc
                     raise
             # _append inline: once per live slot, a Python call fewer (~500 CPU instructions).
             rec = new_record(CommandRecord, (_ACTIVITY, name, True, value, None, attempt, key))
-            record = self._record
+            record = self._c.record
             if record is not None:
                 record(slot, rec)
             else:
-                self.new_commands.append(rec)
+                self._c.new_commands.append(rec)
             return value
         shown = None if last_exc is None else user_traceback(last_exc)
         if shown is not None:
@@ -1400,22 +1439,22 @@ class Context:
                 raise TypeError(f"parallel(): task {i} is a {type(t).__name__}, not a ctx.task(...)")
         if type(max_concurrency) is not int or max_concurrency < 1:
             raise ValueError(f"parallel(): max_concurrency must be a positive int, not {max_concurrency!r}")
-        base = self._cmd_index
+        base = self._c.index
         self._group_cancel(tasks[0])
-        self._cmd_index = base + len(tasks)
+        self._c.index = base + len(tasks)
         outcomes: list[Any] = [None] * len(tasks)
         live: list[tuple[int, int, str, Callable[..., Any], str | None, Task]] = []
         for i, t in enumerate(tasks):
             slot = base + i
             if isinstance(t.fn_or_name, str):
-                name, fn = t.fn_or_name, self._activities.get(t.fn_or_name)
+                name, fn = t.fn_or_name, self._c.activities.get(t.fn_or_name)
             else:
                 name, fn = registered_name(t.fn_or_name), t.fn_or_name
             checked = fn not in _UNCHECKED
-            hole = slot < self._history_len and self._commands[slot] is HOLE
+            hole = slot < self._c.history_len and self._c.commands[slot] is HOLE
             rec = None
             if hole:
-                if self._dry_run:
+                if self._c.dry_run:
                     self.issued.append(f"activity:{name}")
                     raise DryRunStop(slot, f"activity:{name}")
             else:
@@ -1423,12 +1462,12 @@ class Context:
             if rec is not None:
                 if rec.args is not None and checked:
                     self._guard_args(slot, name, rec.args, t.args, t.kwargs)
-                self.replayed_commands += 1
+                self._c.replayed += 1
                 outcomes[i] = rec.value if rec.ok else ActivityError(slot, name, rec.error or "", rec.attempts)
                 continue
             if fn is None:
-                self.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
-                raise self.fatal
+                self._c.fatal = UnknownActivityError(f"slot {slot}: unknown activity {name!r}")
+                raise self._c.fatal
             live.append((i, slot, name, fn, self._args_key(slot, name, t.args, t.kwargs) if checked else None, t))
         if live:
             self._run_group(base, live, outcomes, max_concurrency)
@@ -1451,7 +1490,7 @@ class Context:
                    outcomes: list[Any], max_concurrency: int) -> None:
         """Run the live tasks of the group whose first slot is `base`; re-raise the first that did not end
         in an outcome."""
-        self.executed_commands += len(live)
+        self._c.executed += len(live)
         raised: list[tuple[int, BaseException]] = []
 
         def thunk(i: int, slot: int, name: str, fn: Callable[..., Any], key: str | None, t: Task) -> None:
@@ -1466,17 +1505,17 @@ class Context:
 
         priors = self._priors
         hooks = self._parallel
-        runner, record, on_start = (_one_by_one, self._record, self._on_start) if hooks is None else (
+        runner, record, on_start = (_one_by_one, self._c.record, self._c.on_start) if hooks is None else (
             hooks.run, hooks.record, hooks.on_start)
         # Each task runs in its own copy of this context (current_activity, _task_running).
         thunks = [functools.partial(contextvars.copy_context().run, thunk, *item) for item in live]
-        saved = self._record, self._on_start
-        self._record, self._on_start, self._group, self.parallel_group = record, on_start, True, base
+        saved = self._c.record, self._c.on_start
+        self._c.record, self._c.on_start, self._c.group, self.parallel_group = record, on_start, True, base
         try:
             runner(thunks, max_concurrency)
         finally:
-            self._record, self._on_start = saved
-            self._group, self.parallel_group = False, None
+            self._c.record, self._c.on_start = saved
+            self._c.group, self.parallel_group = False, None
         if raised:
             raised.sort(key=lambda r: r[0])
             stop = next((exc for _, exc in raised if not (isinstance(exc, WorkflowBlocked) and exc.name == RETRY)),
@@ -1519,21 +1558,21 @@ class Context:
         The store starts the child in the transaction that records the slot; a refusal of
         its id is recorded too (DuplicateWorkflowIdError, raised again on every replay).
         """
-        slot = self._cmd_index
-        self._cmd_index = slot + 1
+        slot = self._c.index
+        self._c.index = slot + 1
         rec = self._guard(slot, kind, name)
         if rec is not None:
             if rec.args is not None:
                 self._guard_args(slot, name, rec.args, (input,), {})
-            self.replayed_commands += 1
+            self._c.replayed += 1
             if not rec.ok:
                 raise DuplicateWorkflowIdError(rec.error or "")
             return str(rec.value["id"])
-        if kind != _CHILD and self.cancel_requested is not None and not self.cancel_delivered:
+        if kind != _CHILD and self._c.cancel_requested is not None and not self._c.cancel_delivered:
             self._deliver_cancel(slot, f"{kind}:{name}")
         child_id = self._child_id(slot, id)
         input = to_json_value(input, f"slot {slot}: the input of child workflow {name!r}")
-        self.executed_commands += 1
+        self._c.executed += 1
         key = args_key((input,), {})
         try:
             self._append(slot, CommandRecord(kind, name, True, {"id": child_id, "input": input, **extra}, None, 1, key))
@@ -1543,7 +1582,7 @@ class Context:
             self._append(slot, CommandRecord(kind, name, False, None, str(exc), 1, key))
             raise
         except ReplaylogError as exc:  # an unknown workflow name: nothing was recorded
-            self.fatal = exc
+            self._c.fatal = exc
             raise
         return child_id
 
@@ -1573,22 +1612,22 @@ class Context:
 
     def _child_result(self, child: ChildHandle) -> Any:
         """`ChildHandle.result()`: a slot that holds the child's outcome once it has arrived."""
-        slot = self._cmd_index
-        self._cmd_index = slot + 1
+        slot = self._c.index
+        self._c.index = slot + 1
         label = CHILD_PREFIX + child.id
         rec = self._guard(slot, _CHILD_RESULT, child.id)
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
             self._next_signal(label)  # the outcome's signal, consumed as when the slot was recorded
             outcome = rec.value
         else:
-            self._cmd_index = slot
+            self._c.index = slot
             self._cancelled_here(f"{_CHILD_RESULT}:{child.id}")  # a cancel ends the wait, recorded here
             outcome = self._next_signal(label)
             if outcome is _NONE:
                 raise WorkflowBlocked(label)
-            self._cmd_index = slot + 1
-            self.executed_commands += 1
+            self._c.index = slot + 1
+            self._c.executed += 1
             self._append(slot, CommandRecord(_CHILD_RESULT, child.id, True, outcome))
         if outcome.get("ok"):
             return outcome.get("result")
@@ -1637,15 +1676,15 @@ class Context:
             raise ValueError(f"request_approval(): the action must be a non-empty str, not {action!r}")
         if timeout is not None:
             _seconds(timeout, f"ctx.request_approval({action!r}, timeout=...)")  # refused before the slot
-        slot = self._cmd_index
-        self._cmd_index = slot + 1
+        slot = self._c.index
+        self._c.index = slot + 1
         rid = approval_request_id(slot)
         rec = self._guard(slot, _APPROVAL, action)
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
         else:
             details = to_json_value(details, f"slot {slot}: the details of approval {action!r}")
-            self.executed_commands += 1
+            self._c.executed += 1
             self._append(slot, CommandRecord(_APPROVAL, action, True,
                                              {"request": rid, "action": action, "details": details}))
         answer: dict[str, Any] = self._wait_signal(APPROVAL_PREFIX + rid, timeout)
@@ -1653,29 +1692,29 @@ class Context:
 
     def now(self) -> float:
         """A recorded clock read: the live clock once, the recorded value on every replay."""
-        slot = self._cmd_index
-        self._cmd_index += 1
+        slot = self._c.index
+        self._c.index += 1
         rec = self._guard(slot, _NOW, "now")
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
             recorded: float = rec.value  # a now() slot always holds the float it recorded
             return recorded
-        if self.cancel_requested is not None and not self.cancel_delivered:
+        if self._c.cancel_requested is not None and not self._c.cancel_delivered:
             self._deliver_cancel(slot, "now:now")
-        self.executed_commands += 1
+        self._c.executed += 1
         value = float(self._clock())
         self._append(slot, new_record(CommandRecord, (_NOW, "now", True, value, None, 1, None)))
         return value
 
     def _recorded(self, kind: str, name: str, make: Callable[[], Any]) -> Any:
         """A command whose value is made once, live, and replayed from its slot ever after."""
-        slot = self._cmd_index
-        self._cmd_index += 1
+        slot = self._c.index
+        self._c.index += 1
         rec = self._guard(slot, kind, name)
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
             return rec.value
-        self.executed_commands += 1
+        self._c.executed += 1
         value = make()
         self._append(slot, new_record(CommandRecord, (kind, name, True, value, None, 1, None)))
         return value
@@ -1717,15 +1756,15 @@ class Context:
         ChildWorkflowClosedError: the refusal is recorded in the slot and raised, and a replay
         raises `refusal(its text)` again.
         """
-        slot = self._cmd_index
-        self._cmd_index = slot + 1
+        slot = self._c.index
+        self._c.index = slot + 1
         rec = self._guard(slot, kind, name)
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
             if not rec.ok and refusal is not None:
                 raise refusal(rec.error or "")
             return
-        if self.cancel_requested is not None and not self.cancel_delivered:
+        if self._c.cancel_requested is not None and not self._c.cancel_delivered:
             self._deliver_cancel(slot, f"{kind}:{name}")
         try:
             value = to_json_value(value, f"slot {slot}: {what}")
@@ -1735,14 +1774,14 @@ class Context:
                 raise
             # Whether the child still runs depends on it, not on history: the refusal is recorded.
             self._append(slot, CommandRecord(kind, name, False, None, str(exc), 1, key))
-            self.executed_commands += 1
+            self._c.executed += 1
             raise
         except ReplaylogError:
             # Nothing was recorded (JSON cannot hold the value, or it is over the cap): the
             # slot stays free, so code that catches the error records its next command there.
-            self._cmd_index = slot
+            self._c.index = slot
             raise
-        self.executed_commands += 1
+        self._c.executed += 1
 
     def upsert_search_attributes(self, attributes: Mapping[str, str | int | float | bool | None]) -> None:
         """Set search attributes of this workflow, by which operators find it (`list --attr customer=c-42`).
@@ -1793,17 +1832,17 @@ class Context:
         self._timer(lambda _now: wake_at)
 
     def _timer(self, wake_from: Callable[[float], float]) -> None:
-        slot = self._cmd_index
-        self._cmd_index += 1
+        slot = self._c.index
+        self._c.index += 1
         rec = self._guard(slot, TIMER, "sleep")
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
             wake_at = float(rec.value)
             self._cancelled_here("timer:sleep")  # a cancel ends a sleep
             if not self._passed(slot, wake_at):
                 raise WorkflowBlocked(TIMER, wake_at)
             return
-        self.executed_commands += 1
+        self._c.executed += 1
         now = float(self._clock())
         wake_at = float(wake_from(now))
         self._append(slot, new_record(CommandRecord, (TIMER, "sleep", True, wake_at, None, 1, None)))
@@ -1818,9 +1857,9 @@ class Context:
         history reads none); at the end of history the clock decides, and a dry run, which
         reads no clock, knows only that a finished workflow's timers all fired.
         """
-        if slot + 1 < self._history_len:
+        if slot + 1 < self._c.history_len:
             return True
-        if self._dry_run:
+        if self._c.dry_run:
             return self._finished
         return float(self._clock()) >= wake_at
 
@@ -1856,24 +1895,24 @@ class Context:
                 raise WorkflowBlocked(name)
             return payload
         seconds = _seconds(timeout, f"ctx.wait_signal({name!r}, timeout=...)")
-        slot = self._cmd_index
-        self._cmd_index += 1
+        slot = self._c.index
+        self._c.index += 1
         rec = self._guard(slot, _DEADLINE, name)
         now: float | None = None
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
             deadline = float(rec.value)
-            after = self._commands[slot + 1] if slot + 1 < self._history_len else None
+            after = self._c.commands[slot + 1] if slot + 1 < self._c.history_len else None
             self._cancelled_here(f"signal:{name}")  # a cancel delivered at this wait, before any timeout
             if after is not None and after.kind == _TIMEOUT and after.name == name:
                 # Decided before: time ran out, whatever signals arrived since.
-                self._cmd_index += 1
-                self.replayed_commands += 1
-                if self._dry_run:
+                self._c.index += 1
+                self._c.replayed += 1
+                if self._c.dry_run:
                     self.issued.append(after.label)
                 raise SignalTimeout(name, deadline, slot)
         else:
-            self.executed_commands += 1
+            self._c.executed += 1
             now = float(self._clock())
             deadline = now + seconds
             self._append(slot, new_record(CommandRecord, (_DEADLINE, name, True, deadline, None, 1, None)))
@@ -1881,21 +1920,21 @@ class Context:
         payload = self._next_signal(name)
         if payload is not _NONE:
             return payload
-        if slot + 1 < self._history_len:
+        if slot + 1 < self._c.history_len:
             # History went on past this wait, and neither with a signal nor with a timeout:
             # the guard names the slot the code now disagrees with.
-            self._cmd_index += 1
+            self._c.index += 1
             self._guard(slot + 1, _TIMEOUT, name)
-        if self._dry_run and not self._finished:
+        if self._c.dry_run and not self._finished:
             raise WorkflowBlocked(name, deadline)  # a dry run reads no clock
         if now is None:
-            now = float(self._clock()) if not self._dry_run else math.inf
+            now = float(self._clock()) if not self._c.dry_run else math.inf
         if now < deadline:
             raise WorkflowBlocked(name, deadline)
-        tslot = self._cmd_index
-        self._cmd_index += 1
+        tslot = self._c.index
+        self._c.index += 1
         self._guard(tslot, _TIMEOUT, name)  # a dry run stops here: the timeout would be recorded live
-        self.executed_commands += 1
+        self._c.executed += 1
         self._append(tslot, new_record(CommandRecord, (_TIMEOUT, name, True, now, None, 1, None)))
         raise SignalTimeout(name, deadline, slot)
 
@@ -1929,15 +1968,15 @@ class Context:
                 new run is started.
             WorkflowCancelled: an operator asked to cancel before it got here.
         """
-        if self.fatal is not None:
-            raise self.fatal
+        if self._c.fatal is not None:
+            raise self._c.fatal
         self._cancelled_here("continue_as_new")
         if input is _NONE:
             raise ContinueAsNew(None, False)
         try:
             value = to_json_value(input, "the input of ctx.continue_as_new")
         except ValueNotJSONError as exc:
-            self.fatal = exc  # sticky: code that catches it cannot go on as if it had continued
+            self._c.fatal = exc  # sticky: code that catches it cannot go on as if it had continued
             raise
         raise ContinueAsNew(value, True)
 
@@ -1957,19 +1996,19 @@ class Context:
             TypeError: the change id is not a string. ValueError: it is empty.
         """
         change_id = _change_id(change_id, "ctx.patched(change_id)")
-        slot = self._cmd_index
-        if self.fatal is None and (slot < self._history_len or (self._dry_run and self._finished)):
-            rec = self._commands[slot] if slot < self._history_len else None
+        slot = self._c.index
+        if self._c.fatal is None and (slot < self._c.history_len or (self._c.dry_run and self._finished)):
+            rec = self._c.commands[slot] if slot < self._c.history_len else None
             if rec is None or rec.kind != _PATCH or rec.name != change_id:
                 # Recorded by older code (no marker, or an older patch's marker, which a later
                 # `patched` call of that id consumes): take the old path, consume nothing.
                 return False
-        self._cmd_index = slot + 1
+        self._c.index = slot + 1
         rec = self._guard(slot, _PATCH, change_id)
         if rec is not None:
-            self.replayed_commands += 1
+            self._c.replayed += 1
             return True
-        self.executed_commands += 1
+        self._c.executed += 1
         self._append(slot, new_record(CommandRecord, (_PATCH, change_id, True, None, None, 1, None)))
         return True
 
@@ -1983,15 +2022,15 @@ class Context:
             TypeError: the change id is not a string. ValueError: it is empty.
         """
         change_id = _change_id(change_id, "ctx.deprecate_patch(change_id)")
-        if self.fatal is not None:
-            raise self.fatal
-        slot = self._cmd_index
-        if slot < self._history_len:
-            rec = self._commands[slot]
+        if self._c.fatal is not None:
+            raise self._c.fatal
+        slot = self._c.index
+        if slot < self._c.history_len:
+            rec = self._c.commands[slot]
             if rec.kind == _PATCH and rec.name == change_id:
-                self._cmd_index = slot + 1
-                self.replayed_commands += 1
-                if self._dry_run:
+                self._c.index = slot + 1
+                self._c.replayed += 1
+                if self._c.dry_run:
                     self.issued.append(rec.label)
 
     # -- after the run
@@ -2001,10 +2040,10 @@ class Context:
 
         `instead` says how it ended ("completed without issuing it" for a completed run).
         """
-        slot = self._cmd_index
-        if slot >= self._history_len:
+        slot = self._c.index
+        if slot >= self._c.history_len:
             return None
-        rec = self._commands[slot]
+        rec = self._c.commands[slot]
         return NonDeterministicError(
             Diagnostic(
                 slot=slot,
@@ -2074,7 +2113,7 @@ def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Out
         if isinstance(exc, ReplaylogError):
             return _failed(ctx, exc)
         return _outcome(ctx, Status.FAILED, error=f"workflow code raised {error_text(exc)}", error_kind="code",
-                        traceback=None if ctx._dry_run else user_traceback(exc))
+                        traceback=None if ctx._c.dry_run else user_traceback(exc))
     if ctx.fatal is not None:
         return _failed(ctx, ctx.fatal)
     leftover = ctx.unconsumed_divergence()
@@ -2103,7 +2142,7 @@ def _failed(ctx: Context, exc: ReplaylogError) -> Outcome:
     # Where in the workflow code it surfaced (the command that diverged, the call whose
     # activity failed): the engine's frames are left out, and a dry run keeps none.
     return _outcome(ctx, Status.FAILED, error=error_text(exc), diagnostic=diagnostic, error_kind=error_kind(exc),
-                    traceback=None if ctx._dry_run else user_traceback(exc))
+                    traceback=None if ctx._c.dry_run else user_traceback(exc))
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
-"""The per-slot modules compiled by mypyc, optional: the worker's run and its committer.
+"""The per-slot modules compiled by mypyc, optional: the run's cursor, the worker's run and its committer.
 
-Between the replay core and the store, a slot ran ~210 of its ~670 Python bytecodes in the
-worker's run (`record`, `on_start`) and its committer's lone-workflow path. setup.py
-compiles those two modules with mypyc, from these very sources, where mypy and a C compiler
-are at hand at install (docs/performance.md, "The compiled path", has what it gains). The
-replay core is not compiled: compiled functions lose their docstrings, their frames (the
-workflow-thread guard and the traceback filter read them) and the engine's own one-line
-errors for bad arguments. Nor is the store's: its classes are mixins, which mypyc's native
-classes cannot be, and its commit fence compiled with the lone slot's statement in it saved ~200
-instructions a slot of ~5,000.
+A slot's commonest path runs in three modules setup.py compiles with mypyc, from these very
+sources, where mypy and a C compiler are at hand at install (docs/performance.md, "The
+compiled path", has what it gains): the replay core's cursor (`engine.cursor`: the state
+every slot reads and writes, and the commonest activity slot), the worker's run (`record`,
+`on_start`) and its committer's lone-workflow path. The rest of the replay core is not
+compiled: compiled functions lose their docstrings, their frames (the workflow-thread guard
+reads them) and the engine's own one-line errors for bad arguments, so the Context keeps its
+public face and hands the cursor only what it checked. Nor is the store's: its classes are
+mixins, which mypyc's native classes cannot be, and its commit fence compiled with the lone
+slot's statement in it saved ~200 instructions a slot of ~5,000.
 
 A compiled module (`run.cpython-311-….so`) sits beside its source and Python's import
 prefers it. This module's finder, installed by the engine package before any of them is
@@ -36,7 +37,7 @@ from types import ModuleType
 from replaylog.engine.compiled import PURE_ENV, path_name, pure_requested
 
 # The modules setup.py compiles (the same list, as paths, is there).
-MODULES = ("replaylog.engine.worker.run", "replaylog.engine.worker.committer")
+MODULES = ("replaylog.engine.cursor", "replaylog.engine.worker.run", "replaylog.engine.worker.committer")
 # Written by setup.py beside the shared library mypyc builds for them (in this package):
 # "<path from the package's parent> <SHA-256 of the source compiled>" a line.
 MANIFEST = "_native_sources.txt"
