@@ -59,6 +59,27 @@ def test_an_activity_failure_keeps_the_traceback_of_its_last_attempt_without_the
     assert "replaylog/engine" not in workflow_tb
 
 
+@workflow
+def plain(ctx: Context) -> int:
+    return ctx.call_activity(lookup, "abc")  # no options: the cursor's path (engine.cursor), compiled or not
+
+
+def test_a_plain_calls_failure_live_and_replayed_shows_the_users_frames_only() -> None:
+    r = run(plain, NO_INPUT, clock=clock)
+    (shown,) = r.context.tracebacks.values()  # its first attempt ran on the cursor, the rest in the Context
+    assert "in lookup" in shown and "in parse" in shown and shown.endswith("KeyError: 'valeu'")
+    assert "replaylog/engine" not in shown and "replaylog.engine" not in shown
+    (failed,) = r.state.commands
+    assert not failed.ok and failed.attempts == 3
+    # Replayed: the recorded failure is raised again where the code calls, with nothing of the engine between.
+    again = run(plain, r.state, clock=clock)
+    assert again.context.replayed_commands == 1 and again.context.executed_commands == 0
+    workflow_tb = again.outcome.traceback or ""
+    assert workflow_tb.startswith("Traceback (most recent call last):\n  File \"tests/test_tracebacks.py\", line")
+    assert "in plain" in workflow_tb and "in lookup" not in workflow_tb
+    assert "replaylog/engine" not in workflow_tb and "File \"replaylog" not in workflow_tb
+
+
 def test_workflow_code_that_raises_records_where_with_the_handled_failure_chained() -> None:
     r = run(handles, NO_INPUT, clock=clock)
     assert r.outcome.error == "workflow code raised KeyError: 'valeu'" and r.outcome.error_kind == "code"

@@ -15,9 +15,14 @@ import sysconfig
 import traceback
 from pathlib import Path
 
+from replaylog.engine.native import MODULES
+
 # Frames of files under replaylog/engine/ are the engine's (the bundled sample app and the
 # console are not on a workflow's call path, and the samples are user code to their reader).
 _ENGINE_DIRS = tuple({str(Path(__file__).parent) + os.sep, str(Path(__file__).resolve().parent) + os.sep})
+# A compiled module's frames (engine.native) name the file it was compiled from as setup.py
+# gave it to mypyc, relative to the package's parent: the engine's too.
+_COMPILED = frozenset(f"{name.replace('.', os.sep)}.py" for name in MODULES)
 
 
 _ERRORS_MODULE = "replaylog.engine.errors."
@@ -26,7 +31,7 @@ _STDLIB = tuple({os.path.join(sysconfig.get_paths()[key], "") for key in ("stdli
 
 
 def _engines(frame: traceback.FrameSummary) -> bool:
-    return frame.filename.startswith(_ENGINE_DIRS)
+    return frame.filename.startswith(_ENGINE_DIRS) or frame.filename in _COMPILED
 
 
 def user_traceback(exc: BaseException) -> str | None:
