@@ -154,13 +154,28 @@ def holds_write_lock(db: Path | str) -> bool:
         conn.close()
 
 
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` has stopped (state T in /proc)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t") for task in tasks)
+    except OSError:  # a thread ended meanwhile: look again
+        return False
+
+
 def freeze_outside_a_write(pid: int, db: Path | str) -> None:
     """SIGSTOP process `pid`, but not while it holds the SQLite file's write lock (a heartbeat's
     or a lease renewal's commit): a process frozen inside a write transaction blocks every writer
     on the file until it runs again, which no engine can help (docs/guarantees.md), and is not
-    what a takeover test is about. On PostgreSQL it only freezes the process."""
+    what a takeover test is about. On PostgreSQL it only freezes the process.
+
+    The lock is looked at once every thread has stopped: a signal is delivered when its target is
+    next scheduled, and on a loaded machine a worker looked at too soon went on into a heartbeat's
+    write after the look and was frozen holding the lock (the worker meant to take over then never
+    started)."""
     for _ in range(200):
         os.kill(pid, signal.SIGSTOP)
+        assert wait_for(lambda: _stopped(pid), timeout=60), f"process {pid} did not stop"
         if not holds_write_lock(db):
             return
         os.kill(pid, signal.SIGCONT)
