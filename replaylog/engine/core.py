@@ -1110,16 +1110,12 @@ class Context:
         else:
             name, fn = getattr(fn_or_name, "_replaylog_name", None) or fn_or_name.__name__, fn_or_name
         slot = self._c.index
-        if retry is None and max_retries is None:
-            policy = (_POLICIES.get(fn) if fn is not None else None) or self._default_retry
-            attempts = 3 if policy is None else policy.max_attempts
-        else:
-            attempts, policy = self._policy(fn, max_retries, retry, "call_activity")
+        attempts, policy = self._policy(fn, max_retries, retry, "call_activity")
         limits = None if timeout is None and heartbeat_timeout is None else _limits(
             timeout, heartbeat_timeout, "call_activity")
         self._c.index = slot + 1
         checked = fn not in _UNCHECKED
-        # args_key's commonest case (one int) without a call, once per slot, replayed or live.
+        # args_key's commonest case (one int) without a call.
         key = f"[{args[0]}]" if checked and len(args) == 1 and not kwargs and type(args[0]) is int else None
         # A live slot of a healthy run needs none of the guard: past history, no dry run, under the cap.
         if slot < self._c.history_len or self._c.dry_run or self._c.fatal is not None or slot >= self._c.slot_cap:
@@ -1145,10 +1141,9 @@ class Context:
 
     def _finish_handback(self, back: Handback, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """Go on with a live first attempt the cursor ran (`Cursor.activity`): it raised, or returned a coroutine."""
-        fn = back.fn
-        policy = _POLICIES.get(fn) or self._default_retry
-        attempts = 3 if policy is None else policy.max_attempts
-        return self._run_activity(back.slot, back.name, fn, back.key, attempts, policy, args, kwargs, handback=back)
+        attempts, policy = self._policy(back.fn, None, None, "call_activity")
+        return self._run_activity(back.slot, back.name, back.fn, back.key, attempts, policy, args, kwargs,
+                                  handback=back)
 
     def _policy(self, fn: Callable[..., Any] | None, max_retries: int | None, retry: RetryPolicy | None,
                 where: str) -> tuple[int, RetryPolicy | None]:
@@ -1244,30 +1239,23 @@ class Context:
         last_exc: Exception | None = None
         on_start, on_end = self._c.on_start, self._c.on_end
         for attempt in range(first, attempts + 1):
-            if handback is None:
-                if on_start is not None:
-                    on_start(slot, name, attempt)
-                if self._c.group:
-                    _task_running.set((slot, name, attempt))
-                else:
-                    self._c.running = (slot, name, attempt)
+            if on_start is not None and handback is None:  # the cursor marked its attempt started
+                on_start(slot, name, attempt)
+            if self._c.group:
+                _task_running.set((slot, name, attempt))
+            else:
+                self._c.running = (slot, name, attempt)
             try:
-                if handback is not None:
-                    back, handback = handback, None
-                    if back.raised is not None:
-                        raise back.raised  # handled below as any attempt's failure
-                    value = back.started  # a coroutine
-                    if is_async(fn):
-                        self._c.running = (slot, name, attempt)
-                        token = _task_running.set((slot, name, attempt))
-                        try:
-                            value = self._run_coroutine(value, slot, attempt)
-                        finally:
-                            _task_running.reset(token)
-                elif limits is not None:
+                if limits is not None:
                     value = self._timed_attempt(fn, args, kwargs, slot, name, attempt, limits)
                 else:
-                    value = fn(*args, **kwargs) if kwargs else fn(*args)
+                    if handback is None:
+                        value = fn(*args, **kwargs) if kwargs else fn(*args)
+                    else:
+                        back, handback = handback, None
+                        if back.raised is not None:
+                            raise back.raised  # handled below as any attempt's failure
+                        value = back.started  # a coroutine
                     if type(value) is CoroutineType and is_async(fn):
                         # Its task runs in a copy of this context: current_activity() reads the attempt there.
                         token = _task_running.set((slot, name, attempt))
