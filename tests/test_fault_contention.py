@@ -10,16 +10,20 @@ from __future__ import annotations
 import json
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fault_harness import WorkerProc, fault_env, integrity, reaping, report
 
 from conftest import ROOT, run_cli
 from replaylog.engine.store import open_store
+from replaylog.engine.store.sqlite import upkeep
 
 WAL_BOUND = 32 * 1024 * 1024
 
@@ -140,3 +144,89 @@ def test_a_store_opened_while_another_creates_the_same_new_database_waits_for_it
     creator.close()
     opener.join(60)
     assert opened == [[]], opened
+
+
+def _pinned_wal(tmp_path: Path) -> tuple[Path, Any, sqlite3.Connection]:
+    """A store whose WAL is past the (lowered) bound, and a reader whose snapshot pins it.
+
+    The reader's transaction began before the last 50 pages were written, so a RESTART
+    must wait for it to end.
+    """
+    db = tmp_path / "wal.db"
+    store = open_store(db)
+
+    def grow() -> None:
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("CREATE TABLE IF NOT EXISTS filler (x BLOB)")
+        for _ in range(50):
+            conn.execute("INSERT INTO filler VALUES (?)", (b"x" * 3000,))
+        conn.close()
+
+    grow()
+    reader = sqlite3.connect(db, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM filler").fetchone()
+    grow()
+    return db, store, reader
+
+
+def test_a_restart_kept_out_by_another_checkpoint_does_not_back_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two workers on one file both look after its WAL. While one's RESTART waits for a
+    # reader, the other's cannot even start (SQLite answers at once, with no frame counts):
+    # that says nothing about readers, so it must not push the next look back.
+    monkeypatch.setattr(upkeep, "WAL_RESTART_AT", 64 * 1024)
+    monkeypatch.setattr(upkeep, "WAL_RESTART_WAIT", 0.05)
+    db, store, reader = _pinned_wal(tmp_path)
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    other.execute("PRAGMA busy_timeout = 20000")
+
+    def checkpoint_elsewhere() -> None:
+        # Until it gets SQLite's checkpoint lock (the probes below take it for a moment too),
+        # then it holds the lock while it waits for the reader.
+        while other.execute("PRAGMA wal_checkpoint(RESTART)").fetchone() == (1, -1, -1):
+            pass
+
+    waiting = threading.Thread(target=checkpoint_elsewhere)
+    waiting.start()
+    try:
+        deadline = time.monotonic() + 60
+        while store._restart_wal(0.0) != "elsewhere":  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "the other connection's checkpoint never started"
+            time.sleep(0.01)
+        assert store._bound_wal() == upkeep.WAL_CHECK  # type: ignore[attr-defined]
+        assert store._wal_backoff == upkeep.WAL_CHECK  # type: ignore[attr-defined]
+    finally:
+        reader.execute("COMMIT")
+        waiting.join(60)
+    assert not waiting.is_alive()
+    # With the reader gone, a try restarts the WAL.
+    assert store._restart_wal(1.0) == "done"  # type: ignore[attr-defined]
+    other.close()
+    reader.close()
+    store.close()
+
+
+def test_a_restart_readers_hold_back_backs_off_and_warns_once_the_wal_is_large(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(upkeep, "WAL_RESTART_AT", 64 * 1024)
+    monkeypatch.setattr(upkeep, "WAL_RESTART_WAIT", 0.02)
+    monkeypatch.setattr(upkeep, "WAL_RESTART_WAIT_MAX", 0.1)
+    db, store, reader = _pinned_wal(tmp_path)
+    try:
+        waits = [store._bound_wal() for _ in range(3)]  # type: ignore[attr-defined]
+        assert waits == [1.0, 2.0, 4.0], waits
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        monkeypatch.setattr(upkeep, "WAL_WARN_AT", 64 * 1024)
+        with caplog.at_level("WARNING", logger="replaylog.worker"):
+            assert store._bound_wal() == 8.0  # type: ignore[attr-defined]
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warned) == 1 and "read transactions keep it from restarting" in warned[0], warned
+        assert str(db) in warned[0] and "next try in 8 s" in warned[0], warned
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    # The reader gone: the next look restarts the WAL and the backoff starts over.
+    assert store._bound_wal() == upkeep.WAL_CHECK  # type: ignore[attr-defined]
+    assert store._wal_backoff == upkeep.WAL_CHECK  # type: ignore[attr-defined]
+    store.close()

@@ -29,10 +29,19 @@ DEAD_OWNER_CHECK = 1.0
 # size the worker asks for a RESTART checkpoint, which waits briefly for those readers.
 WAL_RESTART_AT = 8 * 1024 * 1024
 WAL_CHECK = 0.5
+# A RESTART holds writers back while it waits for readers: 1 s at WAL_RESTART_AT, longer
+# in proportion as the WAL grows past it, at most WAL_RESTART_WAIT_MAX. Two console-style
+# readers that each hold 0.2-1.0 s transactions (tests/test_fault_contention.py) kept a
+# flat 1 s try from succeeding about half the time, and a minute of that let the WAL reach
+# 40-49 MB in some runs; scaled, about one try in ten is held back and the WAL peaked at
+# 15-21 MB in five one-minute runs.
 WAL_RESTART_WAIT = 1.0
+WAL_RESTART_WAIT_MAX = 4.0
 # A reader that never lets go (a stuck console) makes every RESTART fail, and each try
-# holds writers back for WAL_RESTART_WAIT: after a failed try, wait longer before the next.
+# holds writers back while it waits: after a try readers held back, wait longer before the next.
 WAL_RESTART_BACKOFF_MAX = 60.0
+# Past this size, a try readers held back is logged as a warning: something is wrong.
+WAL_WARN_AT = 64 * 1024 * 1024
 
 
 def pid_alive(pid: int) -> bool:
@@ -154,28 +163,41 @@ class Upkeep(InflightMarks, SQLiteConnection):
         if size <= WAL_RESTART_AT:
             self._wal_backoff = WAL_CHECK
             return WAL_CHECK
-        busy = self._restart_wal()
-        if not busy:
+        # The bigger the WAL, the longer a try may hold writers back: readers whose
+        # transactions overlap need a longer wait to clear, and a WAL that keeps growing
+        # costs every reader more.
+        outcome = self._restart_wal(min(WAL_RESTART_WAIT_MAX, WAL_RESTART_WAIT * size / WAL_RESTART_AT))
+        if outcome != "held":
+            # Restarted; or another connection's checkpoint (another worker's restart, an
+            # autocheckpoint) kept this one from starting, which says nothing about readers.
             self._wal_backoff = WAL_CHECK
             return WAL_CHECK
         self._wal_backoff = min(WAL_RESTART_BACKOFF_MAX, max(WAL_CHECK, self._wal_backoff) * 2)
+        if size >= WAL_WARN_AT:
+            log.warning("the WAL of %s is %.0f MB: read transactions keep it from restarting"
+                        " (a reader that stays in one, such as a backup or an open sqlite3 shell,"
+                        " lets it grow); next try in %.0f s", self.path, size / 1e6, self._wal_backoff)
         return self._wal_backoff
 
-    def _restart_wal(self) -> int:
-        """A RESTART checkpoint that waits at most WAL_RESTART_WAIT for readers; 1 if they held it back.
+    def _restart_wal(self, wait: float) -> str:
+        """A RESTART checkpoint that waits at most `wait` s: "done", "held" (by readers) or "elsewhere".
 
         The autocheckpoint copies frames but can never restart the log while readers keep
         overlapping; a RESTART holds writers back while it waits, hence the short wait.
+        "elsewhere": another connection was running a checkpoint, so this one could not
+        start; SQLite says so at once, with no frame counts (-1).
         """
         conn = self._conn
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(WAL_RESTART_WAIT * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
             try:
                 busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         except sqlite3.Error as exc:  # only a missed chance to shrink the WAL: a later look tries again
             log.warning("WAL checkpoint failed: %s", exc)
-            return 1
+            return "held"
         log.debug("WAL checkpoint: busy=%s frames=%s copied=%s", busy, frames, copied)
-        return int(busy)
+        if not busy:
+            return "done"
+        return "elsewhere" if frames == -1 else "held"
