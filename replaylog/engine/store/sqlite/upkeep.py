@@ -34,7 +34,7 @@ WAL_CHECK = 0.5
 # readers that each hold 0.2-1.0 s transactions (tests/test_fault_contention.py) kept a
 # flat 1 s try from succeeding about half the time, and a minute of that let the WAL reach
 # 40-49 MB in some runs; scaled, about one try in ten is held back and the WAL peaked at
-# 15-21 MB in five one-minute runs.
+# 15-21 MB in six one-minute runs.
 WAL_RESTART_WAIT = 1.0
 WAL_RESTART_WAIT_MAX = 4.0
 # A reader that never lets go (a stuck console) makes every RESTART fail, and each try
