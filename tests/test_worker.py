@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -239,3 +240,28 @@ def test_a_commit_the_store_refuses_hands_the_workflow_back_instead_of_failing_i
     done = run_cli(db_path, "worker", "--until-idle", "--quiet", "--app", APP, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert statuses(db_path) == {wid: "completed"}
+
+
+def test_the_loops_wake_is_set_once_cleared_by_a_wait_and_woken_from_another_thread() -> None:
+    from replaylog.engine.worker.loop import Wake
+
+    wake = Wake()
+    assert wake.wait(0.01) is False  # not set: the wait times out
+    wake.set()
+    wake.set()  # set twice is set once
+    assert wake.wait(0.0) is True
+    assert wake.wait(0.0) is False  # the wait that saw it cleared it
+    wake.set()
+    wake.clear()
+    assert wake.wait(0.0) is False  # a set the loop clears is forgotten
+    woke = threading.Event()
+
+    def waiter() -> None:
+        if wake.wait(60):
+            woke.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    wake.set()  # from this thread: the waiter wakes long before its 60 s
+    t.join(60)
+    assert woke.is_set() and not t.is_alive()
