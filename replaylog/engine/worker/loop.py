@@ -114,7 +114,8 @@ class Wake:
     on 2 vCPUs: a loop of bare 2 ms waits cost 41-53 µs of CPU a pass with an Event, 29-33
     µs with this. An idle worker's CPU (user + sys over 10 s, three pairs in turns; row 8 of
     `make bench` is this figure with 10,000 sleepers): `replaylog worker` 6.9, 6.4, 5.3% of
-    a core before, 4.8, 4.8, 5.4% after; a Worker in a thread 3.5, 2.8, 2.3% → 3.2, 2.5, 2.0%.
+    a core before, 4.8, 4.8, 5.4% after; a Worker in a thread (~2-3.5%), six pairs: lower
+    after in five, by 0.04-0.3 points, higher in one by 0.2.
     """
 
     __slots__ = ("_lock",)
