@@ -885,7 +885,6 @@ class Context:
         # The tasks of a group look theirs up by slot (`_priors`).
         self._priors = {p.slot: p for p in priors}
         self._prior = max(priors, key=lambda p: p.slot) if priors else Attempts(-1, 0)
-        self._prior_attempts = self._prior.attempts
         # The state every slot reads and writes, and the commonest slot, compiled (engine.cursor):
         # the cursor, the history, the sticky error (a divergence, or another error that leaves the
         # cursor meaningless: workflow code that catches it cannot go on issuing commands), the
