@@ -157,6 +157,84 @@ def test_a_lone_workflows_slots_are_fenced_on_both_paths(path: str, tmp_path: Pa
         assert [r.value for r in store.load_state("x").commands] == [0, 1, 2, 3, 40]
 
 
+class _Clock:
+    """A stand-in for commit.py's `time` module: its time() is what the test sets."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+def _updated_at(store: Any, workflow_id: str) -> float:
+    return store._conn.execute("SELECT updated_at FROM workflows WHERE id = ?",  # type: ignore[no-any-return]
+                               (workflow_id,)).fetchone()[0]
+
+
+def test_the_lone_slot_restamps_the_row_once_a_second_on_both_paths(path: str, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # The guarded statement leaves the workflow's row alone; once UPDATED_AT_STEP has passed
+    # since the row was last rewritten, the slot goes through the fenced transaction, which
+    # rewrites updated_at. The compiled lone slot must give the slot up at the same moment.
+    import replaylog.engine.store.sqlite.commit as commit
+    from replaylog.engine.store.sqlite.fence import UPDATED_AT_STEP
+
+    clock = _Clock(1_000_000.0)
+    monkeypatch.setattr(commit, "time", clock)
+    with open_store(tmp_path / f"{path}.db") as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = _claim(store)
+        assert store.commit_record(claim, 0, CommandRecord("activity", "a", True, 0, None, 1, "k"), ttl=30)
+        assert _updated_at(store, "x") == clock.now  # the first slot fences and rewrites the row
+        stamped = clock.now
+        for slot in range(1, 4):
+            clock.now += UPDATED_AT_STEP / 4
+            assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, slot, None, 1, "k"), ttl=30)
+            assert _updated_at(store, "x") == stamped  # the guarded statement: the row untouched
+        clock.now = stamped + UPDATED_AT_STEP
+        assert store.commit_record(claim, 4, CommandRecord("activity", "a", True, 4, None, 1, "k"), ttl=30)
+        assert _updated_at(store, "x") == clock.now
+        assert [r.value for r in store.load_state("x").commands] == [0, 1, 2, 3, 4]
+
+
+def test_a_value_json_cannot_hold_fails_alike_on_both_paths(path: str, tmp_path: Path) -> None:
+    with open_store(tmp_path / f"{path}.db") as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = _claim(store)
+        assert store.commit_record(claim, 0, CommandRecord("activity", "a", True, 0, None, 1, "k"), ttl=30)
+        for value, error in ((object(), TypeError), (float("nan"), ValueError)):
+            with pytest.raises(error):
+                store.commit_record(claim, 1, CommandRecord("activity", "a", True, value, None, 1, "k"), ttl=30)
+        # Nothing was written, and the fence still takes slot 1 next (its text given, as the worker gives it).
+        assert store.commit_record(claim, 1, CommandRecord("activity", "a", True, {"v": 1}, None, 1, "k"),
+                                   '{"v": 1}', ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == [0, {"v": 1}]
+
+
+@needs_compiled
+def test_the_compiled_lone_slot_reads_any_claim_as_python_does(tmp_path: Path) -> None:
+    # lone_slot reads the claim's fields at their slot offsets when it is a Claim (__slots__),
+    # and by name when it is anything else: a stand-in with the same fields is fenced alike,
+    # and the real claim after it is read at its offsets again.
+    from dataclasses import fields
+    from types import SimpleNamespace
+
+    with open_store(tmp_path / "any.db") as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = _claim(store)
+        assert store.commit_record(claim, 0, CommandRecord("activity", "a", True, 0, None, 1, "k"), ttl=30)
+        stand_in = SimpleNamespace(**{f.name: getattr(claim, f.name) for f in fields(Claim)})
+        assert store.commit_record(stand_in, 1, CommandRecord("activity", "a", True, 1, None, 1, "k"),  # type: ignore[arg-type]
+                                   ttl=30)
+        assert store.commit_record(claim, 2, CommandRecord("activity", "a", True, 2, None, 1, "k"), ttl=30)
+        # A stand-in of an older lease is refused, as that lease's claim would be.
+        stale = SimpleNamespace(**{**vars(stand_in), "epoch": claim.epoch - 1})
+        assert not store.commit_record(stale, 3, CommandRecord("activity", "a", True, -1, None, 1, "k"),  # type: ignore[arg-type]
+                                       ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == [0, 1, 2]
+
+
 def test_a_lock_held_too_long_is_the_stores_busy_error_on_both_paths(path: str, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import replaylog.engine.store.sqlite.connection as connection

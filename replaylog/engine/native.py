@@ -9,7 +9,8 @@ compiled: compiled functions lose their docstrings, their frames (the workflow-t
 reads them) and the engine's own one-line errors for bad arguments, so the Context keeps its
 public face and hands the cursor only what it checked. Nor is the store's: its classes are
 mixins, which mypyc's native classes cannot be, and its commit fence compiled with the lone
-slot's statement in it saved ~200 instructions a slot of ~5,000.
+slot's statement in it saved ~200 instructions a slot of ~5,000 (the store's lone slot is in
+its C file instead, engine.store.sqlite.speedups).
 
 A compiled module (`run.cpython-311-….so`) sits beside its source and Python's import
 prefers it. This module's finder, installed by the engine package before any of them is

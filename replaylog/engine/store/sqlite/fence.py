@@ -48,6 +48,11 @@ class CommitFence:
     A lone slot (engine.store.sqlite.commit, `Commits.commit_record`) does without the
     transaction and data_version: `guard` gives what its one autocommit statement checks on
     the workflow's row, the same owner, epoch and count the fenced UPDATE checks.
+
+    The compiled twin of that slot (`lone_slot` in engine.store.sqlite.speedups' C file)
+    does what `guard` does on `_written` and `_stamped` directly, and advances
+    `_Written.next_slot` as the caller does: a change to what these hold, or to `guard`'s
+    rule, is a change there too (tests/test_speedups.py runs both).
     """
 
     __slots__ = ("_stamped", "_written")
