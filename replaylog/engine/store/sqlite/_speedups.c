@@ -539,13 +539,15 @@ sp_lone_slot(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *cache = args[1], *fence = args[2], *claim = args[3], *slot = args[4], *rec = args[5];
     PyObject *text = args[6], *now = args[7];
     PyObject *wid = NULL, *written = NULL, *stamped = NULL, *w = NULL, *row_key = NULL, *owner = NULL;
-    PyObject *epoch = NULL, *w_epoch = NULL, *w_row = NULL, *w_column = NULL, *params = NULL, *base = NULL, *next = NULL;
+    PyObject *epoch = NULL, *w_epoch = NULL, *w_row = NULL, *w_column = NULL, *params = NULL, *base = NULL;
+    PyObject *next = NULL;
     PyObject *result = NULL;
     int eq;
 
     /* CommitFence.guard: this connection fenced the row under this lease, `slot` is next, and
      * the row's updated_at is not due to be rewritten. */
-    if ((wid = read_slot(&at_claim_id, claim, s_id)) == NULL || (written = read_slot(&at_fence_written, fence, s_written)) == NULL
+    if ((wid = read_slot(&at_claim_id, claim, s_id)) == NULL
+        || (written = read_slot(&at_fence_written, fence, s_written)) == NULL
         || (stamped = read_slot(&at_fence_stamped, fence, s_stamped)) == NULL)
         goto done;
     if (!PyDict_CheckExact(written) || !PyDict_CheckExact(stamped)) {
@@ -559,9 +561,9 @@ sp_lone_slot(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     Py_INCREF(w);
-    if ((epoch = read_slot(&at_claim_epoch, claim, s_epoch)) == NULL || (w_epoch = read_slot(&at_w_epoch, w, s_epoch)) == NULL
-        || (eq = same_value(w_epoch, epoch)) != 1 || (next = read_slot(&at_w_next_slot, w, s_next_slot)) == NULL
-        || (eq = same_value(next, slot)) != 1) {
+    if ((epoch = read_slot(&at_claim_epoch, claim, s_epoch)) == NULL
+        || (w_epoch = read_slot(&at_w_epoch, w, s_epoch)) == NULL || (eq = same_value(w_epoch, epoch)) != 1
+        || (next = read_slot(&at_w_next_slot, w, s_next_slot)) == NULL || (eq = same_value(next, slot)) != 1) {
         if (!PyErr_Occurred())
             result = Py_NewRef(Py_False);
         goto done;
@@ -605,7 +607,8 @@ sp_lone_slot(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if ((base = read_slot(&at_claim_base, claim, s_base)) == NULL || (row_key = PyNumber_Add(base, slot)) == NULL
         || (owner = read_slot(&at_claim_owner, claim, s_owner)) == NULL
-        || (w_row = read_slot(&at_w_row, w, s_row)) == NULL || (w_column = read_slot(&at_w_column, w, s_column)) == NULL) {
+        || (w_row = read_slot(&at_w_row, w, s_row)) == NULL
+        || (w_column = read_slot(&at_w_column, w, s_column)) == NULL) {
         Py_DECREF(text);
         goto done;
     }
