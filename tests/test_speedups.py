@@ -235,6 +235,79 @@ def test_the_compiled_lone_slot_reads_any_claim_as_python_does(tmp_path: Path) -
         assert [r.value for r in store.load_state("x").commands] == [0, 1, 2]
 
 
+def _inserts(store: Any, slots: range, claim: Claim, value: int = 0) -> list[str]:
+    """The slot statements the store runs for `slots` (each must be written), as SQLite's trace sees them."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)
+    try:
+        for slot in slots:
+            assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, value + slot, None, 1, "k"),
+                                       ttl=30)
+    finally:
+        store._conn.set_trace_callback(None)
+    return ["INSERT guarded" if "FROM workflows" in q else "INSERT unguarded"
+            for q in seen if q.lstrip().upper().startswith("INSERT INTO COMMANDS")]
+
+
+@needs_compiled
+def test_the_compiled_lone_slot_skips_the_row_only_while_nothing_was_committed(tmp_path: Path) -> None:
+    # The data-version fence: after a slot it wrote, the compiled lone slot writes the next
+    # without the row's check while nobody (this connection included) committed anything in
+    # between; any commit between sends the next slot through the row's check again.
+    db = tmp_path / "version.db"
+    with open_store(db) as store, open_store(db) as other:
+        store.start_workflow("wf", None, workflow_id="x")
+        store.start_workflow("wf", None, workflow_id="y")
+        claims = {c.id: c for c in store.claim("w", ttl=30, limit=2)}
+        claim = claims["x"]
+        assert store.commit_record(claim, 0, CommandRecord("activity", "a", True, 0, None, 1, "k"), ttl=30)
+        assert _inserts(store, range(1, 5), claim) == ["INSERT guarded"] + ["INSERT unguarded"] * 3
+        other.start_workflow("wf", None, workflow_id="z")  # another connection's commit, the row untouched
+        # Tried unguarded, its commit refused (the version moved), then written guarded.
+        assert _inserts(store, range(5, 7), claim) == ["INSERT unguarded", "INSERT guarded", "INSERT unguarded"]
+        # This connection's own commit (another workflow's slot) between two of x's.
+        assert store.commit_record(claims["y"], 0, CommandRecord("activity", "a", True, 0, None, 1, "k"), ttl=30)
+        assert _inserts(store, range(7, 9), claim) == ["INSERT guarded", "INSERT unguarded"]
+        assert [r.value for r in store.load_state("x").commands] == list(range(9))
+        assert [r.value for r in store.load_state("y").commands] == [0]
+
+
+def _running(store: Any, slots: int) -> Claim:
+    """Workflow "x" started and claimed, its slots 0 … `slots` - 1 written (their values the slot numbers)."""
+    store.start_workflow("wf", None, workflow_id="x")
+    claim = _claim(store)
+    for slot in range(slots):
+        assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, slot, None, 1, "k"), ttl=30)
+    return claim
+
+
+def test_a_lease_taken_between_two_slots_refuses_the_next_on_both_paths(path: str, tmp_path: Path) -> None:
+    # Slot after slot on one lease (on the compiled path, written without the row's check after
+    # the first two), then another worker takes the lease over: the old owner's next slot is
+    # refused and nothing of it is written, whichever path it took.
+    db = tmp_path / f"{path}.db"
+    with open_store(db) as store, open_store(db) as other:
+        claim = _running(store, 6)
+        other._conn.execute("UPDATE workflows SET lease_expires = 0 WHERE id = 'x'")  # type: ignore[attr-defined]
+        (taken,) = other.claim("w2", ttl=30)
+        assert not store.commit_record(claim, 6, CommandRecord("activity", "a", True, -6, None, 1, "k"), ttl=30)
+        assert other.commit_record(taken, 6, CommandRecord("activity", "a", True, 60, None, 1, "k"), ttl=30)
+        assert [r.value for r in other.load_state("x").commands] == [0, 1, 2, 3, 4, 5, 60]
+
+
+def test_a_cancel_request_between_two_slots_stops_the_next_alike_on_both_paths(path: str, tmp_path: Path) -> None:
+    # An operator's cancel request, committed by another connection between two slots, is
+    # met by the next slot's commit on either path: the slot goes to the fenced transaction,
+    # which writes it and reports the request (Commits.cancels), as it does on the pure path.
+    db = tmp_path / f"{path}.db"
+    with open_store(db) as store, open_store(db) as other:
+        claim = _running(store, 3)
+        other.cancel_workflow("x", reason="enough")
+        assert store.commit_record(claim, 3, CommandRecord("activity", "a", True, 3, None, 1, "k"), ttl=30)
+        assert store.cancels.get("x") == "enough"
+        assert [r.value for r in store.load_state("x").commands] == [0, 1, 2, 3]
+
+
 def test_a_lock_held_too_long_is_the_stores_busy_error_on_both_paths(path: str, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import replaylog.engine.store.sqlite.connection as connection

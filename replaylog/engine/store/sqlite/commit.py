@@ -84,8 +84,8 @@ _WRITES_MORE = frozenset((*_STARTS_CHILD, *CHILD_ACTS, ATTRIBUTES))
 # the fence advanced), with what it reads of this module and fence.py given here.
 # bench.instructions' engine row: 43,372 -> 41,166 CPU instructions a slot.
 if speedups.COMPILED is not None:
-    speedups.COMPILED.lone_setup(_GUARDED_OK, _GUARDED_FIRST_TRY, _GUARDED_OK_ARGS, _ACTIVITY, _WRITES_MORE, dumps,
-                                 UPDATED_AT_STEP)
+    speedups.COMPILED.lone_setup(_GUARDED_OK, _GUARDED_FIRST_TRY, _GUARDED_OK_ARGS, _INSERT_OK, _INSERT_FIRST_TRY,
+                                 _INSERT_OK_ARGS, _ACTIVITY, _WRITES_MORE, dumps, UPDATED_AT_STEP)
 
 
 class Commits(SQLiteConnection, SeenCancels):

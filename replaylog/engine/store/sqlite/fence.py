@@ -18,7 +18,7 @@ FAST = -2  # nothing could have changed since this connection's last slot: write
 class _Written:
     """A workflow's last slot written by this connection: under which lease and data_version."""
 
-    __slots__ = ("column", "epoch", "next_slot", "row", "version")
+    __slots__ = ("column", "epoch", "next_slot", "pager", "row", "version")
 
     def __init__(self, epoch: int, version: int, next_slot: int, column: int, row: int) -> None:
         self.epoch = epoch
@@ -26,6 +26,9 @@ class _Written:
         self.next_slot = next_slot
         self.column = column  # the workflow row's `slots` column as this connection last wrote it
         self.row = row  # the workflow row's rowid then (a guarded slot statement finds the row by it)
+        # The connection's SQLite data version after the last slot the compiled lone slot wrote
+        # (its data-version fence, engine.store.sqlite.speedups); -1: none since the row was fenced.
+        self.pager = -1
 
 
 class CommitFence:
@@ -52,7 +55,11 @@ class CommitFence:
     The compiled twin of that slot (`lone_slot` in engine.store.sqlite.speedups' C file)
     does what `guard` does on `_written` and `_stamped` directly, and advances
     `_Written.next_slot` as the caller does: a change to what these hold, or to `guard`'s
-    rule, is a change there too (tests/test_speedups.py runs both).
+    rule, is a change there too (tests/test_speedups.py runs both). It also skips the row
+    by this class's FAST rule, on SQLite's own data version (which, unlike PRAGMA
+    data_version, counts this connection's commits too) kept in `_Written.pager`: a slot
+    after the compiled one, with nothing committed to the file in between, by anyone, is
+    written without the row's check, and its commit is refused if that turns out false.
     """
 
     __slots__ = ("_stamped", "_written")

@@ -4,8 +4,10 @@
 own functions on the sqlite3.Connection's database handle, without Python's sqlite3 module
 in between, for the two places a slot's CPU goes through that module most: a history's
 rows read at resume (`records`, used by engine.store.shared.reads.load_commands) and a lone
-workflow's one guarded statement a slot (`lone_slot`, engine.store.sqlite.commit: the commit
-fence's check, the statement's parameters and its step, none of it interpreted). Measured
+workflow's slot (`lone_slot`, engine.store.sqlite.commit: the commit fence's check, the
+statement's parameters and its step, none of it interpreted; and, after a slot it wrote with
+nothing committed to the file since, the row's check itself left out, on SQLite's data
+version: see fence.py's CommitFence). Measured
 under callgrind (`make bench-instructions`, docs/performance.md "The cost of a slot, by
 stage"): see the figures there.
 
