@@ -235,14 +235,13 @@ def test_the_compiled_lone_slot_reads_any_claim_as_python_does(tmp_path: Path) -
         assert [r.value for r in store.load_state("x").commands] == [0, 1, 2]
 
 
-def _inserts(store: Any, slots: range, claim: Claim, value: int = 0) -> list[str]:
+def _inserts(store: Any, slots: range, claim: Claim) -> list[str]:
     """The slot statements the store runs for `slots` (each must be written), as SQLite's trace sees them."""
     seen: list[str] = []
     store._conn.set_trace_callback(seen.append)
     try:
         for slot in slots:
-            assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, value + slot, None, 1, "k"),
-                                       ttl=30)
+            assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, slot, None, 1, "k"), ttl=30)
     finally:
         store._conn.set_trace_callback(None)
     return ["INSERT guarded" if "FROM workflows" in q else "INSERT unguarded"

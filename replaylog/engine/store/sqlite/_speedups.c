@@ -515,13 +515,6 @@ sp_lone_setup(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* `x == y` (the same object, the commonest case, without a comparison); -1 with an exception set. */
-static inline int
-same_value(PyObject *x, PyObject *y)
-{
-    return x == y ? 1 : PyObject_RichCompareBool(x, y, Py_EQ);
-}
-
 /* The data-version fence (lone_slot). SQLite's data version of a connection
  * (SQLITE_FCNTL_DATA_VERSION) changes with each of its own commits and, when a statement
  * starts, with every commit another connection made since; it never goes back. A slot
@@ -539,24 +532,23 @@ typedef struct {
     int refused;
 } fence_hook;
 
-static int
-fence_commit_hook(void *arg)
-{
-    fence_hook *h = (fence_hook *)arg;
-    unsigned int now = 0;
-    if (p_file_control(h->db, "main", SQLITE_FCNTL_DATA_VERSION, &now) != SQLITE_OK || now != h->expected) {
-        h->refused = 1;
-        return 1;  /* the commit becomes a rollback */
-    }
-    return 0;
-}
-
 /* The connection's data version, or -1 if SQLite cannot say. */
 static long long
 data_version(sqlite3 *db)
 {
     unsigned int v = 0;
     return p_file_control(db, "main", SQLITE_FCNTL_DATA_VERSION, &v) == SQLITE_OK ? (long long)v : -1;
+}
+
+static int
+fence_commit_hook(void *arg)
+{
+    fence_hook *h = (fence_hook *)arg;
+    if (data_version(h->db) != (long long)h->expected) {
+        h->refused = 1;
+        return 1;  /* the commit becomes a rollback */
+    }
+    return 0;
 }
 
 PyDoc_STRVAR(lone_slot_doc,
@@ -610,8 +602,10 @@ sp_lone_slot(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_INCREF(w);
     if ((epoch = read_slot(&at_claim_epoch, claim, s_epoch)) == NULL
-        || (w_epoch = read_slot(&at_w_epoch, w, s_epoch)) == NULL || (eq = same_value(w_epoch, epoch)) != 1
-        || (next = read_slot(&at_w_next_slot, w, s_next_slot)) == NULL || (eq = same_value(next, slot)) != 1) {
+        || (w_epoch = read_slot(&at_w_epoch, w, s_epoch)) == NULL
+        || (eq = PyObject_RichCompareBool(w_epoch, epoch, Py_EQ)) != 1
+        || (next = read_slot(&at_w_next_slot, w, s_next_slot)) == NULL
+        || (eq = PyObject_RichCompareBool(next, slot, Py_EQ)) != 1) {
         if (!PyErr_Occurred())
             result = Py_NewRef(Py_False);
         goto done;
@@ -667,7 +661,7 @@ sp_lone_slot(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         int overflow = 0;
         int first = PyLong_CheckExact(attempts) && PyLong_AsLongAndOverflow(attempts, &overflow) == 1;
         if (first) {
-            first = kind == lone_activity ? 1 : PyObject_RichCompareBool(kind, lone_activity, Py_EQ);
+            first = PyObject_RichCompareBool(kind, lone_activity, Py_EQ);
             if (first < 0) {
                 Py_DECREF(text);
                 goto done;
