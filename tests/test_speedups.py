@@ -212,6 +212,48 @@ def test_a_value_json_cannot_hold_fails_alike_on_both_paths(path: str, tmp_path:
         assert [r.value for r in store.load_state("x").commands] == [0, {"v": 1}]
 
 
+def _rec(value: Any) -> CommandRecord:
+    return CommandRecord("activity", "a", True, value, None, 1, "k")
+
+
+def test_another_write_on_the_connection_does_not_lose_the_lease_on_both_paths(path: str, tmp_path: Path) -> None:
+    # Another write on the committing connection (a start here) makes the commit fence forget
+    # the slots it wrote, and the slots written without the row's rewrite left the row's
+    # `slots` behind them: the next slot is still the next under this lease, and is written.
+    with open_store(tmp_path / f"{path}.db") as store:
+        claim = _running(store, 5)
+        store.start_workflow("wf", None, workflow_id="y")
+        assert store.commit_record(claim, 5, _rec(5), ttl=30)
+        assert store.commit_record(claim, 6, _rec(6), ttl=30)
+        # What is not the next slot is refused still: one written already, or one past a gap.
+        store.start_workflow("wf", None, workflow_id="z")
+        assert not store.commit_record(claim, 4, _rec(-4), ttl=30)
+        assert not store.commit_record(claim, 8, _rec(-8), ttl=30)
+        assert store.commit_record(claim, 7, _rec(7), ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == list(range(8))
+        # Nor is a new run's slot past its first.
+        (fresh,) = store.claim("w", ttl=30)
+        assert fresh.id == "y"
+        assert not store.commit_record(fresh, 2, _rec(2), ttl=30)
+        assert not store.load_state("y").commands
+
+
+def test_a_failed_group_commit_does_not_lose_the_lease_on_both_paths(path: str, tmp_path: Path) -> None:
+    # A group commit that fails (a value JSON cannot hold, in another workflow's slot) rolls
+    # back every slot in it; the same slots, committed again, are written.
+    with open_store(tmp_path / f"{path}.db") as store:
+        claim = _running(store, 5)
+        store.start_workflow("wf", None, workflow_id="y")
+        (other,) = store.claim("w", ttl=30)
+        with pytest.raises(TypeError):
+            store.commit_batch([PendingRecord(claim, 5, _rec(5)), PendingRecord(other, 0, _rec(object()))], ttl=30)
+        written, _ = store.commit_batch([PendingRecord(claim, 5, _rec(5)), PendingRecord(other, 0, _rec(0))], ttl=30)
+        assert written == [True, True]
+        assert store.commit_record(claim, 6, _rec(6), ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == list(range(7))
+        assert [r.value for r in store.load_state("y").commands] == [0]
+
+
 @needs_compiled
 def test_the_compiled_lone_slot_reads_any_claim_as_python_does(tmp_path: Path) -> None:
     # lone_slot reads the claim's fields at their slot offsets when it is a Claim (__slots__),

@@ -76,6 +76,15 @@ _GUARDED_FIRST_TRY = _guarded(_INSERT_FIRST_TRY)
 _GUARDED_OK_ARGS = _guarded(_INSERT_OK_ARGS)
 # The fenced rewrite of the workflow's row (Commits._write_record): its rowid is kept for _guarded's statements.
 _FENCED_ROW = " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ? RETURNING cancel_requested, rowid"
+# The same rewrite where the row's `slots` is behind (its parameters: slots, lease_expires, id,
+# owner, epoch, the slot, its command row's key, the slot, its key again): the slots written without the row's
+# rewrite leave it so, and a connection that forgot them (CommitFence.clear, after any other
+# write here or a failed commit) expects it current. The slot is still the next under this
+# lease if the one before it is written and it is not: the commands table says so.
+_BEHIND_ROW = ("UPDATE workflows SET slots = ?, lease_expires = ? WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
+               " AND slots <= ? AND NOT EXISTS (SELECT 1 FROM commands WHERE slot_key = ?)"
+               " AND (? = 0 OR EXISTS (SELECT 1 FROM commands WHERE slot_key = ? - 1))"
+               " RETURNING cancel_requested, rowid")
 # The slots whose commit writes more than their command row: the fenced transaction writes them.
 _WRITES_MORE = frozenset((*_STARTS_CHILD, *CHILD_ACTS, ATTRIBUTES))
 
@@ -251,6 +260,11 @@ class Commits(SQLiteConnection, SeenCancels):
                     "UPDATE workflows SET slots = ?, lease_expires = ?" + _FENCED_ROW,
                     (slot + 1, now + ttl, key, claim.owner, claim.epoch, column),
                 ).fetchone()
+            if fenced is None:
+                # Refused: the lease is gone, or the row is behind what this connection forgot.
+                row_key = claim.base + slot
+                fenced = self._cur.execute(_BEHIND_ROW, (slot + 1, now + ttl, key, claim.owner, claim.epoch, slot,
+                                                         row_key, slot, row_key)).fetchone()
             if fenced is None:
                 fence.forget(key)
                 return False

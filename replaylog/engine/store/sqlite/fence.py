@@ -83,7 +83,10 @@ class CommitFence:
                 w.next_slot = slot + 1
                 return FAST
             return w.column
-        return slot  # a claim sets the column to the true count
+        # A claim sets the column to the true count. After `clear()` it may be behind (the FAST
+        # and guarded slots since the last rewrite left it): the caller checks the commands
+        # table then (engine.store.sqlite.commit, _BEHIND_ROW).
+        return slot
 
     def guard(self, claim: Claim, slot: int, now: float) -> _Written | None:
         """What this connection knows of the workflow if `slot` is its next and no restamp is due, else None.
