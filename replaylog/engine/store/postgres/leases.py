@@ -112,6 +112,8 @@ def _claim_params(now: float, due_by: float, named: list[Any], limit: int, dead_
 class PGLeases(PGConnection):
     """Claiming, renewing and releasing workflow leases; start marks kept in the database."""
 
+    _mark_sender: MarkSender | None  # set by the first `mark`
+
     def claim(self, owner: str, *, ttl: float, limit: int = 1, dead_owners: Sequence[str] = (),
               names: Collection[str] | None = None) -> list[Claim]:
         """Take the lease of up to `limit` runnable workflows (of `names` only, unless None).
@@ -348,12 +350,13 @@ class PGLeases(PGConnection):
         """
         if self.readonly:
             raise ReadOnlyError(f"database {self.where} is open read-only")
-        sender: MarkSender | None = self.__dict__.get("_mark_sender")
+        # An attribute read, not `self.__dict__`'s: see SeenCancels.cancels (engine.store.shared.base).
+        sender: MarkSender | None = getattr(self, "_mark_sender", None)
         if sender is None:
             with _FIRST_MARK:
-                sender = self.__dict__.get("_mark_sender")
+                sender = getattr(self, "_mark_sender", None)
                 if sender is None:
-                    sender = self.__dict__["_mark_sender"] = MarkSender.shared(self.url)
+                    sender = self._mark_sender = MarkSender.shared(self.url)
         sender.mark((claim, slot, name, attempts, started_at, lane))
 
     def heartbeat(self, claim: Claim, slot: int, name: str, attempts: int, *, details: str | None,
@@ -366,8 +369,9 @@ class PGLeases(PGConnection):
 
     def close(self) -> None:
         """Close the connection; let go of the mark sender if this store used it."""
-        sender: MarkSender | None = self.__dict__.pop("_mark_sender", None)
+        sender: MarkSender | None = getattr(self, "_mark_sender", None)
         if sender is not None:
+            self._mark_sender = None
             sender.release()
         super().close()
 
