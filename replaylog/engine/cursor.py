@@ -31,6 +31,9 @@ DECLINED: Final = object()
 _ACTIVITY: Final = "activity"
 # Values JSON holds as they are (engine.core._PLAIN_JSON): any other goes through `to_json`.
 _PLAIN: Final = frozenset((str, int, bool))
+# An imported name, bound Final: mypyc keeps it in a C static, where it looks an imported
+# name up in the module's dict on every read.
+_COROUTINE: Final = CoroutineType
 
 
 class Handback:
@@ -139,7 +142,7 @@ class Cursor:
             self.running = None
             return Handback(slot, name, fn, key, exc, None)
         self.running = None
-        if type(value) is CoroutineType:
+        if type(value) is _COROUTINE:
             return Handback(slot, name, fn, key, None, value)
         on_end = self.on_end
         if on_end is not None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from replaylog.engine.app import Registry
 from replaylog.engine.attempt_watch import AttemptWatch
@@ -50,11 +50,13 @@ from replaylog.engine.worker.committer import Committer
 log = logging.getLogger("replaylog.worker")
 
 # Bound once: compared on every slot (a global is cheaper to read than an enum member).
-_ACTIVITY = SlotKind.ACTIVITY.value
-_STARTS_CHILD = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
-_CHILD_ACTS = frozenset((SlotKind.CHILD_SIGNAL.value, SlotKind.CHILD_CANCEL.value))
+# Final, so that mypyc keeps each in a C static: any other module global it looks up in the
+# module's dict on every read (~130 CPU instructions).
+_ACTIVITY: Final = SlotKind.ACTIVITY.value
+_STARTS_CHILD: Final = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value))
+_CHILD_ACTS: Final = frozenset((SlotKind.CHILD_SIGNAL.value, SlotKind.CHILD_CANCEL.value))
 # When a mark says an activity started: the wall clock, whatever clock the workflows read.
-_wall_clock = time.time
+_wall_clock: Final = time.time
 
 
 class PooledThread:
