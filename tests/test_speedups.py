@@ -372,6 +372,88 @@ def test_a_lock_held_too_long_is_the_stores_busy_error_on_both_paths(path: str, 
         assert [r.value for r in store.load_state("x").commands] == [0, 1]
 
 
+def _recorded_at(store: Any) -> list[float]:
+    """When each slot of the store's one workflow was recorded, in slot order."""
+    return [row[0] for row in store._conn.execute("SELECT recorded_at FROM commands ORDER BY slot_key")]
+
+
+def test_a_slot_is_stamped_by_time_time_even_where_a_test_replaces_it_on_both_paths(
+        path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The compiled store reads the wall clock without calling time.time, but only while
+    # time.time is itself: a stand-in put in its place (as the console's snapshots freeze
+    # time) stamps the slots it writes, as it does on the pure path.
+    import time
+
+    with open_store(tmp_path / f"{path}.db") as store:
+        claim = _running(store, 3)  # the row fenced, then the lone statement
+        before = time.time()
+        assert store.commit_record(claim, 3, _rec(3), ttl=30)
+        monkeypatch.setattr(time, "time", lambda: 1_234.5)
+        assert store.commit_record(claim, 4, _rec(4), ttl=30)
+        monkeypatch.undo()
+        assert store.commit_record(claim, 5, _rec(5), ttl=30)
+        stamps = _recorded_at(store)
+        assert stamps[3] >= before and stamps[5] >= stamps[3]
+        assert stamps[4] == 1_234.5
+
+
+def test_a_slot_given_in_any_shape_is_written_alike_on_both_paths(path: str, tmp_path: Path) -> None:
+    # The compiled store's commit_record takes the worker's call in C and hands any other
+    # shape of call to the method: each is written, once, in order.
+    with open_store(tmp_path / f"{path}.db") as store:
+        claim = _running(store, 2)
+        assert store.commit_record(claim, 2, _rec(2), '2', ttl=30, parallel_group=None, traceback=None)
+        assert store.commit_record(claim, 3, _rec(3), text="3", ttl=30)
+        assert store.commit_record(claim=claim, slot=4, rec=_rec(4), ttl=30)
+        assert store.commit_record(claim, 5, _rec(5), None, traceback="tb", ttl=30)
+        with pytest.raises(TypeError):
+            store.commit_record(claim, 6, _rec(6))  # no ttl: refused, as the method refuses it
+        with pytest.raises(TypeError):
+            store.commit_record(claim, 6, _rec(6), ttl=30, colour="red")
+        assert not store.commit_record(claim, 4, _rec(-4), ttl=30)
+        assert [r.value for r in store.load_state("x").commands] == list(range(6))
+
+
+@needs_compiled
+def test_the_compiled_commit_record_is_each_writing_stores_own(tmp_path: Path) -> None:
+    # Bound to one store (its connection, statements and fence), never to a read-only one nor
+    # where a subclass has a commit_record of its own; a closed store lets go of it, and one
+    # never closed is still collected.
+    import weakref
+
+    from replaylog.engine.store.sqlite.store import SQLiteStore
+
+    db = tmp_path / "own.db"
+    store = open_store(db)
+    assert type(store.commit_record).__name__ == "Lone"
+    with open_store(db, readonly=True) as reader:
+        assert type(reader.commit_record).__name__ == "method"
+
+    class Counting(SQLiteStore):
+        calls = 0
+
+        def commit_record(self, *args: Any, **kwargs: Any) -> bool:
+            Counting.calls += 1
+            return super().commit_record(*args, **kwargs)
+
+    counting = Counting(db)
+    counting.start_workflow("wf", None, workflow_id="x")
+    claim = _claim(counting)
+    assert counting.commit_record(claim, 0, _rec(0), ttl=30)
+    assert Counting.calls == 1
+    counting.close()
+    ref = weakref.ref(store)
+    store.close()
+    assert type(store.commit_record).__name__ == "method"
+    del store
+    assert ref() is None  # closed: nothing refers to it any more
+    forgotten = open_store(db)
+    ref = weakref.ref(forgotten)
+    del forgotten
+    gc.collect()
+    assert ref() is None  # never closed: the collector takes it and its compiled twin
+
+
 def test_closing_a_store_closes_its_file_on_both_paths(path: str, tmp_path: Path) -> None:
     # The compiled path keeps prepared statements; a connection closed with any left would
     # stay open (SQLite closes it with the last one), and the file's WAL with it.

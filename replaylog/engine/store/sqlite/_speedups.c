@@ -1,6 +1,7 @@
 /* The SQLite store's compiled path: a history's rows read, and a lone slot's statement run,
  * on the sqlite3.Connection's own database handle, without Python's sqlite3 module in between;
- * and the lone slot's fence check and parameters (lone_slot), without the interpreter.
+ * and the lone slot's fence check and parameters (lone_write), without the interpreter, called
+ * as the store's own commit_record (bind_lone).
  *
  * Python's sqlite3 module costs, per statement and per row, more than SQLite's own work
  * for the small rows of a history: the GIL let go and taken back around every step, a
@@ -19,6 +20,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef _WIN32
 #include <dlfcn.h>
@@ -390,10 +392,10 @@ sp_execute(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return changed < 0 ? NULL : PyLong_FromLong(changed);
 }
 
-/* Attribute reads by slot offset (lone_slot). The objects lone_slot reads (the claim, the fence
+/* Attribute reads by slot offset (lone_write). The objects lone_write reads (the claim, the fence
  * and its _Written) are instances of classes with __slots__, and PyObject_GetAttr by name
  * costs ~150-250 CPU instructions a read (the type's look-up, the descriptor call) where the
- * interpreter's specialised LOAD_ATTR reads the slot at its offset: lone_slot reading its ten
+ * interpreter's specialised LOAD_ATTR reads the slot at its offset: lone_write reading its ten
  * attributes by name saved 380 CPU instructions a slot against the interpreted lines, and
  * reading them at their offsets 2,200 (bench.instructions' engine row, 43,372 -> 41,166).
  * A slot_at remembers where a type keeps one attribute, checked against the type's
@@ -456,11 +458,11 @@ write_slot(slot_at *at, PyObject *obj, PyObject *name, PyObject *v)
     return PyObject_SetAttr(obj, name, v);
 }
 
-/* Where the claim, the fence and its _Written keep what lone_slot reads. */
+/* Where the claim, the fence and its _Written keep what lone_write reads. */
 static slot_at at_claim_id, at_claim_epoch, at_claim_owner, at_claim_base, at_fence_written, at_fence_stamped,
                at_w_epoch, at_w_next_slot, at_w_row, at_w_column, at_w_pager;
 
-/* The lone slot's writer (lone_slot): what commit.py's pure-Python lines for the same slot read,
+/* The lone slot's writer (lone_write): what commit.py's pure-Python lines for the same slot read,
  * set once by lone_setup. */
 static PyObject *lone_ok_sql = NULL, *lone_first_try_sql = NULL, *lone_ok_args_sql = NULL;
 /* The same three statements unguarded (the data-version fence, below). */
@@ -475,7 +477,7 @@ static PyObject *s_id, *s_epoch, *s_owner, *s_base, *s_next_slot, *s_row, *s_col
 PyDoc_STRVAR(lone_setup_doc,
 "lone_setup(ok_sql, first_try_sql, ok_args_sql, ok_plain, first_try_plain, ok_args_plain, activity,\n"
 "           writes_more, dumps, restamp) -> None\n\n"
-"What lone_slot needs of commit.py and fence.py: the three guarded statements and the same\n"
+"What lone_write needs of commit.py and fence.py: the three guarded statements and the same\n"
 "three unguarded (their parameters the guarded ones' before the row's), the activity\n"
 "kind's name, the kinds whose slots write more than their row, the JSON encoder and the\n"
 "fence's UPDATED_AT_STEP.");
@@ -515,10 +517,10 @@ sp_lone_setup(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* The data-version fence (lone_slot). SQLite's data version of a connection
+/* The data-version fence (lone_write). SQLite's data version of a connection
  * (SQLITE_FCNTL_DATA_VERSION) changes with each of its own commits and, when a statement
  * starts, with every commit another connection made since; it never goes back. A slot
- * written by lone_slot leaves the version after its commit in the workflow's _Written
+ * written by lone_write leaves the version after its commit in the workflow's _Written
  * (`pager`). If, at the next slot's commit, with the write lock held since the statement
  * began, the version is still that, nothing was committed to the file by anyone since the
  * last slot, which found the workflow's row as the fence expects (guarded, or by this same
@@ -551,33 +553,25 @@ fence_commit_hook(void *arg)
     return 0;
 }
 
-PyDoc_STRVAR(lone_slot_doc,
-"lone_slot(conn, cache, fence, claim, slot, rec, text, now) -> bool\n\n"
-"A lone workflow's common slot whole, as commit.py's pure-Python lines for it do: if the\n"
-"fence (a CommitFence) knows `slot` is the next of `claim`'s lease and no restamp is due, and\n"
-"`rec` succeeded and writes no more than its row, write it with one guarded statement (its\n"
-"value encoded unless `text` is given; unguarded under the data-version fence, see\n"
-"fence_hook) and advance the fence. True if written; False if not taken or refused by the\n"
-"row, and the fenced transaction decides.");
-
+/* A lone workflow's common slot whole, as commit.py's pure-Python lines for it do: if the
+ * fence (a CommitFence) knows `slot` is the next of `claim`'s lease and no restamp is due, and
+ * `rec` succeeded and writes no more than its row, write it with one guarded statement (its
+ * value encoded unless `text` is given; unguarded under the data-version fence, see
+ * fence_hook) and advance the fence. Py_True if written; Py_False if not taken or refused by
+ * the row (the fenced transaction decides); NULL with an exception set. */
 static PyObject *
-sp_lone_slot(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+lone_write(sqlite3 *db, PyObject *cache, PyObject *fence, PyObject *claim, PyObject *slot, PyObject *rec,
+           PyObject *text, PyObject *now)
 {
-    if (nargs != 8 || !PyDict_CheckExact(args[1]) || !PyLong_CheckExact(args[4]) || !PyTuple_Check(args[5])
-        || PyTuple_GET_SIZE(args[5]) != 7 || !PyFloat_CheckExact(args[7])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "lone_slot(conn, cache: dict, fence, claim, slot: int, rec: 7-tuple, text, now: float)");
+    if (!PyDict_CheckExact(cache) || !PyLong_CheckExact(slot) || !PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 7
+        || !PyFloat_CheckExact(now)) {
+        PyErr_SetString(PyExc_TypeError, "lone slot: cache: dict, slot: int, rec: 7-tuple, now: float");
         return NULL;
     }
     if (lone_ok_sql == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "lone_setup() was not called");
         return NULL;
     }
-    sqlite3 *db = handle_of(args[0]);
-    if (db == NULL)
-        return NULL;
-    PyObject *cache = args[1], *fence = args[2], *claim = args[3], *slot = args[4], *rec = args[5];
-    PyObject *text = args[6], *now = args[7];
     PyObject *wid = NULL, *written = NULL, *stamped = NULL, *w = NULL, *row_key = NULL, *owner = NULL;
     PyObject *epoch = NULL, *w_epoch = NULL, *w_row = NULL, *w_column = NULL, *params = NULL, *base = NULL;
     PyObject *next = NULL, *pager = NULL;
@@ -756,6 +750,234 @@ done:
     Py_XDECREF(w_column);
     Py_XDECREF(params);
     return result;
+}
+
+/* ---- A store's commit_record, bound in C (commit.py's Commits binds one per writing store).
+ *
+ * Trick "lone slot bound": the store's commit_record is an instance attribute, this object,
+ * which does in C what the interpreted method does for a lone workflow's common slot (the
+ * clock read, lone_write) and hands anything else to the store's Python: a call of another
+ * shape or with a parallel group to the method itself (`slow`), a slot lone_write declines to
+ * the fenced transaction (`fenced`), and an sqlite3 error to `failed` (the store's error, as
+ * the method raises it). The interpreted call it replaces (its frame, keyword arguments, six
+ * attribute reads, the clock's call) cost ~2,500 CPU instructions a slot (bench.instructions). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *conn, *cache, *fence, *slow, *fenced, *failed, *error, *clock_globals;
+    long long slot_limit;
+} LoneObject;
+
+/* The time module, its dict and its time(), and the names a call of commit_record uses, interned once. */
+static PyObject *time_module = NULL, *time_dict = NULL, *time_time = NULL;
+static PyObject *s_time = NULL, *kw_text = NULL, *kw_ttl = NULL, *kw_group = NULL, *kw_traceback = NULL;
+
+/* Every object a LoneObject holds, for the collector (each binds the store to it: a cycle). */
+#define LONE_HOLDS(DO) DO(conn) DO(cache) DO(fence) DO(slow) DO(fenced) DO(failed) DO(error) DO(clock_globals)
+
+static int
+lone_traverse(LoneObject *self, visitproc visit, void *arg)
+{
+#define VISIT(field) Py_VISIT(self->field);
+    LONE_HOLDS(VISIT)
+#undef VISIT
+    return 0;
+}
+
+static int
+lone_clear(LoneObject *self)
+{
+#define CLEAR(field) Py_CLEAR(self->field);
+    LONE_HOLDS(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
+static void
+lone_dealloc(LoneObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    lone_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The time now, as commit.py reads it (`time.time()`): the time module's clock without the
+ * call, unless commit.py's `time`, or that module's `time`, is something else (a test's
+ * stand-in), which is called. */
+static PyObject *
+lone_now(LoneObject *self)
+{
+    PyObject *clock = PyDict_GetItemWithError(self->clock_globals, s_time);
+    if (clock == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_NameError, "commit.py has no `time`");
+        return NULL;
+    }
+#ifdef CLOCK_REALTIME
+    if (clock == time_module && PyDict_GetItemWithError(time_dict, s_time) == time_time) {
+        /* time.time()'s clock and arithmetic (_PyTime_AsSecondsDouble) */
+        struct timespec ts;
+        if (clock_gettime(CLOCK_REALTIME, &ts) == 0) {
+            long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+            double now = ns % 1000000000LL == 0 ? (double)(ns / 1000000000LL) : (double)ns / 1e9;
+            return PyFloat_FromDouble(now);
+        }
+    }
+#endif
+    PyObject *now = PyObject_CallMethodNoArgs(clock, s_time);
+    if (now != NULL && !PyFloat_CheckExact(now))
+        Py_SETREF(now, PyNumber_Float(now));
+    return now;
+}
+
+static int
+same_name(PyObject *given, PyObject *name)
+{
+    return given == name || (PyUnicode_Check(given) && PyUnicode_Compare(given, name) == 0);
+}
+
+static PyObject *
+lone_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    LoneObject *self = (LoneObject *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *text = nargs == 4 ? args[3] : Py_None, *ttl = NULL, *group = Py_None, *traceback = Py_None;
+    if (nargs < 3 || nargs > 4)
+        goto slow;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i), *value = args[nargs + i];
+        if (same_name(key, kw_ttl))
+            ttl = value;
+        else if (same_name(key, kw_group))
+            group = value;
+        else if (same_name(key, kw_traceback))
+            traceback = value;
+        else if (nargs == 3 && same_name(key, kw_text))
+            text = value;
+        else
+            goto slow;
+    }
+    if (ttl == NULL || group != Py_None || !PyLong_CheckExact(args[1]))
+        goto slow;
+    int overflow = 0;
+    long long slot = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+    if (overflow || slot >= self->slot_limit)
+        goto slow;
+    PyObject *now = lone_now(self);
+    if (now == NULL)
+        return NULL;
+    sqlite3 *db = handle_of(self->conn);
+    PyObject *written = db == NULL ? NULL
+                                   : lone_write(db, self->cache, self->fence, args[0], args[1], args[2], text, now);
+    if (written == Py_False) {
+        /* Not taken, or the row refused it: the fenced transaction decides, as for any other slot. */
+        Py_DECREF(written);
+        PyObject *rest[] = {args[0], args[1], args[2], text, ttl, group, traceback, now};
+        written = PyObject_Vectorcall(self->fenced, rest, 8, NULL);
+    }
+    else if (written == NULL && PyErr_ExceptionMatches(self->error)) {
+        /* An sqlite3 error: the store's, raised by the store (the fence forgets what it knew). */
+        PyObject *type, *exc, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+        PyObject *raised = PyObject_CallOneArg(self->failed, exc);
+        Py_XDECREF(raised);  /* it raises; should it return, the slot's error still stands */
+        if (raised != NULL)
+            PyErr_Restore(type, exc, tb);
+        else {
+            Py_XDECREF(type);
+            Py_XDECREF(exc);
+            Py_XDECREF(tb);
+        }
+    }
+    Py_DECREF(now);
+    return written;
+slow:
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+static PyTypeObject LoneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "replaylog.engine.store.sqlite._speedups.Lone",
+    .tp_basicsize = sizeof(LoneObject),
+    .tp_dealloc = (destructor)lone_dealloc,
+    .tp_vectorcall_offset = offsetof(LoneObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A store's commit_record in C: see bind_lone.",
+    .tp_traverse = (traverseproc)lone_traverse,
+    .tp_clear = (inquiry)lone_clear,
+};
+
+PyDoc_STRVAR(bind_lone_doc,
+"bind_lone(conn, cache, fence, slow, fenced, failed, error, clock_globals, slot_limit) -> callable\n\n"
+"A store's commit_record(claim, slot, rec, text=None, *, ttl, parallel_group=None, traceback=None)\n"
+"in C for a lone workflow's common slot (lone_write) on `conn`, its statement `cache` and its\n"
+"CommitFence `fence`, at the time commit.py's `time` (in `clock_globals`) gives. Anything else\n"
+"goes back to the store: a call of another shape, a parallel group's task or a slot past\n"
+"`slot_limit` to `slow(...)` (the method itself, the same arguments), a slot lone_write\n"
+"declines to `fenced(claim, slot, rec, text, ttl, parallel_group, traceback, now)`, and an\n"
+"exception of class `error` to `failed(exc)`, which raises the store's.");
+
+static PyObject *
+sp_bind_lone(PyObject *module, PyObject *args)
+{
+    PyObject *conn, *cache, *fence, *slow, *fenced, *failed, *error, *clock_globals;
+    long long slot_limit;
+    if (!PyArg_ParseTuple(args, "OO!OOOOOO!L:bind_lone", &conn, &PyDict_Type, &cache, &fence, &slow, &fenced,
+                          &failed, &error, &PyDict_Type, &clock_globals, &slot_limit))
+        return NULL;
+    if (!PyCallable_Check(slow) || !PyCallable_Check(fenced) || !PyCallable_Check(failed)
+        || !PyExceptionClass_Check(error)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "bind_lone: slow, fenced and failed must be callable, error an exception class");
+        return NULL;
+    }
+    if (handle_of(conn) == NULL)
+        return NULL;
+    if (kw_traceback == NULL) {
+        const char *names[] = {"time", "text", "ttl", "parallel_group", "traceback"};
+        PyObject **keep[] = {&s_time, &kw_text, &kw_ttl, &kw_group, &kw_traceback};
+        for (int i = 0; i < 5; i++) {
+            if (*keep[i] == NULL && (*keep[i] = PyUnicode_InternFromString(names[i])) == NULL)
+                return NULL;
+        }
+    }
+    if (time_module == NULL) {
+        /* time.time itself, a builtin (not a test's stand-in, should one be in its place now). */
+        PyObject *module = PyImport_ImportModule("time");
+        if (module == NULL)
+            return NULL;
+        PyObject *fn = PyObject_GetAttr(module, s_time);
+        if (fn == NULL) {
+            Py_DECREF(module);
+            return NULL;
+        }
+        if (PyCFunction_Check(fn)) {
+            time_time = fn;
+            time_dict = Py_NewRef(PyModule_GetDict(module));
+            time_module = module;
+        }
+        else {
+            Py_DECREF(fn);
+            Py_DECREF(module);
+        }
+    }
+    LoneObject *self = PyObject_GC_New(LoneObject, &LoneType);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = lone_vectorcall;
+    PyObject *given[] = {conn, cache, fence, slow, fenced, failed, error, clock_globals};
+    PyObject **keep[] = {&self->conn, &self->cache, &self->fence, &self->slow, &self->fenced, &self->failed,
+                         &self->error, &self->clock_globals};
+    for (int i = 0; i < 8; i++)
+        *keep[i] = Py_NewRef(given[i]);
+    self->slot_limit = slot_limit;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
 }
 
 /* One column of the current row as the sqlite3 module gives it (no converters). */
@@ -992,7 +1214,7 @@ static PyMethodDef methods[] = {
     {"execute", (PyCFunction)(void (*)(void))sp_execute, METH_FASTCALL, execute_doc},
     {"records", (PyCFunction)(void (*)(void))sp_records, METH_FASTCALL, records_doc},
     {"lone_setup", sp_lone_setup, METH_VARARGS, lone_setup_doc},
-    {"lone_slot", (PyCFunction)(void (*)(void))sp_lone_slot, METH_FASTCALL, lone_slot_doc},
+    {"bind_lone", sp_bind_lone, METH_VARARGS, bind_lone_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1005,5 +1227,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    if (PyType_Ready(&LoneType) < 0)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -9,10 +9,13 @@ written for CPU instructions (README, Performance), and measured with
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
@@ -22,7 +25,6 @@ from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
 from replaylog.engine.store.shared.runs import continue_run
-from replaylog.engine.store.sqlite import speedups
 from replaylog.engine.store.sqlite.connection import SQLITE, SQLiteConnection, store_error
 from replaylog.engine.store.sqlite.fence import FAST, REFUSE, UPDATED_AT_STEP
 from replaylog.engine.store.sqlite.operations import code_ended
@@ -88,14 +90,15 @@ _BEHIND_ROW = ("UPDATE workflows SET slots = ?, lease_expires = ? WHERE id = ? A
 # The slots whose commit writes more than their command row: the fenced transaction writes them.
 _WRITES_MORE = frozenset((*_STARTS_CHILD, *CHILD_ACTS, ATTRIBUTES))
 
-# The common slot of `Commits.commit_record` compiled: speedups' `lone_slot` does what its
-# pure-Python lines do (the fence's guard, the value's text, one of the guarded statements,
-# the fence advanced), with what it reads of this module and fence.py given here; and, under
-# its data-version fence (fence.py's CommitFence), the same statement unguarded.
+# The common slot of `Commits.commit_record` compiled (`lone_write` in engine.store.sqlite's C
+# file, called by the store's bound twin, `__init__`): what its pure-Python lines do (the fence's
+# guard, the value's text, one of the guarded statements, the fence advanced), with what it
+# reads of this module and fence.py given to it (`lone_setup`, by each store it is bound to: a
+# test may turn the compiled path off while this module is imported); and, under its
+# data-version fence (fence.py's CommitFence), the same statement unguarded.
 # bench.instructions' engine row: 43,372 -> 41,166 CPU instructions a slot, then -> 38,374.
-if speedups.COMPILED is not None:
-    speedups.COMPILED.lone_setup(_GUARDED_OK, _GUARDED_FIRST_TRY, _GUARDED_OK_ARGS, _INSERT_OK, _INSERT_FIRST_TRY,
-                                 _INSERT_OK_ARGS, _ACTIVITY, _WRITES_MORE, dumps, UPDATED_AT_STEP)
+_LONE_SETUP = (_GUARDED_OK, _GUARDED_FIRST_TRY, _GUARDED_OK_ARGS, _INSERT_OK, _INSERT_FIRST_TRY, _INSERT_OK_ARGS,
+               _ACTIVITY, _WRITES_MORE, dumps, UPDATED_AT_STEP)
 
 
 class Commits(SQLiteConnection, SeenCancels):
@@ -141,6 +144,24 @@ class Commits(SQLiteConnection, SeenCancels):
             cancels.pop(claim.id, None)
         return written, finished
 
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
+        super().__init__(path, readonly=readonly, max_payload=max_payload)
+        if self._compiled is not None and not readonly and type(self).commit_record is Commits.commit_record:
+            # Trick "lone slot bound" (its measured gain: bind_lone in engine.store.sqlite's C
+            # file): this store's commit_record is the compiled one, an attribute of its own,
+            # which hands back to this class's methods whatever is not a lone common slot.
+            # (Not where a subclass has a commit_record of its own: it would be shadowed.)
+            self._compiled.lone_setup(*_LONE_SETUP)
+            self.commit_record = self._compiled.bind_lone(  # type: ignore[method-assign]
+                self._conn, self._stmts, self._fence, functools.partial(Commits.commit_record, self),
+                self._commit_fenced, self._lone_failed, sqlite3.Error, globals(), SLOT_LIMIT)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with contextlib.suppress(AttributeError):
+            del self.commit_record  # the compiled one refers to this store: no cycle left for the collector
+        super().close()
+
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """`commit_batch` for one outcome alone: what a lone workflow does once per slot.
@@ -148,52 +169,54 @@ class Commits(SQLiteConnection, SeenCancels):
         The same transaction and fencing, without the batch's lists; True if written.
         `text` is the value's JSON text if the caller encoded it already; `parallel_group`
         marks a task of a parallel group; `traceback` is a failure's (see PendingRecord).
+
+        On the compiled path a store's own compiled twin answers instead (see `__init__`):
+        these lines are the pure-Python path, and what the twin hands back.
         """
         if self.readonly:
             raise ReadOnlyError(f"database {self.path} is open read-only")
-        cur = self._cur
         now = time.time()
         if parallel_group is None and slot < SLOT_LIMIT:
-            compiled = self._compiled
-            if compiled is not None:
-                # The lines below, whole, in C (engine.store.sqlite.speedups: `lone_slot`).
+            w = self._fence.guard(claim, slot, now)
+            kind, name, ok, value, error, attempts, args = rec
+            if w is not None and ok and error is None and kind not in _WRITES_MORE:
+                # The common slot: one guarded autocommit statement (see _GUARDED_OK).
+                if text is None:
+                    text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
+                row_key = claim.base + slot
+                if args is None:
+                    sql = _GUARDED_OK
+                    params: tuple[Any, ...] = (row_key, kind, name, text, attempts, now, w.row, claim.id,
+                                               claim.owner, claim.epoch, w.column)
+                elif attempts == 1 and kind == _ACTIVITY:
+                    sql = _GUARDED_FIRST_TRY
+                    params = (row_key, name, text, now, args, w.row, claim.id, claim.owner, claim.epoch, w.column)
+                else:
+                    sql = _GUARDED_OK_ARGS
+                    params = (row_key, kind, name, text, attempts, now, args, w.row, claim.id, claim.owner,
+                              claim.epoch, w.column)
                 try:
-                    if compiled.lone_slot(self._conn, self._stmts, self._fence, claim, slot, rec, text, now):
-                        return True
+                    written = self._cur.execute(sql, params).rowcount
                 except sqlite3.Error as exc:
-                    self._fence.clear()
-                    raise store_error(exc, self.path) from exc
-            else:
-                w = self._fence.guard(claim, slot, now)
-                kind, name, ok, value, error, attempts, args = rec
-                if w is not None and ok and error is None and kind not in _WRITES_MORE:
-                    # The common slot: one guarded autocommit statement (see _GUARDED_OK).
-                    if text is None:
-                        text = int.__repr__(value) if type(value) is int else dumps(value)  # dumps's int case, inline
-                    row_key = claim.base + slot
-                    if args is None:
-                        sql = _GUARDED_OK
-                        params: tuple[Any, ...] = (row_key, kind, name, text, attempts, now, w.row, claim.id,
-                                                   claim.owner, claim.epoch, w.column)
-                    elif attempts == 1 and kind == _ACTIVITY:
-                        sql = _GUARDED_FIRST_TRY
-                        params = (row_key, name, text, now, args, w.row, claim.id, claim.owner, claim.epoch, w.column)
-                    else:
-                        sql = _GUARDED_OK_ARGS
-                        params = (row_key, kind, name, text, attempts, now, args, w.row, claim.id, claim.owner,
-                                  claim.epoch, w.column)
-                    try:
-                        written = cur.execute(sql, params).rowcount
-                    except sqlite3.Error as exc:
-                        self._fence.clear()
-                        raise store_error(exc, self.path) from exc
-                    if written == 1:
-                        w.next_slot = slot + 1
-                        return True
+                    self._lone_failed(exc)
+                if written == 1:
+                    w.next_slot = slot + 1
+                    return True
             # Not taken, or the row refused it (the lease is gone, or a cancel request waits):
-            # the fenced transaction below decides, as for any other slot.
+            # the fenced transaction decides, as for any other slot.
+        return self._commit_fenced(claim, slot, rec, text, ttl, parallel_group, traceback, now)
+
+    def _lone_failed(self, exc: sqlite3.Error) -> NoReturn:
+        """A lone slot's statement failed: nothing is known written, and SQLite's error leaves as the store's."""
+        self._fence.clear()
+        raise store_error(exc, self.path) from exc
+
+    def _commit_fenced(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None, ttl: float,
+                       parallel_group: int | None, traceback: str | None, now: float) -> bool:
+        """`commit_record` as one fenced transaction: any slot the lone slot's statement does not take."""
         # `_begin_immediate` and `_end` spelled out: two Python calls fewer on every slot
         # (each call costs several hundred CPU instructions; bench.instructions).
+        cur = self._cur
         try:
             cur.execute("BEGIN IMMEDIATE")
             try:

@@ -52,7 +52,7 @@ class CommitFence:
     transaction and data_version: `guard` gives what its one autocommit statement checks on
     the workflow's row, the same owner, epoch and count the fenced UPDATE checks.
 
-    The compiled twin of that slot (`lone_slot` in engine.store.sqlite.speedups' C file)
+    The compiled twin of that slot (`lone_write` in engine.store.sqlite.speedups' C file)
     does what `guard` does on `_written` and `_stamped` directly, and advances
     `_Written.next_slot` as the caller does: a change to what these hold, or to `guard`'s
     rule, is a change there too (tests/test_speedups.py runs both). It also skips the row

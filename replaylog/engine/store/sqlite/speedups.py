@@ -4,12 +4,12 @@
 own functions on the sqlite3.Connection's database handle, without Python's sqlite3 module
 in between, for the two places a slot's CPU goes through that module most: a history's
 rows read at resume (`records`, used by engine.store.shared.reads.load_commands) and a lone
-workflow's slot (`lone_slot`, engine.store.sqlite.commit: the commit fence's check, the
-statement's parameters and its step, none of it interpreted; and, after a slot it wrote with
-nothing committed to the file since, the row's check itself left out, on SQLite's data
-version: see fence.py's CommitFence). Measured
-under callgrind (`make bench-instructions`, docs/performance.md "The cost of a slot, by
-stage"): see the figures there.
+workflow's slot (`bind_lone`: each writing store's own commit_record, engine.store.sqlite.commit;
+the commit fence's check, the statement's parameters and its step, none of it interpreted;
+and, after a slot it wrote with nothing committed to the file since, the row's check itself
+left out, on SQLite's data version: see fence.py's CommitFence). Measured under callgrind
+(`make bench-instructions`, docs/performance.md "The cost of a slot, by stage"): see the
+figures there.
 
 `COMPILED` is the loaded module, or None where the pure-Python path runs: no compiled
 module was built, REPLAYLOG_PURE_PYTHON=1 is set, the Python is not one whose
