@@ -454,6 +454,46 @@ def test_the_compiled_commit_record_is_each_writing_stores_own(tmp_path: Path) -
     assert ref() is None  # never closed: the collector takes it and its compiled twin
 
 
+def test_a_crowds_first_attempts_are_fenced_alike_on_both_paths(path: str, tmp_path: Path) -> None:
+    # A group commit's commonest outcome under the fence's FAST rule (written without the
+    # row's rewrite, on the compiled path by `first_try` in C): any other connection's commit
+    # (a cancel request, a lease taken over) sends the next batch through the row's check,
+    # which reports the cancel and refuses the lost lease; a stale slot or one past a gap is
+    # refused; values are encoded as the pure path encodes them.
+    db = tmp_path / f"{path}.db"
+
+    def first(slot: int, value: Any = None) -> CommandRecord:
+        return CommandRecord("activity", "tick", True, slot if value is None else value, None, 1, f"[{slot}]")
+
+    with open_store(db) as store, open_store(db) as other:
+        for wid in ("a", "b", "c"):
+            store.start_workflow("wf", None, workflow_id=wid)
+        claims = {c.id: c for c in store.claim("w1", ttl=30, limit=3)}
+        a, b, c = claims["a"], claims["b"], claims["c"]
+        for slot in (0, 1, 2):  # fenced, then FAST twice
+            written, _ = store.commit_batch([PendingRecord(x, slot, first(slot)) for x in (a, b, c)], ttl=30)
+            assert written == [True, True, True]
+        other.cancel_workflow("b", reason="enough")
+        other._conn.execute("UPDATE workflows SET lease_expires = 0 WHERE id = 'c'")  # type: ignore[attr-defined]
+        (taken,) = other.claim("w2", ttl=30)
+        assert taken.id == "c"
+        written, _ = store.commit_batch([PendingRecord(x, 3, first(3)) for x in (a, b, c)], ttl=30)
+        assert written == [True, True, False]
+        assert store.cancels.get("b") == "enough"
+        written, _ = store.commit_batch([
+            PendingRecord(a, 4, first(4, {"k": [1, 2.5, None]})),  # FAST again, its value encoded here
+            PendingRecord(a, 4, first(4, -1)),  # written just now: refused
+            PendingRecord(a, 6, first(6, -1)),  # past a gap: refused
+            PendingRecord(a, 5, first(5, "five"), '"five"'),
+        ], ttl=30)
+        assert written == [True, False, False, True]
+        assert other.commit_batch([PendingRecord(taken, 3, first(3, 30))], ttl=30)[0] == [True]
+        assert [r.value for r in store.load_state("a").commands] == [0, 1, 2, 3, {"k": [1, 2.5, None]}, "five"]
+        assert [r.value for r in store.load_state("b").commands] == [0, 1, 2, 3]
+        assert [r.value for r in store.load_state("c").commands] == [0, 1, 2, 30]
+        assert [r.args for r in store.load_state("a").commands] == [f"[{i}]" for i in range(6)]
+
+
 def test_closing_a_store_closes_its_file_on_both_paths(path: str, tmp_path: Path) -> None:
     # The compiled path keeps prepared statements; a connection closed with any left would
     # stay open (SQLite closes it with the last one), and the file's WAL with it.

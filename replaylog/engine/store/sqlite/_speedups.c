@@ -460,7 +460,7 @@ write_slot(slot_at *at, PyObject *obj, PyObject *name, PyObject *v)
 
 /* Where the claim, the fence and its _Written keep what lone_write reads. */
 static slot_at at_claim_id, at_claim_epoch, at_claim_owner, at_claim_base, at_fence_written, at_fence_stamped,
-               at_w_epoch, at_w_next_slot, at_w_row, at_w_column, at_w_pager;
+               at_w_epoch, at_w_next_slot, at_w_row, at_w_column, at_w_pager, at_w_version;
 
 /* The lone slot's writer (lone_write): what commit.py's pure-Python lines for the same slot read,
  * set once by lone_setup. */
@@ -472,7 +472,7 @@ static PyObject *lone_one = NULL;
 static double lone_restamp = 0.0;
 /* Attribute names, interned once: the claim's, the fence's and its _Written's. */
 static PyObject *s_id, *s_epoch, *s_owner, *s_base, *s_next_slot, *s_row, *s_column, *s_written, *s_stamped,
-                *s_pager;
+                *s_pager, *s_version;
 
 PyDoc_STRVAR(lone_setup_doc,
 "lone_setup(ok_sql, first_try_sql, ok_args_sql, ok_plain, first_try_plain, ok_args_plain, activity,\n"
@@ -496,12 +496,12 @@ sp_lone_setup(PyObject *self, PyObject *args)
     }
     if (lone_one == NULL && (lone_one = PyLong_FromLong(1)) == NULL)
         return NULL;
-    if (s_pager == NULL) {  /* the last one made: all of them are */
+    if (s_version == NULL) {  /* the last one made: all of them are */
         const char *names[] = {"id", "epoch", "owner", "base", "next_slot", "row", "column", "_written", "_stamped",
-                               "pager"};
+                               "pager", "version"};
         PyObject **slots[] = {&s_id, &s_epoch, &s_owner, &s_base, &s_next_slot, &s_row, &s_column, &s_written,
-                              &s_stamped, &s_pager};
-        for (int i = 0; i < 10; i++) {
+                              &s_stamped, &s_pager, &s_version};
+        for (int i = 0; i < 11; i++) {
             if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
                 return NULL;
         }
@@ -750,6 +750,126 @@ done:
     Py_XDECREF(w_column);
     Py_XDECREF(params);
     return result;
+}
+
+PyDoc_STRVAR(first_try_doc,
+"first_try(fence, claim, slot, rec, text, now, version, slot_limit) -> tuple | None\n\n"
+"A group commit's commonest outcome (commit.py's Commits.commit_batch): an activity that\n"
+"succeeded at its first attempt, in a slot the fence's FAST rule takes (CommitFence.check:\n"
+"this connection fenced the row under this lease, `slot` is next, PRAGMA data_version is\n"
+"still `version`, no restamp is due). Then the fence is advanced and the row for\n"
+"_INSERT_FIRST_TRY is returned, (row_key, name, text, now, args), its value encoded unless\n"
+"`text` is given; else None, and nothing is changed.");
+
+/* Trick "first try in C": CommitFence.check and _write_record for that outcome were ~145
+ * interpreted bytecodes a slot of a crowded worker's (measured in the note of commit.py's
+ * commit_batch). */
+static PyObject *
+sp_first_try(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyFloat_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "first_try(fence, claim, slot, rec, text, now: float, version, slot_limit: int)");
+        return NULL;
+    }
+    if (lone_ok_sql == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "lone_setup() was not called");
+        return NULL;
+    }
+    PyObject *fence = args[0], *claim = args[1], *slot = args[2], *rec = args[3], *text = args[4], *now = args[5];
+    PyObject *version = args[6];
+    PyObject *wid = NULL, *written = NULL, *stamped = NULL, *w = NULL, *epoch = NULL, *w_epoch = NULL;
+    PyObject *next = NULL, *w_version = NULL, *base = NULL, *row_key = NULL, *after = NULL;
+    PyObject *result = NULL;
+    int overflow = 0, eq;
+    /* The outcome: an activity that succeeded at its first attempt, its arguments' key kept. */
+    if (!PyLong_CheckExact(slot) || !PyTuple_Check(rec) || PyTuple_GET_SIZE(rec) != 7
+        || PyLong_AsLongLongAndOverflow(slot, &overflow) >= PyLong_AsLongLong(args[7]) || overflow)
+        goto declined;
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *kind = PyTuple_GET_ITEM(rec, 0), *name = PyTuple_GET_ITEM(rec, 1), *ok = PyTuple_GET_ITEM(rec, 2);
+    PyObject *value = PyTuple_GET_ITEM(rec, 3), *attempts = PyTuple_GET_ITEM(rec, 5);
+    PyObject *arg_key = PyTuple_GET_ITEM(rec, 6);
+    if (ok != Py_True || PyTuple_GET_ITEM(rec, 4) != Py_None || arg_key == Py_None || !PyLong_CheckExact(attempts)
+        || PyLong_AsLongAndOverflow(attempts, &overflow) != 1 || overflow)
+        goto declined;
+    if ((eq = PyObject_RichCompareBool(kind, lone_activity, Py_EQ)) != 1)
+        return eq < 0 ? NULL : Py_NewRef(Py_None);
+    /* CommitFence.check's FAST rule */
+    if ((wid = read_slot(&at_claim_id, claim, s_id)) == NULL
+        || (written = read_slot(&at_fence_written, fence, s_written)) == NULL
+        || (stamped = read_slot(&at_fence_stamped, fence, s_stamped)) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(written) || !PyDict_CheckExact(stamped)) {
+        PyErr_SetString(PyExc_TypeError, "the fence's _written and _stamped must be dicts");
+        goto done;
+    }
+    w = PyDict_GetItemWithError(written, wid);
+    if (w == NULL) {
+        if (!PyErr_Occurred())
+            result = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_INCREF(w);
+    if ((epoch = read_slot(&at_claim_epoch, claim, s_epoch)) == NULL
+        || (w_epoch = read_slot(&at_w_epoch, w, s_epoch)) == NULL
+        || (eq = PyObject_RichCompareBool(w_epoch, epoch, Py_EQ)) != 1
+        || (next = read_slot(&at_w_next_slot, w, s_next_slot)) == NULL
+        || (eq = PyObject_RichCompareBool(next, slot, Py_EQ)) != 1
+        || (w_version = read_slot(&at_w_version, w, s_version)) == NULL
+        || (eq = PyObject_RichCompareBool(w_version, version, Py_EQ)) != 1) {
+        if (!PyErr_Occurred())
+            result = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *at = PyDict_GetItemWithError(stamped, wid);
+    double stamped_at = 0.0;
+    if (at != NULL) {
+        stamped_at = PyFloat_AsDouble(at);
+        if (stamped_at == -1.0 && PyErr_Occurred())
+            goto done;
+    }
+    else if (PyErr_Occurred()) {
+        goto done;
+    }
+    if (!(PyFloat_AS_DOUBLE(now) - stamped_at < lone_restamp)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (text == Py_None) {
+        /* dumps's int case inline, as the pure path does */
+        text = PyLong_CheckExact(value) ? PyLong_Type.tp_repr(value) : PyObject_CallOneArg(lone_dumps, value);
+        if (text == NULL)
+            goto done;
+    }
+    else {
+        Py_INCREF(text);
+    }
+    if ((base = read_slot(&at_claim_base, claim, s_base)) == NULL || (row_key = PyNumber_Add(base, slot)) == NULL
+        || (after = PyNumber_Add(slot, lone_one)) == NULL || write_slot(&at_w_next_slot, w, s_next_slot, after) < 0) {
+        Py_DECREF(text);
+        goto done;
+    }
+    result = PyTuple_Pack(5, row_key, name, text, now, arg_key);
+    Py_DECREF(text);
+done:
+    Py_XDECREF(wid);
+    Py_XDECREF(written);
+    Py_XDECREF(stamped);
+    Py_XDECREF(w);
+    Py_XDECREF(epoch);
+    Py_XDECREF(w_epoch);
+    Py_XDECREF(next);
+    Py_XDECREF(w_version);
+    Py_XDECREF(base);
+    Py_XDECREF(row_key);
+    Py_XDECREF(after);
+    return result;
+declined:
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 /* ---- A store's commit_record, bound in C (commit.py's Commits binds one per writing store).
@@ -1215,6 +1335,7 @@ static PyMethodDef methods[] = {
     {"records", (PyCFunction)(void (*)(void))sp_records, METH_FASTCALL, records_doc},
     {"lone_setup", sp_lone_setup, METH_VARARGS, lone_setup_doc},
     {"bind_lone", sp_bind_lone, METH_VARARGS, bind_lone_doc},
+    {"first_try", (PyCFunction)(void (*)(void))sp_first_try, METH_FASTCALL, first_try_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -120,11 +120,31 @@ class Commits(SQLiteConnection, SeenCancels):
                 version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
                 write_record, write_parallel = self._write_record, self._write_parallel
                 first_tries: list[tuple[Any, ...]] = []
-                written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback, r.parallel_group)
-                           if r.parallel_group is not None
-                           else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback,
-                                             first_tries)
-                           for r in records]
+                compiled = self._compiled
+                if compiled is None:
+                    written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback,
+                                              r.parallel_group)
+                               if r.parallel_group is not None
+                               else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback,
+                                                 first_tries)
+                               for r in records]
+                else:
+                    # Trick "first try in C" (`first_try` in engine.store.sqlite's C file): the
+                    # commonest outcome under the fence's FAST rule, the fence's check and its row
+                    # made without the interpreter; anything else as above.
+                    first_try, fence, add = compiled.first_try, self._fence, first_tries.append
+                    written = []
+                    for claim, slot, rec, text, group, traceback in records:
+                        if group is not None:
+                            written.append(write_parallel(claim, slot, rec, now, ttl, text, traceback, group))
+                        else:
+                            row = first_try(fence, claim, slot, rec, text, now, version, SLOT_LIMIT)
+                            if row is None:
+                                written.append(write_record(claim, slot, rec, now, ttl, version, text, traceback,
+                                                            first_tries))
+                            else:
+                                add(row)
+                                written.append(True)
                 if first_tries:
                     # The batch's commonest rows in one executemany instead of an execute each:
                     # 25 outcomes a commit (store.commit_batch alone under callgrind) cost
@@ -146,12 +166,13 @@ class Commits(SQLiteConnection, SeenCancels):
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
         super().__init__(path, readonly=readonly, max_payload=max_payload)
+        if self._compiled is not None and not readonly:
+            self._compiled.lone_setup(*_LONE_SETUP)
         if self._compiled is not None and not readonly and type(self).commit_record is Commits.commit_record:
             # Trick "lone slot bound" (its measured gain: bind_lone in engine.store.sqlite's C
             # file): this store's commit_record is the compiled one, an attribute of its own,
             # which hands back to this class's methods whatever is not a lone common slot.
             # (Not where a subclass has a commit_record of its own: it would be shadowed.)
-            self._compiled.lone_setup(*_LONE_SETUP)
             self.commit_record = self._compiled.bind_lone(  # type: ignore[method-assign]
                 self._conn, self._stmts, self._fence, functools.partial(Commits.commit_record, self),
                 self._commit_fenced, self._lone_failed, sqlite3.Error, globals(), SLOT_LIMIT)
