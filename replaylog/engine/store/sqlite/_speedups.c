@@ -553,6 +553,68 @@ fence_commit_hook(void *arg)
     return 0;
 }
 
+/* CommitFence's rule for `slot` of `claim` on `fence` (fence.py, guard and check): this
+ * connection fenced the row under this lease, `slot` is next, the row's updated_at is not due to
+ * be rewritten and, if `version` is given, PRAGMA data_version is still what it was then (the
+ * FAST rule). 1 and new references in *wid, *w (the workflow's _Written) and *epoch (the
+ * claim's) if so; 0 if not; -1 with an exception set. */
+static int
+fence_takes(PyObject *fence, PyObject *claim, PyObject *slot, PyObject *now, PyObject *version, PyObject **wid,
+            PyObject **w, PyObject **epoch)
+{
+    PyObject *written = NULL, *stamped = NULL, *w_epoch = NULL, *next = NULL, *w_version = NULL;
+    int taken = -1, eq = 1;
+    *wid = *w = *epoch = NULL;
+    if ((*wid = read_slot(&at_claim_id, claim, s_id)) == NULL
+        || (written = read_slot(&at_fence_written, fence, s_written)) == NULL
+        || (stamped = read_slot(&at_fence_stamped, fence, s_stamped)) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(written) || !PyDict_CheckExact(stamped)) {
+        PyErr_SetString(PyExc_TypeError, "the fence's _written and _stamped must be dicts");
+        goto done;
+    }
+    *w = Py_XNewRef(PyDict_GetItemWithError(written, *wid));
+    if (*w == NULL) {
+        if (!PyErr_Occurred())
+            taken = 0;
+        goto done;
+    }
+    if ((*epoch = read_slot(&at_claim_epoch, claim, s_epoch)) == NULL
+        || (w_epoch = read_slot(&at_w_epoch, *w, s_epoch)) == NULL
+        || (eq = PyObject_RichCompareBool(w_epoch, *epoch, Py_EQ)) != 1
+        || (next = read_slot(&at_w_next_slot, *w, s_next_slot)) == NULL
+        || (eq = PyObject_RichCompareBool(next, slot, Py_EQ)) != 1
+        || (version != NULL && ((w_version = read_slot(&at_w_version, *w, s_version)) == NULL
+                                || (eq = PyObject_RichCompareBool(w_version, version, Py_EQ)) != 1))) {
+        if (!PyErr_Occurred())
+            taken = 0;
+        goto done;
+    }
+    PyObject *at = PyDict_GetItemWithError(stamped, *wid);
+    double stamped_at = 0.0;
+    if (at != NULL) {
+        stamped_at = PyFloat_AsDouble(at);
+        if (stamped_at == -1.0 && PyErr_Occurred())
+            goto done;
+    }
+    else if (PyErr_Occurred()) {
+        goto done;
+    }
+    taken = PyFloat_AS_DOUBLE(now) - stamped_at < lone_restamp;
+done:
+    Py_XDECREF(written);
+    Py_XDECREF(stamped);
+    Py_XDECREF(w_epoch);
+    Py_XDECREF(next);
+    Py_XDECREF(w_version);
+    if (taken != 1) {
+        Py_CLEAR(*wid);
+        Py_CLEAR(*w);
+        Py_CLEAR(*epoch);
+    }
+    return taken;
+}
+
 /* A lone workflow's common slot whole, as commit.py's pure-Python lines for it do: if the
  * fence (a CommitFence) knows `slot` is the next of `claim`'s lease and no restamp is due, and
  * `rec` succeeded and writes no more than its row, write it with one guarded statement (its
@@ -572,50 +634,16 @@ lone_write(sqlite3 *db, PyObject *cache, PyObject *fence, PyObject *claim, PyObj
         PyErr_SetString(PyExc_RuntimeError, "lone_setup() was not called");
         return NULL;
     }
-    PyObject *wid = NULL, *written = NULL, *stamped = NULL, *w = NULL, *row_key = NULL, *owner = NULL;
-    PyObject *epoch = NULL, *w_epoch = NULL, *w_row = NULL, *w_column = NULL, *params = NULL, *base = NULL;
-    PyObject *next = NULL, *pager = NULL;
+    PyObject *wid = NULL, *w = NULL, *row_key = NULL, *owner = NULL;
+    PyObject *epoch = NULL, *w_row = NULL, *w_column = NULL, *params = NULL, *base = NULL;
+    PyObject *pager = NULL;
     PyObject *result = NULL;
-    int eq;
 
-    /* CommitFence.guard: this connection fenced the row under this lease, `slot` is next, and
-     * the row's updated_at is not due to be rewritten. */
-    if ((wid = read_slot(&at_claim_id, claim, s_id)) == NULL
-        || (written = read_slot(&at_fence_written, fence, s_written)) == NULL
-        || (stamped = read_slot(&at_fence_stamped, fence, s_stamped)) == NULL)
-        goto done;
-    if (!PyDict_CheckExact(written) || !PyDict_CheckExact(stamped)) {
-        PyErr_SetString(PyExc_TypeError, "the fence's _written and _stamped must be dicts");
-        goto done;
-    }
-    w = PyDict_GetItemWithError(written, wid);
-    if (w == NULL) {
-        if (!PyErr_Occurred())
+    /* CommitFence.guard */
+    int taken = fence_takes(fence, claim, slot, now, NULL, &wid, &w, &epoch);
+    if (taken <= 0) {
+        if (taken == 0)
             result = Py_NewRef(Py_False);
-        goto done;
-    }
-    Py_INCREF(w);
-    if ((epoch = read_slot(&at_claim_epoch, claim, s_epoch)) == NULL
-        || (w_epoch = read_slot(&at_w_epoch, w, s_epoch)) == NULL
-        || (eq = PyObject_RichCompareBool(w_epoch, epoch, Py_EQ)) != 1
-        || (next = read_slot(&at_w_next_slot, w, s_next_slot)) == NULL
-        || (eq = PyObject_RichCompareBool(next, slot, Py_EQ)) != 1) {
-        if (!PyErr_Occurred())
-            result = Py_NewRef(Py_False);
-        goto done;
-    }
-    PyObject *at = PyDict_GetItemWithError(stamped, wid);
-    double stamped_at = 0.0;
-    if (at != NULL) {
-        stamped_at = PyFloat_AsDouble(at);
-        if (stamped_at == -1.0 && PyErr_Occurred())
-            goto done;
-    }
-    else if (PyErr_Occurred()) {
-        goto done;
-    }
-    if (!(PyFloat_AS_DOUBLE(now) - stamped_at < lone_restamp)) {
-        result = Py_NewRef(Py_False);
         goto done;
     }
     /* The slot: succeeded, and a kind whose commit writes its row alone. */
@@ -736,16 +764,12 @@ lone_write(sqlite3 *db, PyObject *cache, PyObject *fence, PyObject *claim, PyObj
         result = Py_NewRef(Py_True);
 done:
     Py_XDECREF(wid);
-    Py_XDECREF(written);
-    Py_XDECREF(stamped);
     Py_XDECREF(w);
-    Py_XDECREF(next);
     Py_XDECREF(pager);
     Py_XDECREF(base);
     Py_XDECREF(row_key);
     Py_XDECREF(owner);
     Py_XDECREF(epoch);
-    Py_XDECREF(w_epoch);
     Py_XDECREF(w_row);
     Py_XDECREF(w_column);
     Py_XDECREF(params);
@@ -778,8 +802,7 @@ sp_first_try(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *fence = args[0], *claim = args[1], *slot = args[2], *rec = args[3], *text = args[4], *now = args[5];
     PyObject *version = args[6];
-    PyObject *wid = NULL, *written = NULL, *stamped = NULL, *w = NULL, *epoch = NULL, *w_epoch = NULL;
-    PyObject *next = NULL, *w_version = NULL, *base = NULL, *row_key = NULL, *after = NULL;
+    PyObject *wid = NULL, *w = NULL, *epoch = NULL, *base = NULL, *row_key = NULL, *after = NULL;
     PyObject *result = NULL;
     int overflow = 0, eq;
     /* The outcome: an activity that succeeded at its first attempt, its arguments' key kept. */
@@ -797,44 +820,10 @@ sp_first_try(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if ((eq = PyObject_RichCompareBool(kind, lone_activity, Py_EQ)) != 1)
         return eq < 0 ? NULL : Py_NewRef(Py_None);
     /* CommitFence.check's FAST rule */
-    if ((wid = read_slot(&at_claim_id, claim, s_id)) == NULL
-        || (written = read_slot(&at_fence_written, fence, s_written)) == NULL
-        || (stamped = read_slot(&at_fence_stamped, fence, s_stamped)) == NULL)
-        goto done;
-    if (!PyDict_CheckExact(written) || !PyDict_CheckExact(stamped)) {
-        PyErr_SetString(PyExc_TypeError, "the fence's _written and _stamped must be dicts");
-        goto done;
-    }
-    w = PyDict_GetItemWithError(written, wid);
-    if (w == NULL) {
-        if (!PyErr_Occurred())
+    int taken = fence_takes(fence, claim, slot, now, version, &wid, &w, &epoch);
+    if (taken <= 0) {
+        if (taken == 0)
             result = Py_NewRef(Py_None);
-        goto done;
-    }
-    Py_INCREF(w);
-    if ((epoch = read_slot(&at_claim_epoch, claim, s_epoch)) == NULL
-        || (w_epoch = read_slot(&at_w_epoch, w, s_epoch)) == NULL
-        || (eq = PyObject_RichCompareBool(w_epoch, epoch, Py_EQ)) != 1
-        || (next = read_slot(&at_w_next_slot, w, s_next_slot)) == NULL
-        || (eq = PyObject_RichCompareBool(next, slot, Py_EQ)) != 1
-        || (w_version = read_slot(&at_w_version, w, s_version)) == NULL
-        || (eq = PyObject_RichCompareBool(w_version, version, Py_EQ)) != 1) {
-        if (!PyErr_Occurred())
-            result = Py_NewRef(Py_None);
-        goto done;
-    }
-    PyObject *at = PyDict_GetItemWithError(stamped, wid);
-    double stamped_at = 0.0;
-    if (at != NULL) {
-        stamped_at = PyFloat_AsDouble(at);
-        if (stamped_at == -1.0 && PyErr_Occurred())
-            goto done;
-    }
-    else if (PyErr_Occurred()) {
-        goto done;
-    }
-    if (!(PyFloat_AS_DOUBLE(now) - stamped_at < lone_restamp)) {
-        result = Py_NewRef(Py_None);
         goto done;
     }
     if (text == Py_None) {
@@ -855,13 +844,8 @@ sp_first_try(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(text);
 done:
     Py_XDECREF(wid);
-    Py_XDECREF(written);
-    Py_XDECREF(stamped);
     Py_XDECREF(w);
     Py_XDECREF(epoch);
-    Py_XDECREF(w_epoch);
-    Py_XDECREF(next);
-    Py_XDECREF(w_version);
     Py_XDECREF(base);
     Py_XDECREF(row_key);
     Py_XDECREF(after);
