@@ -78,13 +78,15 @@ _GUARDED_FIRST_TRY = _guarded(_INSERT_FIRST_TRY)
 _GUARDED_OK_ARGS = _guarded(_INSERT_OK_ARGS)
 # The fenced rewrite of the workflow's row (Commits._write_record): its rowid is kept for _guarded's statements.
 _FENCED_ROW = " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots = ? RETURNING cancel_requested, rowid"
-# The same rewrite where the row's `slots` is behind (its parameters: slots, lease_expires, id,
-# owner, epoch, the slot, its command row's key, the slot, its key again): the slots written without the row's
+# The same rewrite where the row's `slots` is behind: the slots written without the row's
 # rewrite leave it so, and a connection that forgot them (CommitFence.clear, after any other
 # write here or a failed commit) expects it current. The slot is still the next under this
-# lease if the one before it is written and it is not: the commands table says so.
-_BEHIND_ROW = ("UPDATE workflows SET slots = ?, lease_expires = ? WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
-               " AND slots <= ? AND NOT EXISTS (SELECT 1 FROM commands WHERE slot_key = ?)"
+# lease if the one before it is written and it is not: the commands table says so. Its
+# parameters: slots, updated_at, lease_expires, id, owner, epoch, the slot, its command row's
+# key, the slot again and its key again.
+_BEHIND_ROW = ("UPDATE workflows SET slots = ?, updated_at = ?, lease_expires = ?"
+               " WHERE id = ? AND lease_owner = ? AND lease_epoch = ? AND slots <= ?"
+               " AND NOT EXISTS (SELECT 1 FROM commands WHERE slot_key = ?)"
                " AND (? = 0 OR EXISTS (SELECT 1 FROM commands WHERE slot_key = ? - 1))"
                " RETURNING cancel_requested, rowid")
 # The slots whose commit writes more than their command row: the fenced transaction writes them.
@@ -103,6 +105,27 @@ _LONE_SETUP = (_GUARDED_OK, _GUARDED_FIRST_TRY, _GUARDED_OK_ARGS, _INSERT_OK, _I
 
 class Commits(SQLiteConnection, SeenCancels):
     """The worker's lease-fenced writes of outcomes and run verdicts (a cancel request met: `cancels`)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
+        super().__init__(path, readonly=readonly, max_payload=max_payload)
+        compiled = self._compiled
+        if compiled is None or readonly:
+            return
+        compiled.lone_setup(*_LONE_SETUP)
+        if type(self).commit_record is Commits.commit_record:
+            # Trick "lone slot bound" (its measured gain: bind_lone in engine.store.sqlite's C
+            # file): this store's commit_record is the compiled one, an attribute of its own,
+            # which hands back to this class's methods whatever is not a lone common slot.
+            # (Not where a subclass has a commit_record of its own: it would be shadowed.)
+            self.commit_record = compiled.bind_lone(  # type: ignore[method-assign]
+                self._conn, self._stmts, self._fence, functools.partial(Commits.commit_record, self),
+                self._commit_fenced, self._lone_failed, sqlite3.Error, globals(), SLOT_LIMIT)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with contextlib.suppress(AttributeError):
+            del self.commit_record  # the compiled one refers to this store: no cycle left for the collector
+        super().close()
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
@@ -163,25 +186,6 @@ class Commits(SQLiteConnection, SeenCancels):
             self._fence.finished(claim.id)
             cancels.pop(claim.id, None)
         return written, finished
-
-    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, max_payload: int | None = None) -> None:
-        super().__init__(path, readonly=readonly, max_payload=max_payload)
-        if self._compiled is not None and not readonly:
-            self._compiled.lone_setup(*_LONE_SETUP)
-        if self._compiled is not None and not readonly and type(self).commit_record is Commits.commit_record:
-            # Trick "lone slot bound" (its measured gain: bind_lone in engine.store.sqlite's C
-            # file): this store's commit_record is the compiled one, an attribute of its own,
-            # which hands back to this class's methods whatever is not a lone common slot.
-            # (Not where a subclass has a commit_record of its own: it would be shadowed.)
-            self.commit_record = self._compiled.bind_lone(  # type: ignore[method-assign]
-                self._conn, self._stmts, self._fence, functools.partial(Commits.commit_record, self),
-                self._commit_fenced, self._lone_failed, sqlite3.Error, globals(), SLOT_LIMIT)
-
-    def close(self) -> None:
-        """Close the connection."""
-        with contextlib.suppress(AttributeError):
-            del self.commit_record  # the compiled one refers to this store: no cycle left for the collector
-        super().close()
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
@@ -307,8 +311,10 @@ class Commits(SQLiteConnection, SeenCancels):
             if fenced is None:
                 # Refused: the lease is gone, or the row is behind what this connection forgot.
                 row_key = claim.base + slot
-                fenced = self._cur.execute(_BEHIND_ROW, (slot + 1, now + ttl, key, claim.owner, claim.epoch, slot,
-                                                         row_key, slot, row_key)).fetchone()
+                fenced = self._cur.execute(_BEHIND_ROW, (slot + 1, now, now + ttl, key, claim.owner, claim.epoch,
+                                                         slot, row_key, slot, row_key)).fetchone()
+                if fenced is not None:
+                    fence.stamped(key, now)
             if fenced is None:
                 fence.forget(key)
                 return False
