@@ -223,7 +223,9 @@ def test_another_write_on_the_connection_does_not_lose_the_lease_on_both_paths(p
     with open_store(tmp_path / f"{path}.db") as store:
         claim = _running(store, 5)
         store.start_workflow("wf", None, workflow_id="y")
+        stamped = _updated_at(store, "x")
         assert store.commit_record(claim, 5, _rec(5), ttl=30)
+        assert _updated_at(store, "x") > stamped  # the row brought up to date, its time too
         assert store.commit_record(claim, 6, _rec(6), ttl=30)
         # What is not the next slot is refused still: one written already, or one past a gap.
         store.start_workflow("wf", None, workflow_id="z")
