@@ -553,6 +553,28 @@ fence_commit_hook(void *arg)
     return 0;
 }
 
+/* The slot value's JSON text, a new reference: `text` if the caller encoded it, else `value`
+ * encoded (dumps's int case inline, as the pure path does); NULL with an exception set. */
+static PyObject *
+value_text(PyObject *text, PyObject *value)
+{
+    if (text != Py_None)
+        return Py_NewRef(text);
+    return PyLong_CheckExact(value) ? PyLong_Type.tp_repr(value) : PyObject_CallOneArg(lone_dumps, value);
+}
+
+/* The fence advanced past `slot` (`w.next_slot = slot + 1`, as the pure path does); -1 with an exception set. */
+static int
+advance(PyObject *w, PyObject *slot)
+{
+    PyObject *after = PyNumber_Add(slot, lone_one);
+    if (after == NULL)
+        return -1;
+    int err = write_slot(&at_w_next_slot, w, s_next_slot, after);
+    Py_DECREF(after);
+    return err;
+}
+
 /* CommitFence's rule for `slot` of `claim` on `fence` (fence.py, guard and check): this
  * connection fenced the row under this lease, `slot` is next, the row's updated_at is not due to
  * be rewritten and, if `version` is given, PRAGMA data_version is still what it was then (the
@@ -660,15 +682,8 @@ lone_write(sqlite3 *db, PyObject *cache, PyObject *fence, PyObject *claim, PyObj
         result = Py_NewRef(Py_False);
         goto done;
     }
-    if (text == Py_None) {
-        /* dumps's int case inline, as the pure path does */
-        text = PyLong_CheckExact(value) ? PyLong_Type.tp_repr(value) : PyObject_CallOneArg(lone_dumps, value);
-        if (text == NULL)
-            goto done;
-    }
-    else {
-        Py_INCREF(text);
-    }
+    if ((text = value_text(text, value)) == NULL)
+        goto done;
     if ((base = read_slot(&at_claim_base, claim, s_base)) == NULL || (row_key = PyNumber_Add(base, slot)) == NULL
         || (owner = read_slot(&at_claim_owner, claim, s_owner)) == NULL
         || (w_row = read_slot(&at_w_row, w, s_row)) == NULL
@@ -749,11 +764,7 @@ lone_write(sqlite3 *db, PyObject *cache, PyObject *fence, PyObject *claim, PyObj
         result = Py_NewRef(Py_False);
         goto done;
     }
-    PyObject *after = PyNumber_Add(slot, lone_one);
-    if (after == NULL)
-        goto done;
-    int err = write_slot(&at_w_next_slot, w, s_next_slot, after);
-    Py_DECREF(after);
+    int err = advance(w, slot);
     if (err == 0) {
         /* The version this commit left: the next slot's fence (see fence_hook). */
         PyObject *version = PyLong_FromLongLong(data_version(db));
@@ -802,7 +813,7 @@ sp_first_try(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *fence = args[0], *claim = args[1], *slot = args[2], *rec = args[3], *text = args[4], *now = args[5];
     PyObject *version = args[6];
-    PyObject *wid = NULL, *w = NULL, *epoch = NULL, *base = NULL, *row_key = NULL, *after = NULL;
+    PyObject *wid = NULL, *w = NULL, *epoch = NULL, *base = NULL, *row_key = NULL;
     PyObject *result = NULL;
     int overflow = 0, eq;
     /* The outcome: an activity that succeeded at its first attempt, its arguments' key kept. */
@@ -826,17 +837,10 @@ sp_first_try(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             result = Py_NewRef(Py_None);
         goto done;
     }
-    if (text == Py_None) {
-        /* dumps's int case inline, as the pure path does */
-        text = PyLong_CheckExact(value) ? PyLong_Type.tp_repr(value) : PyObject_CallOneArg(lone_dumps, value);
-        if (text == NULL)
-            goto done;
-    }
-    else {
-        Py_INCREF(text);
-    }
+    if ((text = value_text(text, value)) == NULL)
+        goto done;
     if ((base = read_slot(&at_claim_base, claim, s_base)) == NULL || (row_key = PyNumber_Add(base, slot)) == NULL
-        || (after = PyNumber_Add(slot, lone_one)) == NULL || write_slot(&at_w_next_slot, w, s_next_slot, after) < 0) {
+        || advance(w, slot) < 0) {
         Py_DECREF(text);
         goto done;
     }
@@ -848,7 +852,6 @@ done:
     Py_XDECREF(epoch);
     Py_XDECREF(base);
     Py_XDECREF(row_key);
-    Py_XDECREF(after);
     return result;
 declined:
     if (PyErr_Occurred())

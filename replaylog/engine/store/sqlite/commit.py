@@ -143,31 +143,24 @@ class Commits(SQLiteConnection, SeenCancels):
                 version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
                 write_record, write_parallel = self._write_record, self._write_parallel
                 first_tries: list[tuple[Any, ...]] = []
-                compiled = self._compiled
-                if compiled is None:
-                    written = [write_parallel(r.claim, r.slot, r.record, now, ttl, r.text, r.traceback,
-                                              r.parallel_group)
-                               if r.parallel_group is not None
-                               else write_record(r.claim, r.slot, r.record, now, ttl, version, r.text, r.traceback,
-                                                 first_tries)
-                               for r in records]
-                else:
-                    # Trick "first try in C" (`first_try` in engine.store.sqlite's C file): the
-                    # commonest outcome under the fence's FAST rule, the fence's check and its row
-                    # made without the interpreter; anything else as above.
-                    first_try, fence, add = compiled.first_try, self._fence, first_tries.append
-                    written = []
-                    for claim, slot, rec, text, group, traceback in records:
-                        if group is not None:
-                            written.append(write_parallel(claim, slot, rec, now, ttl, text, traceback, group))
-                        else:
-                            row = first_try(fence, claim, slot, rec, text, now, version, SLOT_LIMIT)
-                            if row is None:
-                                written.append(write_record(claim, slot, rec, now, ttl, version, text, traceback,
-                                                            first_tries))
-                            else:
-                                add(row)
-                                written.append(True)
+                # Trick "first try in C" (`first_try` in engine.store.sqlite's C file), where
+                # compiled: the commonest outcome under the fence's FAST rule, the fence's check
+                # and its row made without the interpreter; anything else by `_write_record`.
+                first_try = None if self._compiled is None else self._compiled.first_try
+                fence, add = self._fence, first_tries.append
+                written = []
+                for claim, slot, rec, text, group, traceback in records:
+                    if group is not None:
+                        written.append(write_parallel(claim, slot, rec, now, ttl, text, traceback, group))
+                        continue
+                    row = None if first_try is None else first_try(fence, claim, slot, rec, text, now, version,
+                                                                     SLOT_LIMIT)
+                    if row is None:
+                        written.append(write_record(claim, slot, rec, now, ttl, version, text, traceback,
+                                                    first_tries))
+                    else:
+                        add(row)
+                        written.append(True)
                 if first_tries:
                     # The batch's commonest rows in one executemany instead of an execute each:
                     # 25 outcomes a commit (store.commit_batch alone under callgrind) cost
