@@ -1,5 +1,6 @@
 """CpuFocus: while commits are crowded, workflow threads run engine code on one CPU,
-and every activity still runs on every CPU the worker may use.
+and every activity still runs on every CPU the worker may use, but for one that returned
+at once its last times (it stays on the one CPU: it starts no thread or process).
 
 What a thread may use is read with os.sched_getaffinity(0), which on Linux answers for
 the calling thread. Whether focusing is faster is measured in bench/, not here.
@@ -15,6 +16,7 @@ import pytest
 
 from replaylog import Context, activity, workflow
 from replaylog.engine.app import Registry
+from replaylog.engine.cpu_focus import CpuFocus
 from replaylog.engine.store import open_store
 from replaylog.engine.worker import Worker
 
@@ -23,14 +25,14 @@ pytestmark = pytest.mark.skipif(
     reason="needs Linux thread affinity and at least two CPUs",
 )
 
-# The CPUs a workflow thread may use, seen in its activities and in its engine code.
-SEEN: dict[str, list[frozenset[int]]] = {"activity": [], "engine": []}
+# The CPUs a workflow thread may use, seen in its activities (by the tag they are given) and in its engine code.
+SEEN: dict[str, list[frozenset[int]]] = {"activity": [], "engine": [], "timed": [], "task": []}
 
 
 @activity
-def where(i: int) -> int:
+def where(i: int, tag: str = "activity") -> int:
     """Note the CPUs this activity may run on."""
-    SEEN["activity"].append(frozenset(os.sched_getaffinity(0)))
+    SEEN[tag].append(frozenset(os.sched_getaffinity(0)))
     return i
 
 
@@ -43,30 +45,117 @@ def hops(ctx: Context, n: int) -> int:
     return n
 
 
-def _run(db: Path, workflows: int, *, crowded_at: float | None = None, focus: bool = True) -> Worker:
-    SEEN["activity"].clear()
-    SEEN["engine"].clear()
+@workflow
+def timed_hops(ctx: Context, n: int) -> int:
+    """`hops` with every activity under a timeout: each attempt runs on a thread of its own."""
+    for i in range(n):
+        ctx.call_activity(where, i, "timed", timeout=60.0)
+        SEEN["engine"].append(frozenset(os.sched_getaffinity(0)))
+    return n
+
+
+@workflow
+def group_hops(ctx: Context, n: int) -> int:
+    """`n` rounds of an activity and a one-task parallel group (its task runs on a thread of its own)."""
+    for i in range(n):
+        ctx.call_activity(where, i)
+        SEEN["engine"].append(frozenset(os.sched_getaffinity(0)))  # the group starts from here
+        ctx.parallel([ctx.task(where, i, "task")])
+    return n
+
+
+def _run(db: Path, workflows: int, *, crowded_at: float | None = None, focus: bool = True,
+         quick_s: float | None = None, quick: dict[str, int] | None = None, workflow: str = "hops",
+         slots: int = 6, per_slot: int = 1) -> Worker:
+    for seen in SEEN.values():
+        seen.clear()
     with open_store(db) as store:
         for _ in range(workflows):
-            store.start_workflow("hops", 6)
+            store.start_workflow(workflow, slots)
     worker = Worker(db, Registry.from_module(sys.modules[__name__]), focus_cpu=focus)
-    if crowded_at is not None and worker.focus is not None:
-        worker.focus.crowded_at = crowded_at
+    if worker.focus is not None:
+        if crowded_at is not None:
+            worker.focus.crowded_at = crowded_at
+        if quick_s is not None:
+            worker.focus.quick_s = quick_s
+        worker.focus.quick.update(quick or {})
     worker.run(until_idle=True)
     assert worker.completed == workflows
-    assert len(SEEN["activity"]) == len(SEEN["engine"]) == 6 * workflows
+    assert len(SEEN["engine"]) == slots * workflows
+    assert sum(len(seen) for tag, seen in SEEN.items() if tag != "engine") == per_slot * slots * workflows
     return worker
 
 
 def test_crowded_commits_keep_engine_code_on_one_cpu_and_activities_on_all(tmp_path: Path) -> None:
     every = frozenset(os.sched_getaffinity(0))
-    # Every commit counts as crowded: the focus must be taken after each activity's
-    # outcome and given up before the next activity, in every workflow thread.
-    _run(tmp_path / "f.db", 3, crowded_at=0.0)
+    # Every commit counts as crowded and no activity counts as quick: the focus must be taken
+    # after each activity's outcome and given up before the next activity, in every workflow thread.
+    _run(tmp_path / "f.db", 3, crowded_at=0.0, quick_s=0.0)
     engine = set(SEEN["engine"])
     assert len(engine) == 1 and len(next(iter(engine))) == 1 and next(iter(engine)) <= every
     assert set(SEEN["activity"]) == {every}
     assert frozenset(os.sched_getaffinity(0)) == every  # the test's own thread was never moved
+
+
+def test_a_quick_activity_stays_on_the_one_cpu_after_its_first_quick_attempts(tmp_path: Path) -> None:
+    every = frozenset(os.sched_getaffinity(0))
+    # Every attempt counts as quick (however loaded the machine): once `quick_runs` of them
+    # were timed, the activity runs where the engine code does; until then, on every CPU.
+    worker = _run(tmp_path / "q.db", 3, crowded_at=0.0, quick_s=60.0, slots=12)
+    assert worker.focus is not None
+    runs = worker.focus.quick_runs
+    (one,) = set(SEEN["engine"])
+    assert len(one) == 1 and one <= every
+    seen = SEEN["activity"]
+    assert set(seen) == {every, one}
+    # A thread's first attempt is not timed (it is not on the one CPU yet): one to three of
+    # them. The other threads' attempts (two at most) may start before a timed one is counted.
+    assert seen[:runs + 1] == [every] * (runs + 1)
+    assert runs + 1 <= seen.count(every) <= runs + 3 + 2
+    assert 36 - 3 <= worker.focus.quick["where"] <= 36 - 1
+
+
+def test_an_attempt_on_a_thread_of_its_own_always_gets_every_cpu(tmp_path: Path) -> None:
+    every = frozenset(os.sched_getaffinity(0))
+    # Under a timeout each attempt runs on a thread the workflow thread starts, which takes
+    # its CPUs: every CPU, though the activity is known to be quick.
+    worker = _run(tmp_path / "t.db", 3, crowded_at=0.0, quick_s=60.0, quick={"where": 100}, workflow="timed_hops")
+    assert set(SEEN["timed"]) == {every}
+    assert len(set(SEEN["engine"])) == 1 and set(SEEN["engine"]) != {every}
+    assert worker.focus is not None and worker.focus.quick["where"] == 100  # such attempts are not timed
+
+
+def test_a_parallel_groups_tasks_always_get_every_cpu(tmp_path: Path) -> None:
+    every = frozenset(os.sched_getaffinity(0))
+    # A group's tasks run on threads the workflow thread starts: every CPU for them, though
+    # the activity is known to be quick.
+    _run(tmp_path / "p.db", 3, crowded_at=0.0, quick_s=60.0, quick={"where": 100}, workflow="group_hops",
+         per_slot=2)
+    assert set(SEEN["task"]) == {every}
+    # Each group started from the one CPU (the engine code after the activity before it).
+    assert len(set(SEEN["engine"])) == 1 and set(SEEN["engine"]) != {every}
+
+
+def test_a_slow_attempt_ends_an_activitys_quick_streak() -> None:
+    class Thread:
+        focused = False
+        timing: str | None = None
+        began = 0.0
+
+    focus = CpuFocus(0, crowded_at=1.0, quick_s=1.0, quick_runs=2)
+    me = Thread()
+    for _ in range(3):  # crowd 0: the thread is never moved; its attempts are still timed
+        focus.activity(me, "a", 0.0)
+        focus.engine_code(me, 0.0)
+    assert focus.quick == {"a": 3}
+    focus.activity(me, "a", 0.0)
+    me.began -= 2.0  # this attempt took two seconds
+    focus.engine_code(me, 0.0)
+    assert focus.quick == {"a": 0}
+    focus.activity(me, "a", 0.0)
+    focus.spread(me)  # it starts a thread: this attempt is not timed
+    focus.engine_code(me, 0.0)
+    assert focus.quick == {"a": 0} and me.timing is None
 
 
 def test_a_lone_workflow_is_never_moved(tmp_path: Path) -> None:

@@ -7,21 +7,34 @@ wake-up, an idle CPU brought back, caches gone cold) cost more CPU than the slot
 work: a 2 vCPU machine spent ~50 us per slot, of which ~25 were hand-offs. So while
 commits are crowded, a workflow thread moves itself to one CPU (os.sched_setaffinity)
 after its activity returns, for the commit and the engine code up to its next activity,
-and moves back to every CPU before that activity runs: activities, and any process they
-start, are never confined. A lone workflow is never moved.
+and moves back to every CPU before that activity runs, so that an activity, and any
+thread or process it starts, has every CPU. A lone workflow is never moved.
+
+One exception: an activity whose last QUICK_RUNS attempts on this worker each returned
+within QUICK_S stays on the focus CPU. That is less time than starting a thread or a
+process takes (95-260 us on the 2 vCPUs measured; tens of us on fast hardware), so such
+an activity starts neither, and moving it out and back cost two system calls and a
+cross-CPU wake-up for a call of a few microseconds. Its first attempts, any attempt after
+a slow one, an attempt under a timeout (it runs on a thread of its own) and a parallel
+group's tasks always get every CPU. Should a quick activity this once start a process,
+that process keeps the one CPU: `worker --no-cpu-focus` if that matters.
 
 Measured gain (50 workflows x 1,000 slots on 2 vCPUs, group commit): ~17,000 ->
 ~24,000 slots/s; 16 workflows +10-15%; 8 workflows and fewer unchanged (they are never
-crowded). `worker --no-cpu-focus` turns it off.
+crowded). Keeping quick activities on the focus CPU, with the committer's baton
+(engine.worker.committer): ~21,000 -> ~31,000 (docs/performance.md). `worker
+--no-cpu-focus` turns it off.
 
-The worker calls two methods, `engine_code` after an activity returns and `activity`
-before one starts; the committer measures the crowd (outcomes per commit).
+The worker calls three methods: `engine_code` after an activity returns, `activity`
+before one starts, `spread` before the thread starts threads of its own; the committer
+measures the crowd (outcomes per commit).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Protocol
 
 log = logging.getLogger("replaylog.worker")
@@ -33,11 +46,18 @@ log = logging.getLogger("replaylog.worker")
 # that one CPU).
 CROWDED_COMMIT = 8.0
 
+# An activity stays on the focus CPU once its last QUICK_RUNS attempts each returned within
+# QUICK_S seconds (from its start to its outcome's record): see the module's docstring.
+QUICK_S = 20e-6
+QUICK_RUNS = 8
+
 
 class FocusedThread(Protocol):
-    """A workflow thread's state as CpuFocus keeps it: whether it is on the focus CPU."""
+    """A workflow thread's state as CpuFocus keeps it: whether it is on the focus CPU, and its activity's timing."""
 
     focused: bool
+    timing: str | None  # the activity started while the thread was focused, timed until its outcome
+    began: float  # when that activity started (time.perf_counter)
 
 
 class CpuFocus:
@@ -47,14 +67,22 @@ class CpuFocus:
         index: picks the focus CPU among those allowed (the pid: worker processes on one
             machine should not all crowd onto the same CPU).
         crowded_at: outcomes per commit from which commits count as crowded.
+        quick_s, quick_runs: an activity stays on the focus CPU once its last `quick_runs`
+            attempts each returned within `quick_s` seconds.
     """
 
-    def __init__(self, index: int, crowded_at: float = CROWDED_COMMIT) -> None:
+    def __init__(self, index: int, crowded_at: float = CROWDED_COMMIT, quick_s: float = QUICK_S,
+                 quick_runs: int = QUICK_RUNS) -> None:
         allowed = sorted(os.sched_getaffinity(0))
-        self.spread: set[int] = set(allowed)
+        self.every: set[int] = set(allowed)
         self.one: set[int] = {allowed[index % len(allowed)]}
         self.crowded_at = crowded_at
+        self.quick_s = quick_s
+        self.quick_runs = quick_runs
         self.working = True  # False once the CPUs allowed changed under us
+        # Activity name -> how many of its latest attempts in a row returned within QUICK_S.
+        # Shared by the workflow threads: a lost update under a race only delays or ends a streak.
+        self.quick: dict[str, int] = {}
 
     @staticmethod
     def create(enabled: bool) -> CpuFocus | None:
@@ -70,17 +98,33 @@ class CpuFocus:
 
     def engine_code(self, thread: FocusedThread, crowd: float) -> None:
         """An activity returned: keep this thread on the focus CPU if commits are crowded."""
+        name = thread.timing
+        if name is not None:
+            thread.timing = None
+            quick = self.quick
+            quick[name] = quick.get(name, 0) + 1 if time.perf_counter() - thread.began <= self.quick_s else 0
         if crowd >= self.crowded_at and not thread.focused and self.working:
             self._move(thread, True)
 
-    def activity(self, thread: FocusedThread) -> None:
-        """An activity is about to run: give this thread (and what it starts) every CPU."""
+    def activity(self, thread: FocusedThread, name: str, crowd: float) -> None:
+        """Activity `name` is about to run on this focused thread: give it every CPU, unless it is a quick one.
+
+        The attempt is timed until its outcome is recorded (`engine_code`).
+        """
+        if not (crowd >= self.crowded_at and self.quick.get(name, 0) >= self.quick_runs):
+            self._move(thread, False)
+        thread.timing = name
+        thread.began = time.perf_counter()
+
+    def spread(self, thread: FocusedThread) -> None:
+        """The thread is to start threads of its own (or wait for one): give it every CPU, which they inherit."""
+        thread.timing = None
         if thread.focused:
             self._move(thread, False)
 
     def _move(self, thread: FocusedThread, one: bool) -> None:
         try:
-            os.sched_setaffinity(0, self.one if one else self.spread)
+            os.sched_setaffinity(0, self.one if one else self.every)
         except OSError as exc:  # the CPUs allowed changed under us (a cgroup, taskset): stop focusing
             self.working = False
             thread.focused = False

@@ -7,8 +7,10 @@ epoch (the store refuses a worker that lost its lease), so no slot is recorded t
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from replaylog.engine.core import CommandRecord, Outcome
@@ -16,6 +18,12 @@ from replaylog.engine.store import Claim, PendingRecord, WorkerStore, open_store
 from replaylog.engine.telemetry import Metrics
 
 log = logging.getLogger("replaylog.worker")
+
+# How long a thread whose request was committed waits for the baton (Committer.pass_baton)
+# before it goes on by itself: the bound on a chain held up by a thread that left engine
+# code without passing it on (an activity that returned at once its last times, not this
+# time). Python's own switch interval: a thread waiting for the GIL is as patient.
+BATON_WAIT = 0.005
 
 
 class Request:
@@ -26,7 +34,7 @@ class Request:
     The lock exists only when the request has to wait for another thread's commit.
     """
 
-    __slots__ = ("done", "error", "finish", "lead", "ok", "record", "then")
+    __slots__ = ("answered", "done", "error", "finish", "lead", "ok", "record", "then")
 
     def __init__(self, record: PendingRecord | None = None, finish: tuple[Claim, Outcome] | None = None,
                  then: Callable[[Request], None] | None = None) -> None:
@@ -38,6 +46,7 @@ class Request:
         # thread is to commit next (`lead`).
         self.done: threading.Lock | None = None
         self.ok = False
+        self.answered = False  # committed (`ok` holds the answer); its thread may not be woken yet
         self.error: BaseException | None = None
         self.lead = False
 
@@ -58,11 +67,27 @@ class Committer:
     that submits during a commit queues its request and sleeps, and when that commit
     ends the first queued thread commits everything queued by then in one transaction.
     The connection is used by one thread at a time: only the leader touches it.
+
+    While commits are crowded (`baton_at` outcomes a commit) the threads a commit answered
+    are woken one at a time, not all at once (`pass_baton`): only one thread runs Python at
+    a time anyway (the GIL), and a crowd woken together spent more CPU on wake-ups and on
+    waiting for the GIL than on the slots' own work. The leader wakes the first; each woken
+    thread wakes the next when it leaves engine code: when it waits for its next commit or
+    leads one, before an activity, a wait or its run's end. It pays where the threads share one CPU
+    (engine.cpu_focus), which lets the one woken run only once the one before sleeps: 50
+    workflows x 1,000 slots on 2 vCPUs, with CpuFocus keeping quick activities on that CPU,
+    ~4.2 -> ~1.9 context switches a slot and ~21,000 -> ~31,000 slots/s (docs/performance.md,
+    "Crowded commits"). Spread over the CPUs it cost ~0.5 context switches a slot more (the one
+    woken runs at once on the other CPU and waits for the GIL): it is off there.
     """
 
     def __init__(self, path: str | os.PathLike[str], ttl: float, max_payload: int | None = None,
-                 metrics: Metrics | None = None, wake_clock: Callable[[], float] | None = None) -> None:
+                 metrics: Metrics | None = None, wake_clock: Callable[[], float] | None = None,
+                 baton_at: float | None = None) -> None:
+        """`baton_at`: outcomes a commit (the moving average, `crowd`) from which the threads a
+        commit answered are woken in turn (see the class docstring); None: always all at once."""
         self._path = path
+        self._baton_at = math.inf if baton_at is None else baton_at
         # The worker's clock, which recorded wake times and deadlines are due by (a child's deadline
         # is set by the commit that starts it).
         self._wake_clock = wake_clock
@@ -81,6 +106,25 @@ class Committer:
         # Outcomes per commit, a moving average (updated by the committing thread only;
         # others read it, and a stale read only delays CpuFocus (engine.cpu_focus) by a commit).
         self.crowd = 0.0
+        # The requests committed whose threads are not woken yet, oldest first (pass_baton).
+        self._baton: deque[Request] = deque()
+
+    def pass_baton(self) -> None:
+        """Wake the next thread whose request was committed, if one waits to be (see the class docstring).
+
+        Called by a workflow thread as it leaves engine code (before it waits for its own
+        commit, before an activity, a wait or its run's end): the thread woken then finds
+        the GIL free instead of taking the CPU from the thread that woke it.
+        """
+        baton = self._baton
+        while baton:
+            try:
+                r = baton.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            if r.done is not None:  # not gone on by itself (BATON_WAIT)
+                r.wake()
+                return
 
     def start(self) -> None:
         """Open the write connection."""
@@ -96,6 +140,8 @@ class Committer:
                 self._stop_waiting = True
                 self._idle.wait()
             store, self._store = self._store, None
+        while self._baton:
+            self.pass_baton()
         if store is not None:
             store.close()
 
@@ -110,7 +156,14 @@ class Committer:
                 done.acquire()
             self._pending.append(req)
         if not lead:
-            done.acquire()  # until committed, or handed the lead
+            if self._baton:
+                self.pass_baton()  # this thread sleeps now: the next one committed runs
+            # Until committed, or handed the lead. Committed but not woken by BATON_WAIT
+            # (the baton held up): go on anyway.
+            while not done.acquire(timeout=BATON_WAIT):
+                if req.answered and req.done is not None:
+                    req.done = None  # a later pass_baton skips it
+                    break
             lead = req.lead
         if lead:
             self._lead()
@@ -139,6 +192,8 @@ class Committer:
         lock.release()
         if not fast or store is None:
             return self.submit(Request(record=PendingRecord(claim, slot, rec, text, parallel_group, traceback)))
+        if self._baton:
+            self.pass_baton()  # the commit below lets go of the GIL
         try:
             written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel_group=parallel_group,
                                           traceback=traceback)
@@ -175,6 +230,8 @@ class Committer:
             self._lead()
 
     def _lead(self) -> None:
+        if self._baton:
+            self.pass_baton()  # the commit lets go of the GIL: the next committed thread runs
         again = True
         while again:
             with self._lock:
@@ -245,6 +302,12 @@ class Committer:
             self.metrics.batch.observe(len(records) + len(finishes))
         answers = iter(written)
         verdicts = iter(finished)
+        baton = self._baton if self.crowd >= self._baton_at else None
         for r in batch:
             r.ok = next(answers) if r.record is not None else next(verdicts)
-            self._answer(r)
+            r.answered = True
+            if baton is not None and r.done is not None and r.then is None:
+                baton.append(r)  # woken in turn (pass_baton)
+            else:
+                self._answer(r)
+        self.pass_baton()

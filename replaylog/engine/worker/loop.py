@@ -227,7 +227,9 @@ class Worker:
         self._spare_marks = list(range(self.concurrency, self.concurrency + PARKED_MARKS))
         self._parked_marks: dict[str, int] = {}
         self._claim_batch = max(1, self.concurrency // 4)
-        self.committer = Committer(self.path, ttl, self.max_payload, metrics, wake_clock=clock)
+        # Woken in turn while commits are crowded enough for CpuFocus to gather the threads on one CPU.
+        self.committer = Committer(self.path, ttl, self.max_payload, metrics, wake_clock=clock,
+                                   baton_at=None if self.focus is None else self.focus.crowded_at)
         self._board: MarkBoard | None = None
         # What every run shares; run() adds where the marks go once it has opened the store.
         self._parts = RunParts(registry, self.committer, self._stopping, clock, self.max_payload, self._event,
@@ -641,6 +643,7 @@ class Worker:
                 self._wake.set()
             if suspended and self._parts.activities.park(claim.id):
                 self._resume(claim.id)  # its activities finished before the run had unwound
+            self.committer.pass_baton()  # this thread leaves engine code (Committer.pass_baton)
 
     def _park_mark(self, store: WorkerStore, me: PooledThread, workflow_id: str) -> None:
         """A run suspended with an activity started: move its mark to a spare record (else keep it in the database)."""

@@ -67,11 +67,13 @@ class PooledThread:
     ~1,000 CPU instructions (README, Performance).
     """
 
-    __slots__ = ("focused", "index", "inflight", "store")
+    __slots__ = ("began", "focused", "index", "inflight", "store", "timing")
 
     def __init__(self, index: int) -> None:
         self.index = index  # the thread's own record in the mark file
         self.focused = False  # moved to the focus CPU (CpuFocus)
+        self.timing: str | None = None  # the activity CpuFocus times, and when it began
+        self.began = 0.0
         # The run's latest start mark (the thread's record) is of an activity with no
         # recorded outcome yet.
         self.inflight = False
@@ -472,7 +474,10 @@ class WorkflowRun:
             raise WorkerStopping()
         me = self._me
         if me.focused and parts.focus is not None:
-            parts.focus.activity(me)  # the activity, and whatever it starts, may use every CPU
+            # The activity, and whatever it starts, may use every CPU (unless it is a quick one).
+            parts.focus.activity(me, name, parts.committer.crowd)
+        if not me.focused:
+            parts.committer.pass_baton()  # leaving engine code: the next committed thread runs
         write_mark = self._write_mark
         if write_mark is not None:
             # Before the activity runs; `attempt` counts on from the starts of earlier
@@ -563,8 +568,16 @@ class WorkflowRun:
         if self._spans is not None:
             self._spans.attempt_ended(slot, attempt, error)
 
+    def _leave_engine_code(self) -> None:
+        """Before this workflow thread starts threads or waits: every CPU for it, and the baton passed on."""
+        parts = self._parts
+        if parts.focus is not None and threading.get_ident() == self._owner:
+            parts.focus.spread(self._me)  # (a task thread's CPUs are its workflow thread's: every CPU)
+        parts.committer.pass_baton()
+
     def sleep(self, seconds: float) -> None:
         """Wait between live attempts of an activity; stop at once if the worker stops."""
+        self._leave_engine_code()
         if self._parts.stopping.wait(seconds):
             raise WorkerStopping()
 
@@ -583,6 +596,7 @@ class WorkflowRun:
         parallel task's attempt is watched on its task thread, which hands its heartbeats
         to the workflow thread (GroupBeats).
         """
+        self._leave_engine_code()  # the attempt's thread inherits this thread's CPUs: all of them
         watch = AttemptWatch()
         key = (slot, attempt)
         self._watches[key] = watch
@@ -654,9 +668,7 @@ class WorkflowRun:
     def _run_group(self, thunks: Sequence[Callable[[], None]], max_concurrency: int) -> None:
         """Run a parallel group's live tasks on threads of their own, at most `max_concurrency` at once."""
         me = self._me
-        focus = self._parts.focus
-        if me.focused and focus is not None:
-            focus.activity(me)  # the task threads inherit this thread's CPUs: all of them
+        self._leave_engine_code()  # the task threads inherit this thread's CPUs: all of them
         ctx = self.ctx
         beats = self._group_beats = GroupBeats(ctx.parallel_group if ctx is not None and
                                                ctx.parallel_group is not None else 0)
