@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -20,9 +21,11 @@ from replaylog.engine.telemetry import Metrics
 log = logging.getLogger("replaylog.worker")
 
 # How long a thread whose request was committed waits for the baton (Committer.pass_baton)
-# before it goes on by itself: the bound on a chain held up by a thread that left engine
-# code without passing it on (an activity that returned at once its last times, not this
-# time). Python's own switch interval: a thread waiting for the GIL is as patient.
+# before it goes on by itself, beyond two commits' time (its wait spans the commit in progress
+# and its own): the bound on a chain held up by a thread that left engine code without
+# passing it on (an activity that returned at once its last times, not this time). Python's
+# own switch interval: a thread waiting for the GIL is as patient. (Not shorter than a commit,
+# or on a slow disk every waiter would wake, and take the GIL, several times a commit.)
 BATON_WAIT = 0.005
 
 
@@ -34,7 +37,7 @@ class Request:
     The lock exists only when the request has to wait for another thread's commit.
     """
 
-    __slots__ = ("answered", "done", "error", "finish", "lead", "ok", "record", "then")
+    __slots__ = ("answered", "done", "error", "finish", "lead", "ok", "patient", "record", "then")
 
     def __init__(self, record: PendingRecord | None = None, finish: tuple[Claim, Outcome] | None = None,
                  then: Callable[[Request], None] | None = None) -> None:
@@ -47,6 +50,7 @@ class Request:
         self.done: threading.Lock | None = None
         self.ok = False
         self.answered = False  # committed (`ok` holds the answer); its thread may not be woken yet
+        self.patient = False  # its thread waits with a time limit: it may be woken in turn (the baton)
         self.error: BaseException | None = None
         self.lead = False
 
@@ -88,6 +92,7 @@ class Committer:
         commit answered are woken in turn (see the class docstring); None: always all at once."""
         self._path = path
         self._baton_at = math.inf if baton_at is None else baton_at
+        self._commit_s = 0.0  # a group commit's time, a moving average (how long a patient wait lasts)
         # The worker's clock, which recorded wake times and deadlines are due by (a child's deadline
         # is set by the commit that starts it).
         self._wake_clock = wake_clock
@@ -154,16 +159,21 @@ class Committer:
             else:
                 done = req.done = threading.Lock()
                 done.acquire()
+                req.patient = self.crowd >= self._baton_at
             self._pending.append(req)
         if not lead:
             if self._baton:
                 self.pass_baton()  # this thread sleeps now: the next one committed runs
-            # Until committed, or handed the lead. Committed but not woken by BATON_WAIT
-            # (the baton held up): go on anyway.
-            while not done.acquire(timeout=BATON_WAIT):
-                if req.answered and req.done is not None:
-                    req.done = None  # a later pass_baton skips it
-                    break
+            if req.patient:
+                # Until committed, or handed the lead. Committed but not woken in time (the
+                # baton held up): go on anyway.
+                wait = BATON_WAIT + 2 * self._commit_s
+                while not done.acquire(timeout=wait):
+                    if req.answered and req.done is not None:
+                        req.done = None  # a later pass_baton skips it
+                        break
+            else:
+                done.acquire()  # until committed, or handed the lead
             lead = req.lead
         if lead:
             self._lead()
@@ -288,6 +298,7 @@ class Committer:
                 records.append(r.record)
             if r.finish is not None:
                 finishes.append(r.finish)
+        began = time.perf_counter()
         try:
             written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl)
         except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
@@ -295,6 +306,7 @@ class Committer:
                 r.error = exc
                 self._answer(r)
             return
+        self._commit_s = self._commit_s * 0.9 + (time.perf_counter() - began) * 0.1
         self.batches += 1
         self.commits += len(records)
         self.crowd = self.crowd * 0.9 + len(records) * 0.1
@@ -306,7 +318,7 @@ class Committer:
         for r in batch:
             r.ok = next(answers) if r.record is not None else next(verdicts)
             r.answered = True
-            if baton is not None and r.done is not None and r.then is None:
+            if baton is not None and r.patient and r.done is not None:
                 baton.append(r)  # woken in turn (pass_baton)
             else:
                 self._answer(r)
