@@ -80,7 +80,7 @@ class Committer:
     leads one, before an activity, a wait or its run's end. It pays where the threads share one CPU
     (engine.cpu_focus), which lets the one woken run only once the one before sleeps: 50
     workflows x 1,000 slots on 2 vCPUs, with CpuFocus keeping quick activities on that CPU,
-    ~4.2 -> ~1.9 context switches a slot and ~21,000 -> ~31,000 slots/s (docs/performance.md,
+    ~4.2 -> ~1.5 context switches a slot and ~21,000 -> ~31,000 slots/s (docs/performance.md,
     "Crowded commits"). Spread over the CPUs it cost ~0.5 context switches a slot more (the one
     woken runs at once on the other CPU and waits for the GIL): it is off there.
     """
