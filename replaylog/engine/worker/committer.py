@@ -314,11 +314,11 @@ class Committer:
             self.metrics.batch.observe(len(records) + len(finishes))
         answers = iter(written)
         verdicts = iter(finished)
-        baton = self._baton if self.crowd >= self._baton_at else None
+        baton = self._baton
         for r in batch:
             r.ok = next(answers) if r.record is not None else next(verdicts)
             r.answered = True
-            if baton is not None and r.patient and r.done is not None:
+            if r.patient and r.done is not None:  # (patient: it queued while commits were crowded)
                 baton.append(r)  # woken in turn (pass_baton)
             else:
                 self._answer(r)
