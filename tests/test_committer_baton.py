@@ -63,7 +63,7 @@ def held_baton_scenario(db: Path) -> None:
 
     threads = {w: threading.Thread(target=slot, args=(w,), daemon=True) for w in claims}
     threads["w0"].start()
-    _wait_for(lambda: committer._leading, "the first slot's commit")
+    _wait_for(lambda: committer.leading, "the first slot's commit")
     for n, w in enumerate(("w1", "w2", "w3"), start=1):
         threads[w].start()
         _wait_for(lambda n=n: len(committer._pending) == n, f"{w} to queue")

@@ -39,6 +39,7 @@ from replaylog.engine.store.rows import (
     RunRow,
     ScheduleRow,
     SignalRow,
+    StartMark,
     StoreStats,
     WorkflowFilter,
     WorkflowRow,
@@ -57,7 +58,7 @@ from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 __all__ = [
     "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "CommandRow", "InflightRow", "LiveWorker",
     "OperatorStore", "PendingRecord", "PruneBatch", "QueueCounts", "QueueRow", "ReaderStore", "RunRow", "ScheduleRow",
-    "SignalRow", "Store",
+    "SignalRow", "StartMark", "Store",
     "StoreStats", "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
     "check_timeout", "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy",
     "is_damaged",

@@ -237,8 +237,12 @@ class WorkerStore(_Closable, Protocol):
         the slot of the group's first task)."""
 
     def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
-                     finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
-        """Commit outcomes and run verdicts of many workflows in one transaction; say which were written."""
+                     finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float,
+                     marks: Sequence[rows.StartMark] = ()) -> tuple[list[bool], list[bool]]:
+        """Commit outcomes and run verdicts of many workflows in one transaction; say which were written.
+
+        `marks`: start marks to write in the same transaction, each fenced by its claim's lease
+        (only to a store that writes marks itself: `mark_started`; a store with a mark file refuses them)."""
 
     @property
     def cancels(self) -> dict[str, str]:

@@ -408,6 +408,12 @@ class PruneBatch:
     last: int | None  # the seq the next batch starts after; None: nothing was left to look at
 
 
+# A start mark written by the store itself (on a server's store, engine.store.postgres.marks):
+# the claim it is made under, the slot, the activity's name, its attempt, when it started,
+# its lane (0: the workflow's own thread; k: the k-th task of a parallel group).
+StartMark = tuple["Claim", int, str, int, float, int]
+
+
 class PendingRecord(NamedTuple):
     """One outcome waiting to be committed by `commit_batch`.
 

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 
 from replaylog.engine.core import CommandRecord, Outcome
-from replaylog.engine.store import Claim, PendingRecord, WorkerStore, open_store
+from replaylog.engine.store import Claim, PendingRecord, StartMark, WorkerStore, open_store
 from replaylog.engine.telemetry import Metrics
 
 log = logging.getLogger("replaylog.worker")
@@ -37,7 +37,8 @@ class Request:
     The lock exists only when the request has to wait for another thread's commit.
     """
 
-    __slots__ = ("answered", "done", "error", "finish", "lead", "ok", "patient", "record", "then")
+    __slots__ = ("answered", "done", "early", "error", "finish", "lead", "mark", "ok", "patient", "record", "taken",
+                 "then")
 
     def __init__(self, record: PendingRecord | None = None, finish: tuple[Claim, Outcome] | None = None,
                  then: Callable[[Request], None] | None = None) -> None:
@@ -53,6 +54,13 @@ class Request:
         self.patient = False  # its thread waits with a time limit: it may be woken in turn (the baton)
         self.error: BaseException | None = None
         self.lead = False
+        # Queued by `enqueue`: its thread went on and does not wait yet (`wait_for`), so it
+        # cannot be handed the lead.
+        self.early = False
+        # The start mark of its workflow's next activity, written in this request's commit
+        # (`add_mark`); `taken`: a leader took the request into a commit (a mark comes too late).
+        self.mark: StartMark | None = None
+        self.taken = False
 
     def wake(self) -> None:
         """Let the waiting thread go on (a request committed by its own thread has no lock)."""
@@ -102,12 +110,15 @@ class Committer:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending: list[Request] = []
-        self._leading = False
+        # A commit is in progress (its leader holds the connection). Set and cleared under
+        # `_lock`; read without it, only as a hint (`enqueue` looks again under the lock).
+        self.leading = False
         self._store: WorkerStore | None = None
         self._stop_waiting = False
         self.cancels: dict[str, str] = {}
         self.batches = 0
         self.commits = 0
+        self.marks_ridden = 0  # start marks written in a commit's transaction (`add_mark`)
         # Outcomes per commit, a moving average (updated by the committing thread only;
         # others read it, and a stale read only delays CpuFocus (engine.cpu_focus) by a commit).
         self.crowd = 0.0
@@ -141,7 +152,7 @@ class Committer:
     def stop(self) -> None:
         """Wait for the commit in progress and what is queued behind it, then close the connection."""
         with self._lock:
-            while self._leading or self._pending:
+            while self.leading or self._pending:
                 self._stop_waiting = True
                 self._idle.wait()
             store, self._store = self._store, None
@@ -153,9 +164,9 @@ class Committer:
     def submit(self, req: Request) -> bool:
         """Commit a request (alone, or with others in one transaction); True if it was written."""
         with self._lock:
-            lead = not self._leading
+            lead = not self.leading
             if lead:
-                self._leading = True
+                self.leading = True
             else:
                 done = req.done = threading.Lock()
                 done.acquire()
@@ -181,6 +192,51 @@ class Committer:
             raise req.error
         return req.ok
 
+    def enqueue(self, req: Request) -> bool:
+        """Queue `req` for the commit after the one in progress and go on; False (nothing queued) if none is.
+
+        Trick "marks ride the commit" (engine.worker.run, WorkflowRun.record): the workflow
+        thread goes on to its next activity while its outcome waits for the commit, adds that
+        activity's start mark to the request (`add_mark`) and only then waits (`wait_for`), once
+        for both. Without a commit in progress it commits the ordinary way (it would lead).
+        """
+        lock = self._lock
+        lock.acquire()
+        if not self.leading:
+            lock.release()
+            return False
+        done = req.done = threading.Lock()
+        done.acquire()
+        req.early = True
+        self._pending.append(req)
+        lock.release()
+        return True
+
+    def add_mark(self, req: Request, mark: StartMark) -> bool:
+        """Write `mark` in the transaction that commits `req` (queued by `enqueue`); False if that commit began."""
+        lock = self._lock
+        lock.acquire()
+        added = not req.taken
+        if added:
+            req.mark = mark
+        lock.release()
+        return added
+
+    def wait_for(self, req: Request) -> bool:
+        """Wait for a request queued by `enqueue`, as `submit` does; True if it was written."""
+        lock = self._lock
+        lock.acquire()
+        req.early = False  # from now on it may be handed the lead
+        done = req.done
+        lock.release()
+        if done is not None:
+            done.acquire()  # until committed, or handed the lead
+            if req.lead:
+                self._lead()
+        if req.error is not None:
+            raise req.error
+        return req.ok
+
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
                       parallel_group: int | None = None, traceback: str | None = None) -> bool:
         """Commit one outcome, durably, before returning; True if it was written (the lease held).
@@ -196,9 +252,9 @@ class Committer:
         lock = self._lock  # bare acquire/release, as in _hand_over: once per slot
         lock.acquire()
         store = self._store
-        fast = not self._leading and not self._pending and store is not None
+        fast = not self.leading and not self._pending and store is not None
         if fast:
-            self._leading = True
+            self.leading = True
         lock.release()
         if not fast or store is None:
             return self.submit(Request(record=PendingRecord(claim, slot, rec, text, parallel_group, traceback)))
@@ -220,7 +276,7 @@ class Committer:
                 if self._hand_over():
                     self._lead()  # verdicts queued meanwhile, with nobody waiting for them
             else:
-                self._leading = False
+                self.leading = False
                 if self._stop_waiting:
                     self._idle.notify_all()
                 lock.release()
@@ -233,8 +289,8 @@ class Committer:
         otherwise it rides in the next commit and the caller goes on.
         """
         with self._lock:
-            lead = not self._leading
-            self._leading = True
+            lead = not self.leading
+            self.leading = True
             self._pending.append(req)
         if lead:
             self._lead()
@@ -246,6 +302,8 @@ class Committer:
         while again:
             with self._lock:
                 batch, self._pending = self._pending, []
+                for r in batch:
+                    r.taken = True  # its mark, if it has none yet, no longer rides (add_mark)
             try:
                 store = self._store
                 if store is None:
@@ -268,12 +326,12 @@ class Committer:
         try:
             pending = self._pending
             if not pending:
-                self._leading = False
+                self.leading = False
                 if self._stop_waiting:  # notify_all costs a few µs per commit even with nobody waiting
                     self._idle.notify_all()
                 return False
             for r in pending:
-                if r.done is not None:
+                if r.done is not None and not r.early:
                     r.lead = True
                     r.wake()
                     return False
@@ -293,14 +351,20 @@ class Committer:
     def _commit(self, store: WorkerStore, batch: list[Request]) -> None:
         records: list[PendingRecord] = []
         finishes: list[tuple[Claim, Outcome]] = []
+        marks: list[StartMark] = []
         for r in batch:
             if r.record is not None:
                 records.append(r.record)
             if r.finish is not None:
                 finishes.append(r.finish)
+            if r.mark is not None:
+                marks.append(r.mark)
         began = time.perf_counter()
         try:
-            written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl)
+            if marks:
+                written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl, marks=marks)
+            else:
+                written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl)
         except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
             for r in batch:
                 r.error = exc
@@ -309,6 +373,7 @@ class Committer:
         self._commit_s = self._commit_s * 0.9 + (time.perf_counter() - began) * 0.1
         self.batches += 1
         self.commits += len(records)
+        self.marks_ridden += len(marks)
         self.crowd = self.crowd * 0.9 + len(records) * 0.1
         if self.metrics is not None:
             self.metrics.batch.observe(len(records) + len(finishes))

@@ -41,11 +41,11 @@ from replaylog.engine.errors import (
     UnknownWorkflowIdError,
 )
 from replaylog.engine.marks import MarkBoard
-from replaylog.engine.store import Claim, WorkerStore, encode_value, fit_text, over_cap
+from replaylog.engine.store import Claim, PendingRecord, WorkerStore, encode_value, fit_text, over_cap
 from replaylog.engine.telemetry import Metrics, RunSpans
 from replaylog.engine.vocab import FINISHED, SlotKind, Status
 from replaylog.engine.worker.activity_loop import ActivityLoop
-from replaylog.engine.worker.committer import Committer
+from replaylog.engine.worker.committer import Committer, Request
 
 log = logging.getLogger("replaylog.worker")
 
@@ -255,8 +255,8 @@ class WorkflowRun:
     """
 
     __slots__ = ("_beats", "_cancels", "_claim", "_commit", "_group_beats", "_group_lock", "_lent_marks", "_marked",
-                 "_me", "_owner", "_parts", "_recorded_tasks", "_spans", "_store", "_task_marks", "_watches",
-                 "_write_mark", "ctx")
+                 "_me", "_owner", "_parts", "_recorded_tasks", "_spans", "_store", "_task_marks", "_unsettled",
+                 "_watches", "_write_mark", "ctx")
 
     def __init__(self, parts: RunParts, store: WorkerStore, claim: Claim, me: PooledThread,
                  spans: RunSpans | None = None) -> None:
@@ -287,6 +287,10 @@ class WorkflowRun:
         self._task_marks: dict[int, Callable[[int, str, int, float], None]] = {}
         self._lent_marks: dict[int, int] = {}
         self._recorded_tasks: set[int] = set()
+        # The outcome queued for the commit in progress's successor, not waited for yet, with
+        # its slot, record and traceback (`record`, trick "marks ride the commit"): waited for
+        # before anything else happens (`_settle`). Only where marks are written by the store.
+        self._unsettled: tuple[Request, int, CommandRecord, str | None, float] | None = None
 
     def execute(self) -> Outcome:
         """Replay the history and run the rest live; the outcome to commit as the run's verdict.
@@ -325,7 +329,13 @@ class WorkflowRun:
             run_coroutine=functools.partial(parts.activities.run, claim.id), max_slots=parts.max_slots,
         )
         try:
-            outcome = execute(fn, ctx, state)
+            try:
+                outcome = execute(fn, ctx, state)
+            finally:
+                if self._unsettled is not None:
+                    # The last outcome, before the run's verdict (or its end): a failed commit
+                    # or a lost lease outranks whatever the workflow code did after it.
+                    self._settle()
         except CommitFailed as failed:
             raise failed.exc from None  # a worker error: the workflow is handed back
         except (WorkerStopping, LeaseLostError, RunSuspended, Exception):
@@ -366,6 +376,8 @@ class WorkflowRun:
         `parallel_group` is the slot of its group's first task, for a task of a parallel group.
         """
         parallel = parallel_group is not None
+        if self._unsettled is not None:
+            self._settle()
         me = self._me
         parts = self._parts
         focus = parts.focus
@@ -419,6 +431,17 @@ class WorkflowRun:
                                       f"slot {slot}: the traceback of activity {rec.name!r}", tail=True)
         claim = self._claim
         metrics = parts.metrics
+        if (parts.marks_in_store and parts.committer.leading and not parallel and refused is None
+                and rec.kind == _ACTIVITY):
+            # Trick "marks ride the commit": while another thread leads a commit, this outcome is
+            # queued for the next one and the workflow goes on to its next activity, whose start
+            # mark then rides in the same transaction (on_start); one wait for both, where the
+            # mark cost a wait of its own on its connection. Nothing of the next slot runs
+            # before this outcome is durable: every way on from here waits for it (`_settle`).
+            req = Request(record=PendingRecord(claim, slot, rec, text, None, failure_tb))
+            if parts.committer.enqueue(req):
+                self._unsettled = (req, slot, rec, failure_tb, 0.0 if metrics is None else time.perf_counter())
+                return
         try:
             if metrics is None:
                 written = self._commit(claim, slot, rec, text, parallel_group, failure_tb)
@@ -434,6 +457,41 @@ class WorkflowRun:
             raise CommitFailed(exc) from exc
         if not written:
             raise LeaseLostError(claim.id)
+        self._committed(slot, rec, parallel, failure_tb)
+        if refused is not None:
+            # The workflow code sees what a replay of this slot will show it.
+            raise ActivityError(slot, rec.name, refused, rec.attempts)
+
+    def _settle(self, *, marked: bool = False) -> None:
+        """Wait for the outcome `record` queued without waiting (`_unsettled`), then do what its commit brings.
+
+        `marked`: the next activity's start mark rode in that commit (that activity then runs
+        even if the worker is stopping: its mark says it started).
+        """
+        unsettled = self._unsettled
+        assert unsettled is not None
+        self._unsettled = None
+        req, slot, rec, failure_tb, began = unsettled
+        parts = self._parts
+        try:
+            written = parts.committer.wait_for(req)
+        except ChildWorkflowClosedError as exc:  # another workflow's, committed in the same batch
+            raise CommitFailed(exc) from exc
+        except Exception as exc:  # the store failed: not the workflow's outcome
+            raise CommitFailed(exc) from exc
+        if parts.metrics is not None:
+            parts.metrics.slot_commit.observe(time.perf_counter() - began)
+        if not written:
+            raise LeaseLostError(self._claim.id)
+        self._committed(slot, rec, False, failure_tb, stop=not marked)
+
+    def _committed(self, slot: int, rec: CommandRecord, parallel: bool, failure_tb: str | None,
+                   stop: bool = True) -> None:
+        """What a written outcome brings: its failure told, the thread's mark cleared, a cancel request
+        noted, and (`stop`) the run stopped here if the worker stops."""
+        parts = self._parts
+        claim = self._claim
+        me = self._me
         if failure_tb is not None:
             # Recorded: said once, whether or not the workflow code goes on to handle it.
             parts.event(claim.id, f"slot {slot}: activity {rec.name!r} failed after {rec.attempts} attempt(s): "
@@ -453,11 +511,8 @@ class WorkflowRun:
             ctx = self.ctx
             if ctx is not None and ctx.cancel_requested is None:
                 ctx.cancel_requested = reason
-        if parts.stopping.up:
+        if stop and parts.stopping.up:
             raise WorkerStopping()  # the current slot is committed: stop here
-        if refused is not None:
-            # The workflow code sees what a replay of this slot will show it.
-            raise ActivityError(slot, rec.name, refused, rec.attempts)
 
     def record_task(self, slot: int, rec: CommandRecord) -> None:
         """`record` for a task of a parallel group, from its task thread."""
@@ -470,7 +525,18 @@ class WorkflowRun:
         # Stop between slots: the slot before this one is already committed. (Not where an
         # async activity's finished attempt waits to be recorded: it ran, so it is recorded.)
         parts = self._parts
-        if parts.stopping.up and not parts.activities.has_outcome(self._claim.id, slot):
+        write_mark = self._write_mark
+        marked = False
+        if self._unsettled is not None:
+            # The outcome before is not committed yet (`record`): this start's mark rides in its
+            # commit if that has not begun, and this thread waits once, for both.
+            marked = (write_mark is not None and not parts.stopping.up and parts.committer.add_mark(
+                self._unsettled[0], (self._claim, slot, name, attempt, _wall_clock(), 0)))
+            self._settle(marked=marked)
+            if marked:
+                write_mark = None
+                self._me.inflight = True
+        if not marked and parts.stopping.up and not parts.activities.has_outcome(self._claim.id, slot):
             raise WorkerStopping()
         me = self._me
         if me.focused and parts.focus is not None:
@@ -478,7 +544,6 @@ class WorkflowRun:
             parts.focus.activity(me, name, parts.committer.crowd)
         if not me.focused:
             parts.committer.pass_baton()  # leaving engine code: the next committed thread runs
-        write_mark = self._write_mark
         if write_mark is not None:
             # Before the activity runs; `attempt` counts on from the starts of earlier
             # runs (crashed workers included). No commit and no wait (engine.marks).
@@ -569,7 +634,10 @@ class WorkflowRun:
             self._spans.attempt_ended(slot, attempt, error)
 
     def _leave_engine_code(self) -> None:
-        """Before this workflow thread starts threads or waits: every CPU for it, and the baton passed on."""
+        """Before this workflow thread starts threads or waits: its last outcome committed, every CPU for it,
+        and the baton passed on."""
+        if self._unsettled is not None:
+            self._settle()
         parts = self._parts
         if parts.focus is not None and threading.get_ident() == self._owner:
             parts.focus.spread(self._me)  # (a task thread's CPUs are its workflow thread's: every CPU)

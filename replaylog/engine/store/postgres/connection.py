@@ -352,10 +352,13 @@ class PGConnection(StoreBase):
         raise AssertionError("unreachable")  # the second pass returns or raises
 
     def _pipeline_raw(self, conn: Conn, name: str, statement: str, params: Sequence[Sequence[bytes | None]],
-                      param_formats: Sequence[int] | None = None) -> list[pq.abc.PGresult]:
+                      param_formats: Sequence[int] | None = None,
+                      then: tuple[str, str, Sequence[bytes | None]] | None = None) -> list[pq.abc.PGresult]:
         """Run `statement` (prepared as `name`) once per row of `params`, all in one transaction.
 
         Each row's parameters are text, or in the formats `param_formats` gives (as `_execute_raw`).
+        `then`: one more statement (name, statement, text parameters) after them, in the same
+        transaction; its result is not returned (a failure raises, as any statement's).
 
         Trick "raw group commit" (the one user is engine.store.postgres.commit, a batch of
         slots): libpq's pipeline mode, past psycopg's cursors, sends the batch at once and
@@ -368,13 +371,17 @@ class PGConnection(StoreBase):
         pgconn = conn.pgconn
         for again in (False, True):
             self._prepare(conn, name, statement)
+            if then is not None:
+                self._prepare(conn, then[0], then[1])
             pgconn.enter_pipeline_mode()
             try:
                 for row in params:
                     pgconn.send_query_prepared(name.encode(), row, param_formats)
+                if then is not None:
+                    pgconn.send_query_prepared(then[0].encode(), then[2], None)
                 pgconn.pipeline_sync()
                 conn.wait(send(pgconn))
-                results = [conn.wait(fetch_many(pgconn))[-1] for _ in params]
+                results = [conn.wait(fetch_many(pgconn))[-1] for _ in range(len(params) + (then is not None))]
                 conn.wait(fetch_many(pgconn))  # the Sync's
             finally:
                 if not conn.closed and not conn.broken:
@@ -384,7 +391,7 @@ class PGConnection(StoreBase):
                         conn.close()
             failed = next((r for r in results if r.status == pq.ExecStatus.FATAL_ERROR), None)
             if failed is None:
-                return results
+                return results[:len(params)] if then is not None else results
             error = pg_errors.error_from_result(failed, encoding=conn.info.encoding)
             if again or not isinstance(error, pg_errors.InvalidSqlStatementName):
                 raise error

@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from typing import ClassVar
 
 from replaylog.engine.store.postgres.connection import Conn, PGConnection
 from replaylog.engine.store.postgres.text import claim_text, float8, formats
-from replaylog.engine.store.rows import Claim
+from replaylog.engine.store.rows import StartMark
 
+# Lasts until the end of the statement's implicit transaction: no wait for the flush.
+_SYNC_OFF = " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
 # What a mark does to the workflow's inflight row of its lane (0: the workflow's own thread; k: the
 # k-th task of the parallel group running): its latest mark.
-_UPSERT = (
-    # Lasts until the end of this statement's implicit transaction: no wait for the flush.
-    " AND set_config('synchronous_commit', 'off', true) IS NOT NULL"
+ON_CONFLICT = (
     " ON CONFLICT (workflow_id, lane) DO UPDATE SET slot = excluded.slot, name = excluded.name,"
     " attempts = excluded.attempts, started_at = excluded.started_at,"
     # A new attempt ends the last one's retry wait and error. The mark of the attempt that failed
@@ -41,17 +42,22 @@ _UPSERT = (
     " error = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
     " THEN inflight.error END"
 )
+_UPSERT = _SYNC_OFF + ON_CONFLICT
 # The marks of one batch as a JSON array of objects; the lease fence is the join. One mark per
 # lane of a workflow (a batch keeps a lane's latest: ON CONFLICT cannot touch a row twice); a
 # mark without a lane is lane 0's.
-_MARKS = (
+_MARKS_INSERT = (
     "INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
     " SELECT w.id, COALESCE(m.lane, 0), m.slot, m.name, m.attempts, m.started_at"
     " FROM jsonb_to_recordset($1::jsonb) AS m(id text, lane bigint, slot bigint, name text, attempts int,"
     " started_at double precision, owner text, epoch bigint)"
     " JOIN workflows w ON w.id = m.id AND w.lease_owner = m.owner AND w.lease_epoch = m.epoch"
-    " WHERE TRUE" + _UPSERT
+    " WHERE TRUE"
 )
+_MARKS = _MARKS_INSERT + _UPSERT
+# The marks that ride a group commit (engine.worker.committer, Committer.add_mark), in its
+# transaction: durable with it, so without `_SYNC_OFF`, which would let the whole commit skip the flush.
+MARKS_IN_COMMIT = _MARKS_INSERT + ON_CONFLICT
 _MARKS_PSYCOPG = _MARKS.replace("$1", "%s")
 # A batch of one mark (a lone workflow's, always): its values as parameters, the claim's
 # encoded once per claim (postgres.text), and no JSON to build, send and take apart.
@@ -63,12 +69,10 @@ _MARK = (
 # `_MARK`'s parameter formats: its time ($5) goes binary (postgres.text, "binary times").
 _MARK_FORMATS = formats(8, (4,))
 
-# A start mark: the claim it is made under, the slot, the activity's name, its attempt, when it
-# started, its lane.
-Mark = tuple[Claim, int, str, int, float, int]
+Mark = StartMark
 
 
-def _json(batch: list[Mark]) -> str:
+def marks_json(batch: Sequence[Mark]) -> str:
     """The marks of `batch` as `_MARKS` reads them: one per lane of a workflow, its latest."""
     latest = {(m[0].id, m[5]): m for m in batch}
     return json.dumps([{"id": c.id, "lane": lane, "slot": slot, "name": name, "attempts": attempts,
@@ -197,13 +201,13 @@ class MarkSender:
         self._conn._send_unanswered("replaylog_mark", _MARK, (
             wid, b"%d" % slot, name.encode(), b"%d" % attempts, float8(started_at), owner, epoch,
             b"%d" % lane if lane else b"0"),
-            lambda conn, _: conn.execute(_MARKS_PSYCOPG, (_json([mark]),)), _MARK_FORMATS)
+            lambda conn, _: conn.execute(_MARKS_PSYCOPG, (marks_json([mark]),)), _MARK_FORMATS)
 
     def _send(self, batch: list[Mark]) -> None:
         if len(batch) == 1:
             self._send_one(batch[0])
             return
-        text = _json(batch)
+        text = marks_json(batch)
 
         def redo(conn: Conn, _: int) -> None:  # the ordinary way: after a failed or unsent batch
             conn.execute(_MARKS_PSYCOPG, (text,))

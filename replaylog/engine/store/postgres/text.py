@@ -23,6 +23,58 @@ from replaylog.engine.store.rows import Claim
 float8 = struct.Struct("!d").pack
 
 
+# Arrays in PostgreSQL's binary format (array_recv): a header (one dimension, the
+# has-nulls flag, which the server does not trust, the element type's OID, the length, the
+# lower bound 1), then each element as its length and its bytes (-1: NULL). A batch of
+# slots goes as one array a column (engine.store.postgres.commit, "one statement a batch"):
+# no quoting to get right, and nothing for the server to parse.
+_ARRAY_HEAD = struct.Struct("!iiIii").pack
+_NULL = b"\xff\xff\xff\xff"
+_SIZE = struct.Struct("!i").pack
+_INT8 = struct.Struct("!iq").pack
+_INT4 = struct.Struct("!ii").pack
+_BOOL = struct.Struct("!i?").pack
+_FLOAT8 = struct.Struct("!id").pack
+_TEXT_OID, _INT8_OID, _INT4_OID, _BOOL_OID, _FLOAT8_OID = 25, 20, 23, 16, 701
+
+
+def text_array(items: Sequence[bytes | None]) -> bytes:
+    """A text[] parameter in binary format; None is NULL."""
+    size = _SIZE
+    return _ARRAY_HEAD(1, 1, _TEXT_OID, len(items), 1) + b"".join(
+        _NULL if item is None else size(len(item)) + item for item in items)
+
+
+def int8_array(items: Sequence[int | None]) -> bytes:
+    """A bigint[] parameter in binary format; None is NULL."""
+    pack = _INT8
+    return _ARRAY_HEAD(1, 1, _INT8_OID, len(items), 1) + b"".join(
+        _NULL if item is None else pack(8, item) for item in items)
+
+
+def int4_array(items: Sequence[int | None]) -> bytes:
+    """An int[] parameter in binary format; None is NULL (a value out of int's range raises OverflowError)."""
+    pack = _INT4
+    try:
+        return _ARRAY_HEAD(1, 1, _INT4_OID, len(items), 1) + b"".join(
+            _NULL if item is None else pack(4, item) for item in items)
+    except struct.error as exc:
+        raise OverflowError(f"an int[] element out of range: {exc}") from None
+
+
+def float8_array(items: Sequence[float | None]) -> bytes:
+    """A double precision[] parameter in binary format; None is NULL."""
+    pack = _FLOAT8
+    return _ARRAY_HEAD(1, 1, _FLOAT8_OID, len(items), 1) + b"".join(
+        _NULL if item is None else pack(8, item) for item in items)
+
+
+def bool_array(items: Sequence[bool]) -> bytes:
+    """A boolean[] parameter in binary format."""
+    pack = _BOOL
+    return _ARRAY_HEAD(1, 0, _BOOL_OID, len(items), 1) + b"".join(pack(1, item) for item in items)
+
+
 def formats(count: int, binary: Sequence[int]) -> tuple[int, ...]:
     """libpq's parameter formats for `count` parameters: binary (1) at the 0-based positions `binary`, else text (0)."""
     return tuple(1 if i in binary else 0 for i in range(count))

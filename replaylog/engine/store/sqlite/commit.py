@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
-from replaylog.engine.store.rows import Claim, PendingRecord, dumps, verdict_values
+from replaylog.engine.store.rows import Claim, PendingRecord, StartMark, dumps, verdict_values
 from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
@@ -128,13 +128,17 @@ class Commits(SQLiteConnection, SeenCancels):
         super().close()
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
-                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float) -> tuple[list[bool], list[bool]]:
+                     finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float,
+                     marks: Sequence[StartMark] = ()) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit.
 
         Each slot is written only if its claim still holds the lease and the slot is
         the next one (fencing); each finish only if the lease still holds. The answer
-        says, per record and per finish, whether it was written.
+        says, per record and per finish, whether it was written. `marks` are refused:
+        here they go to the host's mark file (engine.marks), not through a commit.
         """
+        if marks:
+            raise ValueError("a SQLite store keeps start marks in its mark file, not in its commits")
         now = time.time()
         # (A try costs nothing until it catches: SQLite's errors leave as the store's.)
         try:

@@ -1,0 +1,304 @@
+"""Group commit on PostgreSQL: one statement a batch, and start marks that ride the commit before them.
+
+A batch of slots of different workflows is one statement (engine.store.postgres.commit,
+"one statement a batch"): each slot is fenced by its own workflow's lease and slot count.
+
+While another thread leads a commit, a workflow thread queues its outcome without waiting
+(`Committer.enqueue`), goes on to its next activity, adds that activity's start mark to
+the queued request (`Committer.add_mark`) and waits once, for both (`Committer.wait_for`).
+These tests hold a commit up with a row lock taken from another connection, so that what
+queues behind it and when the leader takes it are states the test sees, not timings.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import wait_for
+from replaylog import Context, activity, workflow
+from replaylog.engine.app import Registry
+from replaylog.engine.core import CommandRecord
+from replaylog.engine.store import Claim, PendingRecord, open_store
+from replaylog.engine.worker import Worker
+from replaylog.engine.worker.committer import Committer, Request
+
+URL: list[str] = []
+# What each activity found when it ran: (workflow id, its slot, outcomes recorded, the slot its mark is of).
+SEEN: list[tuple[str, int, int, int | None]] = []
+_local = threading.local()
+_CONNS: list[psycopg.Connection[tuple[object, ...]]] = []
+
+
+def _conn() -> psycopg.Connection[tuple[object, ...]]:
+    """This thread's own connection to the test's database (autocommit: it sees what is committed)."""
+    conn = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = _local.conn = psycopg.connect(URL[0], autocommit=True)
+        _CONNS.append(conn)
+    return conn
+
+
+@activity
+def look(wid: str, i: int) -> int:
+    """Note what the database holds of this workflow as its `i`-th activity starts."""
+    conn = _conn()
+    row = conn.execute("SELECT slots FROM replaylog.workflows WHERE id = %s", (wid,)).fetchone()
+    mark = conn.execute("SELECT slot FROM replaylog.inflight WHERE workflow_id = %s AND lane = 0", (wid,)).fetchone()
+    assert row is not None
+    SEEN.append((wid, i, int(row[0]), None if mark is None else int(mark[0])))  # type: ignore[call-overload]
+    return i
+
+
+@workflow
+def chain(ctx: Context, n: int) -> int:
+    """`n` activities, each looking at what is committed of the ones before."""
+    for i in range(n):
+        ctx.call_activity(look, ctx.workflow_id, i)
+    return n
+
+
+def test_no_activity_runs_before_the_outcome_before_it_is_durable_and_its_ridden_mark_with_it(pg_url: str) -> None:
+    URL[:] = [pg_url]
+    SEEN.clear()
+    workflows, slots = 8, 25
+    with open_store(pg_url) as store:
+        for _ in range(workflows):
+            store.start_workflow("chain", slots)
+    worker = Worker(pg_url, Registry.from_module(sys.modules[__name__]), concurrency=workflows)
+    try:
+        worker.run(until_idle=True)
+    finally:
+        for conn in _CONNS:
+            conn.close()
+        _CONNS.clear()
+    assert worker.completed == workflows
+    assert len(SEEN) == workflows * slots
+    # Every activity found the outcomes of all the slots before it committed, seen from another
+    # connection: the workflow went on before its outcome was durable, but no activity ran before.
+    early = [(wid, i, recorded) for wid, i, recorded, _ in SEEN if recorded != i]
+    assert early == []
+    # Marks rode commits here (8 threads on one committer crowd it), and each activity whose mark
+    # rode found it committed; a mark sent alone (its commit had begun) may still be on its way.
+    ridden = worker.committer.marks_ridden
+    seen_marked = sum(1 for _, i, _, marked in SEEN if marked == i)
+    assert ridden > 0
+    assert seen_marked >= ridden
+
+
+def _claims(store_url: str, *ids: str) -> dict[str, Claim]:
+    with open_store(store_url) as s:
+        for wid in ids:
+            s.start_workflow("wf", 1, workflow_id=wid)
+        return {c.id: c for c in s.claim("w1", ttl=60, limit=len(ids))}
+
+
+def _rec(name: str) -> CommandRecord:
+    return CommandRecord("activity", name, True, 1, None, 1, None)
+
+
+@contextmanager
+def _row_locked(url: str, wid: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """Hold workflow `wid`'s row locked (a commit that fences on it waits) until the block ends."""
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT 1 FROM replaylog.workflows WHERE id = %s FOR UPDATE", (wid,))
+        yield conn
+        conn.commit()
+
+
+def _waiting_on_a_lock(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND wait_event_type = 'Lock'").fetchone()
+    return row is not None and int(row[0]) > 0  # type: ignore[call-overload]
+
+
+class _Leader:
+    """A thread that commits `claim`'s slot 0 and so leads a commit; `join` it once its row is let go."""
+
+    def __init__(self, committer: Committer, claim: Claim) -> None:
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._lead, args=(committer, claim))
+        self.thread.start()
+
+    def _lead(self, committer: Committer, claim: Claim) -> None:
+        try:
+            assert committer.commit_record(claim, 0, _rec("first"))
+        except BaseException as exc:  # reported by join
+            self.errors.append(exc)
+
+    def join(self) -> None:
+        self.thread.join(timeout=120)
+        assert not self.thread.is_alive() and self.errors == []
+
+
+@pytest.fixture
+def committer(pg_url: str) -> Iterator[Committer]:
+    c = Committer(pg_url, ttl=60)
+    c.start()
+    yield c
+    c.stop()
+
+
+def _inflight(url: str, wid: str) -> tuple[object, ...] | None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT slot, name FROM replaylog.inflight WHERE workflow_id = %s AND lane = 0",
+                            (wid,)).fetchone()
+
+
+def _names(url: str, wid: str) -> list[str]:
+    with open_store(url) as s:
+        return [c.name for c in s.list_commands(wid)]
+
+
+def test_a_mark_added_to_a_queued_outcome_is_committed_with_it(pg_url: str, committer: Committer) -> None:
+    claims = _claims(pg_url, "a", "b")
+    with _row_locked(pg_url, "a"):
+        leader = _Leader(committer, claims["a"])
+        assert wait_for(lambda: _waiting_on_a_lock(pg_url), timeout=120)  # a's commit is in progress
+        req = Request(record=PendingRecord(claims["b"], 0, _rec("b0")))
+        assert committer.enqueue(req)  # queued behind it; this thread goes on
+        assert committer.add_mark(req, (claims["b"], 1, "b1", 1, time.time(), 0))
+        assert _names(pg_url, "b") == [] and _inflight(pg_url, "b") is None
+    leader.join()
+    # The leader committed the queued request after its own (its thread was not waiting yet).
+    assert committer.wait_for(req)
+    assert _names(pg_url, "b") == ["b0"] and _inflight(pg_url, "b") == (1, "b1")
+    assert committer.marks_ridden == 1
+    # With no commit in progress nothing is queued: the caller commits the ordinary way.
+    assert not committer.enqueue(Request(record=PendingRecord(claims["b"], 1, _rec("b1"))))
+
+
+def test_a_queued_outcome_whose_lease_was_taken_is_refused_and_so_is_its_mark(pg_url: str,
+                                                                              committer: Committer) -> None:
+    claims = _claims(pg_url, "a", "b")
+    with _row_locked(pg_url, "a") as locker:
+        leader = _Leader(committer, claims["a"])
+        assert wait_for(lambda: _waiting_on_a_lock(pg_url), timeout=120)
+        req = Request(record=PendingRecord(claims["b"], 0, _rec("b0")))
+        assert committer.enqueue(req)
+        assert committer.add_mark(req, (claims["b"], 1, "b1", 1, time.time(), 0))
+        # Another worker's claim meanwhile: b's lease has a new epoch (committed with the lock's end).
+        locker.execute("UPDATE replaylog.workflows SET lease_epoch = lease_epoch + 1 WHERE id = 'b'")
+    leader.join()
+    assert not committer.wait_for(req)
+    assert _names(pg_url, "b") == [] and _inflight(pg_url, "b") is None
+    assert _names(pg_url, "a") == ["first"]
+
+
+def test_a_mark_comes_too_late_once_its_outcomes_commit_began(pg_url: str, committer: Committer) -> None:
+    claims = _claims(pg_url, "a", "b")
+    with _row_locked(pg_url, "b"):
+        with _row_locked(pg_url, "a"):
+            leader = _Leader(committer, claims["a"])
+            assert wait_for(lambda: _waiting_on_a_lock(pg_url), timeout=120)
+            req = Request(record=PendingRecord(claims["b"], 0, _rec("b0")))
+            assert committer.enqueue(req)
+        # a's commit ended; the leader took b's outcome into the next, which waits on b's row.
+        assert wait_for(lambda: _names(pg_url, "a") == ["first"] and _waiting_on_a_lock(pg_url), timeout=120)
+        assert not committer.add_mark(req, (claims["b"], 1, "b1", 1, time.time(), 0))
+    leader.join()
+    assert committer.wait_for(req)
+    assert _names(pg_url, "b") == ["b0"] and _inflight(pg_url, "b") is None
+    assert committer.marks_ridden == 0
+
+
+def _act(name: str, value: object, text: str | None = None, ok: bool = True, error: str | None = None,
+         args: str | None = None) -> CommandRecord:
+    return CommandRecord("activity", name, ok, value, error, 1, args)
+
+
+def test_one_statement_fences_each_slot_by_its_own_workflow_and_keeps_every_value_exactly(pg_url: str) -> None:
+    ids = ["ok1", "ok2", "taken", "cancelled", "stale", "failed"]
+    claims = _claims(pg_url, *ids)
+    with open_store(pg_url) as s, open_store(pg_url) as other:
+        written, _ = s.commit_batch([PendingRecord(claims[w], 0, _rec("first")) for w in ids], ttl=60)
+        assert written == [True] * len(ids)
+        other.cancel_workflow("cancelled", reason="enough")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE replaylog.workflows SET lease_epoch = lease_epoch + 1 WHERE id = 'taken'")
+        odd = '{"k": [1, 2.5, null], "q": "a \\"quoted\\" back\\\\slash é 😀"}'
+        batch = [
+            PendingRecord(claims["ok1"], 1, _act("a", None, args='["x"]'), odd),
+            PendingRecord(claims["ok2"], 1, _act("b", "line\nbreak")),
+            PendingRecord(claims["taken"], 1, _act("c", 3)),  # another lease now
+            PendingRecord(claims["cancelled"], 1, _act("d", 4)),  # written, and the cancel reported
+            PendingRecord(claims["stale"], 0, _act("e", 5)),  # slot 0 is written already
+            PendingRecord(claims["failed"], 1, _act("f", None, ok=False, error="ValueError: no"), None, None, "tb"),
+        ]
+        marks = [(claims[w], 2, f"next-{w}", 1, 1_764_900_000.123_456_7, 0) for w in ids]
+        written, _ = s.commit_batch(batch, ttl=60, marks=marks)
+        assert written == [True, True, False, True, False, True]
+        assert s.cancels.get("cancelled") == "enough"
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            raw = conn.execute("SELECT value FROM replaylog.command_log"
+                               " WHERE workflow_id = 'ok1' AND slot = 1").fetchone()
+        assert raw == (odd,)  # the very text, not a re-encoding of it
+        state = s.load_state("ok1")
+        assert state.commands[1].value == {"k": [1, 2.5, None], "q": 'a "quoted" back\\slash é 😀'}
+        assert state.commands[1].args == '["x"]'
+        assert s.load_state("ok2").commands[1].value == "line\nbreak"
+        failed = s.list_commands("failed")[1]
+        assert (failed.ok, failed.error, failed.traceback) == (False, "ValueError: no", "tb")
+        assert [len(s.list_commands(w)) for w in ids] == [2, 2, 1, 2, 1, 2]
+        # A mark is written where its workflow's slot was, and nowhere else, its time exact.
+        for w, has in zip(ids, written, strict=True):
+            mark = other.inflight(w)
+            assert (mark is not None and mark.slot == 2 and mark.name == f"next-{w}") == has, w
+            assert mark is None or mark.started_at == 1_764_900_000.123_456_7
+
+
+def test_a_workflow_twice_in_a_batch_is_fenced_slot_by_slot(pg_url: str) -> None:
+    claims = _claims(pg_url, "x", "y")
+    with open_store(pg_url) as s:
+        written, _ = s.commit_batch([PendingRecord(claims["x"], 0, _act("a", 0)),
+                                     PendingRecord(claims["x"], 0, _act("a", 9)),  # the same slot again
+                                     PendingRecord(claims["x"], 1, _act("b", 1)),
+                                     PendingRecord(claims["y"], 0, _act("c", 2))], ttl=60)
+        assert written == [True, False, True, True]
+        assert [c.value for c in s.load_state("x").commands] == [0, 1]
+
+
+def test_a_batch_whose_answer_was_lost_is_reported_written_once(pg_url: str) -> None:
+    """The server committed the batch, the connection died before the answer: the retry finds its own rows."""
+    claims = _claims(pg_url, "x", "y", "z")
+    with open_store(pg_url) as s:
+        real = s._conn  # type: ignore[attr-defined]
+        waits: list[int] = []
+
+        class LosesTheAnswer:
+            """Forwards to the real connection; the batch's third wait (its Sync's answer, read once the
+            server committed) never returns: the connection dies."""
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            def wait(self, gen: object) -> object:
+                results = real.wait(gen)
+                waits.append(1)
+                if len(waits) == 3:
+                    real.close()
+                    raise psycopg.OperationalError("the connection was lost")
+                return results
+
+        s._conn = LosesTheAnswer()  # type: ignore[attr-defined]
+        written, _ = s.commit_batch([PendingRecord(claims[w], 0, _act("a", w)) for w in ("x", "y", "z")], ttl=60)
+        assert len(waits) >= 3
+        assert written == [True, True, True]
+        assert [[c.value for c in s.load_state(w).commands] for w in ("x", "y", "z")] == [["x"], ["y"], ["z"]]
+
+
+def test_a_sqlite_store_refuses_marks_in_a_commit_and_writes_nothing(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s.db") as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (x,) = s.claim("w1", ttl=60, limit=1)
+        with pytest.raises(ValueError, match="mark file"):
+            s.commit_batch([PendingRecord(x, 0, _rec("a"))], ttl=60, marks=[(x, 1, "b", 1, time.time(), 0)])
+        assert s.list_commands("x") == []
