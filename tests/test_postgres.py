@@ -213,11 +213,28 @@ def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: 
         real = s._conn
         params_seen: list[int] = []
 
+        class LosesTheAnswerOfLibpq:
+            """Forwards to the real libpq connection; the first prepared statement commits, then the connection dies."""
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(real.pgconn, name)
+
+            def exec_prepared(self, *args: object) -> object:
+                result = real.pgconn.exec_prepared(*args)
+                if not params_seen:
+                    params_seen.append(1)
+                    real.close()
+                    raise psycopg.OperationalError("the connection was lost")
+                return result
+
         class LosesTheAnswer:
             """Forwards to the real connection; the first slot statement commits, then the connection dies.
 
-            (A lone slot goes straight through libpq, prepared: its answer is lost in `wait`.)
+            (A lone slot goes straight through libpq, prepared, and blocking: its answer is lost
+            in `exec_prepared`.)
             """
+
+            pgconn = LosesTheAnswerOfLibpq()
 
             def __getattr__(self, name: str) -> object:
                 return getattr(real, name)
