@@ -1,7 +1,10 @@
 """One run of one claimed workflow: the Context's hooks (record, on_start, sleep, parallel) as methods.
 
 The run replays the workflow's history in memory and executes the rest live; every new
-outcome is committed (lease-fenced, `Committer`) before the workflow code continues.
+outcome is committed (lease-fenced, `Committer`) before the workflow's next activity runs,
+and before its code continues, but on PostgreSQL while another thread leads a commit:
+then the code runs on to its next activity while the outcome waits for the next commit,
+which that activity's start mark joins (`WorkflowRun.record`, "marks ride the commit").
 """
 
 from __future__ import annotations
@@ -246,7 +249,8 @@ class RunParts:
 class WorkflowRun:
     """One run of a claimed workflow on a pooled thread, from its history to its outcome.
 
-    The Context calls `record` with each live outcome (committed before it returns),
+    The Context calls `record` with each live outcome (committed before it returns, or
+    before anything else happens: `_settle`),
     `on_start` before each live activity attempt and `sleep` between attempts; a parallel
     group's task threads call `record_task` and `on_task_start`. Each task keeps its start
     marks in a lane of its own (engine.marks: a spare record borrowed for the group; on a
