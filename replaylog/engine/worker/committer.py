@@ -1,7 +1,8 @@
 """Group commit: one write connection commits every waiting outcome and verdict in one transaction.
 
-Each outcome is durable before its workflow continues; writes are fenced by the lease
-epoch (the store refuses a worker that lost its lease), so no slot is recorded twice.
+Each outcome is durable before its workflow continues (or, queued by `enqueue`, before its
+workflow's next activity runs); writes are fenced by the lease epoch (the store refuses a
+worker that lost its lease), so no slot is recorded twice.
 """
 
 from __future__ import annotations
