@@ -362,10 +362,7 @@ class Committer:
                 marks.append(r.mark)
         began = time.perf_counter()
         try:
-            if marks:
-                written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl, marks=marks)
-            else:
-                written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl)
+            written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl, marks=marks)
         except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
             for r in batch:
                 r.error = exc

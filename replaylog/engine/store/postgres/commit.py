@@ -389,13 +389,19 @@ class PGCommits(PGConnection, SeenCancels):
         """
         now = time.time()
         cancels = self.cancels
+
+        # Only slots, none of which acts (starts a child, sets search attributes): nothing is
+        # read before the COMMIT, so the batch goes out in one pipeline, one round trip and one
+        # transaction: to libpq directly (PGConnection._pipeline_raw), or through psycopg with a
+        # parallel group's tasks among them.
+        slots_only = not finishes and not any(_acts(r.record) for r in records)
+        raw = slots_only and all(r.parallel_group is None for r in records)
+
         batch = None
-        if (len(records) > 1 and not finishes and not any(_acts(r.record) or r.parallel_group is not None
-                                                            for r in records)
-                and len({r.claim.id for r in records}) == len(records)):
+        ids = {r.claim.id for r in records} if raw and len(records) > 1 else set()
+        if len(ids) == len(records) > 1:
             # One statement (`_BATCH`), with the marks of the batch's workflows in lane 0 (the
             # workflow thread's, one a workflow); any other mark goes as JSON after it.
-            ids = {r.claim.id for r in records}
             riding: dict[str, StartMark] = {}
             others: list[StartMark] = []
             for m in marks:
@@ -407,12 +413,6 @@ class PGCommits(PGConnection, SeenCancels):
             if batch is not None:
                 marks = others
         marks_text = marks_json(marks) if marks else None
-
-        # Only slots, none of which acts (starts a child, sets search attributes): nothing is
-        # read before the COMMIT, so the batch goes out in one pipeline, one round trip and one
-        # transaction: to libpq directly (PGConnection._pipeline_raw), or through psycopg with a
-        # parallel group's tasks among them.
-        slots_only = not finishes and not any(_acts(r.record) for r in records)
 
         then = None if marks_text is None else ("replaylog_marks_in_commit", MARKS_IN_COMMIT, (marks_text.encode(),))
         if batch is not None:
@@ -439,7 +439,7 @@ class PGCommits(PGConnection, SeenCancels):
 
             return self._run(commit_batched, write=True)
 
-        if slots_only and records and all(r.parallel_group is None for r in records):
+        if raw and records:
             raws = [_slot_text(r.claim, r.slot, r.record, r.text, now, ttl, r.traceback) for r in records]
 
             def commit_slots(conn: Conn, attempt: int) -> tuple[list[bool], list[bool]]:

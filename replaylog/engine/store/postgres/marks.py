@@ -69,10 +69,8 @@ _MARK = (
 # `_MARK`'s parameter formats: its time ($5) goes binary (postgres.text, "binary times").
 _MARK_FORMATS = formats(8, (4,))
 
-Mark = StartMark
 
-
-def marks_json(batch: Sequence[Mark]) -> str:
+def marks_json(batch: Sequence[StartMark]) -> str:
     """The marks of `batch` as `_MARKS` reads them: one per lane of a workflow, its latest."""
     latest = {(m[0].id, m[5]): m for m in batch}
     return json.dumps([{"id": c.id, "lane": lane, "slot": slot, "name": name, "attempts": attempts,
@@ -134,10 +132,10 @@ class MarkSender:
         self._closing = False
         # Marks waiting to be sent, each with the lock its thread waits on (None: the
         # sending thread's own) and whether that thread is to send next.
-        self._queue: list[tuple[Mark, _Waiter | None]] = []
+        self._queue: list[tuple[StartMark, _Waiter | None]] = []
         self._sending = False
 
-    def mark(self, mark: Mark) -> None:
+    def mark(self, mark: StartMark) -> None:
         """Send `mark` (alone or with others queued meanwhile); return once it was handed to the kernel.
 
         As the worker's Committer: each waiting thread is woken once, when its mark was
@@ -166,7 +164,7 @@ class MarkSender:
             mutex.release()
             self._lead(batch)
 
-    def _lead(self, batch: list[tuple[Mark, _Waiter | None]]) -> None:
+    def _lead(self, batch: list[tuple[StartMark, _Waiter | None]]) -> None:
         failed: BaseException | None = None
         try:
             self._send([m for m, _ in batch])
@@ -195,7 +193,7 @@ class MarkSender:
                 self._state.notify_all()  # only `release` waits on it
         mutex.release()
 
-    def _send_one(self, mark: Mark) -> None:
+    def _send_one(self, mark: StartMark) -> None:
         claim, slot, name, attempts, started_at, lane = mark
         wid, owner, epoch = claim_text(claim)
         self._conn._send_unanswered("replaylog_mark", _MARK, (
@@ -203,7 +201,7 @@ class MarkSender:
             b"%d" % lane if lane else b"0"),
             lambda conn, _: conn.execute(_MARKS_PSYCOPG, (marks_json([mark]),)), _MARK_FORMATS)
 
-    def _send(self, batch: list[Mark]) -> None:
+    def _send(self, batch: list[StartMark]) -> None:
         if len(batch) == 1:
             self._send_one(batch[0])
             return

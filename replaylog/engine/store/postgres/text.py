@@ -8,8 +8,10 @@ epoch) is encoded once per claim here, not once per slot.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from replaylog.engine.store.rows import Claim
 
@@ -31,48 +33,34 @@ float8 = struct.Struct("!d").pack
 _ARRAY_HEAD = struct.Struct("!iiIii").pack
 _NULL = b"\xff\xff\xff\xff"
 _SIZE = struct.Struct("!i").pack
-_INT8 = struct.Struct("!iq").pack
-_INT4 = struct.Struct("!ii").pack
-_BOOL = struct.Struct("!i?").pack
-_FLOAT8 = struct.Struct("!id").pack
-_TEXT_OID, _INT8_OID, _INT4_OID, _BOOL_OID, _FLOAT8_OID = 25, 20, 23, 16, 701
 
 
-def text_array(items: Sequence[bytes | None]) -> bytes:
-    """A text[] parameter in binary format; None is NULL."""
-    size = _SIZE
-    return _ARRAY_HEAD(1, 1, _TEXT_OID, len(items), 1) + b"".join(
-        _NULL if item is None else size(len(item)) + item for item in items)
+def _array(oid: int, element: Callable[[Any], bytes], items: Sequence[Any]) -> bytes:
+    """A one-dimensional array of type `oid` in binary format, each item as `element` packs it; None is NULL.
 
-
-def int8_array(items: Sequence[int | None]) -> bytes:
-    """A bigint[] parameter in binary format; None is NULL."""
-    pack = _INT8
-    return _ARRAY_HEAD(1, 1, _INT8_OID, len(items), 1) + b"".join(
-        _NULL if item is None else pack(8, item) for item in items)
-
-
-def int4_array(items: Sequence[int | None]) -> bytes:
-    """An int[] parameter in binary format; None is NULL (a value out of int's range raises OverflowError)."""
-    pack = _INT4
+    A value out of its type's range (an int past int's) raises OverflowError.
+    """
     try:
-        return _ARRAY_HEAD(1, 1, _INT4_OID, len(items), 1) + b"".join(
-            _NULL if item is None else pack(4, item) for item in items)
+        return _ARRAY_HEAD(1, 1, oid, len(items), 1) + b"".join(
+            _NULL if item is None else element(item) for item in items)
     except struct.error as exc:
-        raise OverflowError(f"an int[] element out of range: {exc}") from None
+        raise OverflowError(f"an array element out of range: {exc}") from None
 
 
-def float8_array(items: Sequence[float | None]) -> bytes:
-    """A double precision[] parameter in binary format; None is NULL."""
-    pack = _FLOAT8
-    return _ARRAY_HEAD(1, 1, _FLOAT8_OID, len(items), 1) + b"".join(
-        _NULL if item is None else pack(8, item) for item in items)
+def _sized(pack: Callable[[int, Any], bytes], size: int) -> Callable[[Any], bytes]:
+    """An element of fixed `size` bytes: its length, then `pack`'s bytes."""
+    return functools.partial(pack, size)
 
 
-def bool_array(items: Sequence[bool]) -> bytes:
-    """A boolean[] parameter in binary format."""
-    pack = _BOOL
-    return _ARRAY_HEAD(1, 0, _BOOL_OID, len(items), 1) + b"".join(pack(1, item) for item in items)
+def _text(item: bytes) -> bytes:
+    return _SIZE(len(item)) + item
+
+
+text_array = functools.partial(_array, 25, _text)  # text[]: bytes (None: NULL)
+int8_array = functools.partial(_array, 20, _sized(struct.Struct("!iq").pack, 8))  # bigint[]
+int4_array = functools.partial(_array, 23, _sized(struct.Struct("!ii").pack, 4))  # int[]
+float8_array = functools.partial(_array, 701, _sized(struct.Struct("!id").pack, 8))  # double precision[]
+bool_array = functools.partial(_array, 16, _sized(struct.Struct("!i?").pack, 1))  # boolean[]
 
 
 def formats(count: int, binary: Sequence[int]) -> tuple[int, ...]:
