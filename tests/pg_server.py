@@ -9,7 +9,7 @@ import psycopg
 
 from bench.pg_server import PGServer
 
-__all__ = ["Databases", "PGServer"]
+__all__ = ["Databases", "LibpqLosingFirstAnswer", "PGServer"]
 
 # What a database holds beyond a new one's: any schema but public, anything in public, and
 # any connection but the one asking.
@@ -22,6 +22,27 @@ SELECT (SELECT count(*) FROM pg_namespace WHERE nspname NOT IN ('public', 'infor
      + (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
                                                    AND backend_type = 'client backend')
 """
+
+
+class LibpqLosingFirstAnswer:
+    """Stands for a connection's libpq object (its `pgconn`): its first prepared statement runs on the
+    server (and commits), then the connection is closed before the answer is read, and the call raises
+    as a lost connection does. `lost` gets an entry then (shared with other interceptors of a test)."""
+
+    def __init__(self, real: psycopg.Connection[tuple[object, ...]], lost: list[int]) -> None:
+        self._real = real
+        self._lost = lost
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real.pgconn, name)
+
+    def exec_prepared(self, *args: object) -> object:
+        result = self._real.pgconn.exec_prepared(*args)  # type: ignore[arg-type]
+        if not self._lost:
+            self._lost.append(1)
+            self._real.close()
+            raise psycopg.OperationalError("the connection was lost")
+        return result
 
 
 class Databases:

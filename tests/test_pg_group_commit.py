@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from pg_server import LibpqLosingFirstAnswer
 
 from conftest import wait_for
 from replaylog import Context, activity, workflow
@@ -28,7 +29,7 @@ from replaylog.engine.app import Registry
 from replaylog.engine.core import CommandRecord
 from replaylog.engine.store import Claim, PendingRecord, open_store
 from replaylog.engine.worker import Worker
-from replaylog.engine.worker.committer import Committer, Request
+from replaylog.engine.worker.committer import ALONE_BELOW, Committer, Request
 
 URL: list[str] = []
 # What each activity found when it ran: (workflow id, its slot, outcomes recorded, the slot its mark is of).
@@ -65,6 +66,18 @@ def chain(ctx: Context, n: int) -> int:
     return n
 
 
+def _run(url: str, concurrency: int) -> Worker:
+    """A worker of this module's workflows, run until nothing is left to do; the activities' connections closed."""
+    worker = Worker(url, Registry.from_module(sys.modules[__name__]), concurrency=concurrency)
+    try:
+        worker.run(until_idle=True)
+    finally:
+        for conn in _CONNS:
+            conn.close()
+        _CONNS.clear()
+    return worker
+
+
 def test_no_activity_runs_before_the_outcome_before_it_is_durable_and_its_ridden_mark_with_it(pg_url: str) -> None:
     URL[:] = [pg_url]
     SEEN.clear()
@@ -72,13 +85,7 @@ def test_no_activity_runs_before_the_outcome_before_it_is_durable_and_its_ridden
     with open_store(pg_url) as store:
         for _ in range(workflows):
             store.start_workflow("chain", slots)
-    worker = Worker(pg_url, Registry.from_module(sys.modules[__name__]), concurrency=workflows)
-    try:
-        worker.run(until_idle=True)
-    finally:
-        for conn in _CONNS:
-            conn.close()
-        _CONNS.clear()
+    worker = _run(pg_url, workflows)
     assert worker.completed == workflows
     assert len(SEEN) == workflows * slots
     # Every activity found the outcomes of all the slots before it committed, seen from another
@@ -172,8 +179,36 @@ def test_a_mark_added_to_a_queued_outcome_is_committed_with_it(pg_url: str, comm
     assert committer.wait_for(req)
     assert _names(pg_url, "b") == ["b0"] and _inflight(pg_url, "b") == (1, "b1")
     assert committer.marks_ridden == 1
-    # With no commit in progress nothing is queued: the caller commits the ordinary way.
+    # With no commit in progress, in a crowd (several outcomes a commit), nothing is queued: the
+    # caller commits the ordinary way (a commit left waiting for its thread's code idles the server).
+    committer.crowd = ALONE_BELOW
     assert not committer.enqueue(Request(record=PendingRecord(claims["b"], 1, _rec("b1"))))
+
+
+def test_a_lone_outcome_waits_for_its_own_thread_and_its_next_mark(pg_url: str, committer: Committer) -> None:
+    claims = _claims(pg_url, "b")
+    assert committer.crowd < ALONE_BELOW  # (commits of one outcome each)
+    req = Request(record=PendingRecord(claims["b"], 0, _rec("b0")))
+    assert committer.enqueue(req)  # nobody leads: queued all the same, for its own thread
+    assert committer.add_mark(req, (claims["b"], 1, "b1", 1, time.time(), 0))
+    assert _names(pg_url, "b") == [] and _inflight(pg_url, "b") is None
+    assert committer.wait_for(req)  # this thread leads: one statement for both
+    assert _names(pg_url, "b") == ["b0"] and _inflight(pg_url, "b") == (1, "b1")
+    assert committer.marks_ridden == 1 and committer.batches == 1
+
+
+def test_an_outcome_whose_thread_is_slow_to_come_back_is_committed_by_commit_stale(pg_url: str,
+                                                                                    committer: Committer) -> None:
+    claims = _claims(pg_url, "b")
+    req = Request(record=PendingRecord(claims["b"], 0, _rec("b0")))
+    assert committer.enqueue(req)
+    seen = committer.commit_stale(-1)  # queued since the last look: left for its thread
+    assert _names(pg_url, "b") == [] and committer.stale_commits == 0
+    assert committer.commit_stale(seen) == seen  # nothing queued since: it is stale
+    assert _names(pg_url, "b") == ["b0"] and committer.stale_commits == 1
+    assert req.answered
+    assert not committer.add_mark(req, (claims["b"], 1, "b1", 1, time.time(), 0))  # too late to ride
+    assert committer.wait_for(req)
 
 
 def test_a_queued_outcome_whose_lease_was_taken_is_refused_and_so_is_its_mark(pg_url: str,
@@ -302,3 +337,93 @@ def test_a_sqlite_store_refuses_marks_in_a_commit_and_writes_nothing(tmp_path: P
         with pytest.raises(ValueError, match="mark file"):
             s.commit_batch([PendingRecord(x, 0, _rec("a"))], ttl=60, marks=[(x, 1, "b", 1, time.time(), 0)])
         assert s.list_commands("x") == []
+
+
+# -- one workflow alone: its outcome rides with its next start mark, one statement a slot
+
+
+@workflow
+def alone(ctx: Context, n: int) -> int:
+    """`n` activities of one workflow (nobody else commits)."""
+    for i in range(n):
+        ctx.call_activity(look, ctx.workflow_id, i)
+    return n
+
+
+def test_a_lone_workflow_commits_each_outcome_with_the_next_start_mark_before_that_activity_runs(
+        pg_url: str) -> None:
+    URL[:] = [pg_url]
+    SEEN.clear()
+    slots = 30
+    with open_store(pg_url) as store:
+        wid = store.start_workflow("alone", slots)
+    worker = _run(pg_url, 4)
+    assert worker.completed == 1
+    # Every outcome but the last rode with the next activity's start mark, in one transaction...
+    assert worker.committer.marks_ridden == slots - 1
+    # ... committed before that activity ran, as each activity saw from another connection.
+    assert [(i, recorded, marked) for _, i, recorded, marked in SEEN][1:] == [(i, i, i) for i in range(1, slots)]
+    assert _inflight(pg_url, wid) == (slots - 1, "look")
+
+
+GATE = threading.Event()
+
+
+@activity
+def first() -> int:
+    """Returns at once."""
+    return 1
+
+
+@workflow
+def slow_between(ctx: Context, _: object = None) -> int:
+    """An activity, then workflow code that takes its time (it waits for the test) before the next."""
+    ctx.call_activity(first)
+    GATE.wait(timeout=120)
+    return int(ctx.call_activity(first))
+
+
+def test_an_outcome_is_committed_while_its_workflow_code_runs_long_before_the_next_activity(pg_url: str) -> None:
+    GATE.clear()
+    with open_store(pg_url) as store:
+        wid = store.start_workflow("slow_between")
+    worker = Worker(pg_url, Registry.from_module(sys.modules[__name__]), concurrency=4)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(until_idle=True)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        # The first outcome waits for no next activity: the worker's loop commits it.
+        assert wait_for(lambda: _names(pg_url, wid) == ["first"], timeout=60)
+    finally:
+        GATE.set()
+        thread.join(timeout=120)
+    assert errors == [] and worker.completed == 1
+    assert worker.committer.stale_commits >= 1
+    assert _names(pg_url, wid) == ["first", "first"]
+
+
+def test_a_lone_slot_with_its_mark_whose_answer_was_lost_is_reported_written_once(pg_url: str) -> None:
+    """One slot and the next start mark, one statement: committed, then the connection died before the answer."""
+    claims = _claims(pg_url, "x")
+    with open_store(pg_url) as s:
+        real = s._conn  # type: ignore[attr-defined]
+        lost: list[int] = []
+
+        class LosesTheAnswer:
+            pgconn = LibpqLosingFirstAnswer(real, lost)
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+        s._conn = LosesTheAnswer()  # type: ignore[attr-defined]
+        written, _ = s.commit_batch([PendingRecord(claims["x"], 0, _act("a", 1))], ttl=60,
+                                    marks=[(claims["x"], 1, "b", 1, time.time(), 0)])
+        assert lost and written == [True]
+    assert _names(pg_url, "x") == ["a"] and _inflight(pg_url, "x") == (1, "b")

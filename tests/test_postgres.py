@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from console_helpers import SIZE, async_test, column, make_app, settle, wait_until
-from pg_server import PGServer
+from pg_server import LibpqLosingFirstAnswer, PGServer
 from rich.text import Text
 
 from conftest import ROOT, cli_env, run_cli, start_worker, wait_for
@@ -213,20 +213,6 @@ def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: 
         real = s._conn
         params_seen: list[int] = []
 
-        class LosesTheAnswerOfLibpq:
-            """Forwards to the real libpq connection; the first prepared statement commits, then the connection dies."""
-
-            def __getattr__(self, name: str) -> object:
-                return getattr(real.pgconn, name)
-
-            def exec_prepared(self, *args: object) -> object:
-                result = real.pgconn.exec_prepared(*args)
-                if not params_seen:
-                    params_seen.append(1)
-                    real.close()
-                    raise psycopg.OperationalError("the connection was lost")
-                return result
-
         class LosesTheAnswer:
             """Forwards to the real connection; the first slot statement commits, then the connection dies.
 
@@ -234,7 +220,7 @@ def test_a_commit_whose_answer_was_lost_is_reported_written_not_refused(pg_url: 
             in `exec_prepared`.)
             """
 
-            pgconn = LosesTheAnswerOfLibpq()
+            pgconn = LibpqLosingFirstAnswer(real, params_seen)
 
             def __getattr__(self, name: str) -> object:
                 return getattr(real, name)

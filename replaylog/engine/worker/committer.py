@@ -28,6 +28,12 @@ log = logging.getLogger("replaylog.worker")
 # own switch interval: a thread waiting for the GIL is as patient. (Not shorter than a commit,
 # or on a slow disk every waiter would wake, and take the GIL, several times a commit.)
 BATON_WAIT = 0.005
+# The longest an outcome queued by `enqueue` waits for a commit while its thread runs workflow code
+# (the worker's loop commits it then: `commit_stale`), in seconds. Two of the loop's looks at most.
+DEFERRED_FOR = 0.05
+# Outcomes a commit (the moving average, Committer.crowd) below which one workflow is taken to commit
+# alone: its outcome waits for its next start mark even with no commit in progress (Committer.enqueue).
+ALONE_BELOW = 1.5
 
 
 class Request:
@@ -120,6 +126,8 @@ class Committer:
         self.batches = 0
         self.commits = 0
         self.marks_ridden = 0  # start marks written in a commit's transaction (`add_mark`)
+        self.enqueued = 0  # requests queued by `enqueue`
+        self.stale_commits = 0  # commits of queued outcomes whose threads were slow to come back (`commit_stale`)
         # Outcomes per commit, a moving average (updated by the committing thread only;
         # others read it, and a stale read only delays CpuFocus (engine.cpu_focus) by a commit).
         self.crowd = 0.0
@@ -194,24 +202,54 @@ class Committer:
         return req.ok
 
     def enqueue(self, req: Request) -> bool:
-        """Queue `req` for the commit after the one in progress and go on; False (nothing queued) if none is.
+        """Queue `req` for the next commit and go on (wait for it with `wait_for`); False: not queued.
 
         Trick "marks ride the commit" (engine.worker.run, WorkflowRun.record): the workflow
         thread goes on to its next activity while its outcome waits for the commit, adds that
         activity's start mark to the request (`add_mark`) and only then waits (`wait_for`), once
-        for both. Without a commit in progress it commits the ordinary way (it would lead).
+        for both. While another thread leads a commit, the request joins the one after it. While
+        nobody does and commits carry one outcome each (`crowd` under `ALONE_BELOW`: one workflow
+        commits), it waits for its own thread, which commits it with its mark in one statement
+        (`wait_for` leads) unless another commit takes it first: a lone workflow's slot is one
+        transaction where it was two (its outcome's, and its next mark's sent alone). In a crowd,
+        with nobody leading, the caller commits at once the ordinary way (False): a commit that
+        waited for its thread's code there left the server idle meanwhile. An outcome
+        whose thread is slow to come back for it (its code runs long between two activities) is
+        committed by the worker's loop within `DEFERRED_FOR` (`commit_stale`). Measured numbers:
+        docs/performance.md, "One statement a slot".
         """
         lock = self._lock
         lock.acquire()
-        if not self.leading:
+        if not self.leading and self.crowd >= ALONE_BELOW:
             lock.release()
             return False
         done = req.done = threading.Lock()
         done.acquire()
         req.early = True
         self._pending.append(req)
+        self.enqueued += 1
         lock.release()
         return True
+
+    def commit_stale(self, seen: int) -> int:
+        """Commit the queued outcomes nobody leads a commit for, if none was queued since `enqueued` was `seen`.
+
+        Called by the worker's loop every `DEFERRED_FOR` at most, with what the call before
+        returned: an outcome queued by `enqueue` whose thread has not come back for it since
+        (its code runs long) is committed here, so that it is durable within that bound
+        whatever the workflow code does. Returns `enqueued` now.
+        """
+        lock = self._lock
+        lock.acquire()
+        now = self.enqueued
+        stale = now == seen and not self.leading and self._store is not None and any(r.early for r in self._pending)
+        if stale:
+            self.leading = True
+        lock.release()
+        if stale:
+            self.stale_commits += 1
+            self._lead()
+        return now
 
     def add_mark(self, req: Request, mark: StartMark) -> bool:
         """Write `mark` in the transaction that commits `req` (queued by `enqueue`); False if that commit began."""
@@ -224,13 +262,19 @@ class Committer:
         return added
 
     def wait_for(self, req: Request) -> bool:
-        """Wait for a request queued by `enqueue`, as `submit` does; True if it was written."""
+        """Wait for a request queued by `enqueue`, as `submit` does (leading the commit if nobody does);
+        True if it was written."""
         lock = self._lock
         lock.acquire()
         req.early = False  # from now on it may be handed the lead
         done = req.done
+        lead = done is not None and not self.leading
+        if lead:
+            self.leading = True
         lock.release()
-        if done is not None:
+        if lead:
+            self._lead()  # (commits it, with what else is queued: its lock is released unawaited)
+        elif done is not None:
             done.acquire()  # until committed, or handed the lead
             if req.lead:
                 self._lead()

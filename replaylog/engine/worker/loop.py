@@ -43,7 +43,7 @@ from replaylog.engine.store import (
 from replaylog.engine.telemetry import Metrics, Tracing
 from replaylog.engine.vocab import Status
 from replaylog.engine.worker.activity_loop import ActivityLoop
-from replaylog.engine.worker.committer import Committer, Request
+from replaylog.engine.worker.committer import DEFERRED_FOR, Committer, Request
 from replaylog.engine.worker.pruner import Pruner
 from replaylog.engine.worker.run import (
     PooledThread,
@@ -403,6 +403,11 @@ class Worker:
         # after each sleeper. None: nobody sleeps on a timer or a deadline.
         next_wake: float | None = None
         busy_poll = BUSY_POLL  # the wait between looks while workflows run (see BUSY_POLL_MAX)
+        # Outcomes queued for a commit while their threads run on (Committer.enqueue, on a store
+        # that writes marks itself): this loop commits one whose thread is slow to come back.
+        deferring = self._parts.marks_in_store
+        queued_seen = -1
+        next_stale_look = 0.0
         while not self._stopping.is_set():
             if self._stop_requested:
                 self.stop()
@@ -474,6 +479,10 @@ class Worker:
                     # starve this connection): the leases stand until they lapse, try again soon.
                     self._busy(exc)
                     next_renew = now + min(self.ttl / 10, 1.0)
+            if deferring and self._active and now >= next_stale_look:
+                # (At most every half of DEFERRED_FOR: a queued outcome is stale after a whole half.)
+                next_stale_look = now + DEFERRED_FOR / 2
+                queued_seen = self.committer.commit_stale(queued_seen)
             if until_idle and not self._active and not store.has_runnable(self.names):
                 self.left_unknown = store.pending_unknown(self.names)
                 return
@@ -484,6 +493,8 @@ class Worker:
             wait = self.poll if not self._active else max(self.poll, busy_poll)
             if told and last_version != -1:
                 wait = max(wait, self._quiet_wait(now, next_renew, next_expiry, next_schedule, next_wake))
+            if deferring and self._active:
+                wait = min(wait, DEFERRED_FOR / 2)  # (two looks: an outcome queued just after one)
             self._wake.wait(wait)
             self._wake.clear()
 

@@ -435,13 +435,13 @@ class WorkflowRun:
                                       f"slot {slot}: the traceback of activity {rec.name!r}", tail=True)
         claim = self._claim
         metrics = parts.metrics
-        if (parts.marks_in_store and parts.committer.leading and not parallel and refused is None
-                and rec.kind == _ACTIVITY):
-            # Trick "marks ride the commit": while another thread leads a commit, this outcome is
-            # queued for the next one and the workflow goes on to its next activity, whose start
+        if parts.marks_in_store and not parallel and refused is None and rec.kind == _ACTIVITY:
+            # Trick "marks ride the commit": this outcome is queued for the next commit (another
+            # thread's, or this one's if it commits alone) and the workflow goes on to its next activity, whose start
             # mark then rides in the same transaction (on_start); one wait for both, where the
-            # mark cost a wait of its own on its connection. Nothing of the next slot runs
-            # before this outcome is durable: every way on from here waits for it (`_settle`).
+            # mark cost a transaction and a wait of its own on its connection. Nothing of the next
+            # slot runs before this outcome is durable: every way on from here waits for it
+            # (`_settle`), and the worker's loop commits it if this thread is slow to come back.
             req = Request(record=PendingRecord(claim, slot, rec, text, None, failure_tb))
             if parts.committer.enqueue(req):
                 self._unsettled = (req, slot, rec, failure_tb, 0.0 if metrics is None else time.perf_counter())

@@ -153,6 +153,19 @@ _SLOT_RAW = _numbered(_SLOT, (
     (13, "int"), (3, "float8"), (14, "text"), (15, "text")))
 # `_slot_text`'s formats: the lease's expiry ($2) and the time ($3) go binary (postgres.text, "binary times").
 _SLOT_RAW_FORMATS = formats(15, (1, 2))
+# `_SLOT_RAW` with the start mark of the workflow's next activity written in the same statement, if
+# the slot is ($16-$19: its slot, name, attempts and time): a lone workflow's slot with the mark that
+# rode it (engine.worker.committer, Committer.enqueue), one statement, one transaction.
+_SLOT_HEAD, _SLOT_TAIL = _SLOT_RAW.split(" RETURNING (SELECT cancel_requested FROM f)")
+assert not _SLOT_TAIL and _SLOT_HEAD.count(" INSERT INTO commands") == 1
+_SLOT_MARK_RAW = (
+    _SLOT_HEAD.replace(" INSERT INTO commands", ", i AS (INSERT INTO commands") + "),"
+    " m AS (INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
+    " SELECT $4::text, 0, $16::bigint, $17::text, $18::int, $19::float8 FROM f" + ON_CONFLICT + ")"
+    " SELECT cancel_requested FROM f"
+)
+# Its formats: the times ($2, $3, $19) binary.
+_SLOT_MARK_RAW_FORMATS = formats(19, (1, 2, 18))
 # The kinds whose commit may do more than write its slot (`_acts`): any other takes the raw path at once.
 _MAY_ACT = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value, EVENT, ATTRIBUTES, *CHILD_ACTS))
 
@@ -396,6 +409,20 @@ class PGCommits(PGConnection, SeenCancels):
         # parallel group's tasks among them.
         slots_only = not finishes and not any(_acts(r.record) for r in records)
         raw = slots_only and all(r.parallel_group is None for r in records)
+
+        if raw and len(records) == 1 and (not marks or (
+                len(marks) == 1 and marks[0][5] == 0 and marks[0][0].id == records[0].claim.id)):
+            # One slot (with its workflow's next start mark): one statement, as `commit_record`'s.
+            claim, slot, rec, text, _, traceback = records[0]
+            one = _slot_text(claim, slot, rec, text, now, ttl, traceback)
+            name, statement, param_formats = "replaylog_slot", _SLOT_RAW, _SLOT_RAW_FORMATS
+            if marks:
+                _, mark_slot, mark_name, attempts, started_at, _ = marks[0]
+                one += [b"%d" % mark_slot, mark_name.encode(), b"%d" % attempts, float8(started_at)]
+                name, statement, param_formats = "replaylog_slot_mark", _SLOT_MARK_RAW, _SLOT_MARK_RAW_FORMATS
+            return [self._run(lambda conn, attempt: _raw_written(
+                conn, self._execute_raw(conn, name, statement, one, param_formats), claim, slot, attempt,
+                cancels), write=True)], []
 
         batch = None
         ids = {r.claim.id for r in records} if raw and len(records) > 1 else set()
