@@ -200,8 +200,11 @@ def test_a_lone_outcome_waits_for_its_own_thread_and_its_next_mark(pg_url: str, 
 def test_an_outcome_whose_thread_is_slow_to_come_back_is_committed_by_commit_stale(pg_url: str,
                                                                                     committer: Committer) -> None:
     claims = _claims(pg_url, "b")
+    woken: list[int] = []
+    committer.on_defer = lambda: woken.append(1)
     req = Request(record=PendingRecord(claims["b"], 0, _rec("b0")))
     assert committer.enqueue(req)
+    assert woken == [1] and committer.watching  # the worker's loop now looks every half DEFERRED_FOR
     seen = committer.commit_stale(-1)  # queued since the last look: left for its thread
     assert _names(pg_url, "b") == [] and committer.stale_commits == 0
     assert committer.commit_stale(seen) == seen  # nothing queued since: it is stale
@@ -209,6 +212,17 @@ def test_an_outcome_whose_thread_is_slow_to_come_back_is_committed_by_commit_sta
     assert req.answered
     assert not committer.add_mark(req, (claims["b"], 1, "b1", 1, time.time(), 0))  # too late to ride
     assert committer.wait_for(req)
+    # Watching ends once commits are crowded and nothing waits unled; the next deferral wakes the loop again.
+    committer.commit_stale(committer.enqueued)
+    assert committer.watching
+    committer.crowd = ALONE_BELOW
+    committer.commit_stale(committer.enqueued)
+    assert not committer.watching
+    committer.crowd = 1.0
+    again = Request(record=PendingRecord(claims["b"], 1, _rec("b1")))
+    assert committer.enqueue(again)
+    assert woken == [1, 1]
+    assert committer.wait_for(again)
 
 
 def test_a_queued_outcome_whose_lease_was_taken_is_refused_and_so_is_its_mark(pg_url: str,

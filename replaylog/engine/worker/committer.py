@@ -127,6 +127,10 @@ class Committer:
         self.commits = 0
         self.marks_ridden = 0  # start marks written in a commit's transaction (`add_mark`)
         self.enqueued = 0  # requests queued by `enqueue`
+        # Called (once, until `commit_stale` finds commits crowded again) when an outcome is queued
+        # with nobody leading: the worker's loop then looks every half of DEFERRED_FOR (`watching`).
+        self.on_defer: Callable[[], None] | None = None
+        self.watching = False
         self.stale_commits = 0  # commits of queued outcomes whose threads were slow to come back (`commit_stale`)
         # Outcomes per commit, a moving average (updated by the committing thread only;
         # others read it, and a stale read only delays CpuFocus (engine.cpu_focus) by a commit).
@@ -220,31 +224,43 @@ class Committer:
         """
         lock = self._lock
         lock.acquire()
-        if not self.leading and self.crowd >= ALONE_BELOW:
-            lock.release()
-            return False
+        wake = None
+        if not self.leading:
+            if self.crowd >= ALONE_BELOW:
+                lock.release()
+                return False
+            if not self.watching:
+                self.watching = True
+                wake = self.on_defer
         done = req.done = threading.Lock()
         done.acquire()
         req.early = True
         self._pending.append(req)
         self.enqueued += 1
         lock.release()
+        if wake is not None:
+            wake()
         return True
 
     def commit_stale(self, seen: int) -> int:
         """Commit the queued outcomes nobody leads a commit for, if none was queued since `enqueued` was `seen`.
 
-        Called by the worker's loop every `DEFERRED_FOR` at most, with what the call before
-        returned: an outcome queued by `enqueue` whose thread has not come back for it since
-        (its code runs long) is committed here, so that it is durable within that bound
-        whatever the workflow code does. Returns `enqueued` now.
+        Called by the worker's loop every half of `DEFERRED_FOR` while `watching`, with what the
+        call before returned: an outcome queued by `enqueue` whose thread has not come back for
+        it since (its code runs long) is committed here, so that it is durable within that bound
+        whatever the workflow code does. Once commits are crowded again and no outcome waits
+        with nobody leading, `watching` ends (the next such outcome calls `on_defer` again).
+        Returns `enqueued` now.
         """
         lock = self._lock
         lock.acquire()
         now = self.enqueued
-        stale = now == seen and not self.leading and self._store is not None and any(r.early for r in self._pending)
+        unled = not self.leading and any(r.early for r in self._pending)
+        stale = unled and now == seen and self._store is not None
         if stale:
             self.leading = True
+        elif not unled and self.crowd >= ALONE_BELOW:
+            self.watching = False  # (under the lock: an outcome queued unled after this wakes the loop)
         lock.release()
         if stale:
             self.stale_commits += 1
@@ -269,10 +285,19 @@ class Committer:
         req.early = False  # from now on it may be handed the lead
         done = req.done
         lead = done is not None and not self.leading
+        alone = False
         if lead:
             self.leading = True
+            pending = self._pending
+            alone = len(pending) == 1 and pending[0] is req
+            if alone:  # (a lone workflow's outcome, with its mark: the common case, without `_lead`'s loop)
+                self._pending = []
+                req.taken = True
+                req.done = None
         lock.release()
-        if lead:
+        if alone:
+            self._commit_alone(req)
+        elif lead:
             self._lead()  # (commits it, with what else is queued: its lock is released unawaited)
         elif done is not None:
             done.acquire()  # until committed, or handed the lead
@@ -281,6 +306,29 @@ class Committer:
         if req.error is not None:
             raise req.error
         return req.ok
+
+    def _commit_alone(self, req: Request) -> None:
+        """Commit one queued outcome (and the mark on it) by this thread, which leads; then hand over."""
+        try:
+            store = self._store
+            record = req.record
+            if store is None or record is None:
+                raise RuntimeError("the committer is stopped")
+            mark = req.mark
+            written, _ = store.commit_batch((record,), ttl=self._ttl, marks=() if mark is None else (mark,))
+            req.ok = written[0]
+            self.batches += 1
+            self.commits += 1
+            self.marks_ridden += mark is not None
+            self.crowd = self.crowd * 0.9 + 0.1
+            if self.metrics is not None:
+                self.metrics.batch.observe(1)
+        except BaseException as exc:  # noqa: BLE001 - raised by wait_for, as any commit's failure
+            req.error = exc
+        finally:
+            req.answered = True
+            if self._hand_over():
+                self._lead()  # verdicts queued meanwhile, with nobody waiting for them
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
                       parallel_group: int | None = None, traceback: str | None = None) -> bool:

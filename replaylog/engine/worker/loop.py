@@ -406,6 +406,8 @@ class Worker:
         # Outcomes queued for a commit while their threads run on (Committer.enqueue, on a store
         # that writes marks itself): this loop commits one whose thread is slow to come back.
         deferring = self._parts.marks_in_store
+        if deferring:
+            self.committer.on_defer = self._wake.set  # (once, as it starts: Committer.watching)
         queued_seen = -1
         next_stale_look = 0.0
         while not self._stopping.is_set():
@@ -479,7 +481,8 @@ class Worker:
                     # starve this connection): the leases stand until they lapse, try again soon.
                     self._busy(exc)
                     next_renew = now + min(self.ttl / 10, 1.0)
-            if deferring and self._active and now >= next_stale_look:
+            watching = deferring and self._active and self.committer.watching
+            if watching and now >= next_stale_look:
                 # (At most every half of DEFERRED_FOR: a queued outcome is stale after a whole half.)
                 next_stale_look = now + DEFERRED_FOR / 2
                 queued_seen = self.committer.commit_stale(queued_seen)
@@ -493,7 +496,7 @@ class Worker:
             wait = self.poll if not self._active else max(self.poll, busy_poll)
             if told and last_version != -1:
                 wait = max(wait, self._quiet_wait(now, next_renew, next_expiry, next_schedule, next_wake))
-            if deferring and self._active:
+            if watching:
                 wait = min(wait, DEFERRED_FOR / 2)  # (two looks: an outcome queued just after one)
             self._wake.wait(wait)
             self._wake.clear()

@@ -403,26 +403,27 @@ class PGCommits(PGConnection, SeenCancels):
         now = time.time()
         cancels = self.cancels
 
+        if len(records) == 1 and not finishes:
+            claim, slot, rec, text, group, traceback = records[0]
+            if group is None and (rec.kind not in _MAY_ACT or not _acts(rec)) and (not marks or (
+                    len(marks) == 1 and marks[0][5] == 0 and marks[0][0].id == claim.id)):
+                # One slot (with its workflow's next start mark): one statement, as `commit_record`'s.
+                one = _slot_text(claim, slot, rec, text, now, ttl, traceback)
+                name, statement, param_formats = "replaylog_slot", _SLOT_RAW, _SLOT_RAW_FORMATS
+                if marks:
+                    _, mark_slot, mark_name, attempts, started_at, _ = marks[0]
+                    one += [b"%d" % mark_slot, mark_name.encode(), b"%d" % attempts, float8(started_at)]
+                    name, statement, param_formats = "replaylog_slot_mark", _SLOT_MARK_RAW, _SLOT_MARK_RAW_FORMATS
+                return [self._run(lambda conn, attempt: _raw_written(
+                    conn, self._execute_raw(conn, name, statement, one, param_formats), claim, slot, attempt,
+                    cancels), write=True)], []
+
         # Only slots, none of which acts (starts a child, sets search attributes): nothing is
         # read before the COMMIT, so the batch goes out in one pipeline, one round trip and one
         # transaction: to libpq directly (PGConnection._pipeline_raw), or through psycopg with a
         # parallel group's tasks among them.
         slots_only = not finishes and not any(_acts(r.record) for r in records)
         raw = slots_only and all(r.parallel_group is None for r in records)
-
-        if raw and len(records) == 1 and (not marks or (
-                len(marks) == 1 and marks[0][5] == 0 and marks[0][0].id == records[0].claim.id)):
-            # One slot (with its workflow's next start mark): one statement, as `commit_record`'s.
-            claim, slot, rec, text, _, traceback = records[0]
-            one = _slot_text(claim, slot, rec, text, now, ttl, traceback)
-            name, statement, param_formats = "replaylog_slot", _SLOT_RAW, _SLOT_RAW_FORMATS
-            if marks:
-                _, mark_slot, mark_name, attempts, started_at, _ = marks[0]
-                one += [b"%d" % mark_slot, mark_name.encode(), b"%d" % attempts, float8(started_at)]
-                name, statement, param_formats = "replaylog_slot_mark", _SLOT_MARK_RAW, _SLOT_MARK_RAW_FORMATS
-            return [self._run(lambda conn, attempt: _raw_written(
-                conn, self._execute_raw(conn, name, statement, one, param_formats), claim, slot, attempt,
-                cancels), write=True)], []
 
         batch = None
         ids = {r.claim.id for r in records} if raw and len(records) > 1 else set()
