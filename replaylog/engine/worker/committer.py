@@ -220,7 +220,7 @@ class Committer:
         waited for its thread's code there left the server idle meanwhile. An outcome
         whose thread is slow to come back for it (its code runs long between two activities) is
         committed by the worker's loop within `DEFERRED_FOR` (`commit_stale`). Measured numbers:
-        docs/performance.md, "One statement a slot".
+        docs/performance.md, "One workflow alone: its outcome waits for its next start mark".
         """
         lock = self._lock
         lock.acquire()

@@ -48,7 +48,7 @@ from replaylog.engine.store import Claim, PendingRecord, WorkerStore, encode_val
 from replaylog.engine.telemetry import Metrics, RunSpans
 from replaylog.engine.vocab import FINISHED, SlotKind, Status
 from replaylog.engine.worker.activity_loop import ActivityLoop
-from replaylog.engine.worker.committer import Committer, Request
+from replaylog.engine.worker.committer import ALONE_BELOW, Committer, Request
 
 log = logging.getLogger("replaylog.worker")
 
@@ -435,15 +435,19 @@ class WorkflowRun:
                                       f"slot {slot}: the traceback of activity {rec.name!r}", tail=True)
         claim = self._claim
         metrics = parts.metrics
-        if parts.marks_in_store and not parallel and refused is None and rec.kind == _ACTIVITY:
+        committer = parts.committer
+        if (parts.marks_in_store and not parallel and refused is None and rec.kind == _ACTIVITY
+                and (committer.leading or committer.crowd < ALONE_BELOW)):
             # Trick "marks ride the commit": this outcome is queued for the next commit (another
-            # thread's, or this one's if it commits alone) and the workflow goes on to its next activity, whose start
-            # mark then rides in the same transaction (on_start); one wait for both, where the
-            # mark cost a transaction and a wait of its own on its connection. Nothing of the next
-            # slot runs before this outcome is durable: every way on from here waits for it
-            # (`_settle`), and the worker's loop commits it if this thread is slow to come back.
+            # thread's, or this one's if it commits alone) and the workflow goes on to its next
+            # activity, whose start mark then rides in the same transaction (on_start); one wait
+            # for both, where the mark cost a transaction and a wait of its own on its connection.
+            # Nothing of the next slot runs before this outcome is durable: every way on from here
+            # waits for it (`_settle`), and the worker's loop commits it if this thread is slow to
+            # come back. (`leading` and `crowd` are read as hints first, so that a crowd's outcome
+            # with nobody leading builds no request for nothing; `enqueue` looks again.)
             req = Request(record=PendingRecord(claim, slot, rec, text, None, failure_tb))
-            if parts.committer.enqueue(req):
+            if committer.enqueue(req):
                 self._unsettled = (req, slot, rec, failure_tb, 0.0 if metrics is None else time.perf_counter())
                 return
         try:
