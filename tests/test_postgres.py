@@ -722,3 +722,36 @@ def test_a_child_signal_whose_commit_answer_was_lost_reaches_the_child_once(pg_u
         assert written == [True]
         assert [(sig.name, sig.payload) for sig in s.list_signals("p.0")] == [("go", 1), ("go", 2)]
         assert [x.action for x in s.list_audit("p.0")] == ["signal", "signal"]
+
+
+def test_a_workflows_slots_are_read_as_a_range_of_the_key_however_many_commands_there_are(pg_url: str) -> None:
+    """`show`, the console and the client read one workflow's slots by a range of the commands' key:
+    joined to the workflows row instead, the planner walked the whole key in order for the ORDER BY
+    ... LIMIT, and one workflow's read grew with every other workflow's commands."""
+    from replaylog.engine.store.shared import reads
+
+    with open_store(pg_url) as s:
+        wid = s.start_workflow("wf", 1)
+        (claim,) = s.claim("w1", ttl=30)
+        for slot in range(3):
+            assert s.commit_record(claim, slot, rec("a", slot), ttl=30)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # 200,000 commands of 20,000 other workflows, numbered past this one.
+        conn.execute("INSERT INTO replaylog.commands (slot_key, kind, name, ok, attempts, recorded_at)"
+                     " SELECT ((g / 10 + 1000)::bigint << 32) + g % 10, 'activity', 'x', true, 1, 0"
+                     " FROM generate_series(0, 199999) g")
+        conn.execute("ANALYZE replaylog.commands")
+        conn.execute("ANALYZE replaylog.workflows")
+        conn.execute("SET search_path TO replaylog")
+        for sql, params in (
+                (f"SELECT {reads._COMMAND_COLUMNS} FROM commands c WHERE {reads._KEYS_FROM}"
+                 " ORDER BY c.slot_key LIMIT %s", (wid, 0, wid, 50)),  # (a page, as the console reads)
+                (f"SELECT {reads._COMMAND_COLUMNS} FROM commands c WHERE {reads._KEYS_FROM} AND c.ok = %s"
+                 " ORDER BY c.slot_key DESC LIMIT 1", (wid, 0, wid, False))):
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql.replace("?", "%s"), params).fetchall())
+            assert "Index Cond: ((slot_key >=" in plan and "Join Filter" not in plan, plan
+    with open_store(pg_url) as s:
+        assert [c.slot for c in s.list_commands(wid)] == [0, 1, 2]
+        assert [c.slot for c in s.list_commands(wid, offset=1, limit=1)] == [1]
+        assert s.first_slot(wid, "activity", "a") == 0
+        assert s.last_failed_command(wid) is None
