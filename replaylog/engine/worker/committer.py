@@ -317,18 +317,22 @@ class Committer:
             mark = req.mark
             written, _ = store.commit_batch((record,), ttl=self._ttl, marks=() if mark is None else (mark,))
             req.ok = written[0]
-            self.batches += 1
-            self.commits += 1
-            self.marks_ridden += mark is not None
-            self.crowd = self.crowd * 0.9 + 0.1
-            if self.metrics is not None:
-                self.metrics.batch.observe(1)
+            self._counted(1, 0 if mark is None else 1, 1)
         except BaseException as exc:  # noqa: BLE001 - raised by wait_for, as any commit's failure
             req.error = exc
         finally:
             req.answered = True
             if self._hand_over():
                 self._lead()  # verdicts queued meanwhile, with nobody waiting for them
+
+    def _counted(self, records: int, marks: int, requests: int) -> None:
+        """Count a commit: its outcomes, the marks that rode it, and its requests (the metrics' batch size)."""
+        self.batches += 1
+        self.commits += records
+        self.marks_ridden += marks
+        self.crowd = self.crowd * 0.9 + records * 0.1
+        if self.metrics is not None:
+            self.metrics.batch.observe(requests)
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None,
                       parallel_group: int | None = None, traceback: str | None = None) -> bool:
@@ -356,11 +360,7 @@ class Committer:
         try:
             written = store.commit_record(claim, slot, rec, text, ttl=self._ttl, parallel_group=parallel_group,
                                           traceback=traceback)
-            self.batches += 1
-            self.commits += 1
-            self.crowd = self.crowd * 0.9 + 0.1
-            if self.metrics is not None:
-                self.metrics.batch.observe(1)
+            self._counted(1, 0, 1)
         finally:
             # _hand_over's common case (nothing queued meanwhile) inline: one call fewer a slot.
             lock.acquire()
@@ -461,12 +461,7 @@ class Committer:
                 self._answer(r)
             return
         self._commit_s = self._commit_s * 0.9 + (time.perf_counter() - began) * 0.1
-        self.batches += 1
-        self.commits += len(records)
-        self.marks_ridden += len(marks)
-        self.crowd = self.crowd * 0.9 + len(records) * 0.1
-        if self.metrics is not None:
-            self.metrics.batch.observe(len(records) + len(finishes))
+        self._counted(len(records), len(marks), len(records) + len(finishes))
         answers = iter(written)
         verdicts = iter(finished)
         baton = self._baton

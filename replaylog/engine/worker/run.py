@@ -2,9 +2,10 @@
 
 The run replays the workflow's history in memory and executes the rest live; every new
 outcome is committed (lease-fenced, `Committer`) before the workflow's next activity runs,
-and before its code continues, but on PostgreSQL while another thread leads a commit:
-then the code runs on to its next activity while the outcome waits for the next commit,
-which that activity's start mark joins (`WorkflowRun.record`, "marks ride the commit").
+and before its code continues, but on PostgreSQL while another thread leads a commit or
+the workflow commits alone: then the code runs on to its next activity while the outcome
+waits for the next commit, which that activity's start mark joins (`WorkflowRun.record`,
+"marks ride the commit").
 """
 
 from __future__ import annotations

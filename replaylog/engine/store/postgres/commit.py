@@ -366,11 +366,7 @@ class PGCommits(PGConnection, SeenCancels):
         now = time.time()
         cancels = self.cancels
         if parallel_group is None and (rec.kind not in _MAY_ACT or not _acts(rec)):
-            raw = _slot_text(claim, slot, rec, text, now, ttl, traceback)
-
-            return self._run(lambda conn, attempt: _raw_written(
-                conn, self._execute_raw(conn, "replaylog_slot", _SLOT_RAW, raw, _SLOT_RAW_FORMATS), claim, slot,
-                attempt, cancels), write=True)
+            return self._commit_raw(claim, slot, rec, text, now, ttl, traceback)
 
         params = _slot_params(claim, slot, rec, text, now, ttl, parallel_group, traceback)
         statement = _SLOT if parallel_group is None else _PARALLEL
@@ -392,6 +388,21 @@ class PGCommits(PGConnection, SeenCancels):
 
         return self._run(commit_acting, write=True)
 
+    def _commit_raw(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float, ttl: float,
+                    traceback: str | None, mark: StartMark | None = None) -> bool:
+        """One slot that does not act, as one statement to libpq (`_SLOT_RAW`; with `mark`, its workflow's
+        next start mark in the same statement, `_SLOT_MARK_RAW`); whether it was written."""
+        params = _slot_text(claim, slot, rec, text, now, ttl, traceback)
+        name, statement, param_formats = "replaylog_slot", _SLOT_RAW, _SLOT_RAW_FORMATS
+        if mark is not None:
+            _, mark_slot, mark_name, attempts, started_at, _ = mark
+            params += [b"%d" % mark_slot, mark_name.encode(), b"%d" % attempts, float8(started_at)]
+            name, statement, param_formats = "replaylog_slot_mark", _SLOT_MARK_RAW, _SLOT_MARK_RAW_FORMATS
+        cancels = self.cancels
+        return self._run(lambda conn, attempt: _raw_written(
+            conn, self._execute_raw(conn, name, statement, params, param_formats), claim, slot, attempt, cancels),
+            write=True)
+
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float,
                      marks: Sequence[StartMark] = ()) -> tuple[list[bool], list[bool]]:
@@ -408,15 +419,7 @@ class PGCommits(PGConnection, SeenCancels):
             if group is None and (rec.kind not in _MAY_ACT or not _acts(rec)) and (not marks or (
                     len(marks) == 1 and marks[0][5] == 0 and marks[0][0].id == claim.id)):
                 # One slot (with its workflow's next start mark): one statement, as `commit_record`'s.
-                one = _slot_text(claim, slot, rec, text, now, ttl, traceback)
-                name, statement, param_formats = "replaylog_slot", _SLOT_RAW, _SLOT_RAW_FORMATS
-                if marks:
-                    _, mark_slot, mark_name, attempts, started_at, _ = marks[0]
-                    one += [b"%d" % mark_slot, mark_name.encode(), b"%d" % attempts, float8(started_at)]
-                    name, statement, param_formats = "replaylog_slot_mark", _SLOT_MARK_RAW, _SLOT_MARK_RAW_FORMATS
-                return [self._run(lambda conn, attempt: _raw_written(
-                    conn, self._execute_raw(conn, name, statement, one, param_formats), claim, slot, attempt,
-                    cancels), write=True)], []
+                return [self._commit_raw(claim, slot, rec, text, now, ttl, traceback, marks[0] if marks else None)], []
 
         # Only slots, none of which acts (starts a child, sets search attributes): nothing is
         # read before the COMMIT, so the batch goes out in one pipeline, one round trip and one

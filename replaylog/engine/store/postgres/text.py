@@ -47,20 +47,15 @@ def _array(oid: int, element: Callable[[Any], bytes], items: Sequence[Any]) -> b
         raise OverflowError(f"an array element out of range: {exc}") from None
 
 
-def _sized(pack: Callable[[int, Any], bytes], size: int) -> Callable[[Any], bytes]:
-    """An element of fixed `size` bytes: its length, then `pack`'s bytes."""
-    return functools.partial(pack, size)
-
-
 def _text(item: bytes) -> bytes:
     return _SIZE(len(item)) + item
 
 
 text_array = functools.partial(_array, 25, _text)  # text[]: bytes (None: NULL)
-int8_array = functools.partial(_array, 20, _sized(struct.Struct("!iq").pack, 8))  # bigint[]
-int4_array = functools.partial(_array, 23, _sized(struct.Struct("!ii").pack, 4))  # int[]
-float8_array = functools.partial(_array, 701, _sized(struct.Struct("!id").pack, 8))  # double precision[]
-bool_array = functools.partial(_array, 16, _sized(struct.Struct("!i?").pack, 1))  # boolean[]
+int8_array = functools.partial(_array, 20, functools.partial(struct.Struct("!iq").pack, 8))  # bigint[]
+int4_array = functools.partial(_array, 23, functools.partial(struct.Struct("!ii").pack, 4))  # int[]
+float8_array = functools.partial(_array, 701, functools.partial(struct.Struct("!id").pack, 8))  # double precision[]
+bool_array = functools.partial(_array, 16, functools.partial(struct.Struct("!i?").pack, 1))  # boolean[]
 
 
 def formats(count: int, binary: Sequence[int]) -> tuple[int, ...]:

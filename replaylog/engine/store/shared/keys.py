@@ -23,6 +23,18 @@ def key_bounds(wf: str) -> tuple[str, str]:
     return f"({wf}.seq << {SLOT_BITS})", f"(({wf}.seq << {SLOT_BITS}) + {SLOT_LIMIT - 1})"
 
 
+def first_key_of(table: str, where: str) -> str:
+    """The first command key of the one row of `table` (workflows or runs) that `where` picks, as a scalar
+    subquery: a read of its commands is then a range of the commands' key, whatever the planner would
+    make of a join (PostgreSQL walked the whole key in order for an ORDER BY ... LIMIT)."""
+    return f"(SELECT seq << {SLOT_BITS} FROM {table} WHERE {where})"
+
+
+def slot_of(key: str) -> str:
+    """The slot of the command key `key` (an SQL expression), as SQL."""
+    return f"({key} & {SLOT_LIMIT - 1})"
+
+
 def unrecorded(wf: str, slot: str) -> str:
     """SQL that is true while slot `slot` (an SQL expression) of the workflows row named `wf` has no
     recorded outcome: past its last recorded slot, or a gap below it, where a task of a parallel group

@@ -43,7 +43,7 @@ from replaylog.engine.store.rows import (
     loads_many,
 )
 from replaylog.engine.store.shared.base import Dialect, StoreBase
-from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_BITS, SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, first_key_of, slot_key, slot_of
 from replaylog.engine.store.shared.queues import queue_rows
 from replaylog.engine.store.shared.workers import LIVE_TTLS
 from replaylog.engine.vocab import Status
@@ -62,16 +62,13 @@ _WAKE_SHOWN = "CASE WHEN status = 'blocked' THEN wake_at END AS wake_at"
 _POSITION = ("CASE WHEN status = 'queued' THEN (SELECT COUNT(*) FROM workflows ahead WHERE ahead.status = 'queued'"
              " AND ahead.queue = workflows.queue AND (ahead.priority < workflows.priority"
              " OR (ahead.priority = workflows.priority AND ahead.seq < workflows.seq))) + 1 END")
-_COMMAND_COLUMNS = (f"c.slot_key & {SLOT_LIMIT - 1}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
+_COMMAND_COLUMNS = (f"{slot_of('c.slot_key')}, c.kind, c.name, c.ok, c.value, c.error, c.attempts, c.recorded_at,"
                     " c.args, c.parallel, c.traceback, c.parallel_group")
 
 
-# A workflow's first command key, from its id: a scalar subquery, so that a read of its commands in key
-# order is a range of the commands' key. (Joined to the workflows row instead, PostgreSQL's planner
-# walked the whole key in order for an ORDER BY ... LIMIT and filtered every row: 118 ms for one
-# workflow's 10 slots among 192,560 commands, growing with the table.)
-_BASE = f"(SELECT seq << {SLOT_BITS} FROM workflows WHERE id = ?)"
-# The keys of workflow ? (its id, given twice) from slot ?, in order.
+# The keys of workflow ? (its id, given twice) from slot ?: a range of the commands' key (keys.first_key_of;
+# joined to the workflows row instead, one workflow's 10 slots among 192,560 commands took 118 ms).
+_BASE = first_key_of("workflows", "id = ?")
 _KEYS_FROM = f"c.slot_key BETWEEN {_BASE} + ? AND {_BASE} + {SLOT_LIMIT - 1}"
 
 
@@ -396,7 +393,7 @@ class SharedReads(StoreBase):
     def first_slot(self, workflow_id: str, kind: str, name: str) -> int | None:
         """The first slot of a workflow that recorded a command of this kind and name, if any."""
         r = self._query_one(
-            f"SELECT c.slot_key & {SLOT_LIMIT - 1} FROM commands c WHERE {_KEYS_FROM} AND c.kind = ? AND c.name = ?"
+            f"SELECT {slot_of('c.slot_key')} FROM commands c WHERE {_KEYS_FROM} AND c.kind = ? AND c.name = ?"
             " ORDER BY c.slot_key LIMIT 1", (workflow_id, 0, workflow_id, kind, name))
         return None if r is None else int(r[0])
 

@@ -17,7 +17,7 @@ from replaylog.engine.core import Outcome
 from replaylog.engine.errors import OperatorRefusedError, UnknownWorkflowIdError
 from replaylog.engine.store.rows import Claim, CommandRow, RunRow, dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
-from replaylog.engine.store.shared.keys import SLOT_BITS, SLOT_LIMIT
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, first_key_of
 from replaylog.engine.store.shared.reads import _COMMAND_COLUMNS, _command_row, _named_groups
 
 
@@ -77,8 +77,7 @@ class SharedRuns(StoreBase):
             raise OperatorRefusedError(f"workflow {workflow_id!r} has no run {run} (its runs: {kept})")
         if runs[-1].run == run:
             return self.list_commands(workflow_id, offset=offset, limit=limit)  # type: ignore[attr-defined,no-any-return]
-        # (The run's first key as a scalar subquery, as reads.py's _KEYS_FROM: a range of the key.)
-        base = f"(SELECT seq << {SLOT_BITS} FROM runs WHERE workflow_id = ? AND run = ?)"
+        base = first_key_of("runs", "workflow_id = ? AND run = ?")
         rows = self._query(
             f"SELECT {_COMMAND_COLUMNS} FROM commands c"
             f" WHERE c.slot_key BETWEEN {base} + ? AND {base} + {SLOT_LIMIT - 1} ORDER BY c.slot_key LIMIT ?",
