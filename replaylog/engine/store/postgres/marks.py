@@ -42,7 +42,9 @@ ON_CONFLICT = (
     " error = CASE WHEN inflight.slot = excluded.slot AND inflight.attempts = excluded.attempts"
     " THEN inflight.error END"
 )
-_UPSERT = _SYNC_OFF + ON_CONFLICT
+# A mark sent alone (on the mark sender's connection) may reach the server after the commit that
+# carried the workflow's next mark (on the committer's): it never takes a later slot's place.
+_UPSERT = _SYNC_OFF + ON_CONFLICT + " WHERE inflight.lane <> 0 OR excluded.slot >= inflight.slot"
 # The marks of one batch as a JSON array of objects; the lease fence is the join. One mark per
 # lane of a workflow (a batch keeps a lane's latest: ON CONFLICT cannot touch a row twice); a
 # mark without a lane is lane 0's.
