@@ -28,6 +28,7 @@ from replaylog import Context, activity, workflow
 from replaylog.engine.app import Registry
 from replaylog.engine.core import CommandRecord
 from replaylog.engine.store import Claim, PendingRecord, open_store
+from replaylog.engine.store.postgres import commit as pg_commit
 from replaylog.engine.worker import Worker
 from replaylog.engine.worker.committer import ALONE_BELOW, Committer, Request
 
@@ -51,7 +52,9 @@ def _conn() -> psycopg.Connection[tuple[object, ...]]:
 def look(wid: str, i: int) -> int:
     """Note what the database holds of this workflow as its `i`-th activity starts."""
     conn = _conn()
-    row = conn.execute("SELECT slots FROM replaylog.workflows WHERE id = %s", (wid,)).fetchone()
+    # (The count of its command rows: the row's `slots` lags them under the lock fence.)
+    row = conn.execute("SELECT count(*) FROM replaylog.commands c, replaylog.workflows w WHERE w.id = %s"
+                       " AND c.slot_key BETWEEN w.seq << 32 AND ((w.seq + 1) << 32) - 1", (wid,)).fetchone()
     mark = conn.execute("SELECT slot FROM replaylog.inflight WHERE workflow_id = %s AND lane = 0", (wid,)).fetchone()
     assert row is not None
     SEEN.append((wid, i, int(row[0]), None if mark is None else int(mark[0])))  # type: ignore[call-overload]
@@ -423,21 +426,117 @@ def test_an_outcome_is_committed_while_its_workflow_code_runs_long_before_the_ne
     assert _names(pg_url, wid) == ["first", "first"]
 
 
+def _losing_first_answer(store: object) -> list[int]:
+    """Make `store`'s next prepared statement commit and its answer be lost (see LibpqLosingFirstAnswer);
+    the list returned gets an entry when it was."""
+    real = store._conn  # type: ignore[attr-defined]
+    lost: list[int] = []
+
+    class LosesTheAnswer:
+        pgconn = LibpqLosingFirstAnswer(real, lost)
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+    store._conn = LosesTheAnswer()  # type: ignore[attr-defined]
+    return lost
+
+
 def test_a_lone_slot_with_its_mark_whose_answer_was_lost_is_reported_written_once(pg_url: str) -> None:
     """One slot and the next start mark, one statement: committed, then the connection died before the answer."""
     claims = _claims(pg_url, "x")
     with open_store(pg_url) as s:
-        real = s._conn  # type: ignore[attr-defined]
-        lost: list[int] = []
-
-        class LosesTheAnswer:
-            pgconn = LibpqLosingFirstAnswer(real, lost)
-
-            def __getattr__(self, name: str) -> object:
-                return getattr(real, name)
-
-        s._conn = LosesTheAnswer()  # type: ignore[attr-defined]
+        lost = _losing_first_answer(s)
         written, _ = s.commit_batch([PendingRecord(claims["x"], 0, _act("a", 1))], ttl=60,
                                     marks=[(claims["x"], 1, "b", 1, time.time(), 0)])
         assert lost and written == [True]
     assert _names(pg_url, "x") == ["a"] and _inflight(pg_url, "x") == (1, "b")
+
+
+# -- the lock fence: a lone workflow's slots lock its row, which is rewritten at least once a second
+
+
+class _Clock:
+    """Stands for the `time` module of the PostgreSQL commits: a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def time(self) -> float:
+        return self.now
+
+
+def _row(url: str, wid: str) -> tuple[int, float]:
+    """The workflow row's own `slots` column and updated_at, from another connection."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT slots, updated_at FROM replaylog.workflows WHERE id = %s", (wid,)).fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])  # type: ignore[call-overload]
+
+
+def test_lone_slots_lock_the_row_and_rewrite_it_at_least_once_a_second(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = _claims(pg_url, "x")["x"]
+    clock = _Clock()  # (from after the claim: slot 4, two seconds on, finds the claim's updated_at old)
+    monkeypatch.setattr(pg_commit, "time", clock)
+    with open_store(pg_url) as s:
+        assert s.commit_record(x, 0, _act("a", 0), ttl=60)  # the first slot under a claim rewrites the row
+        _, claimed_at = _row(pg_url, "x")
+        for slot in (1, 2, 3):
+            clock.now += 0.2
+            assert s.lone_fence.locks(x, slot, clock.now)
+            assert s.commit_record(x, slot, _act("a", slot), ttl=60)
+        # Slots 1-3 only locked the row: its own count is slot 0's, but every reader counts them.
+        assert _row(pg_url, "x") == (1, claimed_at)
+        assert s.get_workflow("x").slots == 4 and len(s.list_commands("x")) == 4
+        clock.now += 2.0  # more than a second since the row was rewritten: slot 4 rewrites it
+        assert not s.lone_fence.locks(x, 4, clock.now)
+        assert s.commit_record(x, 4, _act("a", 4), ttl=60)
+        assert _row(pg_url, "x") == (5, clock.now)
+        # A slot that is not next is never taken under the lock: the rewrite's check refuses it.
+        assert not s.lone_fence.locks(x, 6, clock.now)
+        assert not s.commit_record(x, 6, _act("a", 6), ttl=60)
+        assert [c.value for c in s.list_commands("x")] == [0, 1, 2, 3, 4]
+
+
+def test_a_lock_fenced_slot_is_refused_once_another_worker_holds_the_lease(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(pg_commit, "time", clock)  # (the fence's clock stands still: slot 2 takes the lock)
+    with open_store(pg_url) as s:
+        s.start_workflow("wf", 1, workflow_id="x")
+        (x,) = s.claim("w1", ttl=0.05, limit=1)
+        assert s.commit_record(x, 0, _act("a", 0), ttl=0.05)
+        assert s.commit_record(x, 1, _act("a", 1), ttl=0.05)
+        assert _row(pg_url, "x")[0] == 1
+        # w1's lease lapses (nothing renews it) and w2 takes the workflow over.
+        with open_store(pg_url) as other:
+            taken: list[Claim] = []
+
+            def taken_over() -> bool:
+                taken.extend(other.claim("w2", ttl=60, limit=1))
+                return bool(taken)
+
+            assert wait_for(taken_over, timeout=60)
+            (y,) = taken
+            assert y.epoch == x.epoch + 1
+            assert _row(pg_url, "x")[0] == 2  # the claim counted the slots the lock fence left out of the row
+            assert s.lone_fence.locks(x, 2, clock.now)
+            assert not s.commit_record(x, 2, _act("stale", 2), ttl=60)
+            assert other.commit_record(y, 2, _act("b", 2), ttl=60)
+        assert [c.name for c in s.list_commands("x")] == ["a", "a", "b"]
+
+
+def test_a_lock_fenced_slot_whose_answer_was_lost_is_reported_written_once(pg_url: str) -> None:
+    """The locked slot and its mark committed, then the connection died before the answer: the retry
+    rewrites the row, finds its slot written, and looks for it as its own."""
+    claims = _claims(pg_url, "x")
+    x = claims["x"]
+    with open_store(pg_url) as s:
+        assert s.commit_record(x, 0, _act("a", 0), ttl=60)
+        lost = _losing_first_answer(s)
+        assert s.lone_fence.locks(x, 1, time.time())
+        written, _ = s.commit_batch([PendingRecord(x, 1, _act("b", 1))], ttl=60,
+                                    marks=[(x, 2, "c", 1, time.time(), 0)])
+        assert lost and written == [True]
+    assert _names(pg_url, "x") == ["a", "b"] and _inflight(pg_url, "x") == (2, "c")

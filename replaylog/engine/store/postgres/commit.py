@@ -36,19 +36,28 @@ from replaylog.engine.store.postgres.text import (
 from replaylog.engine.store.rows import Claim, PendingRecord, StartMark, dumps, verdict_values
 from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
-from replaylog.engine.store.shared.keys import SLOT_LIMIT
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
 from replaylog.engine.store.shared.operations import CHILD_ACTS, TIME_WAITS, child_act, child_deadline, keep_retry
 from replaylog.engine.store.shared.runs import continue_run
 from replaylog.engine.vocab import SlotKind, Status, status_info
 
-# updated_at is indexed: it is rewritten at most once a second while a workflow records
-# slots, so that most slot updates change no indexed column and stay HOT (no index writes).
+# The commands row of a slot, as every slot statement inserts it.
+_INSERT_COMMAND = (" INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
+                   " traceback)")
+# A slot with its workflow row fenced and rewritten (`_LoneFence` says when a lone slot needs it):
+# the row must hold the claim's lease and the slot must be next, which the commands table says
+# (the one before it is written; `slots`, which a slot written under the lock fence leaves
+# behind, is not past it). The row's count, lease expiry and updated_at are rewritten:
+# updated_at, which is indexed, at most once a second, so that most rewrites change no indexed
+# column and stay HOT (no index writes). A slot already written is not written twice (its key
+# is the primary key) and the statement then returns no row: after a lost answer, even one whose
+# statement was still running on the server, the retry looks for its own row (`_mine`).
 _SLOT = (
     "WITH f AS (UPDATE workflows SET slots = %s + 1, lease_expires = %s,"
     " updated_at = CASE WHEN updated_at < %s - 1 THEN %s ELSE updated_at END"
-    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots = %s RETURNING cancel_requested)"
-    " INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
-    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f"
+    " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s AND slots <= %s"
+    " AND (%s = 0 OR EXISTS (SELECT 1 FROM commands WHERE slot_key = %s - 1)) RETURNING cancel_requested)"
+    + _INSERT_COMMAND + " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM f ON CONFLICT (slot_key) DO NOTHING"
     # The fence's row also says whether an operator asked to cancel: the worker learns of
     # it from the commit itself, without a query of its own per slot (as on SQLite).
     " RETURNING (SELECT cancel_requested FROM f)"
@@ -76,7 +85,8 @@ _MINE = ("SELECT w.cancel_requested FROM commands c, workflows w WHERE c.slot_ke
 # the start marks that ride the commit (engine.worker.committer, Committer.add_mark) in one
 # upsert, each only where its workflow's slot was written (its lease held). It returns the
 # id (and any cancel request) of each workflow whose slot was written. As `_SLOT`, a slot is
-# written only if its workflow's lease holds and it is the next slot. A workflow twice in one
+# written only if its workflow's lease holds and it is the next slot (a retry after a lost
+# answer finds the row it rewrote past the slot, and looks for its own row). A workflow twice in one
 # batch (the UPDATE would take one of its rows) takes the pipeline of `_SLOT` statements.
 # Measured on 2 vCPUs (pgserver 16, fsync on), batches of 32 slots, in turns with a `_SLOT`
 # statement a slot and the marks as JSON (`MARKS_IN_COMMIT`) in one pipeline: the server's
@@ -91,7 +101,8 @@ _BATCH = (
     " mark_slot, mark_name, mark_attempts, mark_started_at)),"
     " f AS (UPDATE workflows w SET slots = v.slot + 1, lease_expires = $14::float8,"
     " updated_at = CASE WHEN w.updated_at < $15::float8 - 1 THEN $15::float8 ELSE w.updated_at END"
-    " FROM v WHERE w.id = v.id AND w.lease_owner = v.owner AND w.lease_epoch = v.epoch AND w.slots = v.slot"
+    " FROM v WHERE w.id = v.id AND w.lease_owner = v.owner AND w.lease_epoch = v.epoch AND w.slots <= v.slot"
+    " AND (v.slot = 0 OR EXISTS (SELECT 1 FROM commands c WHERE c.slot_key = v.key - 1))"
     " RETURNING w.id, w.cancel_requested),"
     " i AS (INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
     " SELECT v.key, v.kind, v.name, v.ok, v.value, v.error, v.attempts, $15::float8, v.args, v.traceback"
@@ -145,11 +156,12 @@ def _numbered(statement: str, refs: Sequence[tuple[int, str]]) -> str:
 
 
 # `_SLOT` for the raw path (PGConnection._execute_raw): typed, since its parameters go as
-# text, and each value sent once: the slot ($1), the time ($3), and the claim's id, owner
-# and epoch ($4-$6), encoded once per claim (postgres.text.claim_text).
+# text, and each value sent once: the slot ($1), the time ($3), the claim's id, owner and
+# epoch ($4-$6), encoded once per claim (postgres.text.claim_text), and the slot's key ($7).
 _SLOT_RAW = _numbered(_SLOT, (
     (1, "bigint"), (2, "float8"), (3, "float8"), (3, "float8"), (4, "text"), (5, "text"), (6, "bigint"),
-    (1, "bigint"), (7, "bigint"), (8, "text"), (9, "text"), (10, "boolean"), (11, "text"), (12, "text"),
+    (1, "bigint"), (1, "bigint"), (7, "bigint"),
+    (7, "bigint"), (8, "text"), (9, "text"), (10, "boolean"), (11, "text"), (12, "text"),
     (13, "int"), (3, "float8"), (14, "text"), (15, "text")))
 # `_slot_text`'s formats: the lease's expiry ($2) and the time ($3) go binary (postgres.text, "binary times").
 _SLOT_RAW_FORMATS = formats(15, (1, 2))
@@ -157,15 +169,87 @@ _SLOT_RAW_FORMATS = formats(15, (1, 2))
 # the slot is ($16-$19: its slot, name, attempts and time): a lone workflow's slot with the mark that
 # rode it (engine.worker.committer, Committer.enqueue), one statement, one transaction.
 _SLOT_HEAD, _SLOT_TAIL = _SLOT_RAW.split(" RETURNING (SELECT cancel_requested FROM f)")
-assert not _SLOT_TAIL and _SLOT_HEAD.count(" INSERT INTO commands") == 1
+assert not _SLOT_TAIL and _SLOT_HEAD.count(_INSERT_COMMAND) == 1
+_MARK_LANE_0 = " m AS (INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at) SELECT "
 _SLOT_MARK_RAW = (
-    _SLOT_HEAD.replace(" INSERT INTO commands", ", i AS (INSERT INTO commands") + "),"
-    " m AS (INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
-    " SELECT $4::text, 0, $16::bigint, $17::text, $18::int, $19::float8 FROM f" + ON_CONFLICT + ")"
-    " SELECT cancel_requested FROM f"
+    _SLOT_HEAD.replace(_INSERT_COMMAND, ", i AS (" + _INSERT_COMMAND.lstrip()) + " RETURNING 1),"
+    + _MARK_LANE_0 + "$4::text, 0, $16::bigint, $17::text, $18::int, $19::float8 FROM i" + ON_CONFLICT + ")"
+    " SELECT (SELECT cancel_requested FROM f) FROM i"
 )
 # Its formats: the times ($2, $3, $19) binary.
 _SLOT_MARK_RAW_FORMATS = formats(19, (1, 2, 18))
+
+# Trick "lock fence" (`_LoneFence`, PGCommits._commit_raw): a lone workflow's slot, when this
+# connection wrote the slot before it under the same lease less than `_ROW_EVERY` ago, locks
+# the workflow's row (FOR SHARE) instead of rewriting it, and inserts the command row if the
+# lease holds. The lock fences as the rewrite did: a claim or any other write of the row waits
+# for it, or has committed first and the lock, which then reads the row as it is now, finds
+# the lease gone. That the slot is next is known here: this connection wrote the one before
+# it, under this lease, and nothing else writes a workflow's slots while its lease is held.
+# The row's count, lease expiry and updated_at are rewritten by a `_SLOT` statement at least
+# once a second, as SQLite's fence does (engine.store.sqlite.fence); leases are renewed by the
+# worker's loop meanwhile, and readers count a running workflow's slots (keys.SLOTS_NOW).
+# An UPDATE opens and closes every index of its table (workflows has 16), builds the row's
+# projection over its ~25 columns and writes a new row version; a lock does none of that.
+# Counted under callgrind, one backend of pgserver 16 (fsync off), 1,000 lone slots each:
+# the server's instructions a slot 211,000 -> 122,000 without a mark, 292,000 -> 204,000
+# with one (docs/performance.md, "The lock fence").
+_LOCK = ("WITH f AS (SELECT cancel_requested FROM workflows WHERE id = $2::text AND lease_owner = $3::text"
+         " AND lease_epoch = $4::bigint FOR SHARE)")
+_LOCK_VALUES = (" SELECT $5::bigint, $6::text, $7::text, $8::boolean, $9::text, $10::text, $11::int, $1::float8,"
+                " $12::text, $13::text FROM f")
+# Its parameters are `_slot_text`'s without the slot and the lease's expiry (the time, $1, binary).
+_LOCK_RAW = _LOCK + _INSERT_COMMAND + _LOCK_VALUES + " RETURNING (SELECT cancel_requested FROM f)"
+_LOCK_RAW_FORMATS = formats(13, (0,))
+# With the workflow's next start mark ($14-$17; its time binary), as `_SLOT_MARK_RAW`.
+_LOCK_MARK_RAW = (
+    _LOCK + ", i AS (" + _INSERT_COMMAND.lstrip() + _LOCK_VALUES + "),"
+    + _MARK_LANE_0 + "$2::text, 0, $14::bigint, $15::text, $16::int, $17::float8 FROM f" + ON_CONFLICT + ")"
+    " SELECT cancel_requested FROM f"
+)
+_LOCK_MARK_RAW_FORMATS = formats(17, (0, 16))
+# How long a lone workflow's slots may go without their row's rewrite (seconds): updated_at,
+# which the console shows as an age in seconds, moves about this often (as SQLite's UPDATED_AT_STEP).
+_ROW_EVERY = 1.0
+
+
+class _LoneFence:
+    """Which lone slots may take the lock fence (the trick is described at `_LOCK`).
+
+    Per workflow: the lease epoch and next slot of the last slot this connection wrote, and
+    when its row was last rewritten. A slot not found so (the first under a claim, one after
+    another path wrote, a retry after a lost answer) rewrites the row, which checks against the
+    commands table that it is next. Forgetting is always safe: it only costs a rewrite.
+    """
+
+    __slots__ = ("_last",)
+
+    # Past this many workflows remembered, all are forgotten (a worker runs far fewer at once).
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int, float]] = {}  # workflow id → (epoch, next slot, row rewritten at)
+
+    def locks(self, claim: Claim, slot: int, now: float) -> bool:
+        """Whether `slot` may be written under the lock fence alone."""
+        last = self._last.get(claim.id)
+        return last is not None and last[0] == claim.epoch and last[1] == slot and now - last[2] < _ROW_EVERY
+
+    def wrote(self, claim: Claim, slot: int, now: float, row: bool) -> None:
+        """`slot` was written (`row`: with its row rewritten at `now`; else under the lock fence)."""
+        last = self._last
+        if row:
+            if len(last) >= self.LIMIT and claim.id not in last:
+                last.clear()
+            last[claim.id] = (claim.epoch, slot + 1, now)
+        else:
+            last[claim.id] = (claim.epoch, slot + 1, last[claim.id][2])
+
+    def forget(self, workflow_id: str) -> None:
+        """The workflow's run ended here: nothing to remember."""
+        self._last.pop(workflow_id, None)
+
+
 # The kinds whose commit may do more than write its slot (`_acts`): any other takes the raw path at once.
 _MAY_ACT = frozenset((SlotKind.CHILD.value, SlotKind.CHILD_START.value, EVENT, ATTRIBUTES, *CHILD_ACTS))
 
@@ -202,7 +286,7 @@ def _slot_params(claim: Claim, slot: int, rec: CommandRecord, text: str | None, 
     row = (claim.base + slot, kind, name, bool(ok), _stored(rec, text), error, attempts, now, args, traceback)
     if parallel_group is not None:
         return (slot, now + ttl, claim.id, claim.owner, claim.epoch, *row, parallel_group)
-    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, *row)
+    return (slot, now + ttl, now, now, claim.id, claim.owner, claim.epoch, slot, slot, claim.base + slot, *row)
 
 
 def _start_child(conn: Conn, claim: Claim, rec: CommandRecord, now: float, due_from: float) -> None:
@@ -329,7 +413,7 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
     cur = conn.execute(
         "UPDATE workflows SET status = %s, blocked_on = %s, wake_at = %s, result = %s, error = %s, diagnostic = %s,"
         " error_kind = %s, traceback = %s, lease_owner = NULL, lease_expires = NULL, updated_at = %s,"
-        " interruptions = 0, retry_at = NULL,"
+        f" interruptions = 0, retry_at = NULL, slots = {SLOTS_NOW},"
         " worker_error = CASE WHEN %s IN ('completed', 'failed', 'cancelled') THEN NULL ELSE worker_error END"
         " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING cancel_requested",
         (*verdict_values(outcome, status, blocked_on, wake_at, now), status, claim.id, claim.owner, claim.epoch))
@@ -353,6 +437,8 @@ def _write_finish(conn: Conn, claim: Claim, outcome: Outcome, now: float, attemp
 
 class PGCommits(PGConnection, SeenCancels):
     """The worker's lease-fenced writes of outcomes and run verdicts, on PostgreSQL (see `cancels`)."""
+
+    _lone_fence: _LoneFence
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
@@ -390,18 +476,43 @@ class PGCommits(PGConnection, SeenCancels):
 
     def _commit_raw(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None, now: float, ttl: float,
                     traceback: str | None, mark: StartMark | None = None) -> bool:
-        """One slot that does not act, as one statement to libpq (`_SLOT_RAW`; with `mark`, its workflow's
-        next start mark in the same statement, `_SLOT_MARK_RAW`); whether it was written."""
+        """One slot that does not act, as one statement to libpq (`_SLOT_RAW`, or `_LOCK_RAW` where the
+        lock fence holds; with `mark`, its workflow's next start mark in the same statement); whether
+        it was written."""
         params = _slot_text(claim, slot, rec, text, now, ttl, traceback)
-        name, statement, param_formats = "replaylog_slot", _SLOT_RAW, _SLOT_RAW_FORMATS
-        if mark is not None:
+        if mark is None:
+            name, statement, param_formats = "replaylog_slot", _SLOT_RAW, _SLOT_RAW_FORMATS
+            lock_name, lock, lock_formats = "replaylog_lock", _LOCK_RAW, _LOCK_RAW_FORMATS
+        else:
             _, mark_slot, mark_name, attempts, started_at, _ = mark
             params += [b"%d" % mark_slot, mark_name.encode(), b"%d" % attempts, float8(started_at)]
             name, statement, param_formats = "replaylog_slot_mark", _SLOT_MARK_RAW, _SLOT_MARK_RAW_FORMATS
+            lock_name, lock, lock_formats = "replaylog_lock_mark", _LOCK_MARK_RAW, _LOCK_MARK_RAW_FORMATS
         cancels = self.cancels
-        return self._run(lambda conn, attempt: _raw_written(
-            conn, self._execute_raw(conn, name, statement, params, param_formats), claim, slot, attempt, cancels),
-            write=True)
+        fence = self.lone_fence
+
+        def commit(conn: Conn, attempt: int) -> bool:
+            # (A retry after a lost answer rewrites the row: its check finds the slot if it was written.)
+            row = attempt > 0 or not fence.locks(claim, slot, now)
+            if row:
+                result = self._execute_raw(conn, name, statement, params, param_formats)
+            else:
+                result = self._execute_raw(conn, lock_name, lock, params[2:], lock_formats)
+            written = _raw_written(conn, result, claim, slot, attempt, cancels)
+            if written:
+                fence.wrote(claim, slot, now, row)
+            return written
+
+        return self._run(commit, write=True)
+
+    @property
+    def lone_fence(self) -> _LoneFence:
+        """Which lone slots this connection may write under the lock fence (see `_LOCK`)."""
+        try:
+            return self._lone_fence
+        except AttributeError:  # (made on first use, as SeenCancels.cancels)
+            self._lone_fence = _LoneFence()
+            return self._lone_fence
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float,
@@ -521,6 +632,8 @@ class PGCommits(PGConnection, SeenCancels):
             return written, finished
 
         result = self._run(commit, write=True)
+        fence = self.lone_fence
         for claim, _ in finishes:
             cancels.pop(claim.id, None)
+            fence.forget(claim.id)
         return result

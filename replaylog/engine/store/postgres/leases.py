@@ -19,7 +19,15 @@ from replaylog.engine.marks import Mark
 from replaylog.engine.store.postgres.connection import NOTIFY, POSTGRES, Conn, Cursor, PGConnection
 from replaylog.engine.store.postgres.marks import MarkSender
 from replaylog.engine.store.rows import Claim, loads
-from replaylog.engine.store.shared.keys import CLAIM_LOAD_SLOTS, SLOT_BITS, SLOT_LIMIT, slot_key, unrecorded
+from replaylog.engine.store.shared.keys import (
+    CLAIM_LOAD_SLOTS,
+    SLOT_BITS,
+    SLOT_LIMIT,
+    SLOTS_NOW,
+    slot_key,
+    slots_now,
+    unrecorded,
+)
 from replaylog.engine.store.shared.operations import BEATLESS, HEARTBEAT, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 
@@ -86,7 +94,9 @@ def _claim_sql(only: str, dead: bool) -> str:
     return (f"WITH {ctes}, pick AS (SELECT * FROM (SELECT DISTINCT ON (id) * FROM ({union}) u ORDER BY id, k) d"
             " ORDER BY k, o LIMIT %s),"
             " leased AS (UPDATE workflows w SET status = 'running', lease_owner = %s,"
-            " lease_epoch = w.lease_epoch + 1, lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL"
+            " lease_epoch = w.lease_epoch + 1, lease_expires = %s, updated_at = %s, blocked_on = NULL, wake_at = NULL,"
+            # (The row of a lease that lapsed lags its slots: the count decides how its history is read.)
+            f" slots = {slots_now('w')}"
             " FROM pick WHERE w.id = pick.id RETURNING w.id, w.workflow, w.lease_epoch, w.input, w.slots, w.seq,"
             " w.cancel_requested, pick.k, pick.o)"
             " SELECT * FROM leased UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
@@ -310,7 +320,7 @@ class PGLeases(PGConnection):
             with conn.transaction():
                 conn.execute(
                     "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL,"
-                    " updated_at = %s WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+                    f" updated_at = %s, slots = {SLOTS_NOW} WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
                     (time.time(), claim.id, claim.owner, claim.epoch))
                 conn.execute(NOTIFY)
 
@@ -324,7 +334,7 @@ class PGLeases(PGConnection):
             with conn.transaction():
                 row = conn.execute(
                     "UPDATE workflows SET status = 'pending', lease_owner = NULL, lease_expires = NULL,"
-                    " updated_at = %s, worker_error = %s, interruptions = interruptions + 1,"
+                    f" updated_at = %s, slots = {SLOTS_NOW}, worker_error = %s, interruptions = interruptions + 1,"
                     " retry_at = %s + LEAST(%s, %s * power(2, LEAST(interruptions, 30)))"
                     " WHERE id = %s AND lease_owner = %s AND lease_epoch = %s RETURNING retry_at",
                     (now, error, now, backoff_max, backoff, claim.id, claim.owner, claim.epoch)).fetchone()

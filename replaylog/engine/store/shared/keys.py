@@ -44,12 +44,20 @@ def unrecorded(wf: str, slot: str) -> str:
 
 # For readers that join `workflows w` to `commands c`.
 FIRST_KEY, LAST_KEY = key_bounds("w")
+
+
+def slots_now(wf: str) -> str:
+    """SQL for the true slot count of the workflows row named `wf`: its last slot + 1 (0 for none)."""
+    return ("COALESCE((SELECT c.slot_key - {0} + 1 FROM commands c WHERE c.slot_key BETWEEN {0} AND {1}"
+            " ORDER BY c.slot_key DESC LIMIT 1), 0)").format(*key_bounds(wf))
+
+
 # A running workflow's `slots` column is rewritten at most about once a second: most slot
-# commits write only the command row (see commit.Commits._write_record). Its true count is
-# its last slot + 1, one seek in the commands' key; every reader that shows or decides by
-# the count takes that for a running workflow.
-SLOTS_NOW = ("COALESCE((SELECT c.slot_key - {0} + 1 FROM commands c WHERE c.slot_key BETWEEN {0} AND {1}"
-             " ORDER BY c.slot_key DESC LIMIT 1), 0)").format(*key_bounds("workflows"))
+# commits write only the command row (SQLite: engine.store.sqlite.fence; PostgreSQL: the lock
+# fence, engine.store.postgres.commit). Its true count is its last slot + 1, one seek in the
+# commands' key; every reader that shows or decides by the count takes that for a running
+# workflow, and a claim, a hand-back and a verdict write it.
+SLOTS_NOW = slots_now("workflows")
 SLOTS_SHOWN = f"CASE WHEN status = 'running' THEN {SLOTS_NOW} ELSE slots END AS slots"
 
 # A claim loads the histories of the workflows it takes when they are at most this many

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from replaylog.engine.errors import NotADatabaseError, ReadOnlyError, StoreBusyError, StoreError
 from replaylog.engine.store.rows import default_max_payload
 from replaylog.engine.store.shared.base import Dialect, StoreBase
-from replaylog.engine.store.shared.keys import SLOTS_NOW, SLOTS_SHOWN
 from replaylog.engine.store.sqlite import speedups
 from replaylog.engine.store.sqlite.fence import CommitFence
 from replaylog.engine.store.sqlite.schema import check_schema, refuse_foreign
@@ -82,9 +81,6 @@ class SQLiteDialect(Dialect):
     """SQLite's SQL: `?` placeholders as written, one writer at a time (no row locks), rowid order."""
 
     tie = "rowid"
-    # A running workflow's `slots` column lags its last slot (engine.store.sqlite.commit): count it.
-    slots_shown = SLOTS_SHOWN
-    slots_now = SLOTS_NOW
     # SQLite's LIKE has no escape character unless one is named.
     like_escape = " ESCAPE '\\'"
     # SQLite's unary + keeps a term off every index (its documented hint to the planner).
