@@ -102,7 +102,9 @@ _BATCH = (
     " f AS (UPDATE workflows w SET slots = v.slot + 1, lease_expires = $14::float8,"
     " updated_at = CASE WHEN w.updated_at < $15::float8 - 1 THEN $15::float8 ELSE w.updated_at END"
     " FROM v WHERE w.id = v.id AND w.lease_owner = v.owner AND w.lease_epoch = v.epoch AND w.slots <= v.slot"
-    " AND (v.slot = 0 OR EXISTS (SELECT 1 FROM commands c WHERE c.slot_key = v.key - 1))"
+    # (A scalar subquery, one look in the key a row: an EXISTS planned while the table was small
+    # became a hashed subplan, a scan of the whole table a batch, kept in the generic plan.)
+    " AND (v.slot = 0 OR (SELECT TRUE FROM commands c WHERE c.slot_key = v.key - 1))"
     " RETURNING w.id, w.cancel_requested),"
     " i AS (INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
     " SELECT v.key, v.kind, v.name, v.ok, v.value, v.error, v.attempts, $15::float8, v.args, v.traceback"
