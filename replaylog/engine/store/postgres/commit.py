@@ -213,6 +213,7 @@ _LOCK_MARK_RAW_FORMATS = formats(17, (0, 16))
 # How long a lone workflow's slots may go without their row's rewrite (seconds): updated_at,
 # which the console shows as an age in seconds, moves about this often (as SQLite's UPDATED_AT_STEP).
 _ROW_EVERY = 1.0
+_NEVER = float("-inf")  # a row rewritten at no known time
 
 
 class _LoneFence:
@@ -244,8 +245,9 @@ class _LoneFence:
             if len(last) >= self.LIMIT and claim.id not in last:
                 last.clear()
             last[claim.id] = (claim.epoch, slot + 1, now)
-        else:
-            last[claim.id] = (claim.epoch, slot + 1, last[claim.id][2])
+        else:  # (the lock was taken on this entry; one forgotten since makes the next slot rewrite the row)
+            prev = last.get(claim.id)
+            last[claim.id] = (claim.epoch, slot + 1, _NEVER if prev is None else prev[2])
 
     def forget(self, workflow_id: str) -> None:
         """The workflow's run ended here: nothing to remember."""
