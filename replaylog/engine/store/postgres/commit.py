@@ -194,8 +194,9 @@ _SLOT_MARK_RAW_FORMATS = formats(19, (1, 2, 18))
 # An UPDATE opens and closes every index of its table (workflows has 16), builds the row's
 # projection over its ~25 columns and writes a new row version; a lock does none of that.
 # Counted under callgrind, one backend of pgserver 16 (fsync off), 1,000 lone slots each:
-# the server's instructions a slot 211,000 -> 122,000 without a mark, 292,000 -> 204,000
-# with one (docs/performance.md, "The lock fence").
+# the server's instructions a slot 211,000 -> 118,000 without a mark, 292,000 -> 196,000
+# with one; row 9's one workflow 0.78 -> 0.85 of the floor, medians of twelve runs in turns
+# (docs/performance.md, "The lock fence").
 _LOCK = ("WITH f AS (SELECT cancel_requested FROM workflows WHERE id = $2::text AND lease_owner = $3::text"
          " AND lease_epoch = $4::bigint FOR SHARE)")
 _LOCK_VALUES = (" SELECT $5::bigint, $6::text, $7::text, $8::boolean, $9::text, $10::text, $11::int, $1::float8,"
