@@ -191,7 +191,7 @@ _SLOT_MARK_RAW_FORMATS = formats(19, (1, 2, 18))
 # The row's count, lease expiry and updated_at are rewritten by a `_SLOT` statement at least
 # once a second, as SQLite's fence does (engine.store.sqlite.fence); leases are renewed by the
 # worker's loop meanwhile, and readers count a running workflow's slots (keys.SLOTS_NOW).
-# An UPDATE opens and closes every index of its table (workflows has 16), builds the row's
+# An UPDATE opens and closes every index of its table (workflows has 15), builds the row's
 # projection over its ~25 columns and writes a new row version; a lock does none of that.
 # Counted under callgrind, one backend of pgserver 16 (fsync off), 1,000 lone slots each:
 # the server's instructions a slot 211,000 -> 118,000 without a mark, 292,000 -> 196,000
