@@ -63,7 +63,8 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
     expected: dict[str, int] = {}
     _top_up(store, expected, rng, 32)
     args = ("--quiet", "--concurrency", str(CONCURRENCY), "--lease", str(lease))
-    killed: set[int] = set()
+    killed: set[int] = set()  # every killed pid (a long storm's pids wrap: a set may hold fewer than were killed)
+    kills = 0
     integrity_checks = 0
     started = time.monotonic()
 
@@ -80,8 +81,8 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
 
     born: dict[int, int] = {}  # a worker's pid -> the ledger's size when it was started
     with reaping([WorkerProc(db, tmp / "logs", env, *args) for _ in range(workers)]) as procs:
-        while len(killed) < kills_wanted:
-            assert time.monotonic() - started < time_limit, f"only {len(killed)} kills in {time_limit:.0f} s"
+        while kills < kills_wanted:
+            assert time.monotonic() - started < time_limit, f"only {kills} kills in {time_limit:.0f} s"
             # Random points: during import, mid-claim, mid-activity, mid-commit.
             time.sleep(rng.uniform(0.1, 0.8))
             victim = rng.randrange(workers)
@@ -94,9 +95,10 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
                 assert wait_for(lambda pid=pid, since=since: at_work(pid, since), timeout=120), procs[victim].log()
             procs[victim].kill()
             killed.add(procs[victim].pid)
+            kills += 1
             verdict = integrity(db)
             integrity_checks += 1
-            assert verdict == "ok", f"integrity_check after kill {len(killed)}: {verdict}"
+            assert verdict == "ok", f"integrity_check after kill {kills}: {verdict}"
             size = _ledger_size(ledger)
             procs.append(WorkerProc(db, tmp / "logs", env, *args))
             born[procs[-1].pid] = size
@@ -163,7 +165,7 @@ def kill_storm(tmp: Path, kills_wanted: int, time_limit: float, seed: int, db: P
     logs = "".join(p.read_text(errors="replace") for p in (tmp / "logs").iterdir())
     assert "Traceback" not in logs and "database is locked" not in logs, logs[-2000:]
     return {
-        "kills": len(killed) - workers,  # the final reaping of the survivors is not part of the storm
+        "kills": kills,  # (the final reaping of the survivors is not part of the storm)
         "storm_seconds": round(storm_seconds, 1),
         "integrity_checks_ok": integrity_checks + 2,
         "workflows": len(expected),
