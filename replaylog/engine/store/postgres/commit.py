@@ -44,6 +44,8 @@ from replaylog.engine.vocab import SlotKind, Status, status_info
 # The commands row of a slot, as every slot statement inserts it.
 _INSERT_COMMAND = (" INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args,"
                    " traceback)")
+# A lane-0 start mark's row, as every slot statement that carries one inserts it (its values follow).
+_MARK_LANE_0 = " m AS (INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at) SELECT "
 # A slot with its workflow row fenced and rewritten (`_LoneFence` says when a lone slot needs it):
 # the row must hold the claim's lease and the slot must be next, which the commands table says
 # (the one before it is written; `slots`, which a slot written under the lock fence leaves
@@ -106,11 +108,11 @@ _BATCH = (
     # became a hashed subplan, a scan of the whole table a batch, kept in the generic plan.)
     " AND (v.slot = 0 OR (SELECT TRUE FROM commands c WHERE c.slot_key = v.key - 1))"
     " RETURNING w.id, w.cancel_requested),"
-    " i AS (INSERT INTO commands (slot_key, kind, name, ok, value, error, attempts, recorded_at, args, traceback)"
-    " SELECT v.key, v.kind, v.name, v.ok, v.value, v.error, v.attempts, $15::float8, v.args, v.traceback"
+    " i AS (" + _INSERT_COMMAND.lstrip()
+    + " SELECT v.key, v.kind, v.name, v.ok, v.value, v.error, v.attempts, $15::float8, v.args, v.traceback"
     " FROM v JOIN f ON f.id = v.id),"
-    " m AS (INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at)"
-    " SELECT v.id, 0, v.mark_slot, v.mark_name, v.mark_attempts, v.mark_started_at FROM v JOIN f ON f.id = v.id"
+    + _MARK_LANE_0
+    + "v.id, 0, v.mark_slot, v.mark_name, v.mark_attempts, v.mark_started_at FROM v JOIN f ON f.id = v.id"
     " WHERE v.mark_slot IS NOT NULL" + ON_CONFLICT + ")"
     " SELECT id, cancel_requested FROM f"
 )
@@ -172,7 +174,6 @@ _SLOT_RAW_FORMATS = formats(15, (1, 2))
 # rode it (engine.worker.committer, Committer.enqueue), one statement, one transaction.
 _SLOT_HEAD, _SLOT_TAIL = _SLOT_RAW.split(" RETURNING (SELECT cancel_requested FROM f)")
 assert not _SLOT_TAIL and _SLOT_HEAD.count(_INSERT_COMMAND) == 1
-_MARK_LANE_0 = " m AS (INSERT INTO inflight (workflow_id, lane, slot, name, attempts, started_at) SELECT "
 _SLOT_MARK_RAW = (
     _SLOT_HEAD.replace(_INSERT_COMMAND, ", i AS (" + _INSERT_COMMAND.lstrip()) + " RETURNING 1),"
     + _MARK_LANE_0 + "$4::text, 0, $16::bigint, $17::text, $18::int, $19::float8 FROM i" + ON_CONFLICT + ")"

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from replaylog.engine.store.rows import encode_payload
-from replaylog.engine.store.shared.keys import SLOTS_NOW, SLOTS_SHOWN
 from replaylog.engine.vocab import Status
 
 T = TypeVar("T")
@@ -48,10 +47,6 @@ class Dialect:
     share_lock: ClassVar[str] = ""
     # The column that breaks ties in a sorted page of workflows.
     tie: ClassVar[str] = "seq"
-    # A workflow's slot count as shown, and as it is now: a running workflow's `slots` column lags
-    # its last slot on both backends (see engine.store.shared.keys.SLOTS_NOW).
-    slots_shown: ClassVar[str] = SLOTS_SHOWN
-    slots_now: ClassVar[str] = SLOTS_NOW
     # What a LIKE with backslash escapes needs after it.
     like_escape: ClassVar[str] = ""
     # A column's value that no index of the column may be used for (`unindexed.format("w.status")`),

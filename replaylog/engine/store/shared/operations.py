@@ -43,7 +43,7 @@ from replaylog.engine.queues import check_start as check_queue_options
 from replaylog.engine.store.rows import dumps, loads
 from replaylog.engine.store.shared import attributes
 from replaylog.engine.store.shared.base import Dialect, StoreBase
-from replaylog.engine.store.shared.keys import SLOT_LIMIT, slot_key
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW, slot_key
 from replaylog.engine.store.shared.queues import check_start
 from replaylog.engine.store.shared.reads import load_commands
 from replaylog.engine.text import utc
@@ -348,7 +348,7 @@ def _terminate(sql: Dialect, conn: Any, workflow_id: str, error: str, reason: st
     sql.run(
         conn, "UPDATE workflows SET status = 'terminated', error = ?, blocked_on = NULL, wake_at = NULL,"
         " lease_owner = NULL, lease_expires = NULL, lease_epoch = lease_epoch + 1, retry_at = NULL,"
-        f" slots = {sql.slots_now}, updated_at = ? WHERE id = ?", (error, now, workflow_id))
+        f" slots = {SLOTS_NOW}, updated_at = ? WHERE id = ?", (error, now, workflow_id))
     _audit(sql, conn, workflow_id, "terminate", now, who, reason, detail)
 
 

@@ -43,7 +43,15 @@ from replaylog.engine.store.rows import (
     loads_many,
 )
 from replaylog.engine.store.shared.base import Dialect, StoreBase
-from replaylog.engine.store.shared.keys import FIRST_KEY, LAST_KEY, SLOT_LIMIT, first_key_of, slot_key, slot_of
+from replaylog.engine.store.shared.keys import (
+    FIRST_KEY,
+    LAST_KEY,
+    SLOT_LIMIT,
+    SLOTS_SHOWN,
+    first_key_of,
+    slot_key,
+    slot_of,
+)
 from replaylog.engine.store.shared.queues import queue_rows
 from replaylog.engine.store.shared.workers import LIVE_TTLS
 from replaylog.engine.vocab import Status
@@ -72,16 +80,15 @@ _BASE = first_key_of("workflows", "id = ?")
 _KEYS_FROM = f"c.slot_key BETWEEN {_BASE} + ? AND {_BASE} + {SLOT_LIMIT - 1}"
 
 
-def _workflow_columns(dialect: Dialect) -> str:
-    return ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + dialect.slots_shown + ", "
-            "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
-            "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent, traceback, queue, priority, "
-            "dedup_id, not_before, admitted_at, " + _POSITION)
+_WORKFLOW_COLUMNS = ("id, workflow, status, blocked_on, input, result, error, diagnostic, " + SLOTS_SHOWN + ", "
+                     "created_at, updated_at, lease_owner, lease_expires, worker_error, retry_at, error_kind, "
+                     "cancel_requested, forked_from, forked_slot, " + _WAKE_SHOWN + ", parent, traceback, queue,"
+                     " priority, dedup_id, not_before, admitted_at, " + _POSITION)
 
 
-def _summary_columns(dialect: Dialect, table: str = "") -> str:
-    # (`table`: a join names which table's id; the dialect's slot count names `workflows.` columns.)
-    return (f"{table}id, workflow, status, blocked_on, {dialect.slots_shown}, created_at, updated_at,"
+def _summary_columns(table: str = "") -> str:
+    # (`table`: a join names which table's id; the slot count names `workflows.` columns.)
+    return (f"{table}id, workflow, status, blocked_on, {SLOTS_SHOWN}, created_at, updated_at,"
             f" substr(error, 1, {ERROR_PREVIEW}), {_WAKE_SHOWN}, parent, queue, {_POSITION}")
 
 
@@ -189,7 +196,7 @@ class SharedReads(StoreBase):
 
     def get_workflow(self, workflow_id: str) -> WorkflowRow:
         """One workflow; UnknownWorkflowIdError if there is none."""
-        row = self._query_one(f"SELECT {_workflow_columns(self.dialect)} FROM workflows WHERE id = ?", (workflow_id,))
+        row = self._query_one(f"SELECT {_WORKFLOW_COLUMNS} FROM workflows WHERE id = ?", (workflow_id,))
         if row is None:
             raise UnknownWorkflowIdError(f"no workflow with id {workflow_id!r}")
         return _workflow_row(row)
@@ -272,7 +279,7 @@ class SharedReads(StoreBase):
         those of that name; `parent` the children of that workflow; `where` those its fields
         name (rows.WorkflowFilter).
         """
-        rows = self._page(_workflow_columns(self.dialect), status, text, sort, descending, limit, offset, awaiting,
+        rows = self._page(_WORKFLOW_COLUMNS, status, text, sort, descending, limit, offset, awaiting,
                           top_level, workflow, parent, where)
         return [_workflow_row(r) for r in rows]
 
@@ -281,7 +288,7 @@ class SharedReads(StoreBase):
                                 offset: int = 0, awaiting: str | None = None,
                                 top_level: bool = False, where: WorkflowFilter | None = None) -> list[WorkflowSummary]:
         """Like `list_workflows`, without the payload columns: a page stays small whatever the inputs hold."""
-        rows = self._page(_summary_columns(self.dialect), status, text, sort, descending, limit, offset, awaiting,
+        rows = self._page(_summary_columns(), status, text, sort, descending, limit, offset, awaiting,
                           top_level, where=where)
         return [_summary(r) for r in rows]
 
@@ -293,7 +300,7 @@ class SharedReads(StoreBase):
         rows = self._query(
             f"WITH RECURSIVE tree(id) AS (SELECT id FROM workflows WHERE {among}"
             " UNION SELECT w.id FROM workflows w JOIN tree ON w.parent = tree.id)"
-            f" SELECT {_summary_columns(self.dialect, 'workflows.')}"
+            f" SELECT {_summary_columns('workflows.')}"
             " FROM workflows JOIN tree ON workflows.id = tree.id ORDER BY seq", params)
         return [_summary(r) for r in rows]
 

@@ -17,14 +17,14 @@ from replaylog.engine.core import Outcome
 from replaylog.engine.errors import OperatorRefusedError, UnknownWorkflowIdError
 from replaylog.engine.store.rows import Claim, CommandRow, RunRow, dumps
 from replaylog.engine.store.shared.base import Dialect, StoreBase
-from replaylog.engine.store.shared.keys import SLOT_LIMIT, first_key_of
+from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW, SLOTS_SHOWN, first_key_of
 from replaylog.engine.store.shared.reads import _COMMAND_COLUMNS, _command_row, _named_groups
 
 
 def continue_run(sql: Dialect, conn: Any, claim: Claim, outcome: Outcome, now: float) -> bool:
     """End the claimed run continued as new and start the next, in the caller's transaction; False if the
     lease is gone (nothing written)."""
-    row = sql.run(conn, f"SELECT COALESCE(run, 1), seq, input, {sql.slots_now} FROM workflows"
+    row = sql.run(conn, f"SELECT COALESCE(run, 1), seq, input, {SLOTS_NOW} FROM workflows"
                   f" WHERE id = ? AND lease_owner = ? AND lease_epoch = ?{sql.lock}",
                   (claim.id, claim.owner, claim.epoch)).fetchone()
     if row is None:
@@ -52,7 +52,7 @@ def list_runs(sql: Dialect, conn: Any, workflow_id: str) -> list[RunRow]:
     """Every run of a workflow, oldest first: the earlier ones kept, then the current one."""
     earlier = [RunRow(int(r[0]), int(r[1]), r[2], int(r[3]), float(r[4]), False) for r in sql.run(
         conn, "SELECT run, seq, input, slots, ended_at FROM runs WHERE workflow_id = ? ORDER BY run", (workflow_id,))]
-    current = sql.run(conn, f"SELECT COALESCE(run, 1), seq, input, {sql.slots_shown}, updated_at FROM workflows"
+    current = sql.run(conn, f"SELECT COALESCE(run, 1), seq, input, {SLOTS_SHOWN}, updated_at FROM workflows"
                       " WHERE id = ?", (workflow_id,)).fetchone()
     if current is None:
         return earlier
