@@ -27,6 +27,7 @@ from replaylog.engine.store import Claim, PendingRecord, Store, database_path, o
 from replaylog.engine.store.rows import loads, loads_many
 from replaylog.engine.store.shared.migrations import latest
 from replaylog.engine.store.sqlite.schema import refuse_foreign
+from replaylog.engine.vocab import Status
 
 
 def rec(name: str, value: object = None) -> CommandRecord:
@@ -458,6 +459,46 @@ def test_a_lone_slot_is_one_statement_committed_by_itself(db_path: Path, monkeyp
     finally:
         writer.close()
         reader.close()
+
+
+def _main_program(conn: sqlite3.Connection, sql: str) -> list[str]:
+    """The opcodes of a statement's own program (EXPLAIN lists a trigger's after it, numbered from 0 again)."""
+    ops: list[str] = []
+    last = -1
+    for addr, opcode, *_ in conn.execute("EXPLAIN " + sql):
+        if addr <= last:
+            break
+        ops.append(opcode)
+        last = addr
+    return ops
+
+
+def test_a_workflows_claim_fenced_slots_and_verdict_build_no_temporary_btree(db_path: Path) -> None:
+    """What a workflow's life sends once a workflow or a slot builds no temporary b-tree.
+
+    `UPDATE … RETURNING` and `x IN (a, b, c)` each build one (a 4 KiB page zeroed, opened
+    and closed) every time they run: together ~150,000 instructions of a short workflow's
+    ~600,000 in the store (docs/performance.md, "Many short workflows"). Each slot here is
+    fenced on the workflow's row (another connection's commit comes first).
+    """
+    with open_store(db_path) as store, open_store(db_path) as other:
+        store.start_workflow("wf", None, workflow_id="x")
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        claim = claim_one(store)
+        for slot in range(3):
+            other.start_workflow("wf", None)  # a commit of another connection: the fence reads the row again
+            written, _ = store.commit_batch([PendingRecord(claim, slot, rec("a", slot))], ttl=30)
+            assert written == [True]
+        _, finished = store.commit_batch(finishes=[(claim, Outcome(Status.COMPLETED, result=1))], ttl=30)
+        store._conn.set_trace_callback(None)
+        assert finished == [True] and store.get_workflow("x").status == "completed"
+        per_workflow = [s for s in statements if s.startswith(("UPDATE", "INSERT"))
+                        or (s.startswith("SELECT") and " WHERE id = " in s)]
+        kinds = {s.split(" SET ")[1].split(" = ")[0] if s.startswith("UPDATE") else s.split()[0] for s in per_workflow}
+        assert {"status", "slots", "INSERT"} <= kinds, per_workflow  # the claim, verdict; the fence; the rows
+        for sql in per_workflow:
+            assert "OpenEphemeral" not in _main_program(store._conn, sql), sql
 
 
 # -- open_store: the one place a store is built

@@ -2085,9 +2085,10 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
     workflow code caught it: the run was interrupted, it did not fail.
     """
     token = _current_context.set(ctx)  # for current_activity()
-    guarded = thread_guard.enter(registered_name(fn), is_async(fn), ctx)  # workflow code starts no thread
+    asynchronous = is_async(fn)  # asked once a run, not again in _classify
+    guarded = thread_guard.enter(registered_name(fn), asynchronous, ctx)  # workflow code starts no thread
     try:
-        outcome = _classify(fn, ctx, state)
+        outcome = _classify(fn, ctx, state, asynchronous)
     finally:
         thread_guard.leave(guarded)
         _current_context.reset(token)
@@ -2097,9 +2098,9 @@ def execute(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outco
 
 
 @thread_guard.calls_workflow_code
-def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState) -> Outcome:
+def _classify(fn: Callable[..., Any], ctx: Context, state: WorkflowState, asynchronous: bool) -> Outcome:
     try:
-        if is_async(fn):
+        if asynchronous:
             from replaylog.engine import aio
 
             result = aio.drive(fn, ctx, (state.input,) if state.has_input else ())

@@ -299,17 +299,21 @@ def tell_parent(sql: Dialect, conn: Any, child_id: str, outcome: dict[str, Any],
 
 
 def code_ended(sql: Dialect, conn: Any, workflow_id: str, outcome: Outcome, status: str,
-               cancel_requested: str | None, now: float) -> None:
+               cancel_requested: str | None, now: float, *, parent: bool = True, children: bool = True) -> None:
     """A run's verdict ended the workflow (completed, failed, cancelled): what follows, in its transaction.
 
     Its parent, if it has one open, is told ({"ok", "result", "error"}); a cancel request the
     run never raised (it came after the code's last ctx call) goes in the audit trail as
-    not delivered, by the worker's user, with its reason.
+    not delivered, by the worker's user, with its reason. `parent` False says it has no
+    parent, `children` False that no child of it has a parent-close policy (read in the
+    same transaction by the caller): their queries are not made.
     """
     ok = status == Status.COMPLETED
-    tell_parent(sql, conn, workflow_id, {"ok": ok, "result": outcome.result if ok else None,
-                                         "error": None if ok else outcome.error}, now)
-    close_children(sql, conn, workflow_id, status, now)
+    if parent:
+        tell_parent(sql, conn, workflow_id, {"ok": ok, "result": outcome.result if ok else None,
+                                             "error": None if ok else outcome.error}, now)
+    if children:
+        close_children(sql, conn, workflow_id, status, now)
     if cancel_requested is not None and not outcome.cancel_delivered:
         _audit(sql, conn, workflow_id, CANCEL_NOT_DELIVERED, now, actor(), cancel_requested or None,
                f"the workflow {status} first")

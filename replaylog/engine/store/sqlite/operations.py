@@ -17,9 +17,10 @@ from replaylog.engine.vocab import Status
 
 
 def code_ended(conn: sqlite3.Connection, workflow_id: str, outcome: Outcome, status: str, cancel_requested: str | None,
-               now: float) -> None:
+               now: float, *, parent: bool = True, children: bool = True) -> None:
     """A verdict ended the workflow: tell its parent, audit a cancel request it never reached (shared.operations)."""
-    shared_operations.code_ended(SQLITE, conn, workflow_id, outcome, status, cancel_requested, now)
+    shared_operations.code_ended(SQLITE, conn, workflow_id, outcome, status, cancel_requested, now, parent=parent,
+                                 children=children)
 
 
 class OperatorWrites(SQLiteConnection, SharedOperatorWrites):
