@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import sqlite3
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -26,6 +28,7 @@ from replaylog.engine.errors import (
 from replaylog.engine.store import Claim, PendingRecord, Store, database_path, open_store
 from replaylog.engine.store.rows import loads, loads_many
 from replaylog.engine.store.shared.migrations import latest
+from replaylog.engine.store.sqlite.connection import write_gate
 from replaylog.engine.store.sqlite.schema import refuse_foreign
 from replaylog.engine.vocab import Status
 
@@ -499,6 +502,66 @@ def test_a_workflows_claim_fenced_slots_and_verdict_build_no_temporary_btree(db_
         assert {"status", "slots", "INSERT"} <= kinds, per_workflow  # the claim, verdict; the fence; the rows
         for sql in per_workflow:
             assert "OpenEphemeral" not in _main_program(store._conn, sql), sql
+
+
+def _gate_free_elsewhere(path: Path) -> bool:
+    """Whether another thread could take the process's write gate of `path` now (it gives it back at once)."""
+    got: list[bool] = []
+
+    def probe() -> None:
+        gate = write_gate(path)
+        got.append(gate.acquire(blocking=False))
+        if got[0]:
+            gate.release()
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return got[0]
+
+
+def test_writers_of_one_process_queue_on_one_write_gate_held_for_the_transaction(db_path: Path) -> None:
+    """Two connections of one process to one file share a gate, held from BEGIN IMMEDIATE to the end.
+
+    (A claim made to poll SQLite's write lock, sleeping between tries, lost every race
+    against its own worker's group commits: connection.write_gate.)
+    """
+    with open_store(db_path) as a, open_store(Path(os.path.relpath(db_path))) as b:
+        assert a._gate is b._gate is write_gate(db_path)
+        entered, leave = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with a._write():
+                entered.set()
+                leave.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert entered.wait(30)
+        assert not _gate_free_elsewhere(db_path)  # taken while a's transaction is open
+        writer = threading.Thread(target=lambda: b.start_workflow("wf", None, workflow_id="after"))
+        writer.start()
+        leave.set()
+        holder.join(30)
+        writer.join(30)
+        assert not writer.is_alive() and b.get_workflow("after").status == "pending"
+        assert _gate_free_elsewhere(db_path)
+
+
+def test_a_commit_that_fails_gives_the_write_gate_back(db_path: Path) -> None:
+    with open_store(db_path) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        claim = claim_one(store)
+        with pytest.raises(TypeError):
+            store.commit_batch([PendingRecord(claim, 0, rec("a", object()))], ttl=30)  # no JSON value
+        assert not store._conn.in_transaction
+        assert _gate_free_elsewhere(db_path)
+        with pytest.raises(TypeError):  # a parallel task's slot: the fenced transaction
+            store.commit_record(claim, 0, rec("a", object()), ttl=30, parallel_group=0)
+        assert not store._conn.in_transaction
+        assert _gate_free_elsewhere(db_path)
+        assert store.commit_record(claim, 0, rec("a", 1), ttl=30)  # and writes go on
+        assert _gate_free_elsewhere(db_path)
 
 
 # -- open_store: the one place a store is built

@@ -169,38 +169,15 @@ class Commits(SQLiteConnection, SeenCancels):
         try:
             conn = self._begin_immediate()
             try:
-                version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
-                write_record, write_parallel = self._write_record, self._write_parallel
-                first_tries: list[tuple[Any, ...]] = []
-                # Trick "first try in C" (`first_try` in engine.store.sqlite's C file), where
-                # compiled: the commonest outcome under the fence's FAST rule, the fence's check
-                # and its row made without the interpreter; anything else by `_write_record`.
-                first_try = None if self._compiled is None else self._compiled.first_try
-                fence, add = self._fence, first_tries.append
-                written = []
-                for claim, slot, rec, text, group, traceback in records:
-                    if group is not None:
-                        written.append(write_parallel(claim, slot, rec, now, ttl, text, traceback, group))
-                        continue
-                    row = None if first_try is None else first_try(fence, claim, slot, rec, text, now, version,
-                                                                     SLOT_LIMIT)
-                    if row is None:
-                        written.append(write_record(claim, slot, rec, now, ttl, version, text, traceback,
-                                                    first_tries))
-                    else:
-                        add(row)
-                        written.append(True)
-                if first_tries:
-                    # The batch's commonest rows in one executemany instead of an execute each:
-                    # 25 outcomes a commit (store.commit_batch alone under callgrind) cost
-                    # 48,400-49,300 instructions an outcome one execute each, 46,600-46,800 so.
-                    self._cur.executemany(_INSERT_FIRST_TRY, first_tries)
-                finished = [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
-            except BaseException:
-                self._fence.clear()
-                conn.execute("ROLLBACK")
-                raise
-            self._end(conn)
+                try:
+                    written, finished = self._write_batch(conn, records, finishes, now, ttl)
+                except BaseException:
+                    self._fence.clear()
+                    conn.execute("ROLLBACK")
+                    raise
+                self._end(conn)
+            finally:
+                self._gate.release()
         except sqlite3.Error as exc:
             raise store_error(exc, self.path) from exc
         cancels = self.cancels
@@ -208,6 +185,36 @@ class Commits(SQLiteConnection, SeenCancels):
             self._fence.finished(claim.id)
             cancels.pop(claim.id, None)
         return written, finished
+
+    def _write_batch(self, conn: sqlite3.Connection, records: Sequence[PendingRecord],
+                     finishes: Sequence[tuple[Claim, Outcome]], now: float,
+                     ttl: float) -> tuple[list[bool], list[bool]]:
+        """`commit_batch`'s writes, inside its transaction: (written, finished)."""
+        version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
+        write_record, write_parallel = self._write_record, self._write_parallel
+        first_tries: list[tuple[Any, ...]] = []
+        # Trick "first try in C" (`first_try` in engine.store.sqlite's C file), where
+        # compiled: the commonest outcome under the fence's FAST rule, the fence's check
+        # and its row made without the interpreter; anything else by `_write_record`.
+        first_try = None if self._compiled is None else self._compiled.first_try
+        fence, add = self._fence, first_tries.append
+        written = []
+        for claim, slot, rec, text, group, traceback in records:
+            if group is not None:
+                written.append(write_parallel(claim, slot, rec, now, ttl, text, traceback, group))
+                continue
+            row = None if first_try is None else first_try(fence, claim, slot, rec, text, now, version, SLOT_LIMIT)
+            if row is None:
+                written.append(write_record(claim, slot, rec, now, ttl, version, text, traceback, first_tries))
+            else:
+                add(row)
+                written.append(True)
+        if first_tries:
+            # The batch's commonest rows in one executemany instead of an execute each:
+            # 25 outcomes a commit (store.commit_batch alone under callgrind) cost
+            # 48,400-49,300 instructions an outcome one execute each, 46,600-46,800 so.
+            self._cur.executemany(_INSERT_FIRST_TRY, first_tries)
+        return written, [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:
@@ -264,6 +271,7 @@ class Commits(SQLiteConnection, SeenCancels):
         # `_begin_immediate` and `_end` spelled out: two Python calls fewer on every slot
         # (each call costs several hundred CPU instructions; bench.instructions).
         cur = self._cur
+        self._enter_gate()
         try:
             cur.execute("BEGIN IMMEDIATE")
             try:
@@ -280,18 +288,25 @@ class Commits(SQLiteConnection, SeenCancels):
                 raise
         except sqlite3.Error as exc:
             raise store_error(exc, self.path) from exc
+        finally:
+            self._gate.release()
         return written
 
     # The per-slot transactions are spelled out with these two rather than taken from
     # `_write`: they run once per slot, and a context manager cost as much as a statement.
 
     def _begin_immediate(self) -> sqlite3.Connection:
+        """BEGIN IMMEDIATE, the process's write gate taken first (the caller gives it back: `_gate.release()`)."""
         if self.readonly:
             raise ReadOnlyError(f"database {self.path} is open read-only")
+        self._enter_gate()
         try:
             self._cur.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise self._translate(exc) from None
+        except BaseException as exc:
+            self._gate.release()
+            if isinstance(exc, sqlite3.OperationalError):
+                raise self._translate(exc) from None
+            raise
         return self._conn
 
     def _end(self, conn: sqlite3.Connection) -> None:
