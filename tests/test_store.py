@@ -548,6 +548,36 @@ def test_writers_of_one_process_queue_on_one_write_gate_held_for_the_transaction
         assert _gate_free_elsewhere(db_path)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX's")
+def test_a_forked_child_writes_though_a_thread_of_its_parent_held_the_write_gate(db_path: Path) -> None:
+    with open_store(db_path) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+    entered, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with open_store(db_path) as held, held._write():
+            entered.set()
+            leave.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: one thread, which holds no transaction (the parent's SQLite lock is not its)
+            code = 1
+            try:
+                code = 0 if write_gate(db_path).acquire(blocking=False) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # the gate was free in the child
+        assert not _gate_free_elsewhere(db_path)  # and still held in the parent
+    finally:
+        leave.set()
+        holder.join(30)
+
+
 def test_a_commit_that_fails_gives_the_write_gate_back(db_path: Path) -> None:
     with open_store(db_path) as store:
         store.start_workflow("wf", None, workflow_id="x")

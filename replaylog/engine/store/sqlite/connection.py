@@ -51,6 +51,17 @@ _GATES: dict[str, threading.RLock] = {}
 _GATES_LOCK = threading.Lock()
 
 
+def _gates_after_fork() -> None:
+    # A child of os.fork has one thread: a gate another thread of the parent held at the fork
+    # would stay held in the child for good. (`_at_fork_reinit` is what the threading and
+    # logging modules reset their own locks with in a forked child.)
+    for gate in (_GATES_LOCK, *_GATES.values()):
+        gate._at_fork_reinit()  # type: ignore[attr-defined]
+
+
+os.register_at_fork(after_in_child=_gates_after_fork)
+
+
 def write_gate(path: Path) -> threading.RLock:
     """The lock this process's writers to the file at `path` take around their write transactions.
 
