@@ -25,6 +25,12 @@ committer) are counted where they are built;
 The resume row is counted the same way on histories of 5N and 15N slots (10,000 and
 30,000 by default, built first outside valgrind): loading a history (`load_state`, what a
 worker does after a claim) and replaying it in the core up to the wait it blocked on.
+
+The short-store row is workload 5's store part, a figure per workflow: N/4 and 3N/4
+started three-slot workflows (built outside valgrind) claimed 16 at a time, their slots
+committed as batches of 16 and then their verdicts as one batch, on one connection and one
+thread (the worker's threads and committer are left out: their interleaving under valgrind
+changes the batches from run to run).
 """
 
 from __future__ import annotations
@@ -45,6 +51,49 @@ RESUME_KINDS = ("resume-load", "resume-load-replay")
 # The resume row's histories are this many times N slots long (and three times that).
 RESUME_FACTOR = 5
 _RESUME_ID = "resume"
+# The short-store row: N // SHORT_DIVISOR three-slot workflows (and three times that), claimed
+# and committed SHORT_BATCH at a time.
+SHORT_KIND = "short-store"
+SHORT_DIVISOR = 4
+SHORT_BATCH = 16
+
+
+def _short_db(workdir: Path, n: int) -> Path:
+    return workdir / f"short-store-{n}.db"
+
+
+def build_short(workdir: Path, n: int) -> None:
+    """`n` started three-slot workflows, in their own database (not counted)."""
+    from bench.replaylog_runs import fresh_db
+    from replaylog.engine.store import open_store
+
+    with open_store(fresh_db(workdir, f"short-store-{n}")) as store:
+        for _ in range(n):
+            store.start_workflow("chain", 3)
+
+
+def _short_child(n: int, workdir: Path) -> None:
+    """Claim, commit three slots and the verdict of `n` workflows, SHORT_BATCH at a time, as a worker's store would."""
+    from bench.replaylog_runs import REGISTRY
+    from replaylog.engine.core import CommandRecord, Outcome
+    from replaylog.engine.store import PendingRecord, open_store
+    from replaylog.engine.vocab import Status
+
+    names = frozenset(REGISTRY.workflows)
+    done = 0
+    with open_store(_short_db(workdir, n)) as store:
+        while claims := store.claim("bench", ttl=30, limit=SHORT_BATCH, names=names):
+            for slot in range(3):
+                written, _ = store.commit_batch(
+                    [PendingRecord(c, slot, CommandRecord("activity", "step", True, slot, None, 1, f"[{slot}]"))
+                     for c in claims], ttl=30)
+                if not all(written):
+                    raise SystemExit(f"slot {slot} of a short workflow was refused")
+            _, finished = store.commit_batch(finishes=[(c, Outcome(Status.COMPLETED, result=3)) for c in claims],
+                                             ttl=30)
+            done += sum(finished)
+    if done != n:
+        raise SystemExit(f"{done} of {n} short workflows completed")
 
 
 def _resume_db(workdir: Path, n: int) -> Path:
@@ -116,6 +165,9 @@ def _child(kind: str, n: int, workdir: Path) -> None:
     if kind in RESUME_KINDS:
         _resume_child(kind, n, workdir)
         return
+    if kind == SHORT_KIND:
+        _short_child(n, workdir)
+        return
     if kind == "core":
         _core_child(n)
         return
@@ -147,11 +199,12 @@ def _count(valgrind: str, kind: str, n: int, workdir: Path) -> int:
     return int(found.group(1))
 
 
-def measure(slots: int, kinds: tuple[str, ...] = KINDS + RESUME_KINDS) -> dict[str, Any]:
+def measure(slots: int, kinds: tuple[str, ...] = KINDS + RESUME_KINDS + (SHORT_KIND,)) -> dict[str, Any]:
     """Instructions per slot (per commit for the floor) of each kind, and the engine's against the floor's.
 
     With the resume kinds: `resume-load` and `resume-replay` per slot, and `resume_slots`,
     the length of history their `resume_*_total` figures are for (RESUME_FACTOR × N).
+    With SHORT_KIND: its figure per workflow, and `short_workflows` (N // SHORT_DIVISOR).
     """
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -168,8 +221,13 @@ def measure(slots: int, kinds: tuple[str, ...] = KINDS + RESUME_KINDS) -> dict[s
         if any(kind in RESUME_KINDS for kind in kinds):
             build_history(Path(tmp), resume)
             build_history(Path(tmp), 3 * resume)
+        short = max(1, slots // SHORT_DIVISOR)
+        if SHORT_KIND in kinds:
+            build_short(Path(tmp), short)
+            build_short(Path(tmp), 3 * short)
+            out["short_workflows"] = short
         for kind in kinds:
-            n = resume if kind in RESUME_KINDS else slots
+            n = resume if kind in RESUME_KINDS else short if kind == SHORT_KIND else slots
             small = _count(valgrind, kind, n, Path(tmp))
             large = _count(valgrind, kind, 3 * n, Path(tmp))
             out[kind] = round((large - small) / (2 * n))
@@ -211,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     for part in ("load", "replay"):
         print(f"resume-{part:9s} {figures[f'resume-{part}']:>8,} instructions a slot"
               f" ({figures[f'resume_{part}_total'] / 1e6:,.1f} M for {resume:,} slots)")
+    print(f"{SHORT_KIND:16s} {figures[SHORT_KIND]:>8,} instructions a three-slot workflow in the store"
+          f" (claims, batched slots and verdicts; {figures['short_workflows']:,} and 3× that)")
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

@@ -213,6 +213,9 @@ def test_instruction_counts_run_for_the_engine_and_the_floor(tmp_path: Path) -> 
     # The resume row: loading and replaying histories of 500 and 1,500 slots, each a positive cost a slot.
     assert figures["resume_slots"] == 500 and figures["resume-load"] > 0 and figures["resume-replay"] > 0, figures
     assert "resume-load" in proc.stdout and "resume-replay" in proc.stdout
+    # The short-store row: 25 and 75 three-slot workflows through the store, more a workflow than a slot.
+    assert figures["short_workflows"] == 25 and figures["short-store"] > figures["engine"], figures
+    assert "short-store" in proc.stdout
 
 
 def test_a_run_without_workdir_keeps_its_databases_in_the_system_temp_dir_never_in_the_repo() -> None:
