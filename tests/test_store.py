@@ -549,7 +549,7 @@ def test_writers_of_one_process_queue_on_one_write_gate_held_for_the_transaction
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX's")
-def test_a_forked_child_writes_though_a_thread_of_its_parent_held_the_write_gate(db_path: Path) -> None:
+def test_a_forked_child_finds_the_write_gate_free_though_a_thread_of_its_parent_held_it(db_path: Path) -> None:
     with open_store(db_path) as store:
         store.start_workflow("wf", None, workflow_id="x")
     entered, leave = threading.Event(), threading.Event()
