@@ -481,8 +481,9 @@ def test_a_workflows_claim_fenced_slots_and_verdict_build_no_temporary_btree(db_
 
     `UPDATE … RETURNING` and `x IN (a, b, c)` each build one (a 4 KiB page zeroed, opened
     and closed) every time they run: together ~150,000 instructions of a short workflow's
-    ~600,000 in the store (docs/performance.md, "Many short workflows"). Each slot here is
-    fenced on the workflow's row (another connection's commit comes first).
+    ~600,000 in the store (docs/performance.md, "Workload 5: the worker's claims queue
+    behind its commits"). Each slot here is fenced on the workflow's row (another
+    connection's commit comes first).
     """
     with open_store(db_path) as store, open_store(db_path) as other:
         store.start_workflow("wf", None, workflow_id="x")
