@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import on_server
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import (
     DuplicateWorkflowIdError,
@@ -25,12 +26,13 @@ from replaylog.engine.errors import (
     UnknownWorkflowIdError,
     WorkflowClosedError,
 )
-from replaylog.engine.store import Claim, PendingRecord, Store, database_path, open_store
+from replaylog.engine.store import Claim, ClaimAsk, PendingRecord, Store, database_path, open_store
 from replaylog.engine.store.rows import loads, loads_many
 from replaylog.engine.store.shared.migrations import latest
 from replaylog.engine.store.sqlite.connection import write_gate
 from replaylog.engine.store.sqlite.schema import refuse_foreign
 from replaylog.engine.vocab import Status
+from replaylog.engine.worker.committer import Committer, Request
 
 
 def rec(name: str, value: object = None) -> CommandRecord:
@@ -593,6 +595,98 @@ def test_a_commit_that_fails_gives_the_write_gate_back(db_path: Path) -> None:
         assert _gate_free_elsewhere(db_path)
         assert store.commit_record(claim, 0, rec("a", 1), ttl=30)  # and writes go on
         assert _gate_free_elsewhere(db_path)
+
+
+# -- claims that ride a group commit (Commits._ride, Committer.claim)
+
+
+def _statements(store: Store) -> list[str]:
+    """Start tracing the statements the store's connection runs; the list they land in."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    return seen
+
+
+def test_a_claim_riding_a_group_commit_is_written_with_it_and_leaves_the_fence_standing(store_url: str) -> None:
+    with open_store(store_url) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        mine = claim_one(store)
+        store.start_workflow("wf", None, workflow_id="y")
+        if on_server(store):
+            with pytest.raises(ValueError, match="claims on its own connection"):
+                store.commit_batch([], ttl=30, claims=[ClaimAsk("w1", ttl=30, limit=5)])
+            return
+        assert store.commit_batch([PendingRecord(mine, 0, rec("a", 1))], ttl=30) == ([True], [])
+        ask = ClaimAsk("w1", ttl=30, limit=5)
+        assert store.commit_batch([PendingRecord(mine, 1, rec("a", 2))], ttl=30, claims=[ask]) == ([True], [])
+        assert ask.error is None and ask.claims is not None and [c.id for c in ask.claims] == ["y"]
+        assert store.get_workflow("y").status == Status.RUNNING
+        # The claim was this connection's own: the fence still knows x, so its next slot is
+        # the command row alone (a claim on another connection would have it fenced again).
+        seen = _statements(store)
+        assert store.commit_batch([PendingRecord(mine, 2, rec("a", 3))], ttl=30) == ([True], [])
+        assert not [q for q in seen if q.startswith("UPDATE workflows")], seen
+        assert [c.value for c in store.list_commands("x")] == [1, 2, 3]
+
+
+def test_a_claim_riding_a_commit_fences_out_the_lease_it_takes_over(db_path: Path) -> None:
+    with open_store(db_path) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        old = claim_one(store, "old", ttl=0.0)  # lapses at once
+        for slot in range(2):
+            assert store.commit_batch([PendingRecord(old, slot, rec("a", slot))], ttl=0.0) == ([True], [])
+        ask = ClaimAsk("new", ttl=30, limit=1)
+        store.commit_batch([], ttl=30, claims=[ask])
+        assert ask.claims is not None
+        (new,) = ask.claims
+        assert new.epoch == old.epoch + 1
+        # Its own commit left this connection's data_version as it was: only forgetting the
+        # workflow it took over keeps the old lease's next slot from going through unfenced.
+        assert store.commit_batch([PendingRecord(old, 2, rec("stale"))], ttl=30) == ([False], [])
+        assert store.commit_batch([PendingRecord(new, 2, rec("b"))], ttl=30) == ([True], [])
+        assert [c.name for c in store.list_commands("x")] == ["a", "a", "b"]
+
+
+def test_a_claim_that_fails_in_a_group_commit_is_undone_alone(db_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    with open_store(db_path) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        mine = claim_one(store)
+        store.start_workflow("wf", None, workflow_id="y")
+        claim_in = store._claim_in  # type: ignore[attr-defined]
+
+        def claims_then_fails(*args: object) -> list[Claim]:
+            claim_in(*args)  # y leased, in the commit's transaction
+            raise sqlite3.OperationalError("no such table: a_bug")
+
+        monkeypatch.setattr(store, "_claim_in", claims_then_fails)
+        ask = ClaimAsk("w1", ttl=30, limit=5)
+        assert store.commit_batch([PendingRecord(mine, 0, rec("a", 1))], ttl=30, claims=[ask]) == ([True], [])
+        assert ask.claims is None and isinstance(ask.error, StoreError) and "a_bug" in str(ask.error)
+        assert [c.value for c in store.list_commands("x")] == [1]  # the outcome it rode with stands
+        assert store.get_workflow("y").status == Status.PENDING  # what the claim wrote does not
+        assert not store._conn.in_transaction and _gate_free_elsewhere(db_path)
+
+
+def test_a_claim_riding_a_commit_that_fails_claims_nothing_and_leaves_the_error_to_the_outcomes(
+        db_path: Path) -> None:
+    with open_store(db_path) as store:
+        store.start_workflow("wf", None, workflow_id="x")
+        mine = claim_one(store)
+        store.start_workflow("wf", None, workflow_id="y")
+    committer = Committer(db_path, ttl=30)
+    committer.start()
+    try:
+        bad = Request(record=PendingRecord(mine, 0, rec("a", object())))  # no JSON value: the commit fails
+        committer._pending.append(bad)  # queued, as a workflow thread's would be
+        assert committer.claim(ClaimAsk("w1", ttl=30, limit=5)) == []  # it led the commit of both
+        assert isinstance(bad.error, TypeError)
+        (claim,) = committer.claim(ClaimAsk("w1", ttl=30, limit=5))  # the next commit claims
+        assert claim.id == "y"
+    finally:
+        committer.stop()
+    with open_store(db_path) as store:
+        assert store.get_workflow("y").status == Status.RUNNING and store.list_commands("x") == []
 
 
 # -- open_store: the one place a store is built

@@ -138,3 +138,16 @@ def test_a_busy_worker_looks_for_new_work_less_often_while_it_finds_none_and_sti
         worker.stop()
         thread.join(timeout=60)
     assert not thread.is_alive()
+
+
+def test_a_workers_claims_ride_its_group_commits_on_a_file_of_this_host(tmp_path: Path) -> None:
+    db = tmp_path / "ride.db"
+    with open_store(db) as store:
+        ids = [store.start_workflow("doubles", n) for n in range(40)]
+    worker = Worker(db, Registry.from_module(sys.modules[__name__]), concurrency=8)
+    worker.run(until_idle=True)
+    assert worker.completed == 40
+    # Its claims were made in the committer's transactions (Committer.claim), not on the loop's connection.
+    assert worker.committer.claims_ridden >= 5  # 40 workflows, at most 8 a claim
+    with open_store(db, readonly=True) as store:
+        assert [store.get_workflow(wid).result for wid in ids] == [2 * n for n in range(40)]

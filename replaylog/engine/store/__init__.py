@@ -29,6 +29,7 @@ from replaylog.engine.store.rows import (
     STATUSES,
     AuditRow,
     Claim,
+    ClaimAsk,
     CommandRow,
     InflightRow,
     LiveWorker,
@@ -56,9 +57,9 @@ from replaylog.engine.store.shared.workers import waiting_reason
 from replaylog.engine.store.sqlite.connection import is_busy, is_damaged
 
 __all__ = [
-    "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "CommandRow", "InflightRow", "LiveWorker",
-    "OperatorStore", "PendingRecord", "PruneBatch", "QueueCounts", "QueueRow", "ReaderStore", "RunRow", "ScheduleRow",
-    "SignalRow", "StartMark", "Store",
+    "REMOTE_ADDR_ENV", "SLOT_LIMIT", "STATUSES", "AuditRow", "Claim", "ClaimAsk", "CommandRow", "InflightRow",
+    "LiveWorker", "OperatorStore", "PendingRecord", "PruneBatch", "QueueCounts", "QueueRow", "ReaderStore", "RunRow",
+    "ScheduleRow", "SignalRow", "StartMark", "Store",
     "StoreStats", "WorkerStore", "WorkflowFilter", "WorkflowRow", "WorkflowSummary",
     "check_timeout", "database_path", "default_max_payload", "encode_payload", "encode_value", "fit_text", "is_busy",
     "is_damaged",

@@ -238,11 +238,14 @@ class WorkerStore(_Closable, Protocol):
 
     def commit_batch(self, records: Sequence[rows.PendingRecord] = (), *,
                      finishes: Sequence[tuple[rows.Claim, Outcome]] = (), ttl: float,
-                     marks: Sequence[rows.StartMark] = ()) -> tuple[list[bool], list[bool]]:
+                     marks: Sequence[rows.StartMark] = (),
+                     claims: Sequence[rows.ClaimAsk] = ()) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of many workflows in one transaction; say which were written.
 
         `marks`: start marks to write in the same transaction, each fenced by its claim's lease
-        (only to a store that writes marks itself: `mark_started`; a store with a mark file refuses them)."""
+        (only to a store that writes marks itself: `mark_started`; a store with a mark file refuses them).
+        `claims`: the worker's claims, made in the same transaction, each answered on its ask
+        (only to a store on this host's file; a server's store claims on the loop's connection)."""
 
     @property
     def cancels(self) -> dict[str, str]:

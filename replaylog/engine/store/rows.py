@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -439,6 +439,27 @@ class PendingRecord(NamedTuple):
     def parallel(self) -> bool:
         """A task of a parallel group."""
         return self.parallel_group is not None
+
+
+class ClaimAsk:
+    """A worker's claim that rides a group commit (`commit_batch(claims=...)`): what to claim, and its answer.
+
+    The store fills `claims` (what was leased) or `error` (the claim's own failure, which
+    wrote nothing and left the rest of the commit alone); both stay unset when the
+    commit failed before the claim ran or as it ended (nothing was claimed then).
+    """
+
+    __slots__ = ("claims", "dead_owners", "error", "limit", "names", "owner", "ttl")
+
+    def __init__(self, owner: str, *, ttl: float, limit: int, dead_owners: Sequence[str] = (),
+                 names: Collection[str] | None = None) -> None:
+        self.owner = owner
+        self.ttl = ttl
+        self.limit = limit
+        self.dead_owners = dead_owners
+        self.names = names
+        self.claims: list[Claim] | None = None
+        self.error: BaseException | None = None
 
 
 def verdict_values(outcome: Outcome, status: str, blocked_on: str | None, wake_at: float | None,

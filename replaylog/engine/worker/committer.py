@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Callable
 
 from replaylog.engine.core import CommandRecord, Outcome
-from replaylog.engine.store import Claim, PendingRecord, StartMark, WorkerStore, open_store
+from replaylog.engine.errors import StoreBusyError
+from replaylog.engine.store import Claim, ClaimAsk, PendingRecord, StartMark, WorkerStore, is_damaged, open_store
 from replaylog.engine.telemetry import Metrics
 
 log = logging.getLogger("replaylog.worker")
@@ -44,13 +45,15 @@ class Request:
     The lock exists only when the request has to wait for another thread's commit.
     """
 
-    __slots__ = ("answered", "done", "early", "error", "finish", "lead", "mark", "ok", "patient", "record", "taken",
-                 "then")
+    __slots__ = ("answered", "ask", "done", "early", "error", "finish", "lead", "mark", "ok", "patient", "record",
+                 "taken", "then")
 
     def __init__(self, record: PendingRecord | None = None, finish: tuple[Claim, Outcome] | None = None,
-                 then: Callable[[Request], None] | None = None) -> None:
+                 then: Callable[[Request], None] | None = None, ask: ClaimAsk | None = None) -> None:
         self.record = record
         self.finish = finish
+        # The worker loop's claim, made in the commit's transaction (Committer.claim).
+        self.ask = ask
         # For a request nobody waits for (`submit_later`): called once it was committed or failed.
         self.then = then
         # Held while the request waits; released when it was committed, or when its
@@ -127,6 +130,7 @@ class Committer:
         self.commits = 0
         self.marks_ridden = 0  # start marks written in a commit's transaction (`add_mark`)
         self.enqueued = 0  # requests queued by `enqueue`
+        self.claims_ridden = 0  # the worker loop's claims made in a group commit (`claim`)
         # Called (once, until `commit_stale` finds commits crowded again) when an outcome is queued
         # with nobody leading: the worker's loop then looks every half of DEFERRED_FOR (`watching`).
         self.on_defer: Callable[[], None] | None = None
@@ -183,7 +187,7 @@ class Committer:
             else:
                 done = req.done = threading.Lock()
                 done.acquire()
-                req.patient = self.crowd >= self._baton_at
+                req.patient = self.crowd >= self._baton_at and req.ask is None  # (the loop's claim: no baton)
             self._pending.append(req)
         if not lead:
             if self._baton:
@@ -388,6 +392,27 @@ class Committer:
         if lead:
             self._lead()
 
+    def claim(self, ask: ClaimAsk) -> list[Claim]:
+        """The worker loop's claim, made in a group commit's transaction (the store's `commit_batch(claims=)`).
+
+        It rides the commit in progress's successor, or leads one of its own when nobody
+        leads (engine.store.sqlite.commit, `Commits._ride`, says why). Raises the claim's
+        own failure, and a failed commit's StoreBusyError or damaged-file error; any other
+        failure of the commit it rode is its outcomes' to report (their threads do): nothing
+        was claimed, and the loop looks again.
+        """
+        try:
+            self.submit(Request(ask=ask))
+        except Exception as exc:
+            if isinstance(exc, StoreBusyError) or is_damaged(exc):
+                raise
+            log.debug("a claim rode a commit that failed (%s): nothing was claimed", exc)
+            return []
+        if ask.error is not None:
+            raise ask.error
+        self.claims_ridden += 1
+        return ask.claims or []
+
     def _lead(self) -> None:
         if self._baton:
             self.pass_baton()  # the commit lets go of the GIL: the next committed thread runs
@@ -445,6 +470,7 @@ class Committer:
         records: list[PendingRecord] = []
         finishes: list[tuple[Claim, Outcome]] = []
         marks: list[StartMark] = []
+        asks: list[ClaimAsk] = []
         for r in batch:
             if r.record is not None:
                 records.append(r.record)
@@ -452,9 +478,15 @@ class Committer:
                 finishes.append(r.finish)
             if r.mark is not None:
                 marks.append(r.mark)
+            if r.ask is not None:
+                asks.append(r.ask)
         began = time.perf_counter()
         try:
-            written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl, marks=marks)
+            if asks:
+                written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl, marks=marks,
+                                                       claims=asks)
+            else:
+                written, finished = store.commit_batch(records, finishes=finishes, ttl=self._ttl, marks=marks)
         except BaseException as exc:  # noqa: BLE001 - hand the failure to every waiter
             for r in batch:
                 r.error = exc
@@ -465,11 +497,20 @@ class Committer:
         answers = iter(written)
         verdicts = iter(finished)
         baton = self._baton
+        claimed = None
         for r in batch:
+            if r.ask is not None:
+                # Answered after every verdict's follow-up: a workflow claimed again in this very
+                # commit is then no longer the worker's under its old claim when the loop launches it.
+                claimed = r
+                continue
             r.ok = next(answers) if r.record is not None else next(verdicts)
             r.answered = True
             if r.patient and r.done is not None:  # (patient: it queued while commits were crowded)
                 baton.append(r)  # woken in turn (pass_baton)
             else:
                 self._answer(r)
+        if claimed is not None:
+            claimed.ok = claimed.answered = True
+            self._answer(claimed)
         self.pass_baton()

@@ -34,6 +34,7 @@ from replaylog.engine.errors import (
 from replaylog.engine.marks import MarkBoard
 from replaylog.engine.store import (
     Claim,
+    ClaimAsk,
     WorkerStore,
     default_max_payload,
     is_damaged,
@@ -266,6 +267,9 @@ class Worker:
         self._spare_marks = list(range(self.concurrency, self.concurrency + PARKED_MARKS))
         self._parked_marks: dict[str, int] = {}
         self._claim_batch = max(1, self.concurrency // 4)
+        # On this host's file the loop's claims ride the group commits (engine.worker.committer,
+        # Committer.claim); a server's store claims on the loop's own connection.
+        self._claims_ride = isinstance(self.path, Path)
         # Woken in turn while commits are crowded enough for CpuFocus to gather the threads on one CPU.
         self.committer = Committer(self.path, ttl, self.max_payload, metrics, wake_clock=clock,
                                    baton_at=None if self.focus is None else self.focus.crowded_at)
@@ -448,8 +452,12 @@ class Worker:
                 if store.has_claimable(dead, self.names):
                     try:
                         began = time.perf_counter()
-                        claims = store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
-                                             names=self.names)
+                        if self._claims_ride:
+                            claims = self.committer.claim(ClaimAsk(self.owner, ttl=self.ttl, limit=free,
+                                                                   dead_owners=dead, names=self.names))
+                        else:
+                            claims = store.claim(self.owner, ttl=self.ttl, limit=free, dead_owners=dead,
+                                                 names=self.names)
                         if self.metrics is not None:
                             self.metrics.claim.observe(time.perf_counter() - began)
                     except StoreBusyError as exc:

@@ -33,7 +33,7 @@ from replaylog.engine.store.postgres.text import (
     int8_array,
     text_array,
 )
-from replaylog.engine.store.rows import Claim, PendingRecord, StartMark, dumps, verdict_values
+from replaylog.engine.store.rows import Claim, ClaimAsk, PendingRecord, StartMark, dumps, verdict_values
 from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
@@ -522,12 +522,16 @@ class PGCommits(PGConnection, SeenCancels):
 
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float,
-                     marks: Sequence[StartMark] = ()) -> tuple[list[bool], list[bool]]:
+                     marks: Sequence[StartMark] = (),
+                     claims: Sequence[ClaimAsk] = ()) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit.
 
         `marks`: start marks written in the same transaction, after the slots (each fenced by
         its claim's lease, as a mark sent alone): engine.worker.committer, Committer.add_mark.
+        `claims` are refused: a worker on a server claims on its loop's connection.
         """
+        if claims:
+            raise ValueError("a PostgreSQL store's worker claims on its own connection, not in its commits")
         now = time.time()
         cancels = self.cancels
 

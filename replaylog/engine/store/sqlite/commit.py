@@ -14,12 +14,12 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import DuplicateWorkflowIdError, ReadOnlyError, StoreError
-from replaylog.engine.store.rows import Claim, PendingRecord, StartMark, dumps, verdict_values
+from replaylog.engine.store.rows import Claim, ClaimAsk, PendingRecord, StartMark, dumps, verdict_values
 from replaylog.engine.store.shared.attributes import ATTRIBUTES, index_slot
 from replaylog.engine.store.shared.base import SeenCancels
 from replaylog.engine.store.shared.keys import SLOT_LIMIT, SLOTS_NOW
@@ -152,15 +152,21 @@ class Commits(SQLiteConnection, SeenCancels):
             del self.commit_record  # the compiled one refers to this store: no cycle left for the collector
         super().close()
 
+    if TYPE_CHECKING:  # (Leases', beside this class in SQLiteStore)
+        def _claim_in(self, conn: sqlite3.Connection, owner: str, ttl: float, limit: int,
+                      dead_owners: Sequence[str], names: Collection[str] | None) -> list[Claim]: ...
+
     def commit_batch(self, records: Sequence[PendingRecord] = (), *,
                      finishes: Sequence[tuple[Claim, Outcome]] = (), ttl: float,
-                     marks: Sequence[StartMark] = ()) -> tuple[list[bool], list[bool]]:
+                     marks: Sequence[StartMark] = (), claims: Sequence[ClaimAsk] = ()) -> tuple[list[bool], list[bool]]:
         """Commit outcomes and run verdicts of one or many workflows in one transaction: group commit.
 
         Each slot is written only if its claim still holds the lease and the slot is
         the next one (fencing); each finish only if the lease still holds. The answer
         says, per record and per finish, whether it was written. `marks` are refused:
         here they go to the host's mark file (engine.marks), not through a commit.
+        `claims`: the worker's claims, made after the writes in the same transaction (each
+        answered on its ClaimAsk; one that fails is undone alone, and says why there).
         """
         if marks:
             raise ValueError("a SQLite store keeps start marks in its mark file, not in its commits")
@@ -171,11 +177,16 @@ class Commits(SQLiteConnection, SeenCancels):
             try:
                 try:
                     written, finished = self._write_batch(conn, records, finishes, now, ttl)
+                    for ask in claims:
+                        self._ride(conn, ask)
+                    self._end(conn)
                 except BaseException:
-                    self._fence.clear()
-                    conn.execute("ROLLBACK")
+                    if conn.in_transaction:  # (_end rolled back already where COMMIT failed)
+                        self._fence.clear()
+                        conn.execute("ROLLBACK")
+                    for ask in claims:
+                        ask.claims = None  # undone with the rest: nothing was claimed
                     raise
-                self._end(conn)
             finally:
                 self._gate.release()
         except sqlite3.Error as exc:
@@ -215,6 +226,33 @@ class Commits(SQLiteConnection, SeenCancels):
             # 48,400-49,300 instructions an outcome one execute each, 46,600-46,800 so.
             self._cur.executemany(_INSERT_FIRST_TRY, first_tries)
         return written, [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
+
+    def _ride(self, conn: sqlite3.Connection, ask: ClaimAsk) -> None:
+        """Trick "claims ride the commit": the worker's claim made in this group commit's transaction.
+
+        A claim committed by the worker's loop on a connection of its own moved this
+        connection's PRAGMA data_version, so the commit fence (fence.py) then knew nothing:
+        2,653 of the 4,000 second and third slots of 2,000 three-slot workflows were fenced
+        (the row rewritten and read again), and each claim was a durable commit of its own.
+        Here the fence forgets only the workflows claimed (a claim may take over a lease this
+        connection wrote under), and the claim shares the commit's fsync. Measured: 2,000
+        three-slot workflows in one worker, eight runs each in turns, twice: median 1,222 ->
+        1,490 and 1,191 -> 1,530 workflows/s, CPU 1.56 -> 1.36 s and 1.62 -> 1.33 s (docs/performance.md).
+        A savepoint keeps a failing claim from undoing the outcomes it rides with.
+        """
+        conn.execute("SAVEPOINT claim")
+        try:
+            taken = self._claim_in(conn, ask.owner, ask.ttl, ask.limit, ask.dead_owners, ask.names)
+        except Exception as exc:  # noqa: BLE001 - the claim's own failure, answered on its ask
+            conn.execute("ROLLBACK TO claim")
+            conn.execute("RELEASE claim")
+            ask.error = store_error(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
+            return
+        conn.execute("RELEASE claim")
+        forget = self._fence.forget
+        for c in taken:
+            forget(c.id)
+        ask.claims = taken
 
     def commit_record(self, claim: Claim, slot: int, rec: CommandRecord, text: str | None = None, *,
                       ttl: float, parallel_group: int | None = None, traceback: str | None = None) -> bool:

@@ -59,91 +59,96 @@ class Leases(InflightMarks):
         bumps the lease epoch, which fences out the old owner.
         A workflow whose name the worker's app lacks is left alone: it would only fail there.
         """
+        with self._write() as conn:
+            return self._claim_in(conn, owner, ttl, limit, dead_owners, names)
+
+    def _claim_in(self, conn: sqlite3.Connection, owner: str, ttl: float, limit: int,
+                  dead_owners: Sequence[str], names: Collection[str] | None) -> list[Claim]:
+        """`claim`'s reads and writes, in the caller's write transaction (its own, or a group commit's)."""
         now = time.time()
         claims: list[Claim] = []
         only, named = _names_clause(names)
-        with self._write() as conn:
-            # Blocked workflows whose timer or deadline has come, first and earliest first: they
-            # are waited for at a time. One range of workflows_wake, the due entries only; taken
-            # under the write lock, so a signal that wakes the same workflow is taken once.
-            rows: list[tuple[str, str | None]] = conn.execute(
-                f"SELECT id, NULL FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only}"
-                " ORDER BY wake_at LIMIT ?", (self.wake_clock(), *named, limit)).fetchall()
-            if len(rows) < limit and names is None:
-                rows += conn.execute(
-                    "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
-                    " ORDER BY updated_at LIMIT ?", (now, limit - len(rows))
-                ).fetchall()
-            elif len(rows) < limit and names is not None:
-                # One ordered range of workflows_pending per name, merged here: a single
-                # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
-                oldest: list[tuple[float, int, str]] = []
-                for name in names:
-                    oldest += conn.execute(
-                        f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
-                        " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
-                        " ORDER BY updated_at LIMIT ?",
-                        (name, now, limit)).fetchall()
-                rows += [(wid, None) for _, _, wid in sorted(oldest)[:limit - len(rows)]]
-            if len(rows) < limit:
-                rows += conn.execute(
-                    f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ?{only}"
-                    " LIMIT ?",
-                    (now, *named, limit - len(rows)),
-                ).fetchall()
-            if len(rows) < limit:
-                # Queued workflows their queues have room for (engine.store.shared.queues): last,
-                # so an unqueued claim pays one look at the (small) queues table and no more.
-                rows += [(wid, None) for wid in admit(SQLITE, conn, owner, names, limit - len(rows),
-                                                      self.wake_clock())]
-            if len(rows) < limit and dead_owners:
-                # Only leases that have not lapsed: the query above took every lapsed one (it
-                # was not cut by its LIMIT, or we would not be here). Taking one twice would
-                # claim it twice, and run it in two threads, one of them fenced out.
-                marks = ", ".join("?" * len(dead_owners))
-                rows += conn.execute(
-                    f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_owner IN ({marks})"
-                    f" AND (lease_expires >= ? OR lease_expires IS NULL){only} LIMIT ?",
-                    (*dead_owners, now, *named, limit - len(rows)),
-                ).fetchall()
-            if len(rows) < limit:
-                # An attempt under a heartbeat timeout that stopped heartbeating: its worker stopped
-                # answering (frozen, cut off) though its lease stands. Taken over (the epoch fences
-                # that worker out), its attempt failed with the error kept below. Not our own: this
-                # worker watches its attempts itself (engine.attempt_watch) and fails an overdue one
-                # with the right error; the stored expiry, on the wall clock, may pass a moment before
-                # the watch's, and taking our own workflow over then said another worker had.
-                taken_ids = {wid for wid, _ in rows}
-                beatless = [(wid, prev) for wid, prev in conn.execute(
-                    # (DISTINCT: several tasks of a parallel group may be overdue at once.)
-                    f"SELECT DISTINCT workflows.id, workflows.lease_owner FROM workflows{_BEATLESS_JOIN}"
-                    f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ?"
-                    f" AND {unrecorded('workflows', 'i.slot')}"
-                    f" AND workflows.lease_expires >= ? AND workflows.lease_owner IS NOT ?{only} LIMIT ?",
-                    (now, now, owner, *named, limit)).fetchall() if wid not in taken_ids][:limit - len(rows)]
-                rows += beatless
-            # A workflow taken over from another worker may have an activity in flight
-            # there: fold that worker's mark in first, so the attempts count on.
-            boards: dict[str, list[Mark]] = {}
-            for wid, previous in rows:
-                if previous is not None:
-                    if previous not in boards:
-                        path = board_path(self.path, previous)
-                        boards[previous] = (read_board(path) or []) if path is not None else []
-                    self._fold(conn, [m for m in boards[previous] if m.workflow_id == wid])
-                    # The attempt it ran under a heartbeat timeout failed: its backoff is waited next.
-                    conn.execute(_TAKEN_OVER, (now, BEATLESS, LOST, wid))
-            taken = self._take(conn, [wid for wid, _ in rows], owner, now, ttl)
-            short = [wid for wid, row in taken if row[3] <= CLAIM_LOAD_SLOTS]
-            histories = self._load_histories(conn, short) if short else {}
-            started = self._inflight_of(conn, [wid for wid, _ in taken])
-            for wid, row in taken:
-                inp, has_input = loads(row[2]), row[2] is not None
-                logs = histories.get(wid)
-                state = None if logs is None else WorkflowState(
-                    input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
-                claims.append(Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state,
-                                    cancel=row[5], inflight=tuple(started.get(wid, ()))))
+        # Blocked workflows whose timer or deadline has come, first and earliest first: they
+        # are waited for at a time. One range of workflows_wake, the due entries only; taken
+        # under the write lock, so a signal that wakes the same workflow is taken once.
+        rows: list[tuple[str, str | None]] = conn.execute(
+            f"SELECT id, NULL FROM workflows{_BY_WAKE} WHERE status = 'blocked' AND wake_at <= ?{only}"
+            " ORDER BY wake_at LIMIT ?", (self.wake_clock(), *named, limit)).fetchall()
+        if len(rows) < limit and names is None:
+            rows += conn.execute(
+                "SELECT id, NULL FROM workflows WHERE status = 'pending' AND (retry_at IS NULL OR retry_at <= ?)"
+                " ORDER BY updated_at LIMIT ?", (now, limit - len(rows))
+            ).fetchall()
+        elif len(rows) < limit and names is not None:
+            # One ordered range of workflows_pending per name, merged here: a single
+            # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
+            oldest: list[tuple[float, int, str]] = []
+            for name in names:
+                oldest += conn.execute(
+                    f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
+                    " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
+                    " ORDER BY updated_at LIMIT ?",
+                    (name, now, limit)).fetchall()
+            rows += [(wid, None) for _, _, wid in sorted(oldest)[:limit - len(rows)]]
+        if len(rows) < limit:
+            rows += conn.execute(
+                f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_expires < ?{only}"
+                " LIMIT ?",
+                (now, *named, limit - len(rows)),
+            ).fetchall()
+        if len(rows) < limit:
+            # Queued workflows their queues have room for (engine.store.shared.queues): last,
+            # so an unqueued claim pays one look at the (small) queues table and no more.
+            rows += [(wid, None) for wid in admit(SQLITE, conn, owner, names, limit - len(rows),
+                                                  self.wake_clock())]
+        if len(rows) < limit and dead_owners:
+            # Only leases that have not lapsed: the query above took every lapsed one (it
+            # was not cut by its LIMIT, or we would not be here). Taking one twice would
+            # claim it twice, and run it in two threads, one of them fenced out.
+            marks = ", ".join("?" * len(dead_owners))
+            rows += conn.execute(
+                f"SELECT id, lease_owner FROM workflows WHERE status = 'running' AND lease_owner IN ({marks})"
+                f" AND (lease_expires >= ? OR lease_expires IS NULL){only} LIMIT ?",
+                (*dead_owners, now, *named, limit - len(rows)),
+            ).fetchall()
+        if len(rows) < limit:
+            # An attempt under a heartbeat timeout that stopped heartbeating: its worker stopped
+            # answering (frozen, cut off) though its lease stands. Taken over (the epoch fences
+            # that worker out), its attempt failed with the error kept below. Not our own: this
+            # worker watches its attempts itself (engine.attempt_watch) and fails an overdue one
+            # with the right error; the stored expiry, on the wall clock, may pass a moment before
+            # the watch's, and taking our own workflow over then said another worker had.
+            taken_ids = {wid for wid, _ in rows}
+            beatless = [(wid, prev) for wid, prev in conn.execute(
+                # (DISTINCT: several tasks of a parallel group may be overdue at once.)
+                f"SELECT DISTINCT workflows.id, workflows.lease_owner FROM workflows{_BEATLESS_JOIN}"
+                f" WHERE workflows.status = 'running' AND i.heartbeat_expires < ?"
+                f" AND {unrecorded('workflows', 'i.slot')}"
+                f" AND workflows.lease_expires >= ? AND workflows.lease_owner IS NOT ?{only} LIMIT ?",
+                (now, now, owner, *named, limit)).fetchall() if wid not in taken_ids][:limit - len(rows)]
+            rows += beatless
+        # A workflow taken over from another worker may have an activity in flight
+        # there: fold that worker's mark in first, so the attempts count on.
+        boards: dict[str, list[Mark]] = {}
+        for wid, previous in rows:
+            if previous is not None:
+                if previous not in boards:
+                    path = board_path(self.path, previous)
+                    boards[previous] = (read_board(path) or []) if path is not None else []
+                self._fold(conn, [m for m in boards[previous] if m.workflow_id == wid])
+                # The attempt it ran under a heartbeat timeout failed: its backoff is waited next.
+                conn.execute(_TAKEN_OVER, (now, BEATLESS, LOST, wid))
+        taken = self._take(conn, [wid for wid, _ in rows], owner, now, ttl)
+        short = [wid for wid, row in taken if row[3] <= CLAIM_LOAD_SLOTS]
+        histories = self._load_histories(conn, short) if short else {}
+        started = self._inflight_of(conn, [wid for wid, _ in taken])
+        for wid, row in taken:
+            inp, has_input = loads(row[2]), row[2] is not None
+            logs = histories.get(wid)
+            state = None if logs is None else WorkflowState(
+                input=inp, has_input=has_input, commands=tuple(logs[0]), signals=tuple(logs[1]))
+            claims.append(Claim(wid, row[0], owner, row[1], slot_key(row[4]), inp, has_input, state,
+                                cancel=row[5], inflight=tuple(started.get(wid, ()))))
         return claims
 
     @staticmethod
