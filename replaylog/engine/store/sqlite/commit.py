@@ -235,10 +235,12 @@ class Commits(SQLiteConnection, SeenCancels):
         2,653 of the 4,000 second and third slots of 2,000 three-slot workflows were fenced
         (the row rewritten and read again), and each claim was a durable commit of its own.
         Here the fence forgets only the workflows claimed (a claim may take over a lease this
-        connection wrote under), and the claim shares the commit's fsync. Measured: 2,000
-        three-slot workflows in one worker, eight runs each in turns, twice: median 1,222 ->
-        1,490 and 1,191 -> 1,530 workflows/s, CPU 1.56 -> 1.36 s and 1.62 -> 1.33 s (docs/performance.md).
-        A savepoint keeps a failing claim from undoing the outcomes it rides with.
+        connection wrote under), and the claim shares the commit's fsync. Measured on 2,000
+        three-slot workflows in one worker (2 vCPUs), in turns with the tree before: median
+        1,195 -> 1,369 workflows/s and CPU 1.57 -> 1.39 s (eight runs each); the bench's
+        workload 5, 1,257 -> 1,466 (seven each). docs/performance.md, "Workload 5: where its
+        CPU goes, and claims that ride the group commit". A savepoint keeps a failing claim
+        from undoing the outcomes it rides with.
         """
         conn.execute("SAVEPOINT claim")
         try:
