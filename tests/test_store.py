@@ -683,6 +683,15 @@ def test_a_claim_riding_a_commit_that_fails_claims_nothing_and_leaves_the_error_
         assert isinstance(bad.error, TypeError)
         (claim,) = committer.claim(ClaimAsk("w1", ttl=30, limit=5))  # the next commit claims
         assert claim.id == "y"
+        with open_store(db_path) as store:
+            store.start_workflow("wf", None, workflow_id="z")
+        first = ClaimAsk("w1", ttl=30, limit=5)
+        queued = Request(ask=first)
+        queued.done = threading.Lock()
+        queued.done.acquire()  # waiting, as a thread's would be
+        committer._pending.append(queued)
+        assert committer.claim(ClaimAsk("w1", ttl=30, limit=5)) == []  # z went to the first in this commit
+        assert queued.answered and queued.done is None and [c.id for c in first.claims or []] == ["z"]
     finally:
         committer.stop()
     with open_store(db_path) as store:

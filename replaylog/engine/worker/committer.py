@@ -497,12 +497,12 @@ class Committer:
         answers = iter(written)
         verdicts = iter(finished)
         baton = self._baton
-        claimed = None
+        claimed: list[Request] = []
         for r in batch:
             if r.ask is not None:
                 # Answered after every verdict's follow-up: a workflow claimed again in this very
                 # commit is then no longer the worker's under its old claim when the loop launches it.
-                claimed = r
+                claimed.append(r)
                 continue
             r.ok = next(answers) if r.record is not None else next(verdicts)
             r.answered = True
@@ -510,7 +510,7 @@ class Committer:
                 baton.append(r)  # woken in turn (pass_baton)
             else:
                 self._answer(r)
-        if claimed is not None:
-            claimed.ok = claimed.answered = True
-            self._answer(claimed)
+        for r in claimed:
+            r.ok = r.answered = True
+            self._answer(r)
         self.pass_baton()
