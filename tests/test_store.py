@@ -600,13 +600,6 @@ def test_a_commit_that_fails_gives_the_write_gate_back(db_path: Path) -> None:
 # -- claims that ride a group commit (Commits._ride, Committer.claim)
 
 
-def _statements(store: Store) -> list[str]:
-    """Start tracing the statements the store's connection runs; the list they land in."""
-    seen: list[str] = []
-    store._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
-    return seen
-
-
 def test_a_claim_riding_a_group_commit_is_written_with_it_and_leaves_the_fence_standing(store_url: str) -> None:
     with open_store(store_url) as store:
         store.start_workflow("wf", None, workflow_id="x")
@@ -623,8 +616,10 @@ def test_a_claim_riding_a_group_commit_is_written_with_it_and_leaves_the_fence_s
         assert store.get_workflow("y").status == Status.RUNNING
         # The claim was this connection's own: the fence still knows x, so its next slot is
         # the command row alone (a claim on another connection would have it fenced again).
-        seen = _statements(store)
+        seen: list[str] = []
+        store._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
         assert store.commit_batch([PendingRecord(mine, 2, rec("a", 3))], ttl=30) == ([True], [])
+        store._conn.set_trace_callback(None)  # type: ignore[attr-defined]
         assert not [q for q in seen if q.startswith("UPDATE workflows")], seen
         assert [c.value for c in store.list_commands("x")] == [1, 2, 3]
 

@@ -248,7 +248,7 @@ class Commits(SQLiteConnection, SeenCancels):
         except Exception as exc:  # noqa: BLE001 - the claim's own failure, answered on its ask
             conn.execute("ROLLBACK TO claim")
             conn.execute("RELEASE claim")
-            ask.error = store_error(exc, self.path) if isinstance(exc, sqlite3.Error) else exc
+            ask.error = self._translate(exc) if isinstance(exc, sqlite3.Error) else exc
             return
         conn.execute("RELEASE claim")
         forget = self._fence.forget
