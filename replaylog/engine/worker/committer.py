@@ -131,6 +131,7 @@ class Committer:
         self.marks_ridden = 0  # start marks written in a commit's transaction (`add_mark`)
         self.enqueued = 0  # requests queued by `enqueue`
         self.claims_ridden = 0  # the worker loop's claims made in a group commit (`claim`)
+        self.verdicts_ridden = 0  # run verdicts written with their run's last outcome (`add_finish`)
         # Called (once, until `commit_stale` finds commits crowded again) when an outcome is queued
         # with nobody leading: the worker's loop then looks every half of DEFERRED_FOR (`watching`).
         self.on_defer: Callable[[], None] | None = None
@@ -209,7 +210,7 @@ class Committer:
             raise req.error
         return req.ok
 
-    def enqueue(self, req: Request) -> bool:
+    def enqueue(self, req: Request, unled: bool = True) -> bool:
         """Queue `req` for the next commit and go on (wait for it with `wait_for`); False: not queued.
 
         Trick "marks ride the commit" (engine.worker.run, WorkflowRun.record): the workflow
@@ -225,12 +226,15 @@ class Committer:
         whose thread is slow to come back for it (its code runs long between two activities) is
         committed by the worker's loop within `DEFERRED_FOR` (`commit_stale`). Measured numbers:
         docs/performance.md, "One workflow alone: its outcome waits for its next start mark".
+
+        `unled=False` (a worker whose loop does not watch for stale outcomes: its marks are not
+        the store's): queued only while another thread leads a commit, which then commits it too.
         """
         lock = self._lock
         lock.acquire()
         wake = None
         if not self.leading:
-            if self.crowd >= ALONE_BELOW:
+            if self.crowd >= ALONE_BELOW or not unled:
                 lock.release()
                 return False
             if not self.watching:
@@ -280,6 +284,40 @@ class Committer:
             req.mark = mark
         lock.release()
         return added
+
+    def add_finish(self, req: Request, verdict: Request) -> bool:
+        """Write `verdict` (a run's verdict) in the transaction that commits `req` (its run's last outcome,
+        queued by `enqueue`), after that outcome; False if that commit began.
+
+        `req` then carries the verdict: its answer is both writes' (the verdict is written only if
+        the outcome was: the lease fences both), and `verdict.then` is called with it. Nobody
+        waits for it (WorkflowRun.ride says why the outcome need not be waited for).
+        """
+        lock = self._lock
+        lock.acquire()
+        added = not req.taken
+        if added:
+            req.finish = verdict.finish
+            req.then = verdict.then
+            self.verdicts_ridden += 1
+        lock.release()
+        return added
+
+    def lead_queued(self) -> None:
+        """Commit what is queued now if nobody leads a commit (this thread leads it); else the leader will.
+
+        For a request queued by `enqueue` with nobody leading whose thread will not wait for it
+        (its run's verdict rode it: `add_finish`): a lone workflow's last outcome and its verdict
+        are then committed at once, in one transaction.
+        """
+        lock = self._lock
+        lock.acquire()
+        lead = not self.leading and bool(self._pending)
+        if lead:
+            self.leading = True
+        lock.release()
+        if lead:
+            self._lead()
 
     def wait_for(self, req: Request) -> bool:
         """Wait for a request queued by `enqueue`, as `submit` does (leading the commit if nobody does);
@@ -504,7 +542,13 @@ class Committer:
                 # commit is then no longer the worker's under its old claim when the loop launches it.
                 claimed.append(r)
                 continue
-            r.ok = next(answers) if r.record is not None else next(verdicts)
+            if r.record is None:
+                r.ok = next(verdicts)
+            elif r.finish is None:
+                r.ok = next(answers)
+            else:  # an outcome and its run's verdict (add_finish): both written, or neither was
+                written_too = next(answers)
+                r.ok = next(verdicts) and written_too
             r.answered = True
             if r.patient and r.done is not None:  # (patient: it queued while commits were crowded)
                 baton.append(r)  # woken in turn (pass_baton)

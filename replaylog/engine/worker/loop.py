@@ -31,7 +31,7 @@ from replaylog.engine.errors import (
     ReplaylogError,
     StoreBusyError,
 )
-from replaylog.engine.marks import MarkBoard
+from replaylog.engine.marks import Mark, MarkBoard
 from replaylog.engine.store import (
     Claim,
     ClaimAsk,
@@ -354,7 +354,8 @@ class Worker:
         # Without a mark file (a server's store) each mark is a row, where every host sees it.
         self._parts = replace(self._parts, board=self._board,
                               marks_in_store=self.track_inflight and self._board is None,
-                              lend_mark=self._lend_mark, return_mark=self._return_mark)
+                              lend_mark=self._lend_mark, return_mark=self._return_mark,
+                              fold_marks=self._fold_elsewhere)
         self.committer.start()
         pruner = None if self.retention is None else Pruner(self.path, self.retention, self._stopping)
         if pruner is not None:
@@ -650,15 +651,19 @@ class Worker:
                                                                    store.trace_context(claim.id))
         ended: tuple[str, str | None] = ("interrupted", None)  # the run span's status, unless an outcome comes
         try:
-            outcome = WorkflowRun(self._parts, store, claim, me, spans).execute()
+            run = WorkflowRun(self._parts, store, claim, me, spans)
+            outcome = run.execute()
+            # The verdict needs no wait: this thread takes its next workflow while the
+            # verdict rides in the next group commit (with the run's last outcome, if that
+            # one is still queued: `ride`). The workflow stays active (its lease renewed)
+            # until `_finished` hears that the verdict was written.
+            verdict = Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r))
+            rides = run.ride(verdict)
+            finishing = True
             ended = (str(outcome.status), outcome.error)
             self._keep_mark(store, me)  # an activity that ran and returned no JSON value, say
-            # The verdict needs no wait: this thread takes its next workflow while the
-            # verdict rides in the next group commit. The workflow stays active (its lease
-            # renewed) until `_finished` hears that the verdict was written.
-            finishing = True
-            self.committer.submit_later(
-                Request(finish=(claim, outcome), then=lambda r: self._finished(claim, outcome, r)))
+            if not rides:
+                self.committer.submit_later(verdict)
         except RunSuspended:
             # Its async activities run on the worker's loop; it comes back through _resume.
             # This thread's record serves its next workflow: the mark moves to a spare one.
@@ -732,6 +737,19 @@ class Worker:
         """A spare record a parallel group's task is done with."""
         with self._lock:
             self._spare_marks.append(index)
+
+    def _fold_elsewhere(self, marks: list[Mark]) -> None:
+        """Keep `marks` in the database from any thread, on a connection of its own (RunParts.fold_marks).
+
+        For the mark of an outcome whose commit, with its run's verdict, failed after its thread
+        went on (WorkflowRun.ride): rare, so a connection is opened for it.
+        """
+        try:
+            with open_store(self.path, max_payload=self.max_payload) as store:
+                store.fold_marks(marks)
+        except Exception as exc:  # noqa: BLE001 - only attempt counts and a hint are lost
+            log.warning("%s: could not keep the in-flight mark of slot %s: %s", marks[0].workflow_id,
+                        marks[0].slot, exc)
 
     def _keep_mark(self, store: WorkerStore, me: PooledThread) -> None:
         """A run ended with an activity started and no outcome: keep its mark in the database.
