@@ -191,18 +191,7 @@ class Committer:
                 req.patient = self.crowd >= self._baton_at and req.ask is None  # (the loop's claim: no baton)
             self._pending.append(req)
         if not lead:
-            if self._baton:
-                self.pass_baton()  # this thread sleeps now: the next one committed runs
-            if req.patient:
-                # Until committed, or handed the lead. Committed but not woken in time (the
-                # baton held up): go on anyway.
-                wait = BATON_WAIT + 2 * self._commit_s
-                while not done.acquire(timeout=wait):
-                    if req.answered and req.done is not None:
-                        req.done = None  # a later pass_baton skips it
-                        break
-            else:
-                done.acquire()  # until committed, or handed the lead
+            self._sleep(req, done)
             lead = req.lead
         if lead:
             self._lead()
@@ -328,6 +317,8 @@ class Committer:
         done = req.done
         lead = done is not None and not self.leading
         alone = False
+        if done is not None and not lead:
+            req.patient = self.crowd >= self._baton_at  # (woken in turn once committed: pass_baton)
         if lead:
             self.leading = True
             pending = self._pending
@@ -342,12 +333,30 @@ class Committer:
         elif lead:
             self._lead()  # (commits it, with what else is queued: its lock is released unawaited)
         elif done is not None:
-            done.acquire()  # until committed, or handed the lead
+            self._sleep(req, done)
             if req.lead:
                 self._lead()
         if req.error is not None:
             raise req.error
         return req.ok
+
+    def _sleep(self, req: Request, done: threading.Lock) -> None:
+        """Sleep until `req` is committed or its thread is handed the lead (`done` released).
+
+        The next committed thread is woken first (this one sleeps now: it runs). A patient
+        request (queued while commits were crowded) whose commit ended but whose thread was
+        not woken in time (the baton held up) goes on by itself.
+        """
+        if self._baton:
+            self.pass_baton()
+        if req.patient:
+            wait = BATON_WAIT + 2 * self._commit_s
+            while not done.acquire(timeout=wait):
+                if req.answered and req.done is not None:
+                    req.done = None  # a later pass_baton skips it
+                    break
+        else:
+            done.acquire()
 
     def _commit_alone(self, req: Request) -> None:
         """Commit one queued outcome (and the mark on it) by this thread, which leads; then hand over."""
