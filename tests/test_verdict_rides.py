@@ -18,7 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import wait_for
+import pytest
+
+from conftest import on_server, wait_for
 from replaylog import Context, activity, workflow
 from replaylog.engine.app import Registry
 from replaylog.engine.core import CommandRecord, Outcome
@@ -209,3 +211,26 @@ def test_a_ridden_verdicts_failed_commit_keeps_the_outcomes_start_mark_in_the_da
     with sqlite3.connect(db_path) as conn:
         rows = conn.execute("SELECT slot, name, attempts FROM inflight WHERE workflow_id = 'b'").fetchall()
     assert rows == [(0, "gated", 1)]
+
+
+def test_a_lone_workflows_last_outcome_and_verdict_share_a_commit_on_a_server_only(
+        db: Path | str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL a lone workflow queues its outcomes (its next start mark rides them): its last
+    one and its verdict are one commit, led by its own thread. On SQLite a lone workflow commits
+    each outcome at once (nothing to ride it), then its verdict."""
+    # The loop never commits the queued outcome first (it would after DEFERRED_FOR of workflow code).
+    monkeypatch.setattr(worker_loop, "DEFERRED_FOR", 600.0)
+    GATES["solo"], STARTED["solo"] = threading.Event(), threading.Event()
+    GATES["solo"].set()
+    with open_store(db) as store:
+        store.start_workflow("one_gated", "solo", workflow_id="solo")
+        server = on_server(store)
+    worker = Worker(db, Registry.from_module(sys.modules[__name__]), concurrency=1)
+    worker.run(until_idle=True)
+    assert worker.completed == 1
+    # (On SQLite the worker's claim is made in a commit of the committer's too: one more.)
+    assert (worker.committer.verdicts_ridden, worker.committer.batches) == ((1, 1) if server else (0, 3))
+    with open_store(db, readonly=True) as store:
+        solo = store.get_workflow("solo")
+        assert (solo.status, solo.result) == ("completed", "solo")
+        assert [c.value for c in store.list_commands("solo")] == ["solo"]

@@ -371,8 +371,9 @@ class WorkflowRun:
         written in that outcome's transaction, after it, only if the outcome was (the lease fences
         both), and `verdict.then` hears the answer, as for any verdict. A wait is a slot's most
         costly part in a crowd (the thread's sleep, its wake-up, the GIL taken back): 2,000
-        three-slot workflows on 2 vCPUs, 11 runs each, with the outcomes queued (`record`), ~1,130 ->
-        ~1,290 workflows/s, CPU ~1.48 -> ~1.33 s (docs/performance.md, workload 5).
+        three-slot workflows on 2 vCPUs, with the outcomes queued (`record`), `Worker.run` in
+        turns with the tree before, seven runs each: medians 1,109 -> 1,262 workflows/s, CPU
+        1.65 -> 1.45 s (docs/performance.md, "Workload 5: a run's verdict rides its last outcome").
 
         The thread's record in the mark file keeps the start mark of that outcome's activity until
         the commit is answered (kept in the database should the commit fail), and the thread takes a
