@@ -388,7 +388,7 @@ class WorkflowRun:
         parts, me = self._parts, self._me
         board, lend, give_back = parts.board, parts.lend_mark, parts.return_mark
         marked = board is not None and me.inflight
-        spare = lend() if marked and lend is not None and give_back is not None else None
+        spare = lend() if failure_tb is None and marked and lend is not None and give_back is not None else None
         if failure_tb is None and (spare is not None or not marked):
             kept = me.index  # the record with the outcome's start mark
             then, metrics, fold = verdict.then, parts.metrics, parts.fold_marks
@@ -401,9 +401,10 @@ class WorkflowRun:
                         then(r)
                 finally:
                     if spare is not None and board is not None and give_back is not None:
-                        mark = board.read(kept)
-                        if mark is not None and (r.error is not None or not r.ok) and fold is not None:
-                            fold([mark])  # the activity possibly ran, and its outcome is not recorded
+                        if (r.error is not None or not r.ok) and fold is not None:
+                            mark = board.read(kept)
+                            if mark is not None:
+                                fold([mark])  # the activity possibly ran, and its outcome is not recorded
                         give_back(kept)
 
             verdict.then = answered
