@@ -624,6 +624,47 @@ def test_a_claim_riding_a_group_commit_is_written_with_it_and_leaves_the_fence_s
         assert [c.value for c in store.list_commands("x")] == [1, 2, 3]
 
 
+def test_the_first_slot_after_a_claim_that_rode_a_commit_writes_its_command_row_alone(db_path: Path) -> None:
+    with open_store(db_path) as store:
+        store.start_workflow("wf", None, workflow_id="y")
+        ask = ClaimAsk("w1", ttl=30, limit=5)
+        store.commit_batch([], ttl=30, claims=[ask])
+        assert ask.claims is not None
+        (y,) = ask.claims
+        # The claim wrote y's row on this connection, and nobody has written since: the fence
+        # knows the row as the claim left it, so slot 0 needs neither its rewrite nor its read.
+        seen: list[str] = []
+        store._conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+        assert store.commit_batch([PendingRecord(y, 0, rec("a", 1))], ttl=30) == ([True], [])
+        store._conn.set_trace_callback(None)  # type: ignore[attr-defined]
+        assert not [q for q in seen if "workflows" in q], seen
+        assert store.commit_batch([PendingRecord(y, 2, rec("gap"))], ttl=30) == ([False], [])  # never a gap
+        assert store.commit_batch([PendingRecord(y, 1, rec("a", 2))], ttl=30) == ([True], [])
+        assert [c.value for c in store.list_commands("y")] == [1, 2]
+        row = store.get_workflow("y")
+        assert (row.status, row.lease_owner) == (Status.RUNNING, "w1")
+
+
+def test_the_first_slot_after_a_riding_claim_is_fenced_once_another_connection_wrote(db_path: Path) -> None:
+    worker, operator = open_store(db_path), open_store(db_path)
+    try:
+        worker.start_workflow("wf", None, workflow_id="y")
+        ask = ClaimAsk("w1", ttl=30, limit=5)
+        worker.commit_batch([], ttl=30, claims=[ask])
+        assert ask.claims is not None
+        (y,) = ask.claims
+        operator.cancel_workflow("y", "enough")  # after the claim, on another connection
+        # The fence cannot vouch for the row now: the slot is fenced on it, which reads the request.
+        assert worker.commit_batch([PendingRecord(y, 0, rec("a", 1))], ttl=30) == ([True], [])
+        assert worker.cancels.pop("y") == "enough"
+        assert operator.terminate_workflow("y", "stop") == "running"
+        assert worker.commit_batch([PendingRecord(y, 1, rec("late"))], ttl=30) == ([False], [])
+        assert [c.value for c in operator.list_commands("y")] == [1]
+    finally:
+        worker.close()
+        operator.close()
+
+
 def test_a_claim_riding_a_commit_fences_out_the_lease_it_takes_over(db_path: Path) -> None:
     with open_store(db_path) as store:
         store.start_workflow("wf", None, workflow_id="x")

@@ -48,7 +48,8 @@ class CommitFence:
     A connection's own writes do not change its data_version: anything else it writes
     (a claim, a release) and any failed commit must `clear()` the fence. The one exception
     is a claim made in a group commit (`Commits._ride`): it changes only the rows it claims,
-    so it `forget()`s those workflows and the rest stay known.
+    and it `note()`s each as it wrote it (lease, `slots`, updated_at), as a fenced slot's
+    rewrite is noted; the rest stay known.
 
     A lone slot (engine.store.sqlite.commit, `Commits.commit_record`) does without the
     transaction and data_version: `guard` gives what its one autocommit statement checks on

@@ -63,8 +63,13 @@ class Leases(InflightMarks):
             return self._claim_in(conn, owner, ttl, limit, dead_owners, names)
 
     def _claim_in(self, conn: sqlite3.Connection, owner: str, ttl: float, limit: int,
-                  dead_owners: Sequence[str], names: Collection[str] | None) -> list[Claim]:
-        """`claim`'s reads and writes, in the caller's write transaction (its own, or a group commit's)."""
+                  dead_owners: Sequence[str], names: Collection[str] | None,
+                  written: dict[str, tuple[int, int]] | None = None) -> list[Claim]:
+        """`claim`'s reads and writes, in the caller's write transaction (its own, or a group commit's).
+
+        `written`, if given, is filled with what the claim wrote on each row it took: its
+        `slots` column and its rowid, by workflow id (for the commit fence: `Commits._ride`).
+        """
         now = time.time()
         claims: list[Claim] = []
         only, named = _names_clause(names)
@@ -139,6 +144,9 @@ class Leases(InflightMarks):
                 # The attempt it ran under a heartbeat timeout failed: its backoff is waited next.
                 conn.execute(_TAKEN_OVER, (now, BEATLESS, LOST, wid))
         taken = self._take(conn, [wid for wid, _ in rows], owner, now, ttl)
+        if written is not None:
+            for wid, row in taken:
+                written[wid] = (row[3], row[6])
         short = [wid for wid, row in taken if row[3] <= CLAIM_LOAD_SLOTS]
         histories = self._load_histories(conn, short) if short else {}
         started = self._inflight_of(conn, [wid for wid, _ in taken])
@@ -154,7 +162,7 @@ class Leases(InflightMarks):
     @staticmethod
     def _take(conn: sqlite3.Connection, ids: Sequence[str], owner: str, now: float,
               ttl: float) -> list[tuple[str, tuple[Any, ...]]]:
-        """Lease the workflows `ids` to `owner`: (id, (workflow, epoch, input, slots, seq, cancel_requested)) each.
+        """Lease the workflows `ids` to `owner`: (id, (workflow, epoch, input, slots, seq, cancel, rowid)) each.
 
         Read in one query per chunk and written in one executemany, not an UPDATE … RETURNING
         each: RETURNING gathers its rows in a temporary b-tree (a 4 KiB page zeroed, opened and
@@ -168,7 +176,8 @@ class Leases(InflightMarks):
         for i in range(0, len(unique), IN_CHUNK):
             chunk = unique[i:i + IN_CHUNK]
             for wid, *row in conn.execute(
-                f"SELECT id, workflow, lease_epoch + 1, input, {SLOTS_NOW}, seq, cancel_requested FROM workflows"
+                f"SELECT id, workflow, lease_epoch + 1, input, {SLOTS_NOW}, seq, cancel_requested, rowid"
+                f" FROM workflows"
                 f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk):
                 found[wid] = tuple(row)
         taken = [(wid, found[wid]) for wid in unique if wid in found]
