@@ -118,7 +118,7 @@ def test_a_verdict_riding_an_outcome_its_lease_refuses_is_refused_with_it(db: Pa
         assert store.list_commands("w") == []
 
 
-def _two_runs(db: Path, *, refuse_b: bool) -> tuple[Worker, dict[str, str], list[str]]:
+def _two_runs(db: Path, *, refuse_b: bool, concurrency: int = 3) -> tuple[Worker, dict[str, str], list[str]]:
     """Workflows a and b on a worker. a's verdict is answered first and its answer
     held (its commit's leader stays in the commit) while b's run ends, so b's verdict rides b's
     last outcome; b's thread then runs a third workflow, c, whose activity starts before that
@@ -130,19 +130,20 @@ def _two_runs(db: Path, *, refuse_b: bool) -> tuple[Worker, dict[str, str], list
         for key in ("a", "b"):
             store.start_workflow("one_gated", key, workflow_id=key)
     # A long lease: b's, once its commit failed, must not lapse and run again during the test.
-    # Three threads at most, two started for a and b: c, claimed once b's run ended, is run by
-    # the one of them that is idle then, b's (threads are started only when none is idle).
-    worker = Worker(db, Registry.from_module(sys.modules[__name__]), concurrency=3, ttl=600)
+    # Three threads at most (by default), two started for a and b: c, claimed once b's run ended,
+    # is run by the one of them that is idle then, b's (threads are started only when none is idle).
+    worker = Worker(db, Registry.from_module(sys.modules[__name__]), concurrency=concurrency, ttl=600)
     # The loop claims on its own connection: a claim riding the group commit would wait, with
     # b's outcome, for the commit held up below.
     worker._claims_ride = False
     said: list[str] = []
-    a_answered, a_go = threading.Event(), threading.Event()
+    a_answered, a_go, a_let_go = threading.Event(), threading.Event(), threading.Event()
 
     def on_event(wid: str, text: str) -> None:
         if wid == "a" and text.startswith("completed"):
             a_answered.set()
             a_go.wait(DEADLINE)  # the commit that answered it is not over until this returns
+            a_let_go.set()
         elif wid == "b":
             said.append(text)
 
@@ -160,6 +161,7 @@ def _two_runs(db: Path, *, refuse_b: bool) -> tuple[Worker, dict[str, str], list
             b_slot = slot_key(store._conn.execute(  # type: ignore[attr-defined]
                 "SELECT seq FROM workflows WHERE id = 'b'").fetchone()[0], 0)
         assert wait_for(STARTED["c"].is_set), "c to start on b's thread"
+        assert not a_let_go.is_set(), "c started only once a's commit let go"
         # b's outcome is not committed yet: its start mark is still in the mark file, though
         # its thread has since marked c's activity.
         assert [(m.slot, m.name) for m in read_marks(db, "b")] == [(0, "gated")]
@@ -197,6 +199,16 @@ def test_a_runs_verdict_rides_its_last_outcome_queued_behind_a_commit_in_progres
         assert store.inflight("b") is None
     with sqlite3.connect(db_path) as conn:
         assert conn.execute("SELECT COUNT(*) FROM inflight").fetchone()[0] == 0
+
+
+def test_a_thread_whose_runs_verdict_is_on_its_way_is_free_for_the_next_claim(db_path: Path) -> None:
+    # Two threads: a's is held in its commit, b's run has ended with its verdict not yet
+    # answered. b's thread holds nothing, so c is claimed and runs on it meanwhile; counted as
+    # busy until its verdict was answered, b would have kept c out until a's commit let go.
+    worker, statuses, said = _two_runs(db_path, refuse_b=False, concurrency=2)
+    assert statuses == {"a": "completed", "b": "completed"}
+    assert said == ["completed"]
+    assert worker.completed == 3 and len(worker._threads) == 2
 
 
 def test_a_ridden_verdicts_failed_commit_keeps_the_outcomes_start_mark_in_the_database(db_path: Path) -> None:
