@@ -177,9 +177,12 @@ class Commits(SQLiteConnection, SeenCancels):
             conn = self._begin_immediate()
             try:
                 try:
-                    written, finished = self._write_batch(conn, records, finishes, now, ttl)
+                    # This connection's data_version, for the fence (read once: it cannot move
+                    # while this transaction holds the write lock).
+                    version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records or claims else 0
+                    written, finished = self._write_batch(conn, records, finishes, now, ttl, version)
                     for ask in claims:
-                        self._ride(conn, ask)
+                        self._ride(conn, ask, version)
                     self._end(conn)
                 except BaseException:
                     if conn.in_transaction:  # (_end rolled back already where COMMIT failed)
@@ -199,10 +202,9 @@ class Commits(SQLiteConnection, SeenCancels):
         return written, finished
 
     def _write_batch(self, conn: sqlite3.Connection, records: Sequence[PendingRecord],
-                     finishes: Sequence[tuple[Claim, Outcome]], now: float,
-                     ttl: float) -> tuple[list[bool], list[bool]]:
-        """`commit_batch`'s writes, inside its transaction: (written, finished)."""
-        version = self._cur.execute("PRAGMA data_version").fetchone()[0] if records else 0
+                     finishes: Sequence[tuple[Claim, Outcome]], now: float, ttl: float,
+                     version: int) -> tuple[list[bool], list[bool]]:
+        """`commit_batch`'s writes, inside its transaction (`version`: its data_version): (written, finished)."""
         write_record, write_parallel = self._write_record, self._write_parallel
         first_tries: list[tuple[Any, ...]] = []
         # Trick "first try in C" (`first_try` in engine.store.sqlite's C file), where
@@ -228,7 +230,7 @@ class Commits(SQLiteConnection, SeenCancels):
             self._cur.executemany(_INSERT_FIRST_TRY, first_tries)
         return written, [self._write_finish(conn, claim, outcome, now) for claim, outcome in finishes]
 
-    def _ride(self, conn: sqlite3.Connection, ask: ClaimAsk) -> None:
+    def _ride(self, conn: sqlite3.Connection, ask: ClaimAsk, version: int) -> None:
         """Trick "claims ride the commit": the worker's claim made in this group commit's transaction.
 
         A claim committed by the worker's loop on a connection of its own moved this
@@ -265,7 +267,6 @@ class Commits(SQLiteConnection, SeenCancels):
         # this connection's own write, as a fenced slot's is, so a first slot after the claim with
         # nothing committed by others in between writes its command row alone. (Should this
         # commit fail, the fence is cleared with the rest: commit_batch, _end.)
-        version = self._cur.execute("PRAGMA data_version").fetchone()[0]
         fence = self._fence
         for c in taken:
             slots, row = written[c.id]
