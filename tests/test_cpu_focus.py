@@ -2,8 +2,12 @@
 and every activity still runs on every CPU the worker may use, but for one that returned
 at once its last times (it stays on the one CPU: it starts no thread or process).
 
-What a thread may use is read with os.sched_getaffinity(0), which on Linux answers for
-the calling thread. Whether focusing is faster is measured in bench/, not here.
+While focused a thread runs under SCHED_BATCH (a woken thread does not preempt the one
+holding the GIL), and under SCHED_OTHER again as it leaves the focus CPU.
+
+What a thread may use is read with os.sched_getaffinity(0), and its policy with
+os.sched_getscheduler(0), which on Linux answer for the calling thread. Whether focusing
+is faster is measured in bench/, not here.
 """
 
 from __future__ import annotations
@@ -27,12 +31,25 @@ pytestmark = pytest.mark.skipif(
 
 # The CPUs a workflow thread may use, seen in its activities (by the tag they are given) and in its engine code.
 SEEN: dict[str, list[frozenset[int]]] = {"activity": [], "engine": [], "timed": [], "task": []}
+# The scheduling policy of each of those, with its CPUs (one append: threads race).
+POLICY: dict[str, list[tuple[frozenset[int], int]]] = {tag: [] for tag in SEEN}
+
+
+def _policies(tag: str, cpus: frozenset[int] | None = None) -> set[int]:
+    """The policies seen under `tag` (only those on `cpus`, if given)."""
+    return {policy for on, policy in POLICY[tag] if cpus is None or on == cpus}
+
+
+def _note(tag: str) -> None:
+    cpus = frozenset(os.sched_getaffinity(0))
+    SEEN[tag].append(cpus)
+    POLICY[tag].append((cpus, os.sched_getscheduler(0)))
 
 
 @activity
 def where(i: int, tag: str = "activity") -> int:
-    """Note the CPUs this activity may run on."""
-    SEEN[tag].append(frozenset(os.sched_getaffinity(0)))
+    """Note the CPUs this activity may run on, and its scheduling policy."""
+    _note(tag)
     return i
 
 
@@ -41,7 +58,7 @@ def hops(ctx: Context, n: int) -> int:
     """`n` activities; between them, note the CPUs the engine code runs on."""
     for i in range(n):
         ctx.call_activity(where, i)
-        SEEN["engine"].append(frozenset(os.sched_getaffinity(0)))
+        _note("engine")
     return n
 
 
@@ -50,7 +67,7 @@ def timed_hops(ctx: Context, n: int) -> int:
     """`hops` with every activity under a timeout: each attempt runs on a thread of its own."""
     for i in range(n):
         ctx.call_activity(where, i, "timed", timeout=60.0)
-        SEEN["engine"].append(frozenset(os.sched_getaffinity(0)))
+        _note("engine")
     return n
 
 
@@ -59,7 +76,7 @@ def group_hops(ctx: Context, n: int) -> int:
     """`n` rounds of an activity and a one-task parallel group (its task runs on a thread of its own)."""
     for i in range(n):
         ctx.call_activity(where, i)
-        SEEN["engine"].append(frozenset(os.sched_getaffinity(0)))  # the group starts from here
+        _note("engine")  # the group starts from here
         ctx.parallel([ctx.task(where, i, "task")])
     return n
 
@@ -67,7 +84,7 @@ def group_hops(ctx: Context, n: int) -> int:
 def _run(db: Path, workflows: int, *, crowded_at: float | None = None, focus: bool = True,
          quick_s: float | None = None, quick: dict[str, int] | None = None, workflow: str = "hops",
          slots: int = 6, per_slot: int = 1) -> Worker:
-    for seen in SEEN.values():
+    for seen in (*SEEN.values(), *POLICY.values()):
         seen.clear()
     with open_store(db) as store:
         for _ in range(workflows):
@@ -95,6 +112,10 @@ def test_crowded_commits_keep_engine_code_on_one_cpu_and_activities_on_all(tmp_p
     assert len(engine) == 1 and len(next(iter(engine))) == 1 and next(iter(engine)) <= every
     assert set(SEEN["activity"]) == {every}
     assert frozenset(os.sched_getaffinity(0)) == every  # the test's own thread was never moved
+    # Focused, a thread runs under SCHED_BATCH; its activities, on every CPU, under SCHED_OTHER.
+    assert _policies("engine") == {os.SCHED_BATCH}
+    assert _policies("activity") == {os.SCHED_OTHER}
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 def test_a_quick_activity_stays_on_the_one_cpu_after_its_first_quick_attempts(tmp_path: Path) -> None:
@@ -111,6 +132,8 @@ def test_a_quick_activity_stays_on_the_one_cpu_after_its_first_quick_attempts(tm
     # A thread's first attempt is not timed (it is not on the one CPU yet): one to three of
     # them. The other threads' attempts (two at most) may start before a timed one is counted.
     assert seen[:runs + 1] == [every] * (runs + 1)
+    # A quick activity kept on the one CPU runs under SCHED_BATCH with the engine code.
+    assert _policies("activity", one) == {os.SCHED_BATCH} and _policies("activity", every) == {os.SCHED_OTHER}
     assert runs + 1 <= seen.count(every) <= runs + 3 + 2
     assert 36 - 3 <= worker.focus.quick["where"] <= 36 - 1
 
@@ -121,6 +144,7 @@ def test_an_attempt_on_a_thread_of_its_own_always_gets_every_cpu(tmp_path: Path)
     # its CPUs: every CPU, though the activity is known to be quick.
     worker = _run(tmp_path / "t.db", 3, crowded_at=0.0, quick_s=60.0, quick={"where": 100}, workflow="timed_hops")
     assert set(SEEN["timed"]) == {every}
+    assert _policies("timed") == {os.SCHED_OTHER} and _policies("engine") == {os.SCHED_BATCH}
     assert len(set(SEEN["engine"])) == 1 and set(SEEN["engine"]) != {every}
     assert worker.focus is not None and worker.focus.quick["where"] == 100  # such attempts are not timed
 
@@ -132,6 +156,7 @@ def test_a_parallel_groups_tasks_always_get_every_cpu(tmp_path: Path) -> None:
     _run(tmp_path / "p.db", 3, crowded_at=0.0, quick_s=60.0, quick={"where": 100}, workflow="group_hops",
          per_slot=2)
     assert set(SEEN["task"]) == {every}
+    assert _policies("task") == {os.SCHED_OTHER}
     # Each group started from the one CPU (the engine code after the activity before it).
     assert len(set(SEEN["engine"])) == 1 and set(SEEN["engine"]) != {every}
 
@@ -164,6 +189,7 @@ def test_a_lone_workflow_is_never_moved(tmp_path: Path) -> None:
     assert worker.focus is not None
     assert worker.committer.crowd < worker.focus.crowded_at  # one outcome per commit
     assert set(SEEN["engine"]) == set(SEEN["activity"]) == {every}
+    assert _policies("engine") == _policies("activity") == {os.SCHED_OTHER}
 
 
 def test_no_cpu_focus_never_moves_a_thread(tmp_path: Path) -> None:
@@ -171,6 +197,45 @@ def test_no_cpu_focus_never_moves_a_thread(tmp_path: Path) -> None:
     worker = _run(tmp_path / "n.db", 3, crowded_at=0.0, focus=False)
     assert worker.focus is None
     assert set(SEEN["engine"]) == set(SEEN["activity"]) == {every}
+    assert _policies("engine") == _policies("activity") == {os.SCHED_OTHER}
+
+
+def test_a_policy_the_worker_did_not_start_under_is_left_as_it_is(tmp_path: Path) -> None:
+    # The worker's threads start under the policy of the thread that starts them (here the
+    # test's, under SCHED_BATCH): the focus still moves them between CPUs, never to SCHED_OTHER.
+    every = frozenset(os.sched_getaffinity(0))
+    before = os.sched_getscheduler(0)
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    try:
+        worker = _run(tmp_path / "b.db", 3, crowded_at=0.0, quick_s=0.0)
+    finally:
+        os.sched_setscheduler(0, before, os.sched_param(0))
+    assert worker.focus is not None and worker.focus.batch is None
+    assert len(set(SEEN["engine"])) == 1 and set(SEEN["engine"]) != {every}
+    assert _policies("engine") == _policies("activity") == {os.SCHED_BATCH}
+
+
+def test_a_refused_policy_leaves_the_focus_moving_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    # Where the system refuses the call (a seccomp profile), the first refusal ends the
+    # policy's part, said once in the log; engine code still runs on the one CPU.
+    every = frozenset(os.sched_getaffinity(0))
+    calls = []
+
+    def refuse(pid: int, policy: int, param: os.sched_param) -> None:
+        calls.append(policy)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    with caplog.at_level("WARNING", logger="replaylog.worker"):
+        worker = _run(tmp_path / "r.db", 3, crowded_at=0.0, quick_s=0.0)
+    assert worker.focus is not None and worker.focus.batch is None and worker.focus.working
+    assert len(set(SEEN["engine"])) == 1 and set(SEEN["engine"]) != {every}
+    assert _policies("engine") == _policies("activity") == {os.SCHED_OTHER}
+    # Threads racing to the first refusal may each try once; none tries after it.
+    assert 1 <= len(calls) <= 3 and set(calls) == {os.SCHED_BATCH}
+    refusals = [r for r in caplog.records if "SCHED_BATCH" in r.getMessage()]
+    assert 1 <= len(refusals) <= 3 and "Operation not permitted" in refusals[0].getMessage()
 
 
 def test_a_worker_on_a_server_store_never_moves_a_thread(pg_url: str) -> None:
