@@ -33,10 +33,21 @@ running one sleeps. This applies only where the worker's threads start under SCH
 (a real-time or idle policy set by the user is left as it is) and stops at the first
 refusal. Measured on 2,000 three-slot workflows in one worker (2 vCPUs), in turns with
 the focus alone: involuntary context switches ~3,600 -> ~800 a run, voluntary ~14,000 ->
-~11,500, workflows/s +5% (median of eight pairs; docs/performance.md).
+~11,500, workflows/s +7% (median of twelve pairs; docs/performance.md).
 
-The worker calls three methods: `engine_code` after an activity returns, `activity`
-before one starts, `spread` before the thread starts threads of its own; the committer
+The worker's loop thread (claims, looks at the store, and commits it leads) follows the
+crowd too: on the focus CPU under SCHED_BATCH while commits are crowded, back when they
+are not, and as it was once the loop ends. Left on every CPU, it took the GIL from the
+other CPU at every statement it ran, and the focused threads woken meanwhile found the
+GIL taken. Measured as above, eight pairs in turns: workflows/s +17-19% run by run, CPU
+-17%, voluntary context switches ~14,000 -> ~7,400 a run. It is moved only where it runs
+on every CPU the focus may use, under SCHED_OTHER: a thread its caller pinned is left
+where it is. A thread started by a focused thread inherits its CPU and policy; a new
+workflow thread takes that as focused (`adopt`), so its first activity moves it out.
+
+The worker calls these: `engine_code` after an activity returns, `activity` before one
+starts, `spread` before the thread starts threads of its own, `adopt` as a workflow thread
+starts, `follow` from its loop once a pass and `unfollow` as the loop ends; the committer
 measures the crowd (outcomes per commit).
 """
 
@@ -72,6 +83,17 @@ class FocusedThread(Protocol):
     focused: bool
     timing: str | None  # the activity started while the thread was focused, timed until its outcome
     began: float  # when that activity started (time.perf_counter)
+
+
+class LoopThread:
+    """The worker loop's thread as CpuFocus moves it (a FocusedThread that runs no activity)."""
+
+    __slots__ = ("began", "focused", "timing")
+
+    def __init__(self) -> None:
+        self.focused = False
+        self.timing: str | None = None
+        self.began = 0.0
 
 
 class CpuFocus:
@@ -140,6 +162,39 @@ class CpuFocus:
         thread.timing = None
         if thread.focused:
             self._move(thread, False)
+
+    def adopt(self, thread: FocusedThread) -> None:
+        """A new workflow thread: focused if the thread that started it was (it inherited that CPU and policy)."""
+        try:
+            thread.focused = os.sched_getaffinity(0) == self.one
+        except OSError:
+            thread.focused = False
+
+    def follows(self) -> LoopThread | None:
+        """The calling thread (the worker's loop) to `follow` the crowd, or None where it must stay as it is.
+
+        Only a thread that may run on every CPU the focus uses, under SCHED_OTHER where the
+        policy is in use: one its caller pinned (or gave another policy) is not moved.
+        """
+        try:
+            if os.sched_getaffinity(0) != self.every:
+                return None
+            if self.batch is not None and os.sched_getscheduler(0) != self.batch[1]:
+                return None
+        except OSError:
+            return None
+        return LoopThread()
+
+    def follow(self, loop: LoopThread, crowd: float) -> None:
+        """Once a pass of the worker's loop: on the focus CPU while commits are crowded, on every CPU when not."""
+        crowded = crowd >= self.crowded_at and self.working
+        if crowded != loop.focused:
+            self._move(loop, crowded)
+
+    def unfollow(self, loop: LoopThread) -> None:
+        """The worker's loop ends: its thread goes back to every CPU and SCHED_OTHER."""
+        if loop.focused:
+            self._move(loop, False)
 
     def _move(self, thread: FocusedThread, one: bool) -> None:
         try:

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from replaylog.engine.app import Registry
 from replaylog.engine.core import DEFAULT_MAX_SLOTS, HISTORY_WARN, Outcome, RunSuspended, error_text
-from replaylog.engine.cpu_focus import CpuFocus
+from replaylog.engine.cpu_focus import CpuFocus, LoopThread
 from replaylog.engine.errors import (
     LeaseLostError,
     NotADatabaseError,
@@ -363,11 +363,16 @@ class Worker:
         pruner = None if self.retention is None else Pruner(self.path, self.retention, self._stopping)
         if pruner is not None:
             pruner.start()
+        # This thread follows the workflow threads to the focus CPU while commits are crowded, and
+        # is as it was once the loop ends (engine.cpu_focus: "The worker's loop thread").
+        follower = None if self.focus is None else self.focus.follows()
         try:
-            self._loop(store, until_idle)
+            self._loop(store, until_idle, follower)
         except NotADatabaseError as exc:
             self._damaged(exc)
         finally:
+            if follower is not None and self.focus is not None:
+                self.focus.unfollow(follower)
             self._stopping.set()
             # Async activities finish their attempt, as sync ones do, and their workflows are
             # queued to record it (and be handed back).
@@ -395,7 +400,7 @@ class Worker:
         if self.fatal is not None:
             raise self.fatal
 
-    def _loop(self, store: WorkerStore, until_idle: bool) -> None:
+    def _loop(self, store: WorkerStore, until_idle: bool, follower: LoopThread | None) -> None:
         # A store that is told of changes (PostgreSQL's LISTEN) ends the idle wait at once.
         told = store.wake_on_change(self._wake.set)
         last_version = -1
@@ -418,7 +423,10 @@ class Worker:
             self.committer.on_defer = self._wake.set  # (once, as it starts: Committer.watching)
         queued_seen = -1
         next_stale_look = 0.0
+        focus = self.focus
         while not self._stopping.is_set():
+            if follower is not None and focus is not None:
+                focus.follow(follower, self.committer.crowd)
             if self._stop_requested:
                 self.stop()
                 break
@@ -636,6 +644,8 @@ class Worker:
         `concurrency` threads, and as many records).
         """
         me = PooledThread(index)
+        if self.focus is not None:
+            self.focus.adopt(me)  # started from a focused thread, it is on the focus CPU
         try:
             while (claim := self._ready.get()) is not None:
                 try:
