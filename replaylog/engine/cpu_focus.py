@@ -32,15 +32,15 @@ running, which holds the GIL, only to find the GIL taken and sleep again; it run
 running one sleeps. This applies only where the worker's threads start under SCHED_OTHER
 (a real-time or idle policy set by the user is left as it is) and stops at the first
 refusal. Measured on 2,000 three-slot workflows in one worker (2 vCPUs), in turns with
-the focus alone: involuntary context switches ~3,600 -> ~800 a run, voluntary ~14,000 ->
-~11,500, workflows/s +7% (median of twelve pairs; docs/performance.md).
+the focus alone: involuntary context switches ~3,650 -> ~820 a run, voluntary ~14,800 ->
+~12,700, workflows/s +7% run by run (median of twelve pairs; docs/performance.md).
 
 The worker's loop thread (claims, looks at the store, and commits it leads) follows the
 crowd too: on the focus CPU under SCHED_BATCH while commits are crowded, back when they
 are not, and as it was once the loop ends. Left on every CPU, it took the GIL from the
 other CPU at every statement it ran, and the focused threads woken meanwhile found the
-GIL taken. Measured as above, eight pairs in turns: workflows/s +17-19% run by run, CPU
--17%, voluntary context switches ~14,000 -> ~7,400 a run. It is moved only where it runs
+GIL taken. Measured as above, ten pairs in turns: workflows/s +20% run by run, CPU -21%,
+voluntary context switches ~14,600 -> ~7,900 a run. It is moved only where it runs
 on every CPU the focus may use, under SCHED_OTHER: a thread its caller pinned is left
 where it is. A thread started by a focused thread inherits its CPU and policy; a new
 workflow thread takes that as focused (`adopt`), so its first activity moves it out.

@@ -189,7 +189,8 @@ class Worker:
         concurrency: workflows run at once (one thread each).
         ttl: lease length in seconds; renewed while a workflow runs.
         track_inflight: record that an activity started before running it.
-        focus_cpu: while commits are crowded, run engine code on one CPU (engine.cpu_focus).
+        focus_cpu: while commits are crowded, run engine code on one CPU (engine.cpu_focus),
+            and this loop's thread, the caller's, with it (as it was once `run` returns).
         clock: the live clock for `ctx.now()`.
         max_payload: the cap in bytes on every value recorded (else $REPLAYLOG_MAX_PAYLOAD, else
             1 MiB): an activity result over it is recorded as that activity's failure, a
