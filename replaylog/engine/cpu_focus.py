@@ -120,8 +120,8 @@ class CpuFocus:
         self.quick_s = quick_s
         self.quick_runs = quick_runs
         self.working = True  # False once the CPUs allowed changed under us
-        # SCHED_BATCH while focused: only where threads start under SCHED_OTHER (see the docstring).
-        # (SCHED_BATCH, SCHED_OTHER, their priority) while in use.
+        # (SCHED_BATCH, SCHED_OTHER, their priority) while focused threads move between them: only
+        # where threads start under SCHED_OTHER (see the docstring); None once refused.
         self.batch: tuple[int, int, os.sched_param] | None = None
         if _BATCH is not None and _OTHER is not None and os.sched_getscheduler(0) == _OTHER:
             self.batch = (_BATCH, _OTHER, os.sched_param(0))
