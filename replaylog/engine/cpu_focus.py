@@ -47,8 +47,8 @@ workflow thread takes that as focused (`adopt`), so its first activity moves it 
 
 The worker calls these: `engine_code` after an activity returns, `activity` before one
 starts, `spread` before the thread starts threads of its own, `adopt` as a workflow thread
-starts, `follow` from its loop once a pass and `unfollow` as the loop ends; the committer
-measures the crowd (outcomes per commit).
+starts, and `follows` as its loop starts (the LoopThread it answers `follow`s once a pass
+and `unfollow`s as the loop ends); the committer measures the crowd (outcomes per commit).
 """
 
 from __future__ import annotations
@@ -90,14 +90,27 @@ class FocusedThread(Protocol):
 
 
 class LoopThread:
-    """The worker loop's thread as CpuFocus moves it (a FocusedThread that runs no activity)."""
+    """The worker loop's thread as its CpuFocus moves it (a FocusedThread that runs no activity)."""
 
-    __slots__ = ("began", "focused", "timing")
+    __slots__ = ("began", "focus", "focused", "timing")
 
-    def __init__(self) -> None:
+    def __init__(self, focus: CpuFocus) -> None:
+        self.focus = focus
         self.focused = False
         self.timing: str | None = None
         self.began = 0.0
+
+    def follow(self, crowd: float) -> None:
+        """Once a pass of the worker's loop: on the focus CPU while commits are crowded, on every CPU when not."""
+        focus = self.focus
+        crowded = crowd >= focus.crowded_at and focus.working
+        if crowded != self.focused:
+            focus._move(self, crowded)
+
+    def unfollow(self) -> None:
+        """The worker's loop ends: its thread goes back to every CPU and SCHED_OTHER."""
+        if self.focused:
+            self.focus._move(self, False)
 
 
 class CpuFocus:
@@ -187,18 +200,7 @@ class CpuFocus:
                 return None
         except OSError:
             return None
-        return LoopThread()
-
-    def follow(self, loop: LoopThread, crowd: float) -> None:
-        """Once a pass of the worker's loop: on the focus CPU while commits are crowded, on every CPU when not."""
-        crowded = crowd >= self.crowded_at and self.working
-        if crowded != loop.focused:
-            self._move(loop, crowded)
-
-    def unfollow(self, loop: LoopThread) -> None:
-        """The worker's loop ends: its thread goes back to every CPU and SCHED_OTHER."""
-        if loop.focused:
-            self._move(loop, False)
+        return LoopThread(self)
 
     def _move(self, thread: FocusedThread, one: bool) -> None:
         try:

@@ -372,8 +372,8 @@ class Worker:
         except NotADatabaseError as exc:
             self._damaged(exc)
         finally:
-            if follower is not None and self.focus is not None:
-                self.focus.unfollow(follower)
+            if follower is not None:
+                follower.unfollow()
             self._stopping.set()
             # Async activities finish their attempt, as sync ones do, and their workflows are
             # queued to record it (and be handed back).
@@ -424,10 +424,9 @@ class Worker:
             self.committer.on_defer = self._wake.set  # (once, as it starts: Committer.watching)
         queued_seen = -1
         next_stale_look = 0.0
-        focus = self.focus
         while not self._stopping.is_set():
-            if follower is not None and focus is not None:
-                focus.follow(follower, self.committer.crowd)
+            if follower is not None:
+                follower.follow(self.committer.crowd)
             if self._stop_requested:
                 self.stop()
                 break
