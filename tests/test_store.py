@@ -7,6 +7,8 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from contextlib import closing
@@ -761,6 +763,24 @@ def test_open_store_refuses_other_urls_in_one_line(tmp_path: Path, monkeypatch: 
     with pytest.raises(StoreError, match=re.escape(message)) as refused:
         open_store(url)
     assert "\n" not in str(refused.value) and "s3cret" not in str(refused.value)  # a URL's password stays out
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_worker_without_psycopg_is_refused_when_built(tmp_path: Path) -> None:
+    """A worker loads its store's module as it is built: a missing psycopg is told then, in one line."""
+    script = (
+        "import sys; sys.modules['psycopg'] = None  # as on a machine without the postgres extra\n"
+        "from replaylog.engine.app import Registry\n"
+        "from replaylog.engine.errors import StoreError\n"
+        "from replaylog.engine.worker import Worker\n"
+        "try:\n"
+        "    Worker('postgresql://u@/db?host=/nonexistent', Registry('none'))\n"
+        "except StoreError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out == "refused: PostgreSQL stores need psycopg: pip install 'replaylog[postgres]'\n"
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 

@@ -39,6 +39,7 @@ from replaylog.engine.store import (
     default_max_payload,
     is_damaged,
     is_postgres_url,
+    load_backend,
     open_store,
 )
 from replaylog.engine.telemetry import Metrics, Tracing
@@ -231,6 +232,9 @@ class Worker:
         # A URL stays a string (a Path would fold its `//`).
         self.path: str | Path = path if isinstance(path, str) and is_postgres_url(path) else Path(path)
         self.registry = registry
+        # The store's module is imported now: its ~30 ms fall in the process's start-up, not in
+        # the first moments of run() (and a missing psycopg is told before anything starts).
+        load_backend(self.path)
         # The workflows this worker claims: one whose name its app lacks stays pending for a
         # worker that knows it (claiming it here could only fail it).
         self.names = frozenset(registry.workflows)
