@@ -20,10 +20,11 @@ import pytest
 
 from conftest import can_build
 from replaylog.engine import marks, native
-from replaylog.engine.core import CommandRecord
+from replaylog.engine.core import CommandRecord, Outcome
 from replaylog.engine.errors import StoreBusyError
-from replaylog.engine.store import Claim, PendingRecord, open_store
+from replaylog.engine.store import Claim, PendingRecord, WorkflowFilter, open_store
 from replaylog.engine.store.sqlite import speedups
+from replaylog.engine.vocab import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILED = speedups.COMPILED
@@ -593,6 +594,84 @@ def test_kept_bindings_write_what_each_call_passes(tmp_path: Path) -> None:
     cache.clear()
     ours.close()
     theirs.close()
+
+
+@needs_compiled
+def test_compiled_fetch_and_execute_many_answer_as_sqlite3_does(tmp_path: Path) -> None:
+    # fetch() and execute_many() (the hot statements' compiled path: connection.py's _fetch and
+    # _execute_many) on kept prepared statements: the same rows, values, changes and errors as
+    # sqlite3's execute().fetchall() and executemany(), whatever was bound before.
+    assert COMPILED is not None
+    ours = sqlite3.connect(tmp_path / "ours.db", isolation_level=None)
+    theirs = sqlite3.connect(tmp_path / "theirs.db", isolation_level=None)
+    for conn in (ours, theirs):
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, a, b)")
+    cache: dict[str, Any] = {}
+    insert = "INSERT INTO t VALUES (?, ?, ?)"
+    rng = random.Random(7)
+    values = [None, 0, -1, 2**62, 2.5, "", "ü über", "x" * 500, Status.COMPLETED, True, b"\x00\xff"]
+    for batch in range(30):
+        rows = [(batch * 10 + i, rng.choice(values), rng.choice(values)) for i in range(rng.randrange(0, 6))]
+        if batch % 7 == 3 and rows:
+            rows[-1] = (rows[-1][0], [1], None)  # a type neither binds: the rows before it stay written
+        outcomes = []
+        for conn in (ours, theirs):
+            try:
+                if conn is ours:
+                    changed = COMPILED.execute_many(conn, cache, insert, rows)
+                else:
+                    changed = conn.executemany(insert, rows).rowcount
+                outcomes.append(changed)
+            except Exception as exc:  # compared between the two below
+                outcomes.append(type(exc).__name__)
+        assert outcomes[0] == outcomes[1], (batch, rows, outcomes)
+    select = "SELECT k, a, b, typeof(a) FROM t WHERE k >= ? AND (a IS ? OR ? IS NULL) ORDER BY k"
+    for low, match in [(0, None), (50, None), (0, "ü über"), (290, 2.5), (10**6, None), (0, 0)]:
+        got = COMPILED.fetch(ours, cache, select, (low, match, match))
+        assert got == theirs.execute(select, (low, match, match)).fetchall()
+        assert all(type(x) is type(y) for r, s in zip(got, theirs.execute(select, (low, match, match)), strict=True)
+                   for x, y in zip(r, s, strict=True))
+    assert len(COMPILED.fetch(ours, cache, "SELECT * FROM t", ())) > 40
+    assert COMPILED.fetch(ours, cache, "SELECT k FROM t WHERE k < 0", ()) == []
+    many = COMPILED.fetch(ours, cache, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300)"
+                                       " SELECT i, 'r' || i FROM n", ())  # past the rows read between GIL releases
+    assert many == [(i, f"r{i}") for i in range(1, 301)]
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        COMPILED.fetch(ours, cache, "SELECT * FROM nowhere", ())
+    with pytest.raises(sqlite3.ProgrammingError, match="Incorrect number of bindings"):
+        COMPILED.fetch(ours, cache, select, (1,))
+    with pytest.raises(TypeError, match="tuples"):
+        COMPILED.execute_many(ours, cache, insert, [[999, 1, 2]])  # type: ignore[list-item]
+    cache.clear()
+    ours.close()
+    theirs.close()
+
+
+def test_a_completed_verdict_leaves_no_error_on_its_row_on_both_paths(path: str, tmp_path: Path) -> None:
+    # A completed verdict leaves `error` out of its UPDATE (no full-text trigger fired; commit.py's
+    # _COMPLETED) and clears an error the row still held (an odd import can leave one): the
+    # workflow ends with no error, and a search of errors no longer finds it.
+    db = tmp_path / f"{path}.db"
+    with open_store(db) as store:
+        for wid in ("clean", "stale"):
+            store.start_workflow("wf", None, workflow_id=wid)
+        store._conn.execute("UPDATE workflows SET error = 'left behind' WHERE id = 'stale'")  # type: ignore[attr-defined]
+        assert [w.id for w in store.list_workflows(where=WorkflowFilter(error_text="behind"))] == ["stale"]
+        claims = store.claim("w", ttl=30, limit=2)
+        assert len(claims) == 2
+        _, finished = store.commit_batch(finishes=[(c, Outcome(Status.COMPLETED, result={"n": c.id})) for c in claims],
+                                         ttl=30)
+        assert finished == [True, True]
+        for wid in ("clean", "stale"):
+            row = store.get_workflow(wid)
+            assert (row.status, row.result, row.error) == (Status.COMPLETED, {"n": wid}, None)
+        assert store.list_workflows(where=WorkflowFilter(error_text="behind")) == []
+        # A failed verdict still writes its error, and the search finds it.
+        store.start_workflow("wf", None, workflow_id="bad")
+        (claim,) = store.claim("w", ttl=30)
+        _, finished = store.commit_batch(finishes=[(claim, Outcome(Status.FAILED, error="boom happened"))], ttl=30)
+        assert finished == [True]
+        assert [w.id for w in store.list_workflows(where=WorkflowFilter(error_text="boom"))] == ["bad"]
 
 
 def test_the_store_tests_pass_with_the_compiled_path_off(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ static int (*p_clear_bindings)(sqlite3_stmt *);
 static int (*p_bind_int64)(sqlite3_stmt *, int, sqlite3_int64);
 static int (*p_bind_double)(sqlite3_stmt *, int, double);
 static int (*p_bind_text)(sqlite3_stmt *, int, const char *, int, void (*)(void *));
+static int (*p_bind_blob)(sqlite3_stmt *, int, const void *, int, void (*)(void *));
 static int (*p_bind_null)(sqlite3_stmt *, int);
 static int (*p_bind_parameter_count)(sqlite3_stmt *);
 static int (*p_column_count)(sqlite3_stmt *);
@@ -167,12 +168,12 @@ handle_of(PyObject *conn)
     return db;
 }
 
-/* Bind `v` (int, float, str or None) at position `at` of `stmt`; -1 with an exception set. */
+/* Bind `v` (int, float, str, bytes or None) at position `at` of `stmt`; -1 with an exception set. */
 static int
 bind_one(sqlite3 *db, sqlite3_stmt *stmt, int at, PyObject *v)
 {
     int rc;
-    if (PyUnicode_CheckExact(v)) {
+    if (PyUnicode_Check(v)) {  /* (a str subclass too, a StrEnum say: bound as its text, as the sqlite3 module does) */
         Py_ssize_t size;
         const char *text = PyUnicode_AsUTF8AndSize(v, &size);
         if (text == NULL)
@@ -200,6 +201,13 @@ bind_one(sqlite3 *db, sqlite3_stmt *stmt, int at, PyObject *v)
     else if (v == Py_None) {
         rc = p_bind_null(stmt, at);
     }
+    else if (PyBytes_Check(v)) {  /* a BLOB, as the sqlite3 module binds bytes */
+        if (PyBytes_GET_SIZE(v) > INT_MAX) {
+            PyErr_SetString(exc_data, "BLOB longer than INT_MAX bytes");
+            return -1;
+        }
+        rc = p_bind_blob(stmt, at, PyBytes_AS_STRING(v), (int)PyBytes_GET_SIZE(v), BIND_STATIC);
+    }
     else {
         PyErr_Format(exc_programming, "Error binding parameter %d: type '%.100s' is not supported", at,
                      Py_TYPE(v)->tp_name);
@@ -212,7 +220,7 @@ bind_one(sqlite3 *db, sqlite3_stmt *stmt, int at, PyObject *v)
     return 0;
 }
 
-/* Bind `params` (int, float, str or None each) to `stmt`; -1 with an exception set. */
+/* Bind `params` (int, float, str, bytes or None each) to `stmt`; -1 with an exception set. */
 static int
 bind_all(sqlite3 *db, sqlite3_stmt *stmt, PyObject *params)
 {
@@ -260,7 +268,7 @@ prepare(sqlite3 *db, PyObject *sql)
  * bindings stay after a step and only a parameter that is not the object bound before is
  * bound again: bench.instructions' engine row, ~1,700-2,000 instructions a slot fewer
  * (60,712 -> 58,659). `bound` holds the tuple whose str objects the SQLITE_STATIC texts point into,
- * so they outlive the bindings; parameters are int, float, str or None, all immutable, so
+ * so they outlive the bindings; parameters are int, float, str, bytes or None, all immutable, so
  * the same object is the same value. */
 typedef struct {
     sqlite3_stmt *stmt;
@@ -321,43 +329,47 @@ PyDoc_STRVAR(execute_doc,
 "`cache` (a dict owned by the connection's user, keyed by `sql`); the rows it changed.\n"
 "The GIL is let go around the step (a commit's fsync).");
 
+/* `sql`'s prepared statement on `db`, from `cache` (a dict keyed by `sql`), prepared and kept
+ * there the first time; NULL with an exception set. */
+static cached_stmt *
+cached_of(sqlite3 *db, PyObject *cache, PyObject *sql)
+{
+    cached_stmt *c;
+    PyObject *capsule = PyDict_GetItemWithError(cache, sql);
+    if (capsule != NULL)
+        return (cached_stmt *)PyCapsule_GetPointer(capsule, "replaylog.cached_stmt");
+    if (PyErr_Occurred())
+        return NULL;
+    sqlite3_stmt *stmt = prepare(db, sql);
+    if (stmt == NULL)
+        return NULL;
+    c = PyMem_Malloc(sizeof(cached_stmt));
+    if (c == NULL) {
+        p_finalize(stmt);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    c->stmt = stmt;
+    c->bound = NULL;
+    capsule = PyCapsule_New(c, "replaylog.cached_stmt", stmt_capsule_free);
+    if (capsule == NULL) {
+        p_finalize(stmt);
+        PyMem_Free(c);
+        return NULL;
+    }
+    int err = PyDict_SetItem(cache, sql, capsule);
+    Py_DECREF(capsule);  /* the cache holds it */
+    return err < 0 ? NULL : c;
+}
+
 /* Run `sql` (prepared once per connection, kept in `cache`) with `params`; the rows it changed,
  * or -1 with an exception set. */
 static long
 run_cached(sqlite3 *db, PyObject *cache, PyObject *sql, PyObject *params)
 {
-    cached_stmt *c;
-    PyObject *capsule = PyDict_GetItemWithError(cache, sql);
-    if (capsule != NULL) {
-        c = (cached_stmt *)PyCapsule_GetPointer(capsule, "replaylog.cached_stmt");
-        if (c == NULL)
-            return -1;
-    }
-    else {
-        if (PyErr_Occurred())
-            return -1;
-        sqlite3_stmt *stmt = prepare(db, sql);
-        if (stmt == NULL)
-            return -1;
-        c = PyMem_Malloc(sizeof(cached_stmt));
-        if (c == NULL) {
-            p_finalize(stmt);
-            PyErr_NoMemory();
-            return -1;
-        }
-        c->stmt = stmt;
-        c->bound = NULL;
-        capsule = PyCapsule_New(c, "replaylog.cached_stmt", stmt_capsule_free);
-        if (capsule == NULL) {
-            p_finalize(stmt);
-            PyMem_Free(c);
-            return -1;
-        }
-        int err = PyDict_SetItem(cache, sql, capsule);
-        Py_DECREF(capsule);  /* the cache holds it */
-        if (err < 0)
-            return -1;
-    }
+    cached_stmt *c = cached_of(db, cache, sql);
+    if (c == NULL)
+        return -1;
     if (bind_changed(db, c, params) < 0)
         return -1;
     sqlite3_stmt *stmt = c->stmt;
@@ -1277,6 +1289,7 @@ sp_init(PyObject *self, PyObject *args)
     FIND(p_bind_int64, "sqlite3_bind_int64");
     FIND(p_bind_double, "sqlite3_bind_double");
     FIND(p_bind_text, "sqlite3_bind_text");
+    FIND(p_bind_blob, "sqlite3_bind_blob");
     FIND(p_bind_null, "sqlite3_bind_null");
     FIND(p_bind_parameter_count, "sqlite3_bind_parameter_count");
     FIND(p_column_count, "sqlite3_column_count");
@@ -1316,9 +1329,111 @@ sp_init(PyObject *self, PyObject *args)
 #endif
 }
 
+PyDoc_STRVAR(execute_many_doc,
+"execute_many(conn, cache, sql, rows) -> int\n\n"
+"execute() for each parameters tuple of the list `rows`, in order, on one prepared statement;\n"
+"the rows they changed in all. The first failure raises, the rows before it stay run.");
+
+static PyObject *
+sp_execute_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2]) || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "execute_many(conn, cache: dict, sql: str, rows: list)");
+        return NULL;
+    }
+    sqlite3 *db = handle_of(args[0]);
+    if (db == NULL)
+        return NULL;
+    PyObject *rows = args[3];
+    long total = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rows); i++) {
+        PyObject *params = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_CheckExact(params)) {
+            PyErr_SetString(PyExc_TypeError, "execute_many's rows must be tuples");
+            return NULL;
+        }
+        Py_INCREF(params);  /* (the list may change under a callback while the GIL is let go) */
+        long changed = run_cached(db, args[1], args[2], params);
+        Py_DECREF(params);
+        if (changed < 0)
+            return NULL;
+        total += changed;
+    }
+    return PyLong_FromLong(total);
+}
+
+PyDoc_STRVAR(fetch_doc,
+"fetch(conn, cache, sql, params) -> list[tuple]\n\n"
+"The rows of one statement on `conn`'s database handle, each a tuple of its columns as the\n"
+"sqlite3 module gives them (int, float, str, bytes or None), its prepared form kept in `cache`\n"
+"as execute()'s. The GIL is let go around the first step and then every 64 rows.");
+
+static PyObject *
+sp_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2]) || !PyTuple_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "fetch(conn, cache: dict, sql: str, params: tuple)");
+        return NULL;
+    }
+    sqlite3 *db = handle_of(args[0]);
+    if (db == NULL)
+        return NULL;
+    cached_stmt *c = cached_of(db, args[1], args[2]);
+    if (c == NULL || bind_changed(db, c, args[3]) < 0)
+        return NULL;
+    sqlite3_stmt *stmt = c->stmt;
+    int columns = p_column_count(stmt);
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        p_reset(stmt);
+        return NULL;
+    }
+    for (long n = 0;; n++) {
+        int rc;
+        if (n % ROWS_PER_GIL_RELEASE == 0) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = p_step(stmt);
+            Py_END_ALLOW_THREADS
+        }
+        else {
+            rc = p_step(stmt);
+        }
+        if (rc == SQLITE_DONE)
+            break;
+        if (rc != SQLITE_ROW) {
+            raise_sqlite(db, rc);
+            forget_bindings(c);
+            goto fail;
+        }
+        PyObject *row = PyTuple_New(columns);
+        if (row == NULL)
+            goto fail;
+        for (int i = 0; i < columns; i++) {
+            PyObject *v = column(stmt, i);
+            if (v == NULL) {
+                Py_DECREF(row);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(row, i, v);
+        }
+        int err = PyList_Append(out, row);
+        Py_DECREF(row);
+        if (err < 0)
+            goto fail;
+    }
+    p_reset(stmt);  /* the bindings stay (see cached_stmt) */
+    return out;
+fail:
+    p_reset(stmt);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"init", sp_init, METH_VARARGS, init_doc},
     {"execute", (PyCFunction)(void (*)(void))sp_execute, METH_FASTCALL, execute_doc},
+    {"execute_many", (PyCFunction)(void (*)(void))sp_execute_many, METH_FASTCALL, execute_many_doc},
+    {"fetch", (PyCFunction)(void (*)(void))sp_fetch, METH_FASTCALL, fetch_doc},
     {"records", (PyCFunction)(void (*)(void))sp_records, METH_FASTCALL, records_doc},
     {"lone_setup", sp_lone_setup, METH_VARARGS, lone_setup_doc},
     {"bind_lone", sp_bind_lone, METH_VARARGS, bind_lone_doc},

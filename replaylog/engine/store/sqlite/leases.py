@@ -89,11 +89,11 @@ class Leases(InflightMarks):
             # `workflow IN (...) ORDER BY updated_at` sorts every pending row of those names.
             oldest: list[tuple[float, int, str]] = []
             for name in names:
-                oldest += conn.execute(
+                oldest += self._fetch(  # (the compiled path where it runs: connection.py's _fetch)
                     f"SELECT updated_at, rowid, id FROM workflows{_BY_NAME}"
                     " WHERE status = 'pending' AND workflow = ? AND (retry_at IS NULL OR retry_at <= ?)"
                     " ORDER BY updated_at LIMIT ?",
-                    (name, now, limit)).fetchall()
+                    (name, now, limit))
             rows += [(wid, None) for _, _, wid in sorted(oldest)[:limit - len(rows)]]
         if len(rows) < limit:
             rows += conn.execute(
@@ -143,7 +143,7 @@ class Leases(InflightMarks):
                 self._fold(conn, [m for m in boards[previous] if m.workflow_id == wid])
                 # The attempt it ran under a heartbeat timeout failed: its backoff is waited next.
                 conn.execute(_TAKEN_OVER, (now, BEATLESS, LOST, wid))
-        taken = self._take(conn, [wid for wid, _ in rows], owner, now, ttl)
+        taken = self._take([wid for wid, _ in rows], owner, now, ttl)
         if written is not None:
             for wid, row in taken:
                 written[wid] = (row[3], row[6])
@@ -159,9 +159,7 @@ class Leases(InflightMarks):
                                 cancel=row[5], inflight=tuple(started.get(wid, ()))))
         return claims
 
-    @staticmethod
-    def _take(conn: sqlite3.Connection, ids: Sequence[str], owner: str, now: float,
-              ttl: float) -> list[tuple[str, tuple[Any, ...]]]:
+    def _take(self, ids: Sequence[str], owner: str, now: float, ttl: float) -> list[tuple[str, tuple[Any, ...]]]:
         """Lease the workflows `ids` to `owner`: (id, (workflow, epoch, input, slots, seq, cancel, rowid)) each.
 
         Read in one query per chunk and written in one executemany, not an UPDATE … RETURNING
@@ -169,19 +167,20 @@ class Leases(InflightMarks):
         closed), and each statement sent from Python costs ~15,000 instructions of its own.
         Counted under callgrind on many short workflows (claims of 16), this took 33,000
         instructions a workflow off its claim. The write lock is held (the caller's
-        transaction), so what is read is what is written.
+        transaction), so what is read is what is written. Both on the compiled path where it runs
+        (connection.py's `_fetch`, `_execute_many`).
         """
         found: dict[str, tuple[Any, ...]] = {}
         unique = list(dict.fromkeys(ids))  # a workflow found twice is claimed once
         for i in range(0, len(unique), IN_CHUNK):
-            chunk = unique[i:i + IN_CHUNK]
-            for wid, *row in conn.execute(
+            chunk = tuple(unique[i:i + IN_CHUNK])
+            for wid, *row in self._fetch(
                 f"SELECT id, workflow, lease_epoch + 1, input, {SLOTS_NOW}, seq, cancel_requested, rowid"
                 f" FROM workflows"
                 f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk):
                 found[wid] = tuple(row)
         taken = [(wid, found[wid]) for wid in unique if wid in found]
-        conn.executemany(
+        self._execute_many(
             "UPDATE workflows SET status = 'running', lease_owner = ?, lease_epoch = ?, lease_expires = ?,"
             " updated_at = ?, slots = ?, blocked_on = NULL, wake_at = NULL WHERE id = ?",
             [(owner, row[1], now + ttl, now, row[3], wid) for wid, row in taken])
