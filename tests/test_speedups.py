@@ -513,6 +513,19 @@ def test_closing_a_store_closes_its_file_on_both_paths(path: str, tmp_path: Path
     assert not Path(f"{db}-wal").exists()  # the last connection closed: checkpointed and removed
 
 
+def _outcome(call: Any, *args: Any) -> object:
+    """What `call(*args)` returned (the rows it changed), or the name of the exception it raised."""
+    try:
+        return call(*args)
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def _changed(run: Any, *args: Any) -> int:
+    """The rows a sqlite3 `execute` or `executemany` (`run`) changed."""
+    return int(run(*args).rowcount)
+
+
 @needs_compiled
 def test_compiled_statements_fail_as_sqlite3s_do(tmp_path: Path) -> None:
     assert COMPILED is not None
@@ -570,16 +583,8 @@ def test_kept_bindings_write_what_each_call_passes(tmp_path: Path) -> None:
         if k % 37 == 5:
             row[rng.randrange(4)] = [1]  # a type neither binds: the call fails, nothing written
         params = (k, *row)
-        outcomes = []
-        for conn in (ours, theirs):
-            try:
-                if conn is ours:
-                    COMPILED.execute(conn, cache, insert, params)
-                else:
-                    conn.execute(insert, params)
-                outcomes.append("ok")
-            except Exception as exc:  # compared between the two below
-                outcomes.append(type(exc).__name__)
+        outcomes = [_outcome(COMPILED.execute, ours, cache, insert, params),
+                    _outcome(_changed, theirs.execute, insert, params)]
         assert outcomes[0] == outcomes[1], (k, params, outcomes)
         del row
         if k % 50 == 0:
@@ -614,16 +619,8 @@ def test_compiled_fetch_and_execute_many_answer_as_sqlite3_does(tmp_path: Path) 
         rows = [(batch * 10 + i, rng.choice(values), rng.choice(values)) for i in range(rng.randrange(0, 6))]
         if batch % 7 == 3 and rows:
             rows[-1] = (rows[-1][0], [1], None)  # a type neither binds: the rows before it stay written
-        outcomes = []
-        for conn in (ours, theirs):
-            try:
-                if conn is ours:
-                    changed = COMPILED.execute_many(conn, cache, insert, rows)
-                else:
-                    changed = conn.executemany(insert, rows).rowcount
-                outcomes.append(changed)
-            except Exception as exc:  # compared between the two below
-                outcomes.append(type(exc).__name__)
+        outcomes = [_outcome(COMPILED.execute_many, ours, cache, insert, rows),
+                    _outcome(_changed, theirs.executemany, insert, rows)]
         assert outcomes[0] == outcomes[1], (batch, rows, outcomes)
     select = "SELECT k, a, b, typeof(a) FROM t WHERE k >= ? AND (a IS ? OR ? IS NULL) ORDER BY k"
     for low, match in [(0, None), (50, None), (0, "ü über"), (290, 2.5), (10**6, None), (0, 0)]:

@@ -1151,6 +1151,23 @@ small_json_int(const char *s, int n)
  * letting go on every step, as the sqlite3 module does, cost ~2,000 instructions a row. */
 #define ROWS_PER_GIL_RELEASE 64
 
+/* Step `stmt` to its next row, the `n`th of its rows (from 0), letting go of the GIL before
+ * the first and then every ROWS_PER_GIL_RELEASE rows. */
+static int
+step_row(sqlite3_stmt *stmt, long n)
+{
+    int rc;
+    if (n % ROWS_PER_GIL_RELEASE == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = p_step(stmt);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        rc = p_step(stmt);
+    }
+    return rc;
+}
+
 PyDoc_STRVAR(records_doc,
 "records(conn, sql, params, record_type, loads) -> list\n\n"
 "Run a SELECT of seven columns (kind, name, ok, value, error, attempts, args) on `conn`'s\n"
@@ -1190,14 +1207,7 @@ sp_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (out == NULL)
         goto done;
     for (long n = 0;; n++) {
-        if (n % ROWS_PER_GIL_RELEASE == 0) {
-            Py_BEGIN_ALLOW_THREADS
-            rc = p_step(stmt);
-            Py_END_ALLOW_THREADS
-        }
-        else {
-            rc = p_step(stmt);
-        }
+        rc = step_row(stmt, n);
         if (rc == SQLITE_DONE)
             break;
         if (rc != SQLITE_ROW) {
@@ -1389,15 +1399,7 @@ sp_fetch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (long n = 0;; n++) {
-        int rc;
-        if (n % ROWS_PER_GIL_RELEASE == 0) {
-            Py_BEGIN_ALLOW_THREADS
-            rc = p_step(stmt);
-            Py_END_ALLOW_THREADS
-        }
-        else {
-            rc = p_step(stmt);
-        }
+        int rc = step_row(stmt, n);
         if (rc == SQLITE_DONE)
             break;
         if (rc != SQLITE_ROW) {
