@@ -644,6 +644,24 @@ def test_compiled_fetch_and_execute_many_answer_as_sqlite3_does(tmp_path: Path) 
     theirs.close()
 
 
+@needs_compiled
+def test_claims_of_any_size_keep_a_few_statements(tmp_path: Path) -> None:
+    # The compiled path keeps every statement it prepared for the connection's life: a claim's
+    # read of the rows it takes pads its id list to a power of two, so claims of 1 to 20
+    # workflows keep six texts of it, and each claim takes what it asked for, once each.
+    with open_store(tmp_path / "claims.db") as store:
+        for i in range(220):
+            store.start_workflow("wf", None, workflow_id=f"w{i:03}")
+        taken: list[str] = []
+        for limit in range(1, 21):
+            claims = store.claim("w", ttl=30, limit=limit)
+            assert len(claims) == limit
+            taken += [c.id for c in claims]
+        assert sorted(taken) == [f"w{i:03}" for i in range(210)]
+        kept = [sql for sql in store._stmts if " IN (" in sql]  # type: ignore[attr-defined]
+        assert sorted(sql.count("?") for sql in kept) == [1, 2, 4, 8, 16, 32]
+
+
 def test_a_completed_verdict_leaves_no_error_on_its_row_on_both_paths(path: str, tmp_path: Path) -> None:
     # A completed verdict leaves `error` out of its UPDATE (no full-text trigger fired; commit.py's
     # _COMPLETED) and clears an error the row still held (an odd import can leave one): the

@@ -193,6 +193,8 @@ class SQLiteConnection(StoreBase):
         # The compiled path (engine.store.sqlite.speedups), None for the pure-Python one, and
         # its prepared statements on this connection (finalized before it closes).
         self._compiled = speedups.COMPILED
+        # (Keyed by their text, and never dropped: only statements of a few texts go through it,
+        # no SQL built with a list of any length.)
         self._stmts: dict[str, Any] = {}
 
     # -- the hot statements

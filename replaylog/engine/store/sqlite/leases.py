@@ -173,7 +173,10 @@ class Leases(InflightMarks):
         found: dict[str, tuple[Any, ...]] = {}
         unique = list(dict.fromkeys(ids))  # a workflow found twice is claimed once
         for i in range(0, len(unique), IN_CHUNK):
-            chunk = tuple(unique[i:i + IN_CHUNK])
+            # Padded to a power of two (its last id again): a few texts of this statement, each
+            # prepared once and kept by the compiled path, not one for every length a claim takes.
+            ids_in = unique[i:i + IN_CHUNK]
+            chunk = (*ids_in, *ids_in[-1:] * (min(IN_CHUNK, 1 << (len(ids_in) - 1).bit_length()) - len(ids_in)))
             for wid, *row in self._fetch(
                 f"SELECT id, workflow, lease_epoch + 1, input, {SLOTS_NOW}, seq, cancel_requested, rowid"
                 f" FROM workflows"
