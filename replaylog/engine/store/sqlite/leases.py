@@ -26,7 +26,7 @@ from replaylog.engine.store.shared.keys import (
 from replaylog.engine.store.shared.operations import BEATLESS, LOST, TAKEN_OVER
 from replaylog.engine.store.shared.queues import DELAYED, admit, earliest, room_sql
 from replaylog.engine.store.sqlite.connection import SQLITE
-from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks
+from replaylog.engine.store.sqlite.inflight import IN_CHUNK, InflightMarks, in_list
 
 # Without ANALYZE statistics SQLite picks workflows_status_updated for `status = 'pending'
 # AND workflow IN (...)` and walks every pending row, those of other names included (a
@@ -173,14 +173,10 @@ class Leases(InflightMarks):
         found: dict[str, tuple[Any, ...]] = {}
         unique = list(dict.fromkeys(ids))  # a workflow found twice is claimed once
         for i in range(0, len(unique), IN_CHUNK):
-            # Padded to a power of two (its last id again): a few texts of this statement, each
-            # prepared once and kept by the compiled path, not one for every length a claim takes.
-            ids_in = unique[i:i + IN_CHUNK]
-            chunk = (*ids_in, *ids_in[-1:] * (min(IN_CHUNK, 1 << (len(ids_in) - 1).bit_length()) - len(ids_in)))
+            chunk, marks = in_list(unique[i:i + IN_CHUNK])
             for wid, *row in self._fetch(
                 f"SELECT id, workflow, lease_epoch + 1, input, {SLOTS_NOW}, seq, cancel_requested, rowid"
-                f" FROM workflows"
-                f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk):
+                f" FROM workflows WHERE id IN ({marks})", chunk):
                 found[wid] = tuple(row)
         taken = [(wid, found[wid]) for wid in unique if wid in found]
         self._execute_many(
@@ -198,8 +194,7 @@ class Leases(InflightMarks):
         rec = CommandRecord
         out: dict[str, tuple[list[CommandRecord], list[SignalRecord]]] = {wid: ([], []) for wid in ids}
         for i in range(0, len(ids), IN_CHUNK):
-            chunk = ids[i:i + IN_CHUNK]
-            marks = ", ".join("?" * len(chunk))
+            chunk, marks = in_list(ids[i:i + IN_CHUNK])
             for wid, slot, kind, name, ok, value, error, attempts, args in conn.execute(
                 f"SELECT w.id, c.slot_key - {FIRST_KEY}, kind, name, ok, value, c.error, attempts, c.args"
                 f" FROM workflows w JOIN commands c ON c.slot_key BETWEEN {FIRST_KEY} AND {LAST_KEY}"
