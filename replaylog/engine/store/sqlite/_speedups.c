@@ -1,7 +1,8 @@
 /* The SQLite store's compiled path: a history's rows read, and a lone slot's statement run,
  * on the sqlite3.Connection's own database handle, without Python's sqlite3 module in between;
  * and the lone slot's fence check and parameters (lone_write), without the interpreter, called
- * as the store's own commit_record (bind_lone).
+ * as the store's own commit_record (bind_lone); and the statements every workflow makes beside
+ * its slots, on prepared statements kept for the connection (execute, execute_many, fetch).
  *
  * Python's sqlite3 module costs, per statement and per row, more than SQLite's own work
  * for the small rows of a history: the GIL let go and taken back around every step, a

@@ -7,9 +7,12 @@ rows read at resume (`records`, used by engine.store.shared.reads.load_commands)
 workflow's slot (`bind_lone`: each writing store's own commit_record, engine.store.sqlite.commit;
 the commit fence's check, the statement's parameters and its step, none of it interpreted;
 and, after a slot it wrote with nothing committed to the file since, the row's check itself
-left out, on SQLite's data version: see fence.py's CommitFence). Measured under callgrind
-(`make bench-instructions`, docs/performance.md "The cost of a slot, by stage"): see the
-figures there.
+left out, on SQLite's data version: see fence.py's CommitFence); and the few statements every
+workflow makes beside its slots (its claim's read and write of its row, its first slots in a
+group commit, its verdict: `fetch`, `execute_many` and `execute`, through the connection's
+`_fetch`, `_execute_many` and `_execute`). Measured under callgrind (`make
+bench-instructions`, docs/performance.md "The cost of a slot, by stage" and "Workload 5: the
+store's hot statements without the sqlite3 module"): see the figures there.
 
 `COMPILED` is the loaded module, or None where the pure-Python path runs: no compiled
 module was built, REPLAYLOG_PURE_PYTHON=1 is set, the Python is not one whose
