@@ -18,8 +18,10 @@ from replaylog.engine.core import (
     dry_replay,
     run,
     signal,
+    to_json_value,
     workflow,
 )
+from replaylog.engine.errors import ValueNotJSONError
 from replaylog.engine.text import verdict_text
 
 # ------------------------------------------------------------------ the reference's refund
@@ -398,3 +400,17 @@ def test_current_activity_names_the_running_attempt_and_only_inside_an_activity(
                                      ("wf-probe", 1, "flaky", 2), ("wf-probe", 1, "flaky", 3)]
     assert len(keys) == 2  # the same key on every attempt of a slot, another for the next slot
     assert outside == ["current_activity() called outside a running activity"] * 4
+
+
+def test_values_read_back_as_json_gives_them_and_an_int_json_cannot_write_is_named() -> None:
+    # to_json_value answers small ints and None without encoding them (the commonest
+    # workflow results), anything else as it reads back from JSON; an int of more digits
+    # than Python writes is refused with what it is.
+    assert [to_json_value(v, "x") for v in (0, -7, 2**63, 2**64, None, True, 2.5, "s")] == [
+        0, -7, 2**63, 2**64, None, True, 2.5, "s"]
+    assert to_json_value((1, (2, 3)), "x") == [1, [2, 3]]
+    with pytest.raises(ValueNotJSONError, match=r"^the workflow's result is of type int \(containing an int of more"
+                                                r" than 4,300 digits\), which JSON cannot hold$"):
+        to_json_value(10**5000, "the workflow's result")
+    with pytest.raises(ValueNotJSONError, match=r"is of type list \(containing an int of more than"):
+        to_json_value([1, 10**5000], "x")

@@ -508,6 +508,8 @@ def test_closing_a_store_closes_its_file_on_both_paths(path: str, tmp_path: Path
     assert written == [True]
     for slot in range(1, 4):
         assert store.commit_record(claim, slot, CommandRecord("activity", "a", True, slot, None, 1, "k"), ttl=30)
+    # (The claim's and the verdict's statements are kept by the compiled path too.)
+    assert store.commit_batch(finishes=[(claim, Outcome(Status.COMPLETED, result=4))], ttl=30)[1] == [True]
     assert Path(f"{db}-wal").exists()
     store.close()
     assert not Path(f"{db}-wal").exists()  # the last connection closed: checkpointed and removed
