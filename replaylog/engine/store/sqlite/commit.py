@@ -557,9 +557,10 @@ class Commits(SQLiteConnection, SeenCancels):
                 status, blocked_on, wake_at = Status.PENDING.value, None, None
         ended = status_info(status).code_ended
         # _COMPLETED where it writes what _VERDICT would (verdict_values), with `error` cleared below.
-        # Its measured gain, with _ENDED read and the first slots' rows written on the compiled path
-        # (the connection's `_fetch`, `_execute_many`): bench.instructions' short-store row, 451,400
-        # -> ~400,000 CPU instructions a workflow.
+        # Its measured gain, with _ENDED read, the claim's row and the first slots' rows written on
+        # the compiled path (the connection's `_fetch`, `_execute_many`): bench.instructions'
+        # short-store row, 451,354 -> 373,288 CPU instructions a workflow (docs/performance.md,
+        # "Workload 5: the store's hot statements without the sqlite3 module").
         lean = status == Status.COMPLETED and blocked_on is None and outcome.error is None and not outcome.diagnostic
         if lean:
             if self._execute(_COMPLETED, (dumps(outcome.result), now, claim.id, claim.owner, claim.epoch)) != 1:
