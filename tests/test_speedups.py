@@ -515,6 +515,16 @@ def test_closing_a_store_closes_its_file_on_both_paths(path: str, tmp_path: Path
     assert not Path(f"{db}-wal").exists()  # the last connection closed: checkpointed and removed
 
 
+def _twin_tables(tmp_path: Path, columns: str) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+    """Two databases with the same table `t` (k INTEGER PRIMARY KEY, `columns`): the compiled path's, sqlite3's."""
+    twins = []
+    for name in ("ours", "theirs"):
+        conn = sqlite3.connect(tmp_path / f"{name}.db", isolation_level=None)
+        conn.execute(f"CREATE TABLE t (k INTEGER PRIMARY KEY, {columns})")
+        twins.append(conn)
+    return twins[0], twins[1]
+
+
 def _outcome(call: Any, *args: Any) -> object:
     """What `call(*args)` returned (the rows it changed), or the name of the exception it raised."""
     try:
@@ -565,10 +575,7 @@ def test_kept_bindings_write_what_each_call_passes(tmp_path: Path) -> None:
     # (cached_stmt in _speedups.c). Calls that share some objects with the call before, bring
     # new ones, and fail half-way through binding must still write exactly what sqlite3 writes.
     assert COMPILED is not None
-    ours = sqlite3.connect(tmp_path / "ours.db", isolation_level=None)
-    theirs = sqlite3.connect(tmp_path / "theirs.db", isolation_level=None)
-    for conn in (ours, theirs):
-        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, a, b, c, d)")
+    ours, theirs = _twin_tables(tmp_path, "a, b, c, d")
     cache: dict[str, Any] = {}
     insert = "INSERT INTO t VALUES (?, ?, ?, ?, ?)"
     rng = random.Random(31)
@@ -609,10 +616,7 @@ def test_compiled_fetch_and_execute_many_answer_as_sqlite3_does(tmp_path: Path) 
     # _execute_many) on kept prepared statements: the same rows, values, changes and errors as
     # sqlite3's execute().fetchall() and executemany(), whatever was bound before.
     assert COMPILED is not None
-    ours = sqlite3.connect(tmp_path / "ours.db", isolation_level=None)
-    theirs = sqlite3.connect(tmp_path / "theirs.db", isolation_level=None)
-    for conn in (ours, theirs):
-        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, a, b)")
+    ours, theirs = _twin_tables(tmp_path, "a, b")
     cache: dict[str, Any] = {}
     insert = "INSERT INTO t VALUES (?, ?, ?)"
     rng = random.Random(7)
